@@ -1,0 +1,67 @@
+"""django_ultjobs: durable background jobs for Django on the database the site already has.
+
+```python
+from django_ultjobs import job
+
+@job(queue="default", max_attempts=5)
+def send_receipt(order_id: int) -> None: ...
+
+send_receipt.enqueue(order.id)          # inside the view's transaction
+```
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import (
+    CancelRequestedError,
+    JobArgumentError,
+    JobCancelledError,
+    JobConfigurationError,
+    JobSlotLostError,
+    LeaseLostError,
+    UltJobsError,
+    UnknownJobError,
+    WorkerShutdownError,
+)
+
+if TYPE_CHECKING:
+    from .context import JobContext
+    from .registry import JobCall, JobSpec, bulk_enqueue, job
+
+__all__ = [
+    "CancelRequestedError",
+    "JobArgumentError",
+    "JobCall",
+    "JobCancelledError",
+    "JobConfigurationError",
+    "JobContext",
+    "JobSlotLostError",
+    "JobSpec",
+    "LeaseLostError",
+    "UltJobsError",
+    "UnknownJobError",
+    "WorkerShutdownError",
+    "bulk_enqueue",
+    "job",
+]
+
+# The registry imports the models, so it is loaded on first use rather than at import time:
+# `import django_ultjobs` must work in settings.py and before the app registry is ready.
+_LAZY = {
+    "job": "registry",
+    "bulk_enqueue": "registry",
+    "JobSpec": "registry",
+    "JobCall": "registry",
+    "JobContext": "context",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_ultjobs' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{module}", __name__), name)

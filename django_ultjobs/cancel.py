@@ -1,0 +1,53 @@
+"""The run's cancel scope: one signal, many causes, the first cause wins.
+
+Python cannot kill a thread, so cancellation is cooperative: the body reads ``ctx.cancelled`` or
+calls ``ctx.raise_if_cancelled()``, and every durable write checks the scope first (rule 11), which
+is what unwinds a body that never looks. The scope belongs to one run and is dropped with it: it
+holds no reference to anything of the worker's past the run (rule 13).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .exceptions import JobCancelledError
+
+
+class CancelScope:
+    """A one-shot cancellation signal carrying the reason it fired."""
+
+    __slots__ = ("_event", "_lock", "_reason")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._reason: JobCancelledError | None = None
+
+    def cancel(self, reason: JobCancelledError) -> bool:
+        """Fire the signal with ``reason``; return False if it had already fired (first wins)."""
+        with self._lock:
+            if self._reason is not None:
+                return False
+            self._reason = reason
+        self._event.set()
+        return True
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the signal has fired."""
+        return self._event.is_set()
+
+    @property
+    def reason(self) -> JobCancelledError | None:
+        """Why the run was cancelled, or None."""
+        return self._reason
+
+    def raise_if_cancelled(self) -> None:
+        """Raise the cancellation reason if the signal has fired."""
+        reason = self._reason
+        if reason is not None:
+            raise reason
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until cancelled or ``timeout`` passes; return whether it was cancelled."""
+        return self._event.wait(timeout)

@@ -1,0 +1,70 @@
+"""Errors raised by django_ultjobs: one root, each message says how to fix the problem."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class UltJobsError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class JobArgumentError(UltJobsError, TypeError):
+    """An argument (or a result) cannot be stored as JSON.
+
+    A ``TypeError`` too, because that is what ``json.dumps`` and Django's own task backends raise
+    for the same mistake, and what callers already catch.
+    """
+
+
+class UnknownJobError(UltJobsError, LookupError):
+    """No job is registered under a name."""
+
+
+class JobConfigurationError(UltJobsError, ImproperlyConfigured):
+    """The jobs, the settings or the database cannot give the guarantees that were asked for."""
+
+
+class JobCancelledError(UltJobsError):
+    """The run was cancelled; raised by ``ctx.raise_if_cancelled()`` and every durable write.
+
+    The subclass says why. Catching it to carry on is a bug: the worker no longer owns the job
+    (or the slot), so nothing the body does from here can be committed for it.
+    """
+
+    #: Stable, short name of the cause, used for attempt outcomes and log fields.
+    cause = "cancelled"
+
+
+class LeaseLostError(JobCancelledError):
+    """The job's lease is gone: its heartbeat found another claim (or no row) in the database."""
+
+    cause = "lease_lost"
+
+
+class JobSlotLostError(JobCancelledError):
+    """The fleet slot this run held lapsed or was taken by another holder (rule 8)."""
+
+    cause = "slot_lost"
+
+    def __init__(self, *, job: str, job_id: int, key: str, slot: int) -> None:
+        super().__init__(
+            f"job {job!r} (id {job_id}) lost fleet slot {slot} of {key!r}: the slot lapsed or "
+            "another holder took it, so this run no longer counts towards the concurrency cap"
+        )
+        self.job = job
+        self.job_id = job_id
+        self.key = key
+        self.slot = slot
+
+
+class CancelRequestedError(JobCancelledError):
+    """Someone asked for this job to be cancelled (the admin action, or ``Job.request_cancel``)."""
+
+    cause = "cancel_requested"
+
+
+class WorkerShutdownError(JobCancelledError):
+    """The worker is stopping and the grace period ran out; the job is handed back to the queue."""
+
+    cause = "worker_shutdown"

@@ -1,0 +1,69 @@
+"""Arguments and results are JSON only (never pickle): check them, and name what is wrong.
+
+``json.dumps`` alone is not enough: it turns ``{1: "a"}`` into ``{"1": "a"}`` and ``nan`` into a
+token PostgreSQL's jsonb rejects, so a job would run with arguments other than the ones it was
+given. We refuse those instead, at enqueue, before any row is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .exceptions import JobArgumentError
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def dumps(value: Any) -> str:
+    """Serialise an already-checked value compactly."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def check_arguments(job_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Raise ``JobArgumentError`` (a ``TypeError``) naming the first argument that is not JSON."""
+    for index, value in enumerate(args):
+        _check(value, f"argument {index} of {job_name}()", "")
+    for key, value in kwargs.items():
+        _check(value, f"argument {key!r} of {job_name}()", "")
+
+
+def check_result(job_name: str, value: Any) -> None:
+    """Raise ``JobArgumentError`` when a job's return value is not JSON."""
+    _check(value, f"the return value of {job_name}()", "")
+
+
+def _check(value: Any, what: str, path: str) -> None:
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise JobArgumentError(f"{what}{_at(path)} is {value!r}, which JSON cannot hold")
+        return
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check(item, what, f"{path}[{index}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise JobArgumentError(
+                    f"{what}{_at(path)} has the key {key!r} ({type(key).__name__}); JSON object "
+                    "keys are strings, so it would arrive as a different value. Use str keys."
+                )
+            _check(item, what, f"{path}[{key!r}]")
+        return
+    hint = ""
+    if hasattr(value, "pk") and hasattr(value, "_meta"):
+        hint = " Pass its primary key (.pk) and load it in the job."
+    elif hasattr(value, "isoformat"):
+        hint = " Pass value.isoformat() and parse it in the job."
+    raise JobArgumentError(
+        f"{what}{_at(path)} is a {type(value).__module__}.{type(value).__qualname__}, which is "
+        f"not JSON; jobs take JSON values only (str, int, float, bool, None, list, dict).{hint}"
+    )
+
+
+def _at(path: str) -> str:
+    return f" at {path}" if path else ""

@@ -1,0 +1,156 @@
+"""The job tables: jobs, their attempts, fleet-slot leases and the workers that hold them.
+
+The worker never reads or writes these through the ORM on its hot path (``store/`` owns that SQL);
+the models are for migrations, the admin, listings and user code.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    WAITING = "waiting", "waiting"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+
+
+#: Statuses a worker may still claim (a running row whose lease lapsed is re-delivered).
+LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.WAITING)
+#: Statuses a job never leaves on its own.
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded", "succeeded"
+    RETRYING = "retrying", "retrying"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+    SLOT_LOST = "slot_lost", "slot lost"
+    LEASE_LOST = "lease_lost", "lease lost"
+    SUSPENDED = "suspended", "suspended"
+    # Beyond the reference: a graceful shutdown hands the job back without burning an attempt;
+    # calling that "cancelled" would tell an operator somebody cancelled it.
+    INTERRUPTED = "interrupted", "interrupted"
+
+
+class Job(models.Model):
+    """One enqueued call of a registered job, from enqueue to its final status."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0, help_text="Higher runs first.")
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="Runs started so far; 1 while the first run is in flight."
+    )
+    max_attempts = models.PositiveIntegerField(default=3)
+    # The one clock of a job: when a queued job may run, when a running job's lease lapses, when a
+    # waiting job wakes. Always written from the database's clock.
+    visible_at = models.DateTimeField(db_default=Now())
+    claim_token = models.UUIDField(null=True, blank=True, editable=False)
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    traceparent = models.CharField(max_length=512, blank=True, default="")
+    tracestate = models.CharField(max_length=512, blank=True, default="")
+    enqueued_by = models.CharField(max_length=200, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The claim: runnable rows of a queue in priority order. Partial, so millions of
+            # finished rows cost the claim nothing.
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "visible_at",
+                "id",
+                name="ultjobs_job_claim",
+                condition=models.Q(status__in=["queued", "running", "waiting"]),
+            ),
+            models.Index(
+                "finished_at",
+                name="ultjobs_job_finished",
+                condition=models.Q(status__in=["succeeded", "failed", "cancelled"]),
+            ),
+            models.Index("name", "status", name="ultjobs_job_name_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}#{self.pk} ({self.status})"
+
+
+class JobAttempt(models.Model):
+    """One run of a job (or one re-delivery of a run that never reported back)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    attempt = models.PositiveIntegerField()
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(db_default=Now())
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
+    error = models.TextField(blank=True, default="")
+    slot_key = models.CharField(max_length=200, blank=True, default="")
+    slot = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index("job", "attempt", name="ultjobs_attempt_job"),
+            models.Index("outcome", "finished_at", name="ultjobs_attempt_outcome"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}: {self.outcome}"
+
+
+class JobLease(models.Model):
+    """One HELD fleet slot: ``(key, slot)`` is held by ``holder`` until ``expires_at``.
+
+    A row whose ``expires_at`` has passed is a lapsed hold: free for the next acquire, and never
+    renewable by its old holder (rule 7).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    key = models.CharField(max_length=200)
+    slot = models.PositiveIntegerField()
+    holder = models.CharField(max_length=300)
+    acquired_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["key", "slot"], name="ultjobs_lease_key_slot"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}[{self.slot}] held by {self.holder}"
+
+
+class Worker(models.Model):
+    """A ``runjobworker`` process, kept fresh by its ticker so operators can see the fleet."""
+
+    id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    threads = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    in_flight = models.PositiveIntegerField(default=0)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.id

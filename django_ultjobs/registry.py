@@ -1,0 +1,268 @@
+"""``@job``: the frozen job spec, its ``.using()`` copies, and enqueueing (one or in bulk)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, overload
+
+from django.utils import timezone
+
+from . import jsonargs
+from .conf import get_settings
+from .exceptions import JobConfigurationError, UnknownJobError
+from .models import Job, JobStatus
+from .store import NewJob, get_store
+from .tracing import capture_trace_context, current_actor
+
+_registry: dict[str, JobSpec] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class JobCall:
+    """One call of a job, ready to be enqueued (alone or with others in ``bulk_enqueue``)."""
+
+    spec: JobSpec
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A registered job: the function and how its calls are queued, run and retried.
+
+    Frozen: ``.using(...)`` returns a changed copy for one enqueue and leaves the registered
+    spec alone, as ``django.tasks.Task.using`` does.
+    """
+
+    func: Callable[..., Any] = field(repr=False)
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    takes_context: bool = False
+    #: Fleet-wide cap on simultaneous runs of this job (rule 5); None means no cap.
+    concurrency: int | None = None
+    #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds, capped, with jitter.
+    backoff: float = 2.0
+    max_backoff: float = 3600.0
+    #: Per-enqueue options set through ``.using()``.
+    delay: float = 0.0
+    run_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.func):
+            raise JobConfigurationError(f"job {self.name!r}: {self.func!r} is not callable")
+        if not self.name or len(self.name) > 200:
+            raise JobConfigurationError("a job name must be 1 to 200 characters long")
+        if not self.queue or len(self.queue) > 100:
+            raise JobConfigurationError(f"job {self.name!r}: queue must be 1 to 100 characters")
+        if self.max_attempts < 1:
+            raise JobConfigurationError(f"job {self.name!r}: max_attempts must be at least 1")
+        if self.concurrency is not None and (
+            isinstance(self.concurrency, bool) or self.concurrency < 1
+        ):
+            raise JobConfigurationError(
+                f"job {self.name!r}: concurrency must be a whole number of at least 1, or None"
+            )
+        if self.backoff < 0 or self.max_backoff < 0:
+            raise JobConfigurationError(f"job {self.name!r}: backoff cannot be negative")
+        if self.delay < 0:
+            raise JobConfigurationError(f"job {self.name!r}: delay cannot be negative")
+        if self.run_at is not None and timezone.is_naive(self.run_at):
+            raise JobConfigurationError(
+                f"job {self.name!r}: run_at must be timezone-aware (use django.utils.timezone)"
+            )
+
+    # -- configuring ----------------------------------------------------------------------------
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: timedelta | float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> JobSpec:
+        """Return a copy with other enqueue options; the registered job is unchanged."""
+        changes: dict[str, Any] = {}
+        if queue is not None:
+            changes["queue"] = queue
+        if priority is not None:
+            changes["priority"] = priority
+        if delay is not None:
+            changes["delay"] = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if run_at is not None:
+            changes["run_at"] = run_at
+        if max_attempts is not None:
+            changes["max_attempts"] = max_attempts
+        return dataclasses.replace(self, **changes)
+
+    # -- enqueueing -----------------------------------------------------------------------------
+
+    def call(self, *args: Any, **kwargs: Any) -> JobCall:
+        """Return a checked call of this job, for ``bulk_enqueue``."""
+        jsonargs.check_arguments(self.name, args, kwargs)
+        return JobCall(self, args, kwargs)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+        """Queue one call inside the caller's transaction; return its (unsaved-looking) row.
+
+        Non-JSON arguments raise ``JobArgumentError`` (a ``TypeError``) and write nothing.
+        """
+        job_call = self.call(*args, **kwargs)
+        new = _new_job(job_call, *capture_trace_context(), current_actor())
+        store = get_store()
+        (row,) = store.enqueue([new])
+        job = Job(
+            id=row.id, name=new.name, queue=new.queue, priority=new.priority,
+            args=new.args, kwargs=new.kwargs, status=JobStatus.QUEUED, attempt=0,
+            max_attempts=new.max_attempts, visible_at=row.visible_at,
+            traceparent=new.traceparent, tracestate=new.tracestate,
+            enqueued_by=new.enqueued_by, created_at=row.created_at, updated_at=row.created_at,
+        )
+        job._state.adding = False
+        job._state.db = store.alias
+        return job
+
+    def bulk_enqueue(self, calls: Iterable[Sequence[Any] | JobCall]) -> list[int]:
+        """Queue many calls of this job in one statement; each item is an args tuple or a call."""
+        return bulk_enqueue(
+            c if isinstance(c, JobCall) else self.call(*c) for c in calls
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function now, in this process (for tests and shells)."""
+        return self.func(*args, **kwargs)
+
+
+def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -> NewJob:
+    spec = job_call.spec
+    return NewJob(
+        name=spec.name,
+        queue=spec.queue,
+        priority=spec.priority,
+        args=list(job_call.args),
+        kwargs=dict(job_call.kwargs),
+        max_attempts=spec.max_attempts,
+        delay=spec.delay,
+        run_at=spec.run_at,
+        traceparent=traceparent,
+        tracestate=tracestate,
+        enqueued_by=actor,
+    )
+
+
+def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
+    """Queue many calls (of any jobs) in ONE statement, in the caller's transaction.
+
+    Returns the new ids in the order of ``calls``. Every call is checked before anything is
+    written, so one bad argument writes no row at all.
+    """
+    calls = list(calls)
+    if not calls:
+        return []
+    trace = capture_trace_context()
+    actor = current_actor()
+    rows = get_store().enqueue([_new_job(c, *trace, actor) for c in calls])
+    return [row.id for row in rows]
+
+
+# -- the registry ---------------------------------------------------------------------------------
+
+
+@overload
+def job(func: Callable[..., Any], /) -> JobSpec: ...
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    max_attempts: int = 3,
+    takes_context: bool = False,
+    concurrency: int | None = None,
+    backoff: float = 2.0,
+    max_backoff: float = 3600.0,
+) -> Callable[[Callable[..., Any]], JobSpec]: ...
+
+
+def job(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    max_attempts: int = 3,
+    takes_context: bool = False,
+    concurrency: int | None = None,
+    backoff: float = 2.0,
+    max_backoff: float = 3600.0,
+) -> JobSpec | Callable[[Callable[..., Any]], JobSpec]:
+    """Register a function as a job; use bare (``@job``) or with options (``@job(queue=...)``).
+
+    ``name`` defaults to the function's ``__name__``: it is what the queue stores, so renaming
+    the function renames the job (queued rows of the old name are parked as unknown, rule 12).
+    """
+
+    def register(f: Callable[..., Any]) -> JobSpec:
+        spec = JobSpec(
+            func=f, name=name or f.__name__, queue=queue, priority=priority,
+            max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
+            backoff=backoff, max_backoff=max_backoff,
+        )
+        _register(spec)
+        return spec
+
+    return register(func) if func is not None else register
+
+
+def _register(spec: JobSpec) -> None:
+    existing = _registry.get(spec.name)
+    if existing is not None and _origin(existing.func) != _origin(spec.func):
+        raise JobConfigurationError(
+            f"two jobs are registered as {spec.name!r}: {_origin(existing.func)} and "
+            f"{_origin(spec.func)}. Give one of them @job(name=...)."
+        )
+    # The same function registered again (a module re-imported by the autoreloader) replaces
+    # itself quietly.
+    _registry[spec.name] = spec
+
+
+def _origin(func: Callable[..., Any]) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def get_job(name: str) -> JobSpec | None:
+    """Return the job registered as ``name``, or None."""
+    return _registry.get(name)
+
+
+def require_job(name: str) -> JobSpec:
+    """Return the job registered as ``name``, or raise ``UnknownJobError`` listing the known."""
+    spec = _registry.get(name)
+    if spec is None:
+        raise UnknownJobError(
+            f"no job registered as {name!r}; registered: {sorted(_registry) or 'none'}. "
+            "Is the app that defines it in INSTALLED_APPS, with the job in its jobs.py?"
+        )
+    return spec
+
+
+def registered_jobs() -> dict[str, JobSpec]:
+    """Return a snapshot of every registered job by name."""
+    return dict(_registry)
+
+
+def unregister(name: str) -> None:
+    """Forget a job (tests that register throwaway jobs clean up with this)."""
+    _registry.pop(name, None)
+
+
+def jobs_database() -> str:
+    """The database alias the job tables live in."""
+    return get_settings().DATABASE

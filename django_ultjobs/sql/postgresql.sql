@@ -1,0 +1,206 @@
+-- Named queries for PostgreSQL (psycopg 3 parameter style). Same names as sqlite.sql.
+-- Every expiry is compared on the database clock ({now}), never a worker's wall clock, so hosts
+-- whose clocks disagree cannot steal each other's leases.
+
+-- name: enqueue
+-- Insert many jobs in one statement from a JSON array (one element for a single enqueue). The
+-- rows are inserted in array order, so ids ascend in the caller's order.
+INSERT INTO django_ultjobs_job
+    (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+     claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+     last_error, created_at, updated_at)
+SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
+       COALESCE(j.run_at, {now_plus(j.delay)}),
+       NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', {now}, {now}
+FROM ROWS FROM (
+        jsonb_to_recordset(%(jobs)s::jsonb)
+        AS (name text, queue text, priority int, args jsonb, kwargs jsonb, max_attempts int,
+            delay float8, run_at timestamptz, traceparent text, tracestate text,
+            enqueued_by text)
+    ) WITH ORDINALITY
+    AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
+         tracestate, enqueued_by, ord)
+ORDER BY j.ord
+RETURNING id, visible_at, created_at;
+
+-- name: claim
+-- Claim up to %(limit)s runnable jobs in ONE statement: lock, update and return (never select
+-- then save). A kind whose fleet slots are all held is skipped, and a kind with k free slots gets
+-- at most k rows, so a thousand queued runs of a concurrency=1 job neither block the jobs behind
+-- them (no head-of-line blocking) nor make the loop claim-and-hand-back in circles. Rows locked
+-- here but not chosen are unlocked when the statement commits. A running row whose lease lapsed
+-- is re-delivered and counts as an attempt (rule 1); a waiting row that woke does not.
+WITH caps AS MATERIALIZED (
+    SELECT c.name,
+           c.lim - (SELECT count(*) FROM django_ultjobs_joblease AS l
+                    WHERE l.key = 'job:' || c.name AND l.slot < c.lim
+                      AND l.expires_at > {now}) AS free
+    FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[]) AS c(name, lim)
+),
+locked AS (
+    SELECT id, name, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
+           claimed_at AS prev_claimed_at
+    FROM django_ultjobs_job
+    WHERE status IN ('queued', 'running', 'waiting')
+      AND queue = ANY(%(queues)s::text[])
+      AND visible_at <= {now}
+      AND name <> ALL (ARRAY(SELECT name FROM caps WHERE free <= 0))
+    ORDER BY priority DESC, visible_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+chosen AS (
+    SELECT locked.*, caps.free,
+           row_number() OVER (PARTITION BY locked.name
+                              ORDER BY locked.priority DESC, locked.visible_at, locked.id) AS rn
+    FROM locked LEFT JOIN caps ON caps.name = locked.name
+)
+UPDATE django_ultjobs_job AS j
+SET status = 'running',
+    attempt = j.attempt + CASE WHEN chosen.prev_status = 'waiting' THEN 0 ELSE 1 END,
+    claim_token = %(token)s,
+    worker_id = %(worker_id)s,
+    claimed_at = {now},
+    visible_at = {now_plus(%(timeout)s)},
+    updated_at = {now}
+FROM chosen
+WHERE j.id = chosen.id AND (chosen.free IS NULL OR chosen.rn <= chosen.free)
+RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
+          j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
+          chosen.prev_status, chosen.prev_worker, chosen.prev_claimed_at;
+
+-- name: heartbeat
+-- Push the lease of every run this worker holds in one statement per tick, fenced on each run's
+-- claim token. A run missing from the result is an explicit "no" (rule 2): another claim owns the
+-- row, or it is gone. Rows are locked in id order so this cannot deadlock with a settle batch.
+WITH h AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
+),
+locked AS (
+    SELECT j.id FROM django_ultjobs_job AS j JOIN h ON j.id = h.id AND j.claim_token = h.token
+    WHERE j.status = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE django_ultjobs_job AS j
+SET visible_at = {now_plus(%(timeout)s)}
+FROM locked
+WHERE j.id = locked.id
+RETURNING j.id, j.cancel_requested;
+
+-- name: settle
+-- Settle a batch of runs in one statement: each row only under its own claim token (rule 4), its
+-- attempt recorded in the same statement. Returns the ids that applied; an id missing from the
+-- result was a stale settle and changed nothing.
+WITH c AS (
+    SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS c(
+        id bigint, token uuid, status text, attempt_delta int, delay float8, error text,
+        result_json text, outcome text, attempt_no int, started_at timestamptz,
+        slot_key text, slot int)
+),
+locked AS (
+    SELECT j.id FROM django_ultjobs_job AS j JOIN c ON j.id = c.id AND j.claim_token = c.token
+    WHERE j.status = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+settled AS (
+    UPDATE django_ultjobs_job AS j
+    SET status = c.status,
+        attempt = j.attempt + c.attempt_delta,
+        visible_at = CASE WHEN c.status IN ('queued', 'waiting')
+                          THEN {now_plus(c.delay)} ELSE j.visible_at END,
+        claim_token = NULL,
+        cancel_requested = CASE WHEN c.status = 'cancelled' THEN j.cancel_requested
+                                ELSE false END,
+        last_error = COALESCE(c.error, j.last_error),
+        result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json::jsonb END,
+        finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
+                           THEN {now} ELSE NULL END,
+        updated_at = {now}
+    FROM c, locked
+    WHERE j.id = c.id AND j.id = locked.id
+    RETURNING j.id
+),
+recorded AS (
+    INSERT INTO django_ultjobs_jobattempt
+        (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot)
+    SELECT c.id, c.attempt_no, %(worker_id)s, c.started_at, {now}, c.outcome,
+           COALESCE(c.error, ''), COALESCE(c.slot_key, ''), c.slot
+    FROM c JOIN settled ON settled.id = c.id
+    WHERE c.outcome IS NOT NULL
+)
+SELECT id FROM settled;
+
+-- name: record_attempts
+-- Record attempts that ended without their worker reporting back (a lapsed lease found by the
+-- next claim), so the admin shows every run, including the ones whose process died.
+INSERT INTO django_ultjobs_jobattempt
+    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot)
+SELECT a.job_id, a.attempt, a.worker_id, a.started_at, {now}, a.outcome, a.error, '', NULL
+FROM jsonb_to_recordset(%(batch)s::jsonb)
+    AS a(job_id bigint, attempt int, worker_id text, started_at timestamptz, outcome text,
+         error text);
+
+-- name: lease_acquire
+-- Take the lowest free slot of key in [0, limit): free means no row, or a lapsed row (which is
+-- taken over in place). One statement; two racing acquirers of one slot serialise on its unique
+-- index and the loser gets no row (the caller treats that as "full" and tries again later).
+INSERT INTO django_ultjobs_joblease AS l (key, slot, holder, acquired_at, expires_at)
+SELECT %(key)s, s.slot, %(holder)s, {now}, {now_plus(%(ttl)s)}
+FROM generate_series(0, %(limit)s - 1) AS s(slot)
+WHERE NOT EXISTS (
+    SELECT 1 FROM django_ultjobs_joblease AS h
+    WHERE h.key = %(key)s AND h.slot = s.slot AND h.expires_at > {now})
+ORDER BY s.slot
+LIMIT 1
+ON CONFLICT (key, slot) DO UPDATE
+    SET holder = EXCLUDED.holder, acquired_at = EXCLUDED.acquired_at,
+        expires_at = EXCLUDED.expires_at
+    WHERE l.expires_at <= {now}
+RETURNING l.key, l.slot, l.holder, l.expires_at;
+
+-- name: lease_renew
+-- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that
+-- lapsed, answers "no" by its absence from the result. A lapsed slot never revives itself.
+WITH r AS (
+    SELECT * FROM unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[])
+        AS r(key, slot, holder)
+),
+locked AS (
+    SELECT l.id FROM django_ultjobs_joblease AS l
+    JOIN r ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
+    WHERE l.expires_at > {now}
+    ORDER BY l.id
+    FOR UPDATE OF l
+)
+UPDATE django_ultjobs_joblease AS l
+SET expires_at = {now_plus(%(ttl)s)}
+FROM locked
+WHERE l.id = locked.id
+RETURNING l.key, l.slot, l.expires_at;
+
+-- name: lease_release
+-- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).
+DELETE FROM django_ultjobs_joblease AS l
+USING unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)
+WHERE l.key = r.key AND l.slot = r.slot AND l.holder = r.holder;
+
+-- name: worker_upsert
+-- Register (or re-register) this worker process for operators.
+INSERT INTO django_ultjobs_worker
+    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at)
+VALUES (%(id)s, %(hostname)s, %(pid)s, %(threads)s, %(queues)s::jsonb, {now}, {now}, 0, NULL)
+ON CONFLICT (id) DO UPDATE
+    SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, threads = EXCLUDED.threads,
+        queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL;
+
+-- name: worker_touch
+-- Keep this worker's row fresh (once per ticker tick).
+UPDATE django_ultjobs_worker
+SET last_seen_at = {now}, in_flight = %(in_flight)s, stopped_at = NULL
+WHERE id = %(id)s;
+
+-- name: worker_stop
+-- Mark this worker as stopped on a clean exit.
+UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = %(id)s;

@@ -1,0 +1,174 @@
+-- Named queries for SQLite (sqlite3 named parameters). Same names as postgresql.sql, plus the
+-- few that PostgreSQL does in one statement and SQLite needs two for (run inside one
+-- BEGIN IMMEDIATE transaction, which SQLite serialises against every other writer).
+-- Batches arrive as one JSON parameter and are unpacked with json_each, so a batch is one
+-- statement however long it is. Times are Django's text format, UTC, compared lexically.
+
+-- name: enqueue
+-- Insert many jobs in one statement from a JSON array, in array order.
+INSERT INTO django_ultjobs_job
+    (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+     claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+     last_error, created_at, updated_at)
+SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
+       json_extract(value, '$.priority'), json_extract(value, '$.args'),
+       json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
+       COALESCE(json_extract(value, '$.run_at'), {now_plus(json_extract(value, '$.delay'))}),
+       NULL, '', 0, json_extract(value, '$.traceparent'), json_extract(value, '$.tracestate'),
+       json_extract(value, '$.enqueued_by'), '', {now}, {now}
+FROM json_each(:jobs)
+WHERE true
+ORDER BY key
+RETURNING id, visible_at, created_at;
+
+-- name: claim_caps
+-- Free fleet slots per capped kind (:caps is [[name, limit], ...]), read inside the claim's write
+-- transaction so nothing can take a slot between this and the claim.
+SELECT json_extract(c.value, '$[0]'),
+       json_extract(c.value, '$[1]') - (
+           SELECT count(*) FROM django_ultjobs_joblease AS l
+           WHERE l.key = 'job:' || json_extract(c.value, '$[0]')
+             AND l.slot < json_extract(c.value, '$[1]') AND l.expires_at > {now})
+FROM json_each(:caps) AS c;
+
+-- name: claim_candidates
+-- The runnable jobs this worker may claim, in priority order, skipping kinds whose fleet slots
+-- are all held (:full), so a backlog of one capped kind cannot block the jobs behind it.
+SELECT id, name, status, worker_id, claimed_at
+FROM django_ultjobs_job
+WHERE status IN ('queued', 'running', 'waiting')
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND visible_at <= {now}
+  AND name NOT IN (SELECT value FROM json_each(:full))
+ORDER BY priority DESC, visible_at, id
+LIMIT :limit;
+
+-- name: claim
+-- Claim the candidates: a conditional UPDATE ... RETURNING that re-checks runnability, so it can
+-- never take a row that stopped being runnable.
+UPDATE django_ultjobs_job
+SET status = 'running',
+    attempt = attempt + CASE WHEN status = 'waiting' THEN 0 ELSE 1 END,
+    claim_token = :token,
+    worker_id = :worker_id,
+    claimed_at = {now},
+    visible_at = {now_plus(:timeout)},
+    updated_at = {now}
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND status IN ('queued', 'running', 'waiting')
+  AND visible_at <= {now}
+RETURNING id, name, queue, priority, args, kwargs, attempt, max_attempts, traceparent,
+          tracestate, enqueued_by, cancel_requested, claimed_at;
+
+-- name: heartbeat
+-- Push the lease of every run this worker holds, fenced on each run's claim token. A run missing
+-- from the result is an explicit "no" (rule 2).
+UPDATE django_ultjobs_job AS j
+SET visible_at = {now_plus(:timeout)}
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:runs)) AS h
+WHERE j.id = h.id AND j.claim_token = h.token AND j.status = 'running'
+RETURNING id, cancel_requested;
+
+-- name: settle
+-- Settle a batch of runs, each only under its own claim token (rule 4). Returns the ids that
+-- applied; settle_record then writes their attempts in the same transaction.
+UPDATE django_ultjobs_job AS j
+SET status = c.status,
+    attempt = j.attempt + c.attempt_delta,
+    visible_at = CASE WHEN c.status IN ('queued', 'waiting')
+                      THEN {now_plus(c.delay)} ELSE j.visible_at END,
+    claim_token = NULL,
+    cancel_requested = CASE WHEN c.status = 'cancelled' THEN j.cancel_requested ELSE 0 END,
+    last_error = COALESCE(c.error, j.last_error),
+    result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json END,
+    finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
+                       THEN {now} ELSE NULL END,
+    updated_at = {now}
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token,
+             json_extract(value, '$.status') AS status,
+             json_extract(value, '$.attempt_delta') AS attempt_delta,
+             json_extract(value, '$.delay') AS delay, json_extract(value, '$.error') AS error,
+             json_extract(value, '$.result_json') AS result_json
+      FROM json_each(:batch)) AS c
+WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'running'
+RETURNING id;
+
+-- name: settle_record
+-- The attempts of the runs settle applied (ids in :settled), from the same batch.
+INSERT INTO django_ultjobs_jobattempt
+    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot)
+SELECT json_extract(value, '$.id'), json_extract(value, '$.attempt_no'), :worker_id,
+       json_extract(value, '$.started_at'), {now}, json_extract(value, '$.outcome'),
+       COALESCE(json_extract(value, '$.error'), ''),
+       COALESCE(json_extract(value, '$.slot_key'), ''), json_extract(value, '$.slot')
+FROM json_each(:batch)
+WHERE json_extract(value, '$.outcome') IS NOT NULL
+  AND json_extract(value, '$.id') IN (SELECT value FROM json_each(:settled));
+
+-- name: record_attempts
+-- Record attempts that ended without their worker reporting back (a lapsed lease).
+INSERT INTO django_ultjobs_jobattempt
+    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot)
+SELECT json_extract(value, '$.job_id'), json_extract(value, '$.attempt'),
+       json_extract(value, '$.worker_id'), json_extract(value, '$.started_at'), {now},
+       json_extract(value, '$.outcome'), json_extract(value, '$.error'), '', NULL
+FROM json_each(:batch);
+
+-- name: lease_acquire
+-- Take the lowest free slot of :key in [0, :limit): no row, or a lapsed row taken over in place.
+-- One statement, and SQLite runs one writer at a time, so two acquirers cannot share a slot.
+INSERT INTO django_ultjobs_joblease (key, slot, holder, acquired_at, expires_at)
+SELECT :key, s.slot, :holder, {now}, {now_plus(:ttl)}
+FROM (WITH RECURSIVE slots(slot) AS (
+          SELECT 0 UNION ALL SELECT slot + 1 FROM slots WHERE slot + 1 < :limit)
+      SELECT slot FROM slots) AS s
+WHERE NOT EXISTS (
+    SELECT 1 FROM django_ultjobs_joblease AS h
+    WHERE h.key = :key AND h.slot = s.slot AND h.expires_at > {now})
+ORDER BY s.slot
+LIMIT 1
+ON CONFLICT (key, slot) DO UPDATE
+    SET holder = excluded.holder, acquired_at = excluded.acquired_at,
+        expires_at = excluded.expires_at
+    WHERE django_ultjobs_joblease.expires_at <= {now}
+RETURNING key, slot, holder, expires_at;
+
+-- name: lease_renew
+-- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that
+-- lapsed, answers "no" by its absence from the result.
+UPDATE django_ultjobs_joblease AS l
+SET expires_at = {now_plus(:ttl)}
+FROM (SELECT json_extract(value, '$[0]') AS key, json_extract(value, '$[1]') AS slot,
+             json_extract(value, '$[2]') AS holder
+      FROM json_each(:held)) AS r
+WHERE l.key = r.key AND l.slot = r.slot AND l.holder = r.holder AND l.expires_at > {now}
+RETURNING key, slot, expires_at;
+
+-- name: lease_release
+-- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).
+DELETE FROM django_ultjobs_joblease
+WHERE EXISTS (
+    SELECT 1 FROM json_each(:held) AS r
+    WHERE json_extract(r.value, '$[0]') = django_ultjobs_joblease.key
+      AND json_extract(r.value, '$[1]') = django_ultjobs_joblease.slot
+      AND json_extract(r.value, '$[2]') = django_ultjobs_joblease.holder);
+
+-- name: worker_upsert
+-- Register (or re-register) this worker process for operators.
+INSERT INTO django_ultjobs_worker
+    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at)
+VALUES (:id, :hostname, :pid, :threads, :queues, {now}, {now}, 0, NULL)
+ON CONFLICT (id) DO UPDATE
+    SET hostname = excluded.hostname, pid = excluded.pid, threads = excluded.threads,
+        queues = excluded.queues, last_seen_at = excluded.last_seen_at, stopped_at = NULL;
+
+-- name: worker_touch
+-- Keep this worker's row fresh (once per ticker tick).
+UPDATE django_ultjobs_worker
+SET last_seen_at = {now}, in_flight = :in_flight, stopped_at = NULL
+WHERE id = :id;
+
+-- name: worker_stop
+-- Mark this worker as stopped on a clean exit.
+UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = :id;

@@ -1,0 +1,296 @@
+"""The store protocol: the only place that runs SQL against the job tables.
+
+One protocol, one implementation per engine (``postgresql.py``, ``sqlite.py``) answering the same
+named queries identically; ``tests/conformance`` runs one suite against both. Every method uses
+the calling thread's own Django connection for ``alias`` (Django keeps one per thread), through
+the raw DB-API cursor: the worker's hot path skips the ORM, and enqueue still joins the caller's
+transaction because it is the same connection.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ..sql import queries
+
+#: A clock the store reads instead of the database's, for tests only; None means the database's.
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to insert: everything enqueue knows before the database assigns an id."""
+
+    name: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    max_attempts: int
+    delay: float = 0.0
+    run_at: datetime | None = None
+    traceparent: str = ""
+    tracestate: str = ""
+    enqueued_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuedJob:
+    """What the database assigned to a new job row."""
+
+    id: int
+    visible_at: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """One job this worker now holds under ``token`` until its lease lapses."""
+
+    id: int
+    name: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    token: str
+    traceparent: str
+    tracestate: str
+    enqueued_by: str
+    cancel_requested: bool
+    claimed_at: datetime
+    #: The worker whose lease lapsed when this claim is a re-delivery of a running row.
+    redelivered_from: str | None = None
+    previous_claimed_at: datetime | None = None
+    #: True when the row was waiting (a durable sleep or event wait) and woke: not a new attempt.
+    woke: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one run ends: the row's next state, fenced on ``token``, and the attempt to record."""
+
+    job_id: int
+    token: str
+    status: str
+    attempt_no: int
+    started_at: datetime | None
+    outcome: str | None
+    #: Added to the row's attempt count: -1 hands the attempt back (nothing was burned).
+    attempt_delta: int = 0
+    #: Seconds from now until a queued/waiting row is visible again.
+    delay: float = 0.0
+    error: str | None = None
+    result_json: str | None = None
+    slot_key: str | None = None
+    slot: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LostAttempt:
+    """An attempt whose worker never reported back; recorded by whoever finds it lapsed."""
+
+    job_id: int
+    attempt: int
+    worker_id: str
+    started_at: datetime | None
+    outcome: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    """A fleet slot held by ``holder`` until ``expires_at`` (database clock)."""
+
+    key: str
+    slot: int
+    holder: str
+    expires_at: datetime
+
+
+class LeaseStore(ABC):
+    """Fleet slots as rows, one per held ``(key, slot)``, every expiry on the database clock."""
+
+    @abstractmethod
+    def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
+        """Take the lowest free slot of ``key`` below ``limit``, or return None when all are held."""
+
+    @abstractmethod
+    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+        """Extend each lease still held by its holder and unexpired; return the ``(key, slot)``s
+        that were renewed. A lease missing from the answer is lost (rule 7)."""
+
+    @abstractmethod
+    def release_many(self, held: Sequence[HeldLease]) -> None:
+        """Hand back slots; one that another holder has taken meanwhile is left alone."""
+
+    def renew(self, held: HeldLease, ttl: float) -> bool:
+        """Extend one lease: False when another holder took it OR it lapsed (rule 7)."""
+        return (held.key, held.slot) in self.renew_many([held], ttl)
+
+    def release(self, held: HeldLease) -> None:
+        """Hand back one slot."""
+        self.release_many([held])
+
+
+class JobStore(LeaseStore):
+    """Claim, heartbeat, settle and enqueue jobs; hold fleet slots (``leases``)."""
+
+    #: The Django ``connection.vendor`` this store speaks to.
+    vendor: ClassVar[str]
+    #: The dialect whose named queries this store runs.
+    dialect: ClassVar[str]
+
+    def __init__(self, alias: str, clock: Clock | None = None) -> None:
+        self.alias = alias
+        self.clock = clock
+        self.sql = queries(self.dialect)
+
+    @property
+    def leases(self) -> LeaseStore | None:
+        """The fleet-slot store, or None for an engine that has none (rule 10 refuses to start)."""
+        return self
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        """The calling thread's Django connection for this store's alias."""
+        return connections[self.alias]
+
+    @contextmanager
+    def cursor(self) -> Iterator[Any]:
+        """Yield a raw DB-API cursor on this thread's connection, errors as Django's.
+
+        A connection that broke (the database restarted, the network dropped) is closed so the
+        next call reconnects instead of failing forever: a dead database is an outage to wait
+        out, not a reason for a worker thread to die.
+        """
+        conn = self.connection
+        try:
+            conn.ensure_connection()
+            with conn.wrap_database_errors:
+                cur = conn.connection.cursor()
+                try:
+                    yield cur
+                finally:
+                    cur.close()
+        except Exception:
+            if not conn.in_atomic_block and conn.connection is not None and not conn.is_usable():
+                conn.close()
+            raise
+
+    def now_param(self) -> Any:
+        """The ``now`` parameter of every query: None (database clock) unless a clock is set."""
+        return None if self.clock is None else self.format_time(self.clock())
+
+    @staticmethod
+    def format_time(value: datetime) -> Any:
+        """Turn a datetime into this engine's parameter form."""
+        return value
+
+    @staticmethod
+    def parse_time(value: Any) -> datetime:
+        """Turn a returned time into an aware datetime."""
+        assert isinstance(value, datetime)
+        return value
+
+    @staticmethod
+    def parse_json(value: Any) -> Any:
+        """Turn a returned JSON column into Python."""
+        return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    @abstractmethod
+    def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
+        """Insert ``jobs`` in one statement on the caller's connection (and transaction)."""
+
+    @abstractmethod
+    def claim(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        visibility_timeout: float,
+        caps: Mapping[str, int],
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose ``caps`` are full."""
+
+    @abstractmethod
+    def heartbeat(
+        self, runs: Sequence[tuple[int, str]], visibility_timeout: float
+    ) -> dict[int, bool]:
+        """Extend the lease of each ``(job id, token)``; return ``{id: cancel_requested}`` for
+        the runs still held. A run missing from the answer is lost (rule 2)."""
+
+    @abstractmethod
+    def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        """Apply each settlement only under its token (rule 4), recording its attempt; return the
+        ids that applied."""
+
+    @abstractmethod
+    def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
+        """Record attempts that ended without a report from their worker."""
+
+    # -- workers ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def worker_upsert(self, worker_id: str, hostname: str, pid: int, threads: int,
+                      queues: Sequence[str]) -> None:
+        """Register this worker process."""
+
+    @abstractmethod
+    def worker_touch(self, worker_id: str, in_flight: int) -> None:
+        """Keep this worker's row fresh."""
+
+    @abstractmethod
+    def worker_stop(self, worker_id: str) -> None:
+        """Mark this worker stopped."""
+
+    # -- helpers shared by the engines ---------------------------------------------------------
+
+    def _settlement_row(self, s: Settlement) -> dict[str, Any]:
+        return {
+            "id": s.job_id,
+            "token": s.token,
+            "status": s.status,
+            "attempt_delta": s.attempt_delta,
+            "delay": float(s.delay),
+            "error": s.error,
+            "result_json": s.result_json,
+            "outcome": s.outcome,
+            "attempt_no": s.attempt_no,
+            "started_at": None if s.started_at is None else self._json_time(s.started_at),
+            "slot_key": s.slot_key,
+            "slot": s.slot,
+        }
+
+    def _new_job_row(self, job: NewJob) -> dict[str, Any]:
+        return {
+            "name": job.name,
+            "queue": job.queue,
+            "priority": job.priority,
+            "args": job.args,
+            "kwargs": job.kwargs,
+            "max_attempts": job.max_attempts,
+            "delay": float(job.delay),
+            "run_at": None if job.run_at is None else self._json_time(job.run_at),
+            "traceparent": job.traceparent,
+            "tracestate": job.tracestate,
+            "enqueued_by": job.enqueued_by,
+        }
+
+    def _json_time(self, value: datetime) -> str:
+        """A time inside a JSON batch parameter, in the form this engine compares."""
+        return value.isoformat()

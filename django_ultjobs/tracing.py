@@ -1,0 +1,102 @@
+"""Trace propagation: capture the W3C ``traceparent`` at enqueue, run the job as its child.
+
+Only ``opentelemetry-api`` is used here. With no SDK configured every call below is a no-op of
+the API's own, so a site that does not trace pays nothing and needs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind
+
+_tracer = trace.get_tracer("django_ultjobs")
+
+# Who is enqueueing right now: "job:<id>" inside a run, the user during a request (set by the
+# middleware), else the process (see _process_actor).
+_actor: ContextVar[str | None] = ContextVar("ultjobs_actor", default=None)
+
+# The W3C trace-context header, version 00 form; anything else is not ours to interpret.
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+_MAX_HEADER = 512
+
+
+def capture_trace_context() -> tuple[str, str]:
+    """Return ``(traceparent, tracestate)`` of the current span, or empty strings."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    traceparent = carrier.get("traceparent", "")
+    tracestate = carrier.get("tracestate", "")
+    if len(traceparent) > _MAX_HEADER:
+        traceparent = ""
+    if len(tracestate) > _MAX_HEADER:
+        tracestate = ""
+    return traceparent, tracestate
+
+
+def parent_context(traceparent: str | None, tracestate: str | None) -> otel_context.Context | None:
+    """Return the context a stored traceparent names, or None if it is malformed (rule 14).
+
+    Never raises: the header came from a row anybody could have written, and a job must run
+    whatever garbage it holds.
+    """
+    try:
+        if not traceparent or len(traceparent) > _MAX_HEADER:
+            return None
+        if not _TRACEPARENT.fullmatch(traceparent):
+            return None
+        carrier = {"traceparent": traceparent}
+        if tracestate and len(tracestate) <= _MAX_HEADER:
+            carrier["tracestate"] = tracestate
+        ctx = propagate.extract(carrier, context=otel_context.Context())
+        span_context = trace.get_current_span(ctx).get_span_context()
+        return ctx if span_context.is_valid else None
+    except Exception:
+        return None
+
+
+@contextmanager
+def job_span(name: str, attributes: dict[str, Any], traceparent: str, tracestate: str
+             ) -> Iterator[Span]:
+    """Open span ``job.<name>`` (CONSUMER) as the child of the enqueuing request's span."""
+    parent = parent_context(traceparent, tracestate)
+    with _tracer.start_as_current_span(
+        f"job.{name}",
+        context=parent if parent is not None else otel_context.Context(),
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+@contextmanager
+def acting_as(actor: str) -> Iterator[None]:
+    """Attribute jobs enqueued inside the block to ``actor`` (``job:<id>``, a user, …)."""
+    token = _actor.set(actor)
+    try:
+        yield
+    finally:
+        _actor.reset(token)
+
+
+def current_actor() -> str:
+    """Who is enqueueing: the innermost ``acting_as``, else this process."""
+    return _actor.get() or _process_actor()
+
+
+def _process_actor() -> str:
+    argv = sys.argv
+    program = os.path.basename(argv[0]) if argv and argv[0] else "python"
+    if program in {"manage.py", "django-admin", "__main__.py"} and len(argv) > 1:
+        return argv[1][:200]
+    return program[:200] or "python"

@@ -1,0 +1,195 @@
+"""The executor: runs one job body and turns whatever happens into a ``Settlement``.
+
+It runs user code and writes no SQL; the completer writes what it returns. Everything that can
+raise before the body (looking up the job, checking the arguments, building the context) happens
+before ``on_started`` puts the run under the ticker (rule 13).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.trace import Span, Status, StatusCode
+
+from .. import jsonargs
+from ..context import JobContext
+from ..exceptions import (
+    CancelRequestedError,
+    JobCancelledError,
+    JobSlotLostError,
+    LeaseLostError,
+    WorkerShutdownError,
+)
+from ..logs import log_event
+from ..models import AttemptOutcome, JobStatus
+from ..retry import backoff_delay
+from ..store import Settlement
+from ..tracing import acting_as, job_span
+from .runs import Run
+
+logger = logging.getLogger("django_ultjobs.worker")
+
+#: An unknown job goes back for this long: the pod next to this one may well know it (rule 12).
+UNKNOWN_JOB_DELAY = 30.0
+#: Tracebacks are kept whole up to this many characters (the head and the tail beyond it).
+MAX_ERROR = 32_000
+
+
+def settle(run: Run, status: str, outcome: str | None, **fields: Any) -> Settlement:
+    """A settlement of ``run`` under its own token, with its attempt and slot filled in."""
+    return Settlement(
+        job_id=run.id,
+        token=run.job.token,
+        status=status,
+        attempt_no=run.job.attempt,
+        started_at=run.job.claimed_at,
+        outcome=outcome,
+        slot_key=run.lease.key if run.lease else None,
+        slot=run.lease.slot if run.lease else None,
+        **fields,
+    )
+
+
+def decide_before_run(run: Run) -> Settlement | None:
+    """Settle a claimed job that must not run at all; None when it should run."""
+    job = run.job
+    if run.spec is None:
+        # Park it, do not burn attempts: almost always a deploy skew, and the job may be
+        # registered by the worker next to this one (rule 12).
+        error = f'no job registered as "{job.name}"'
+        log_event(logger, logging.WARNING, "jobs.worker.unknown-job", job_id=job.id,
+                  job=job.name, delay=UNKNOWN_JOB_DELAY)
+        return settle(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,
+                      delay=UNKNOWN_JOB_DELAY, error=error)
+    if job.cancel_requested:
+        return settle(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED,
+                      error="cancelled on request before this attempt started")
+    if job.attempt > job.max_attempts:
+        # A re-delivery past the last attempt: the worker running it died every time (a job that
+        # kills its process, or an OOM). Running it again would only kill another worker.
+        return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED,
+                      error=f"gave up after {job.max_attempts} attempts: the last one's worker "
+                            "stopped heartbeating (it crashed or was killed) before finishing")
+    return None
+
+
+def slot_unavailable(run: Run) -> Settlement:
+    """Hand a job that could not get a fleet slot back at once, without burning an attempt."""
+    return settle(run, JobStatus.QUEUED, None, attempt_delta=-1, delay=0.0)
+
+
+def hand_back(run: Run) -> Settlement:
+    """Hand a job back on shutdown without burning an attempt."""
+    return settle(run, JobStatus.QUEUED, AttemptOutcome.INTERRUPTED, attempt_delta=-1,
+                  delay=0.0, error="the worker stopped before the run finished; handed back")
+
+
+def run_job(run: Run, *, worker_id: str, on_started: Callable[[], None]) -> Settlement:
+    """Run ``run``'s body and return how it ended. Never raises."""
+    job, spec = run.job, run.spec
+    assert spec is not None
+    try:
+        args = list(job.args) if isinstance(job.args, list) else _bad("args", job.args)
+        kwargs = dict(job.kwargs) if isinstance(job.kwargs, dict) else _bad("kwargs", job.kwargs)
+        ctx = JobContext(job_id=job.id, name=job.name, attempt=job.attempt,
+                         max_attempts=job.max_attempts, queue=job.queue, worker_id=worker_id,
+                         enqueued_by=job.enqueued_by, scope=run.scope)
+        call_args = [ctx, *args] if spec.takes_context else args
+    except Exception:
+        return _failed(run, traceback.format_exc())
+
+    attributes: dict[str, Any] = {
+        "job.name": job.name,
+        "job.id": job.id,
+        "job.attempt": job.attempt,
+        "messaging.system": "django_ultjobs",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": str(job.id),
+    }
+    if job.enqueued_by:
+        attributes["job.enqueued_by"] = job.enqueued_by
+
+    on_started()
+    with job_span(job.name, attributes, job.traceparent, job.tracestate) as span:
+        try:
+            with acting_as(f"job:{job.id}"):
+                result = _call(spec.func, call_args, kwargs)
+            jsonargs.check_result(job.name, result)
+            result_json = jsonargs.dumps(result)
+        except BaseException as exc:  # a job's sys.exit() must not kill the worker thread
+            return _on_exception(run, span, exc)
+        span.set_attribute("job.outcome", AttemptOutcome.SUCCEEDED)
+        return settle(run, JobStatus.SUCCEEDED, AttemptOutcome.SUCCEEDED,
+                      result_json=result_json)
+
+
+def _call(func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(func):
+        return asyncio.run(func(*args, **kwargs))
+    return func(*args, **kwargs)
+
+
+def _bad(what: str, value: Any) -> Any:
+    raise TypeError(f"the stored {what} of this job are a {type(value).__name__}, not JSON "
+                    f"{'array' if what == 'args' else 'object'}; the row was written by hand?")
+
+
+def _on_exception(run: Run, span: Span, exc: BaseException) -> Settlement:
+    reason = run.scope.reason
+    if reason is not None:
+        # The body unwound because the run was cancelled: the cause decides what happens next,
+        # not the exception the unwinding happened to raise.
+        span.add_event("job.cancelled", {"job.cancel_cause": reason.cause, "message": str(reason)})
+        span.set_attribute("job.outcome", reason.cause)
+        span.set_status(Status(StatusCode.ERROR, str(reason)))
+        return _on_cancelled(run, reason)
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    error = _trim("".join(traceback.format_exception(exc)))
+    job, spec = run.job, run.spec
+    assert spec is not None
+    if job.attempt < job.max_attempts:
+        delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
+        span.set_attribute("job.outcome", AttemptOutcome.RETRYING)
+        log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id, job=job.name,
+                  attempt=job.attempt, max_attempts=job.max_attempts, delay=round(delay, 3),
+                  error=f"{type(exc).__name__}: {exc}")
+        return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error)
+    span.set_attribute("job.outcome", AttemptOutcome.FAILED)
+    return _failed(run, error)
+
+
+def _failed(run: Run, error: str) -> Settlement:
+    log_event(logger, logging.ERROR, "jobs.worker.failed", job_id=run.id, job=run.job.name,
+              attempt=run.job.attempt, error=error.strip().splitlines()[-1] if error else "")
+    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=_trim(error))
+
+
+def _on_cancelled(run: Run, reason: JobCancelledError) -> Settlement:
+    if isinstance(reason, JobSlotLostError):
+        # Not the job's fault: back to the queue at once, the attempt not burned (it is still
+        # recorded, as slot_lost, so the admin can show it).
+        return settle(run, JobStatus.QUEUED, AttemptOutcome.SLOT_LOST, attempt_delta=-1,
+                      delay=0.0, error=str(reason))
+    if isinstance(reason, CancelRequestedError):
+        return settle(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=str(reason))
+    if isinstance(reason, WorkerShutdownError):
+        return hand_back(run)
+    if isinstance(reason, LeaseLostError):
+        # Fenced like every settle: the token no longer owns the row, so this changes nothing
+        # and the completer logs it as stale (rule 4). The re-claimer records this attempt.
+        return settle(run, JobStatus.QUEUED, AttemptOutcome.LEASE_LOST, error=str(reason))
+    return settle(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=str(reason))
+
+
+def _trim(text: str) -> str:
+    if len(text) <= MAX_ERROR:
+        return text
+    half = MAX_ERROR // 2
+    return f"{text[:half]}\n… {len(text) - MAX_ERROR} characters cut …\n{text[-half:]}"

@@ -1,0 +1,325 @@
+"""The worker process: claim loop, drain, and the wiring of pool, ticker and completer.
+
+The producer (claim only as many as there are free threads), the executor (run one job, turn
+exceptions into outcomes), the completer (write outcomes) and the ticker (keep leases alive) are
+separate pieces; this module only connects them and decides when to stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from django.db import connections
+
+from ..exceptions import JobConfigurationError, WorkerShutdownError
+from ..logs import log_event
+from ..models import AttemptOutcome
+from ..registry import get_job, registered_jobs
+from ..store import ClaimedJob, Clock, JobStore, LostAttempt, get_store
+from .completer import Completer
+from .executor import decide_before_run, hand_back, run_job, slot_unavailable
+from .fleet_slots import FleetSlots
+from .options import WorkerOptions
+from .pool import ExecutorPool
+from .runs import Run, RunRegistry
+from .ticker import Ticker
+
+logger = logging.getLogger("django_ultjobs.worker")
+
+
+class Worker:
+    """One ``runjobworker`` process's worth of job running."""
+
+    def __init__(self, options: WorkerOptions, *, store: JobStore | None = None,
+                 clock: Clock | None = None) -> None:
+        self.options = options
+        self.store = store or get_store(options.database, clock=clock)
+        self.worker_id = options.worker_id
+        self.registry = RunRegistry()
+        self.slots = FleetSlots(self.store.leases, self.worker_id, options.visibility_timeout)
+        self.ticker = Ticker(store=self.store, registry=self.registry, slots=self.slots,
+                             worker_id=self.worker_id,
+                             visibility_timeout=options.visibility_timeout,
+                             interval=options.heartbeat_interval)
+        self.completer = Completer(store=self.store, registry=self.registry, slots=self.slots,
+                                   worker_id=self.worker_id)
+        self.pool = ExecutorPool(options.threads, self._execute)
+        self._executing: set[Run] = set()
+        self._executing_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._forced = threading.Event()
+        self._wake = threading.Event()
+        #: Statements the claim loop has sent (tests bound it: no spinning).
+        self.claims = 0
+        self.started = threading.Event()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Refuse promises that would do nothing (rule 10)."""
+        capped = sorted(n for n, spec in registered_jobs().items() if spec.concurrency)
+        if capped and self.store.leases is None:
+            raise JobConfigurationError(
+                f"job(s) {', '.join(capped)} declare concurrency=, but the job store "
+                f"{type(self.store).__name__} on database {self.store.alias!r} has no lease "
+                "store, so the cap would silently hold per process instead of fleet-wide. "
+                "Use the PostgreSQL or SQLite store, or remove concurrency= from those jobs."
+            )
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Claim and run jobs until stopped (or, with ``burst``, until none is runnable)."""
+        self.check()
+        self._prepare_database()
+        self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
+                                 self.options.threads, self.options.queues)
+        restore = self._install_signals() if install_signals else None
+        self.pool.start()
+        self.ticker.start()
+        self.completer.start()
+        log_event(logger, logging.INFO, "jobs.worker.started", worker_id=self.worker_id,
+                  queues=",".join(self.options.queues), threads=self.options.threads,
+                  visibility_timeout=self.options.visibility_timeout,
+                  heartbeat_interval=self.options.heartbeat_interval,
+                  database=self.store.alias, vendor=self.store.vendor)
+        self.started.set()
+        try:
+            self._claim_loop()
+        finally:
+            self._drain()
+            if restore is not None:
+                restore()
+            log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
+            connections.close_all()
+        return 0
+
+    def request_stop(self, *, force: bool = False) -> None:
+        """Stop claiming and drain (thread- and signal-safe); ``force`` skips the grace period."""
+        if force:
+            self._forced.set()
+        self._stopping.set()
+        self._wake.set()
+        self.pool.notify()
+
+    def wake(self) -> None:
+        """Claim now instead of at the next poll (a notification arrived)."""
+        self._wake.set()
+
+    # -- claiming -------------------------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
+        failures = 0
+        while not self._stopping.is_set():
+            free = self.pool.free()
+            if free <= 0:
+                self.pool.wait_for_free(self.options.poll_interval)
+                continue
+            # Read before the claim: only if nothing was in flight while the claim looked can an
+            # empty answer mean "nothing is runnable now" (a hand-back written meanwhile would
+            # otherwise be missed by --burst).
+            idle = self.pool.busy == 0 and self.completer.pending == 0
+            self._wake.clear()
+            try:
+                self.claims += 1
+                claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
+                                           limit=free,
+                                           visibility_timeout=self.options.visibility_timeout,
+                                           caps=caps)
+                failures = 0
+            except Exception as exc:
+                # A dead database is an outage to wait out, with backoff, not a crash.
+                failures += 1
+                delay = min(30.0, 0.2 * 2 ** min(failures, 8))
+                log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
+                          worker_id=self.worker_id, error=repr(exc), retry_in=delay)
+                self._wake.wait(delay)
+                continue
+            if claimed:
+                if not self._dispatch(claimed):
+                    # Everything claimed went straight back (slots taken by a racing worker):
+                    # pause rather than claim the same rows again at once.
+                    self._wake.wait(min(self.options.poll_interval, 0.05))
+                continue
+            if self.options.burst:
+                if idle:
+                    return
+                self._wait_for_progress()
+                continue
+            self._wake.wait(self.options.poll_interval)
+
+    def _wait_for_progress(self) -> None:
+        """In burst mode with runs in flight: wait until one finishes or a settle is written."""
+        if self.pool.busy:
+            self.pool.wait_for_free(0.05)
+        else:
+            self.completer.wait_idle(0.05)
+
+    def _dispatch(self, claimed: list[ClaimedJob]) -> int:
+        """Start what was claimed; return how many runs started."""
+        self._record_lost_attempts(claimed)
+        full: set[str] = set()
+        started = 0
+        for job in claimed:
+            run = Run(job=job, spec=get_job(job.name))
+            decided = decide_before_run(run)
+            if decided is not None:
+                self.completer.submit(run, decided)
+                continue
+            if run.spec is not None and run.spec.concurrency is not None:
+                if job.name in full or not self._acquire_slot(run):
+                    # Back to the queue at once, the attempt not burned; the next claim skips
+                    # this kind while its slots are all held, so this cannot spin.
+                    full.add(job.name)
+                    self.completer.submit(run, slot_unavailable(run))
+                    continue
+            with self._executing_lock:
+                self._executing.add(run)
+            self.pool.submit(run)
+            started += 1
+        return started
+
+    def _acquire_slot(self, run: Run) -> bool:
+        try:
+            return self.slots.acquire(run)
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.slot-acquire-failed",
+                      worker_id=self.worker_id, job_id=run.id, error=repr(exc))
+            return False
+
+    def _record_lost_attempts(self, claimed: list[ClaimedJob]) -> None:
+        lost = [
+            LostAttempt(
+                job_id=job.id, attempt=job.attempt - 1, worker_id=job.redelivered_from or "",
+                started_at=job.previous_claimed_at, outcome=AttemptOutcome.LEASE_LOST,
+                error=f"lease lapsed: worker {job.redelivered_from} stopped heartbeating "
+                      f"(crashed, killed or partitioned); re-delivered to {self.worker_id}",
+            )
+            for job in claimed
+            if job.redelivered_from is not None
+        ]
+        if not lost:
+            return
+        for attempt in lost:
+            log_event(logger, logging.WARNING, "jobs.worker.redelivered", job_id=attempt.job_id,
+                      attempt=attempt.attempt + 1, previous_worker=attempt.worker_id,
+                      worker_id=self.worker_id)
+        try:
+            self.store.record_attempts(lost)
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.record-attempts-failed",
+                      worker_id=self.worker_id, error=repr(exc))
+
+    # -- running --------------------------------------------------------------------------------
+
+    def _execute(self, run: Run) -> None:
+        """Run one job on an executor thread and hand its outcome to the completer."""
+        try:
+            settlement = run_job(run, worker_id=self.worker_id,
+                                 on_started=lambda: self.registry.add(run))
+            if not run.settling:  # a drain that gave up on this run has handed it back already
+                self.completer.submit(run, settlement)
+        finally:
+            with self._executing_lock:
+                self._executing.discard(run)
+            _reset_connections()
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Let runs finish within the grace period, cancel the rest, hand back what remains."""
+        grace = 0.0 if self._forced.is_set() else self.options.grace_period
+        if self.pool.busy:
+            log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
+                      in_flight=self.pool.busy, grace_period=grace)
+            self._wait_idle_unless_forced(grace)
+        if self.pool.busy:
+            for run in self._executing_snapshot():
+                run.scope.cancel(WorkerShutdownError(
+                    f"worker {self.worker_id} is stopping; job {run.job.name!r} (id {run.id}) "
+                    "is handed back to the queue"))
+            self.pool.wait_idle(self.options.cancel_wait)
+        for run in self._executing_snapshot():
+            if not run.settling:
+                log_event(logger, logging.WARNING, "jobs.worker.run-abandoned",
+                          worker_id=self.worker_id, job_id=run.id,
+                          note="the body ignored its cancellation; handed back, and the "
+                               "process exit stops it")
+                self.completer.submit(run, hand_back(run))
+        self.completer.stop(timeout=max(10.0, self.options.heartbeat_interval))
+        self.ticker.stop()
+        self.pool.stop(timeout=0.5)
+        try:
+            self.store.worker_stop(self.worker_id)
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
+                      worker_id=self.worker_id, error=repr(exc))
+
+    def _wait_idle_unless_forced(self, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        while self.pool.busy and not self._forced.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.pool.wait_idle(min(remaining, 0.2))
+
+    def _executing_snapshot(self) -> list[Run]:
+        with self._executing_lock:
+            return list(self._executing)
+
+    def _prepare_database(self) -> None:
+        if self.store.vendor != "sqlite":
+            return
+        # WAL lets the web process read while the worker writes; it persists in the file.
+        with self.store.cursor() as cur:
+            cur.execute("PRAGMA journal_mode")
+            mode = cur.fetchone()[0]
+            if str(mode).lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+                log_event(logger, logging.INFO, "jobs.worker.sqlite-wal-enabled",
+                          worker_id=self.worker_id, previous_mode=mode)
+
+    def _install_signals(self) -> Callable[[], None] | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        previous: dict[int, Any] = {}
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            force = self._stopping.is_set()  # a second signal: stop now
+            log_event(logger, logging.INFO, "jobs.worker.signal", worker_id=self.worker_id,
+                      signal=signal.Signals(signum).name, force=force)
+            self.request_stop(force=force)
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, handle)
+
+        def restore() -> None:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+        return restore
+
+
+def _reset_connections() -> None:
+    """Leave an executor thread's connections as a new run expects them.
+
+    A body that left a transaction open would otherwise leak it into the next job on this
+    thread; a connection that broke is closed so the next run reconnects. Connections obey
+    CONN_MAX_AGE exactly as Django's request handling does.
+    """
+    for conn in connections.all(initialized_only=True):
+        try:
+            if conn.connection is not None and not conn.in_atomic_block \
+                    and not conn.get_autocommit():
+                conn.rollback()
+                conn.set_autocommit(True)
+            conn.close_if_unusable_or_obsolete()
+        except Exception:
+            conn.close()

@@ -1,0 +1,81 @@
+"""Settings for the test suite: the same tests run on SQLite ("default") and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+TMP_DIR = Path(os.environ.get("ULTJOBS_TEST_TMP", BASE_DIR / ".test-tmp"))
+TMP_DIR.mkdir(exist_ok=True)
+
+SECRET_KEY = "tests-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_ultjobs",
+    "tests.testapp",
+]
+
+# The queue's tests run against real engines, never a mock: SQLite in a file (threads and worker
+# processes share it) and the machine's PostgreSQL.
+_PG_HOST = os.environ.get("ULTJOBS_PG_HOST", "127.0.0.1")
+_PG_USER = os.environ.get("ULTJOBS_PG_USER", "postgres")
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(TMP_DIR / "ultjobs.sqlite3"),
+        "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+        "TEST": {"NAME": str(TMP_DIR / "test_ultjobs.sqlite3")},
+    },
+    "postgres": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "ultjobs",
+        "USER": _PG_USER,
+        "HOST": _PG_HOST,
+        "PORT": os.environ.get("ULTJOBS_PG_PORT", "5432"),
+        "TEST": {"NAME": "test_ultjobs"},
+    },
+}
+
+# Worker processes started by the tests connect straight to the test databases.
+if os.environ.get("ULTJOBS_USE_TEST_DATABASES"):
+    for _db in DATABASES.values():
+        _db["NAME"] = _db["TEST"]["NAME"]
+
+ULTJOBS = {"DATABASE": os.environ.get("ULTJOBS_TEST_ALIAS", "default")}
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_ultjobs": {"handlers": ["console"], "level": "INFO"}},
+}
