@@ -26,6 +26,9 @@ INSTALLED_APPS = [
 
 # The queue's tests run against real engines, never a mock: SQLite in a file (threads and worker
 # processes share it) and the machine's PostgreSQL.
+# Parallel test runs on one machine (several sessions, or CI beside a developer) each take their
+# own test databases through ULTJOBS_TEST_DB_SUFFIX.
+_SUFFIX = os.environ.get("ULTJOBS_TEST_DB_SUFFIX", "")
 _PG_HOST = os.environ.get("ULTJOBS_PG_HOST", "127.0.0.1")
 _PG_USER = os.environ.get("ULTJOBS_PG_USER", "postgres")
 DATABASES = {
@@ -33,7 +36,7 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(TMP_DIR / "ultjobs.sqlite3"),
         "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
-        "TEST": {"NAME": str(TMP_DIR / "test_ultjobs.sqlite3")},
+        "TEST": {"NAME": str(TMP_DIR / f"test_ultjobs{_SUFFIX}.sqlite3")},
     },
     "postgres": {
         "ENGINE": "django.db.backends.postgresql",
@@ -41,7 +44,7 @@ DATABASES = {
         "USER": _PG_USER,
         "HOST": _PG_HOST,
         "PORT": os.environ.get("ULTJOBS_PG_PORT", "5432"),
-        "TEST": {"NAME": "test_ultjobs"},
+        "TEST": {"NAME": f"test_ultjobs{_SUFFIX}"},
     },
 }
 
