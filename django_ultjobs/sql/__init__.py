@@ -24,7 +24,9 @@ _NOW = {
 }
 _PLUS = {
     "postgresql": "(COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => {expr}))",
-    "sqlite": "strftime('%Y-%m-%d %H:%M:%f', COALESCE(:now, 'now'), printf('%+.6f seconds', {expr}))",
+    "sqlite": (
+        "strftime('%Y-%m-%d %H:%M:%f', COALESCE(:now, 'now'), printf('%+.6f seconds', {expr}))"
+    ),
 }
 
 

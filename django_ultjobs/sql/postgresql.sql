@@ -23,6 +23,18 @@ FROM ROWS FROM (
 ORDER BY j.ord
 RETURNING id, visible_at, created_at;
 
+-- name: claim_caps
+-- Free fleet slots per capped kind, read before a claim by a worker that runs capped jobs: the
+-- kinds with none are passed to the claim as %(full)s. A constant array, not a subquery, because
+-- a subquery there hides the row estimate from the planner and turns the ordered index scan into
+-- a sort of every runnable row. If it is stale by the time the claim runs, the claim's own caps
+-- CTE still holds the cap exactly; the worst case is one round that claims less.
+SELECT c.name,
+       c.lim - (SELECT count(*) FROM django_ultjobs_joblease AS l
+                WHERE l.key = 'job:' || c.name AND l.slot < c.lim
+                  AND l.expires_at > {now})
+FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[]) AS c(name, lim);
+
 -- name: claim
 -- Claim up to %(limit)s runnable jobs in ONE statement: lock, update and return (never select
 -- then save). A kind whose fleet slots are all held is skipped, and a kind with k free slots gets
@@ -37,17 +49,25 @@ WITH caps AS MATERIALIZED (
                       AND l.expires_at > {now}) AS free
     FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[]) AS c(name, lim)
 ),
+-- One ordered index scan per queue (the claim index leads with queue); "queue = ANY(...)"
+-- instead made the planner sort every runnable row on each claim: 16 ms at 30,000 queued.
 locked AS (
-    SELECT id, name, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-           claimed_at AS prev_claimed_at
-    FROM django_ultjobs_job
-    WHERE status IN ('queued', 'running', 'waiting')
-      AND queue = ANY(%(queues)s::text[])
-      AND visible_at <= {now}
-      AND name <> ALL (ARRAY(SELECT name FROM caps WHERE free <= 0))
-    ORDER BY priority DESC, visible_at, id
+    SELECT j.id, j.name, j.priority, j.visible_at, j.status AS prev_status,
+           j.worker_id AS prev_worker, j.claimed_at AS prev_claimed_at
+    FROM unnest(%(queues)s::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT id, name, priority, visible_at, status, worker_id, claimed_at
+        FROM django_ultjobs_job
+        WHERE queue = q.queue
+          AND status IN ('queued', 'running', 'waiting')
+          AND visible_at <= {now}
+          AND name <> ALL (%(full)s::text[])
+        ORDER BY priority DESC, visible_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS j
+    ORDER BY j.priority DESC, j.visible_at, j.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ),
 chosen AS (
     SELECT locked.*, caps.free,

@@ -13,7 +13,10 @@ INSERT INTO django_ultjobs_job
 SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.priority'), json_extract(value, '$.args'),
        json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
-       COALESCE(json_extract(value, '$.run_at'), {now_plus(json_extract(value, '$.delay'))}),
+       -- run_at in the clock's own (millisecond) form: compared lexically against the clock, the
+       -- microsecond form Python writes sorts after it and was due a millisecond late.
+       COALESCE(strftime('%Y-%m-%d %H:%M:%f', json_extract(value, '$.run_at')),
+                {now_plus(json_extract(value, '$.delay'))}),
        NULL, '', 0, json_extract(value, '$.traceparent'), json_extract(value, '$.tracestate'),
        json_extract(value, '$.enqueued_by'), '', {now}, {now}
 FROM json_each(:jobs)

@@ -124,7 +124,7 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
-        """Take the lowest free slot of ``key`` below ``limit``, or return None when all are held."""
+        """Take the lowest free slot of ``key`` below ``limit``; None when all are held."""
 
     @abstractmethod
     def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
@@ -225,7 +225,7 @@ class JobStore(LeaseStore):
         visibility_timeout: float,
         caps: Mapping[str, int],
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose ``caps`` are full."""
+        """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full."""
 
     @abstractmethod
     def heartbeat(

@@ -59,7 +59,11 @@ class PostgresStore(JobStore):
             "now": self.now_param(),
         }
         with self.cursor() as cur:
-            cur.execute(self.sql["claim"], params)
+            full: list[str] = []
+            if caps:
+                cur.execute(self.sql["claim_caps"], params)
+                full = [name for name, free in cur.fetchall() if free <= 0]
+            cur.execute(self.sql["claim"], {**params, "full": full})
             rows = cur.fetchall()
         claimed = [
             ClaimedJob(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ..exceptions import JobSlotLostError
 from ..logs import log_event
 from ..registry import JobSpec
-from ..store import HeldLease, LeaseStore
+from ..store import LeaseStore
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -47,7 +47,7 @@ class FleetSlots:
         if self.leases is None:
             # Unreachable through the worker, which refuses to start without a lease store
             # (rule 10); kept as a guard so a cap can never silently hold per process.
-            raise RuntimeError(f"job {spec.name!r} declares concurrency but there is no lease store")
+            raise RuntimeError(f"job {spec.name!r} declares concurrency but has no lease store")
         held = self.leases.acquire(
             lease_key(spec.name), spec.concurrency, self.ttl, f"{self.worker_id}:{run.id}"
         )

@@ -173,13 +173,13 @@ class Worker:
             if decided is not None:
                 self.completer.submit(run, decided)
                 continue
-            if run.spec is not None and run.spec.concurrency is not None:
-                if job.name in full or not self._acquire_slot(run):
-                    # Back to the queue at once, the attempt not burned; the next claim skips
-                    # this kind while its slots are all held, so this cannot spin.
-                    full.add(job.name)
-                    self.completer.submit(run, slot_unavailable(run))
-                    continue
+            capped = run.spec is not None and run.spec.concurrency is not None
+            if capped and (job.name in full or not self._acquire_slot(run)):
+                # Back to the queue at once, the attempt not burned; the next claim skips this
+                # kind while its slots are all held, so this cannot spin.
+                full.add(job.name)
+                self.completer.submit(run, slot_unavailable(run))
+                continue
             with self._executing_lock:
                 self._executing.add(run)
             self.pool.submit(run)

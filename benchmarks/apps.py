@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BenchmarksConfig(AppConfig):
+    name = "benchmarks"
+    label = "ultjobs_benchmarks"

@@ -1,0 +1,8 @@
+"""The benchmark's job: a no-op, so the figures measure the queue, not the work."""
+
+from django_ultjobs import job
+
+
+@job(max_attempts=1)
+def noop() -> None:
+    return None
