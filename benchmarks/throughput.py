@@ -34,14 +34,14 @@ def main() -> int:
     print(f"django_ultjobs throughput — {args.jobs} no-op jobs, one worker process, "
           f"{args.threads} threads")
     header = ("engine", "bulk enqueue/s", "enqueue ms (own commit)", "enqueue ms (in txn)",
-              "drain jobs/s", "naive baseline/s", "drain ÷ baseline")
+              "drain jobs/s", "naive baseline/s", "drain / baseline")
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for r in rows:
         print(" | ".join([
             r["engine"], f"{r['bulk']:,.0f}", f"{r['single_commit_ms']:.3f}",
             f"{r['single_txn_ms']:.3f}", f"{r['drain']:,.0f}", f"{r['baseline']:,.0f}",
-            f"{r['drain'] / r['baseline']:.1f}×",
+            f"{r['drain'] / r['baseline']:.1f}x",
         ]))
     return 0
 

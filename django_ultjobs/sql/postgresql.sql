@@ -25,7 +25,7 @@ RETURNING id, visible_at, created_at;
 
 -- name: claim_caps
 -- Free fleet slots per capped kind, read before a claim by a worker that runs capped jobs: the
--- kinds with none are passed to the claim as %(full)s. A constant array, not a subquery, because
+-- kinds with none are passed to the claim as its "full" array. A constant array, not a subquery, because
 -- a subquery there hides the row estimate from the planner and turns the ordered index scan into
 -- a sort of every runnable row. If it is stale by the time the claim runs, the claim's own caps
 -- CTE still holds the cap exactly; the worst case is one round that claims less.
@@ -36,7 +36,7 @@ SELECT c.name,
 FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[]) AS c(name, lim);
 
 -- name: claim
--- Claim up to %(limit)s runnable jobs in ONE statement: lock, update and return (never select
+-- Claim up to "limit" runnable jobs in ONE statement: lock, update and return (never select
 -- then save). A kind whose fleet slots are all held is skipped, and a kind with k free slots gets
 -- at most k rows, so a thousand queued runs of a concurrency=1 job neither block the jobs behind
 -- them (no head-of-line blocking) nor make the loop claim-and-hand-back in circles. Rows locked

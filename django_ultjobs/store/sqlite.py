@@ -92,7 +92,9 @@ class SQLiteStore(JobStore):
         """Claim up to ``limit`` runnable jobs in one write transaction, skipping full kinds."""
         if limit <= 0:
             return []
-        token = uuid.uuid4().hex
+        # Stored as Django's SQLite UUID form (hex), handed out in the canonical form PostgreSQL
+        # returns, so a ClaimedJob looks the same on both engines.
+        token = uuid.uuid4()
         now = self.now_param()
         with self._write() as cur:
             free: dict[str, int] = {}
@@ -121,7 +123,7 @@ class SQLiteStore(JobStore):
                 return []
             cur.execute(self.sql["claim"], {
                 "ids": json.dumps(list(candidates)),
-                "token": token,
+                "token": token.hex,
                 "worker_id": worker_id,
                 "timeout": float(visibility_timeout),
                 "now": now,
@@ -132,7 +134,7 @@ class SQLiteStore(JobStore):
             _, _, prev_status, prev_worker, prev_claimed_at = candidates[r[0]]
             claimed.append(ClaimedJob(
                 id=r[0], name=r[1], queue=r[2], priority=r[3], args=self.parse_json(r[4]),
-                kwargs=self.parse_json(r[5]), attempt=r[6], max_attempts=r[7], token=token,
+                kwargs=self.parse_json(r[5]), attempt=r[6], max_attempts=r[7], token=str(token),
                 traceparent=r[8] or "", tracestate=r[9] or "", enqueued_by=r[10] or "",
                 cancel_requested=bool(r[11]), claimed_at=self.parse_time(r[12]),
                 redelivered_from=prev_worker if prev_status == "running" else None,
