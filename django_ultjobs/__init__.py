@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
     CancelRequestedError,
+    EventTimeoutError,
     JobArgumentError,
     JobCancelledError,
     JobConfigurationError,
     JobSlotLostError,
     LeaseLostError,
+    StepError,
     UltJobsError,
     UnknownJobError,
     WorkerShutdownError,
@@ -28,10 +30,12 @@ from .exceptions import (
 
 if TYPE_CHECKING:
     from .context import JobContext
+    from .events import send_event
     from .registry import JobCall, JobSpec, bulk_enqueue, job
 
 __all__ = [
     "CancelRequestedError",
+    "EventTimeoutError",
     "JobArgumentError",
     "JobCall",
     "JobCancelledError",
@@ -40,11 +44,13 @@ __all__ = [
     "JobSlotLostError",
     "JobSpec",
     "LeaseLostError",
+    "StepError",
     "UltJobsError",
     "UnknownJobError",
     "WorkerShutdownError",
     "bulk_enqueue",
     "job",
+    "send_event",
 ]
 
 # The registry imports the models, so it is loaded on first use rather than at import time:
@@ -55,6 +61,7 @@ _LAZY = {
     "JobSpec": "registry",
     "JobCall": "registry",
     "JobContext": "context",
+    "send_event": "events",
 }
 
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
 
 from .cancel import CancelScope
 from .exceptions import JobCancelledError
+from .steps import StepLedger
+
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -21,6 +27,7 @@ class JobContext:
     worker_id: str
     enqueued_by: str
     scope: CancelScope = field(repr=False)
+    ledger: StepLedger | None = field(default=None, repr=False)
 
     @property
     def cancelled(self) -> bool:
@@ -40,3 +47,36 @@ class JobContext:
         """Sleep up to ``seconds`` in-process, waking early on cancellation; return whether it
         was cancelled. (A durable sleep that frees the thread is ``ctx.sleep``.)"""
         return self.scope.wait(seconds)
+
+    # -- durable execution ------------------------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[[], T], *, atomic: bool = False) -> T:
+        """Run ``fn`` once for this job, ever: its JSON result is stored, and a later run of the
+        job (a retry, a wake-up) returns the stored result without calling ``fn``.
+
+        If the process dies after ``fn`` returns and before its result commits, the next run
+        calls ``fn`` again: make such functions idempotent (an idempotency key derived from the
+        job id and step name). With ``atomic=True``, ``fn`` runs inside a transaction on the jobs
+        database together with the step's record, so its writes to that database happen exactly
+        once. Raises the run's cancellation instead of running once cancelled (rule 11).
+        """
+        return self._ledger().step(name, fn, atomic=atomic)
+
+    def wait_for_event(self, name: str, *, match: dict[str, Any] | None = None,
+                       timeout: timedelta | float | None = None) -> Any:
+        """Return the payload of an event ``name`` whose payload has every key of ``match``.
+
+        If none has been sent since the job was enqueued, the job is suspended — its thread is
+        freed, its status is ``waiting`` — and claimed again when one arrives (``send_event``).
+        After ``timeout`` it raises ``EventTimeoutError`` in the body instead (catchable).
+        """
+        return self._ledger().wait_for_event(name, match, timeout)
+
+    def sleep(self, name: str, duration: timedelta | float) -> None:
+        """Suspend the job for ``duration`` without holding a thread (a durable sleep)."""
+        self._ledger().sleep(name, duration)
+
+    def _ledger(self) -> StepLedger:
+        if self.ledger is None:
+            raise RuntimeError("durable steps need a context created by the worker")
+        return self.ledger

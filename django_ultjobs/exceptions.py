@@ -68,3 +68,20 @@ class WorkerShutdownError(JobCancelledError):
     """The worker is stopping and the grace period ran out; the job is handed back to the queue."""
 
     cause = "worker_shutdown"
+
+
+class StepError(UltJobsError):
+    """A durable step was used wrongly (a name used twice in one run, a non-JSON result)."""
+
+
+class EventTimeoutError(UltJobsError):
+    """``ctx.wait_for_event`` gave up: no matching event arrived before its timeout.
+
+    Raised in the job body, where it can be caught; on a later attempt the same wait raises it
+    again (the timeout is part of the job's durable history).
+    """
+
+    def __init__(self, event: str, match: dict[str, object] | None) -> None:
+        super().__init__(f"no event {event!r} matching {match or {}!r} arrived before the timeout")
+        self.event = event
+        self.match = match

@@ -35,6 +35,9 @@ def check_result(job_name: str, value: Any) -> None:
 
 
 def _check(value: Any, what: str, path: str) -> None:
+    if isinstance(value, str):
+        _check_text(value, what, path, "is a string that")
+        return
     if isinstance(value, _SCALARS):
         return
     if isinstance(value, float):
@@ -52,6 +55,7 @@ def _check(value: Any, what: str, path: str) -> None:
                     f"{what}{_at(path)} has the key {key!r} ({type(key).__name__}); JSON object "
                     "keys are strings, so it would arrive as a different value. Use str keys."
                 )
+            _check_text(key, what, path, "has a key that")
             _check(item, what, f"{path}[{key!r}]")
         return
     hint = ""
@@ -63,6 +67,29 @@ def _check(value: Any, what: str, path: str) -> None:
         f"{what}{_at(path)} is a {type(value).__module__}.{type(value).__qualname__}, which is "
         f"not JSON; jobs take JSON values only (str, int, float, bool, None, list, dict).{hint}"
     )
+
+
+def _check_text(text: str, what: str, path: str, subject: str) -> None:
+    # Valid JSON that PostgreSQL's jsonb refuses (and SQLite stores): without this check the same
+    # enqueue would work on one engine and fail with a DataError on the other.
+    if "\x00" in text:
+        problem = "contains a NUL character (\\x00)"
+    elif not text.isascii() and not _is_unicode(text):
+        problem = "contains a lone surrogate, which is not valid Unicode"
+    else:
+        return
+    raise JobArgumentError(
+        f"{what}{_at(path)} {subject} {problem}; the database cannot store it as JSON text. "
+        "Pass binary data as base64 (or the text with that character removed)."
+    )
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _at(path: str) -> str:

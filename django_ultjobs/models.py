@@ -59,6 +59,11 @@ class Job(models.Model):
     worker_id = models.CharField(max_length=200, blank=True, default="")
     claimed_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # What a waiting job waits for (ctx.wait_for_event): send_event wakes it by these. An event
+    # with id <= wait_after was already consumed by an earlier wait of the same run.
+    wait_event = models.CharField(max_length=200, blank=True, default="")
+    wait_match = models.JSONField(null=True, blank=True)
+    wait_after = models.BigIntegerField(default=0)
     traceparent = models.CharField(max_length=512, blank=True, default="")
     tracestate = models.CharField(max_length=512, blank=True, default="")
     enqueued_by = models.CharField(max_length=200, blank=True, default="")
@@ -86,6 +91,11 @@ class Job(models.Model):
                 condition=models.Q(status__in=["succeeded", "failed", "cancelled"]),
             ),
             models.Index("name", "status", name="ultjobs_job_name_status"),
+            models.Index(
+                "wait_event",
+                name="ultjobs_job_waiting",
+                condition=models.Q(status="waiting"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -105,6 +115,9 @@ class JobAttempt(models.Model):
     error = models.TextField(blank=True, default="")
     slot_key = models.CharField(max_length=200, blank=True, default="")
     slot = models.IntegerField(null=True, blank=True)
+    #: Durable steps this run executed, and the ones it replayed from an earlier run.
+    steps_run = models.JSONField(default=list, blank=True)
+    steps_replayed = models.JSONField(default=list, blank=True)
 
     class Meta:
         indexes = [
@@ -114,6 +127,47 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt}: {self.outcome}"
+
+
+class JobStep(models.Model):
+    """A durable step of a job: its result is kept, so a later run replays instead of re-running.
+
+    ``status`` is ``done`` once the result is stored, or ``waiting`` while a durable sleep or an
+    event wait is pending (``wait_until`` is then when it wakes or times out).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps")
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, default="done")
+    result = models.JSONField(null=True, blank=True)
+    wait_until = models.DateTimeField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "name"], name="ultjobs_step_job_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} step {self.name!r} ({self.status})"
+
+
+class JobEvent(models.Model):
+    """An event sent with ``send_event``; it wakes the jobs waiting for it."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [models.Index("name", "created_at", name="ultjobs_event_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name}#{self.pk}"
 
 
 class JobLease(models.Model):

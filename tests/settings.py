@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django_ultjobs",
     "tests.testapp",
+    "tests.stepsapp",
 ]
 
 # The queue's tests run against real engines, never a mock: SQLite in a file (threads and worker
@@ -54,6 +55,7 @@ if os.environ.get("ULTJOBS_USE_TEST_DATABASES"):
         _db["NAME"] = _db["TEST"]["NAME"]
 
 ULTJOBS = {"DATABASE": os.environ.get("ULTJOBS_TEST_ALIAS", "default")}
+DATABASE_ROUTERS = ["tests.routers.FollowJobsDatabase"]
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

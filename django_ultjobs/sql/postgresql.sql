@@ -8,10 +8,10 @@
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-     last_error, created_at, updated_at)
+     last_error, wait_event, wait_after, created_at, updated_at)
 SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
        COALESCE(j.run_at, {now_plus(j.delay)}),
-       NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', {now}, {now}
+       NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now}
 FROM ROWS FROM (
         jsonb_to_recordset(%(jobs)s::jsonb)
         AS (name text, queue text, priority int, args jsonb, kwargs jsonb, max_attempts int,
@@ -87,7 +87,7 @@ FROM chosen
 WHERE j.id = chosen.id AND (chosen.free IS NULL OR chosen.rn <= chosen.free)
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
           j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
-          chosen.prev_status, chosen.prev_worker, chosen.prev_claimed_at;
+          chosen.prev_status, chosen.prev_worker, chosen.prev_claimed_at, j.created_at;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds in one statement per tick, fenced on each run's
@@ -111,12 +111,16 @@ RETURNING j.id, j.cancel_requested;
 -- name: settle
 -- Settle a batch of runs in one statement: each row only under its own claim token (rule 4), its
 -- attempt recorded in the same statement. Returns the ids that applied; an id missing from the
--- result was a stale settle and changed nothing.
+-- result was a stale settle and changed nothing. A run that suspends on an event goes to
+-- 'waiting' — or straight back to visible when a matching event is already committed (the caller
+-- holds the event's advisory lock, so no event can commit unseen between this check and the
+-- wait being visible to send_event).
 WITH c AS (
     SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS c(
         id bigint, token uuid, status text, attempt_delta int, delay float8, error text,
         result_json text, outcome text, attempt_no int, started_at timestamptz,
-        slot_key text, slot int)
+        slot_key text, slot int, wait_event text, wait_match jsonb, wait_after bigint,
+        steps_run jsonb, steps_replayed jsonb)
 ),
 locked AS (
     SELECT j.id FROM django_ultjobs_job AS j JOIN c ON j.id = c.id AND j.claim_token = c.token
@@ -128,8 +132,18 @@ settled AS (
     UPDATE django_ultjobs_job AS j
     SET status = c.status,
         attempt = j.attempt + c.attempt_delta,
-        visible_at = CASE WHEN c.status IN ('queued', 'waiting')
-                          THEN {now_plus(c.delay)} ELSE j.visible_at END,
+        visible_at = CASE
+            WHEN c.status = 'waiting' AND c.wait_event IS NOT NULL AND EXISTS (
+                SELECT 1 FROM django_ultjobs_jobevent AS e
+                WHERE e.name = c.wait_event AND e.id > COALESCE(c.wait_after, 0)
+                  AND e.created_at >= j.created_at
+                  AND e.payload @> COALESCE(c.wait_match, '{}'::jsonb))
+                THEN {now}
+            WHEN c.status IN ('queued', 'waiting') THEN {now_plus(c.delay)}
+            ELSE j.visible_at END,
+        wait_event = CASE WHEN c.status = 'waiting' THEN COALESCE(c.wait_event, '') ELSE '' END,
+        wait_match = CASE WHEN c.status = 'waiting' THEN c.wait_match ELSE NULL END,
+        wait_after = CASE WHEN c.status = 'waiting' THEN COALESCE(c.wait_after, 0) ELSE 0 END,
         claim_token = NULL,
         cancel_requested = CASE WHEN c.status = 'cancelled' THEN j.cancel_requested
                                 ELSE false END,
@@ -144,9 +158,11 @@ settled AS (
 ),
 recorded AS (
     INSERT INTO django_ultjobs_jobattempt
-        (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot)
+        (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
+         steps_run, steps_replayed)
     SELECT c.id, c.attempt_no, %(worker_id)s, c.started_at, {now}, c.outcome,
-           COALESCE(c.error, ''), COALESCE(c.slot_key, ''), c.slot
+           COALESCE(c.error, ''), COALESCE(c.slot_key, ''), c.slot,
+           COALESCE(c.steps_run, '[]'::jsonb), COALESCE(c.steps_replayed, '[]'::jsonb)
     FROM c JOIN settled ON settled.id = c.id
     WHERE c.outcome IS NOT NULL
 )
@@ -156,11 +172,73 @@ SELECT id FROM settled;
 -- Record attempts that ended without their worker reporting back (a lapsed lease found by the
 -- next claim), so the admin shows every run, including the ones whose process died.
 INSERT INTO django_ultjobs_jobattempt
-    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot)
-SELECT a.job_id, a.attempt, a.worker_id, a.started_at, {now}, a.outcome, a.error, '', NULL
+    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
+     steps_run, steps_replayed)
+SELECT a.job_id, a.attempt, a.worker_id, a.started_at, {now}, a.outcome, a.error, '', NULL,
+       '[]'::jsonb, '[]'::jsonb
 FROM jsonb_to_recordset(%(batch)s::jsonb)
     AS a(job_id bigint, attempt int, worker_id text, started_at timestamptz, outcome text,
          error text);
+
+-- name: event_wait_lock
+-- Taken by a settle that puts runs to wait on events: exclusive per event name, so every
+-- send_event of that name still in flight (it holds the shared lock) commits before the settle
+-- looks for its event. Locks are taken in name order, so two settles cannot deadlock.
+SELECT pg_advisory_xact_lock(30058, hashtext(n))
+FROM (SELECT DISTINCT n FROM unnest(%(names)s::text[]) AS n ORDER BY n) AS s;
+
+-- name: event_send_lock
+-- Taken by send_event in the caller's transaction, shared: senders never wait for each other.
+SELECT pg_advisory_xact_lock_shared(30058, hashtext(%(name)s));
+
+-- name: event_insert
+-- Record an event.
+INSERT INTO django_ultjobs_jobevent (name, payload, created_at)
+VALUES (%(name)s, %(payload)s::jsonb, {now})
+RETURNING id;
+
+-- name: event_wake
+-- Wake the waiting jobs this event matches (every key of wait_match equal in the payload);
+-- their next claim finds the event. Jobs enqueued after the event do not match it.
+UPDATE django_ultjobs_job
+SET visible_at = {now}
+WHERE status = 'waiting' AND wait_event = %(name)s AND wait_after < %(event_id)s
+  AND %(payload)s::jsonb @> COALESCE(wait_match, '{}'::jsonb)
+  AND created_at <= {now}
+  AND visible_at > {now};
+
+-- name: event_find
+-- The first event a wait may consume: same name, matching, newer than what this job already
+-- consumed, and not older than the job itself.
+SELECT e.id, e.payload
+FROM django_ultjobs_jobevent AS e
+WHERE e.name = %(name)s AND e.id > %(after)s AND e.created_at >= %(since)s::timestamptz
+  AND e.payload @> %(match)s::jsonb
+ORDER BY e.id
+LIMIT 1;
+
+-- name: step_save
+-- Store a step's result (or its pending wait), fenced on the run's claim token: a run that lost
+-- its job cannot record a step for it. FOR SHARE holds the token steady until this commits.
+INSERT INTO django_ultjobs_jobstep
+    (job_id, name, status, result, wait_until, attempt, created_at, completed_at)
+SELECT j.id, %(name)s, %(status)s, %(result_json)s::jsonb,
+       CASE WHEN %(wait_seconds)s::float8 IS NULL THEN NULL
+            ELSE {now_plus(%(wait_seconds)s::float8)} END,
+       %(attempt)s, {now}, CASE WHEN %(status)s = 'done' THEN {now} ELSE NULL END
+FROM django_ultjobs_job AS j
+WHERE j.id = %(job_id)s AND j.claim_token = %(token)s AND j.status = 'running'
+FOR SHARE
+ON CONFLICT (job_id, name) DO UPDATE
+    SET status = EXCLUDED.status, result = EXCLUDED.result,
+        wait_until = COALESCE(EXCLUDED.wait_until, django_ultjobs_jobstep.wait_until),
+        attempt = EXCLUDED.attempt, completed_at = EXCLUDED.completed_at
+    WHERE django_ultjobs_jobstep.status <> 'done'
+RETURNING id, wait_until;
+
+-- name: db_now
+-- The database's clock (durable sleeps and wait timeouts are judged by it).
+SELECT {now};
 
 -- name: lease_acquire
 -- Take the lowest free slot of key in [0, limit): free means no row, or a lapsed row (which is

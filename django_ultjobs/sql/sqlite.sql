@@ -9,7 +9,7 @@
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-     last_error, created_at, updated_at)
+     last_error, wait_event, wait_after, created_at, updated_at)
 SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.priority'), json_extract(value, '$.args'),
        json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
@@ -18,7 +18,7 @@ SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        COALESCE(strftime('%Y-%m-%d %H:%M:%f', json_extract(value, '$.run_at')),
                 {now_plus(json_extract(value, '$.delay'))}),
        NULL, '', 0, json_extract(value, '$.traceparent'), json_extract(value, '$.tracestate'),
-       json_extract(value, '$.enqueued_by'), '', {now}, {now}
+       json_extract(value, '$.enqueued_by'), '', '', 0, {now}, {now}
 FROM json_each(:jobs)
 WHERE true
 ORDER BY key
@@ -61,7 +61,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND status IN ('queued', 'running', 'waiting')
   AND visible_at <= {now}
 RETURNING id, name, queue, priority, args, kwargs, attempt, max_attempts, traceparent,
-          tracestate, enqueued_by, cancel_requested, claimed_at;
+          tracestate, enqueued_by, cancel_requested, claimed_at, created_at;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds, fenced on each run's claim token. A run missing
@@ -75,12 +75,26 @@ RETURNING id, cancel_requested;
 
 -- name: settle
 -- Settle a batch of runs, each only under its own claim token (rule 4). Returns the ids that
--- applied; settle_record then writes their attempts in the same transaction.
+-- applied; settle_record then writes their attempts in the same transaction. A run suspending on
+-- an event goes to 'waiting', or straight back to visible when a matching event is already
+-- there (the write transaction excludes every sender, so none can commit unseen meanwhile).
 UPDATE django_ultjobs_job AS j
 SET status = c.status,
     attempt = j.attempt + c.attempt_delta,
-    visible_at = CASE WHEN c.status IN ('queued', 'waiting')
-                      THEN {now_plus(c.delay)} ELSE j.visible_at END,
+    visible_at = CASE
+        WHEN c.status = 'waiting' AND c.wait_event IS NOT NULL AND EXISTS (
+            SELECT 1 FROM django_ultjobs_jobevent AS e
+            WHERE e.name = c.wait_event AND e.id > COALESCE(c.wait_after, 0)
+              AND e.created_at >= j.created_at
+              AND NOT EXISTS (
+                      SELECT 1 FROM json_each(COALESCE(c.wait_match, '{}')) AS m
+                      WHERE json_extract(e.payload, '$."' || m.key || '"') IS NOT m.value))
+            THEN {now}
+        WHEN c.status IN ('queued', 'waiting') THEN {now_plus(c.delay)}
+        ELSE j.visible_at END,
+    wait_event = CASE WHEN c.status = 'waiting' THEN COALESCE(c.wait_event, '') ELSE '' END,
+    wait_match = CASE WHEN c.status = 'waiting' THEN c.wait_match ELSE NULL END,
+    wait_after = CASE WHEN c.status = 'waiting' THEN COALESCE(c.wait_after, 0) ELSE 0 END,
     claim_token = NULL,
     cancel_requested = CASE WHEN c.status = 'cancelled' THEN j.cancel_requested ELSE 0 END,
     last_error = COALESCE(c.error, j.last_error),
@@ -92,7 +106,10 @@ FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') A
              json_extract(value, '$.status') AS status,
              json_extract(value, '$.attempt_delta') AS attempt_delta,
              json_extract(value, '$.delay') AS delay, json_extract(value, '$.error') AS error,
-             json_extract(value, '$.result_json') AS result_json
+             json_extract(value, '$.result_json') AS result_json,
+             json_extract(value, '$.wait_event') AS wait_event,
+             json_extract(value, '$.wait_match') AS wait_match,
+             json_extract(value, '$.wait_after') AS wait_after
       FROM json_each(:batch)) AS c
 WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'running'
 RETURNING id;
@@ -100,11 +117,14 @@ RETURNING id;
 -- name: settle_record
 -- The attempts of the runs settle applied (ids in :settled), from the same batch.
 INSERT INTO django_ultjobs_jobattempt
-    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot)
+    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
+     steps_run, steps_replayed)
 SELECT json_extract(value, '$.id'), json_extract(value, '$.attempt_no'), :worker_id,
        json_extract(value, '$.started_at'), {now}, json_extract(value, '$.outcome'),
        COALESCE(json_extract(value, '$.error'), ''),
-       COALESCE(json_extract(value, '$.slot_key'), ''), json_extract(value, '$.slot')
+       COALESCE(json_extract(value, '$.slot_key'), ''), json_extract(value, '$.slot'),
+       COALESCE(json_extract(value, '$.steps_run'), '[]'),
+       COALESCE(json_extract(value, '$.steps_replayed'), '[]')
 FROM json_each(:batch)
 WHERE json_extract(value, '$.outcome') IS NOT NULL
   AND json_extract(value, '$.id') IN (SELECT value FROM json_each(:settled));
@@ -112,11 +132,61 @@ WHERE json_extract(value, '$.outcome') IS NOT NULL
 -- name: record_attempts
 -- Record attempts that ended without their worker reporting back (a lapsed lease).
 INSERT INTO django_ultjobs_jobattempt
-    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot)
+    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
+     steps_run, steps_replayed)
 SELECT json_extract(value, '$.job_id'), json_extract(value, '$.attempt'),
        json_extract(value, '$.worker_id'), json_extract(value, '$.started_at'), {now},
-       json_extract(value, '$.outcome'), json_extract(value, '$.error'), '', NULL
+       json_extract(value, '$.outcome'), json_extract(value, '$.error'), '', NULL, '[]', '[]'
 FROM json_each(:batch);
+
+-- name: event_insert
+-- Record an event.
+INSERT INTO django_ultjobs_jobevent (name, payload, created_at)
+VALUES (:name, :payload, {now})
+RETURNING id;
+
+-- name: event_wake
+-- Wake the waiting jobs this event matches (every key of wait_match equal in the payload).
+UPDATE django_ultjobs_job
+SET visible_at = {now}
+WHERE status = 'waiting' AND wait_event = :name AND wait_after < :event_id
+  AND NOT EXISTS (
+                      SELECT 1 FROM json_each(COALESCE(wait_match, '{}')) AS m
+                      WHERE json_extract(:payload, '$."' || m.key || '"') IS NOT m.value)
+  AND created_at <= {now}
+  AND visible_at > {now};
+
+-- name: event_find
+-- The first event a wait may consume: same name, matching, newer than what this job already
+-- consumed, and not older than the job itself.
+SELECT e.id, e.payload
+FROM django_ultjobs_jobevent AS e
+WHERE e.name = :name AND e.id > :after AND e.created_at >= :since
+  AND NOT EXISTS (
+                      SELECT 1 FROM json_each(COALESCE(:match, '{}')) AS m
+                      WHERE json_extract(e.payload, '$."' || m.key || '"') IS NOT m.value)
+ORDER BY e.id
+LIMIT 1;
+
+-- name: step_save
+-- Store a step's result (or its pending wait), fenced on the run's claim token.
+INSERT INTO django_ultjobs_jobstep
+    (job_id, name, status, result, wait_until, attempt, created_at, completed_at)
+SELECT j.id, :name, :status, :result_json,
+       CASE WHEN :wait_seconds IS NULL THEN NULL ELSE {now_plus(:wait_seconds)} END,
+       :attempt, {now}, CASE WHEN :status = 'done' THEN {now} ELSE NULL END
+FROM django_ultjobs_job AS j
+WHERE j.id = :job_id AND j.claim_token = :token AND j.status = 'running'
+ON CONFLICT (job_id, name) DO UPDATE
+    SET status = excluded.status, result = excluded.result,
+        wait_until = COALESCE(excluded.wait_until, django_ultjobs_jobstep.wait_until),
+        attempt = excluded.attempt, completed_at = excluded.completed_at
+    WHERE django_ultjobs_jobstep.status <> 'done'
+RETURNING id, wait_until;
+
+-- name: db_now
+-- The database's clock (durable sleeps and wait timeouts are judged by it).
+SELECT {now};
 
 -- name: lease_acquire
 -- Take the lowest free slot of :key in [0, :limit): no row, or a lapsed row taken over in place.

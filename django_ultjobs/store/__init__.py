@@ -16,6 +16,7 @@ from .base import (
     LeaseStore,
     LostAttempt,
     NewJob,
+    SavedStep,
     Settlement,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "LeaseStore",
     "LostAttempt",
     "NewJob",
+    "SavedStep",
     "Settlement",
     "get_store",
 ]

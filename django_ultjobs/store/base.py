@@ -75,6 +75,8 @@ class ClaimedJob:
     previous_claimed_at: datetime | None = None
     #: True when the row was waiting (a durable sleep or event wait) and woke: not a new attempt.
     woke: bool = False
+    #: When the job was enqueued (events sent since then count for its waits).
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,19 @@ class Settlement:
     result_json: str | None = None
     slot_key: str | None = None
     slot: int | None = None
+    #: For status "waiting" on an event: what wakes it (see ``send_event``).
+    wait_event: str | None = None
+    wait_match: dict[str, Any] | None = None
+    wait_after: int = 0
+    steps_run: tuple[str, ...] = ()
+    steps_replayed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SavedStep:
+    """A step row written under the run's token; ``wait_until`` for a pending wait."""
+
+    wait_until: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +258,28 @@ class JobStore(LeaseStore):
     def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
         """Record attempts that ended without a report from their worker."""
 
+    # -- durable steps and events --------------------------------------------------------------
+
+    @abstractmethod
+    def save_step(self, *, job_id: int, token: str, attempt: int, name: str, status: str,
+                  result_json: str | None, wait_seconds: float | None) -> SavedStep | None:
+        """Store a step (``done``, or ``waiting`` for ``wait_seconds``), fenced on ``token``;
+        None when the run no longer owns the job."""
+
+    @abstractmethod
+    def find_event(self, *, name: str, match: dict[str, Any], after: int,
+                   since: datetime) -> tuple[int, Any] | None:
+        """The first event named ``name`` matching ``match``, newer than id ``after`` and sent no
+        earlier than ``since``: ``(id, payload)``, or None."""
+
+    @abstractmethod
+    def send_event(self, name: str, payload: dict[str, Any]) -> int:
+        """Record an event and wake the jobs waiting for it, in the caller's transaction."""
+
+    @abstractmethod
+    def db_now(self) -> datetime:
+        """The database's clock (or the injected one)."""
+
     # -- workers ------------------------------------------------------------------------------
 
     @abstractmethod
@@ -267,13 +304,18 @@ class JobStore(LeaseStore):
             "status": s.status,
             "attempt_delta": s.attempt_delta,
             "delay": float(s.delay),
-            "error": s.error,
+            "error": None if s.error is None else _storable_text(s.error),
             "result_json": s.result_json,
             "outcome": s.outcome,
             "attempt_no": s.attempt_no,
             "started_at": None if s.started_at is None else self._json_time(s.started_at),
             "slot_key": s.slot_key,
             "slot": s.slot,
+            "wait_event": s.wait_event,
+            "wait_match": s.wait_match,
+            "wait_after": s.wait_after,
+            "steps_run": list(s.steps_run),
+            "steps_replayed": list(s.steps_replayed),
         }
 
     def _new_job_row(self, job: NewJob) -> dict[str, Any]:
@@ -294,3 +336,13 @@ class JobStore(LeaseStore):
     def _json_time(self, value: datetime) -> str:
         """A time inside a JSON batch parameter, in the form this engine compares."""
         return value.isoformat()
+
+
+def _storable_text(text: str) -> str:
+    """Return ``text`` with what PostgreSQL's text and jsonb refuse spelt out as escapes.
+
+    An error message carries whatever a job put in its exception. A NUL or a lone surrogate would
+    make PostgreSQL reject the whole settle batch, retried for ever, and with it the outcomes of
+    every other run in the batch; SQLite would store it. Escaped, both engines store the same text.
+    """
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
+
+from django.db import transaction
 
 from .base import (
     ClaimedJob,
@@ -14,6 +17,7 @@ from .base import (
     JobStore,
     LostAttempt,
     NewJob,
+    SavedStep,
     Settlement,
 )
 
@@ -73,7 +77,7 @@ class PostgresStore(JobStore):
                 tracestate=r[9], enqueued_by=r[10], cancel_requested=r[11], claimed_at=r[12],
                 redelivered_from=r[14] if r[13] == "running" else None,
                 previous_claimed_at=r[15] if r[13] == "running" else None,
-                woke=r[13] == "waiting",
+                woke=r[13] == "waiting", created_at=r[16],
             )
             for r in rows
         ]
@@ -101,12 +105,18 @@ class PostgresStore(JobStore):
         if not settlements:
             return set()
         batch = json.dumps([self._settlement_row(s) for s in settlements], separators=(",", ":"))
+        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param()}
+        waits = sorted({s.wait_event for s in settlements if s.wait_event})
         with self.cursor() as cur:
-            cur.execute(
-                self.sql["settle"],
-                {"batch": batch, "worker_id": worker_id, "now": self.now_param()},
-            )
-            return {row[0] for row in cur.fetchall()}
+            if not waits:
+                cur.execute(self.sql["settle"], params)
+                return {row[0] for row in cur.fetchall()}
+            # Runs going to wait on events: hold each event's lock across the check and the
+            # write, so an event being sent right now is either seen here or sees the wait.
+            with self.connection.connection.transaction():
+                cur.execute(self.sql["event_wait_lock"], {"names": waits})
+                cur.execute(self.sql["settle"], params)
+                return {row[0] for row in cur.fetchall()}
 
     def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
         """Record attempts that ended without a report from their worker."""
@@ -127,6 +137,48 @@ class PostgresStore(JobStore):
         )
         with self.cursor() as cur:
             cur.execute(self.sql["record_attempts"], {"batch": batch, "now": self.now_param()})
+
+    # -- durable steps and events --------------------------------------------------------------
+
+    def save_step(self, *, job_id: int, token: str, attempt: int, name: str, status: str,
+                  result_json: str | None, wait_seconds: float | None) -> SavedStep | None:
+        """Store a step fenced on ``token``; None when the run no longer owns the job."""
+        params = {"job_id": job_id, "token": uuid.UUID(token), "attempt": attempt, "name": name,
+                  "status": status, "result_json": result_json, "wait_seconds": wait_seconds,
+                  "now": self.now_param()}
+        with self.cursor() as cur:
+            cur.execute(self.sql["step_save"], params)
+            row = cur.fetchone()
+        return None if row is None else SavedStep(wait_until=row[1])
+
+    def find_event(self, *, name: str, match: dict[str, Any], after: int,
+                   since: datetime) -> tuple[int, Any] | None:
+        """The first matching event newer than ``after`` and sent since ``since``."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["event_find"], {"name": name, "match": json.dumps(match),
+                                                 "after": after, "since": since})
+            row = cur.fetchone()
+        return None if row is None else (row[0], self.parse_json(row[1]))
+
+    def send_event(self, name: str, payload: dict[str, Any]) -> int:
+        """Record an event and wake its waiters, inside the caller's transaction."""
+        body = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+        with transaction.atomic(using=self.alias), self.cursor() as cur:
+            # Shared: senders never wait for each other, only for a settle that is putting a
+            # run to wait on this event (which takes it exclusively).
+            cur.execute(self.sql["event_send_lock"], {"name": name})
+            cur.execute(self.sql["event_insert"], {"name": name, "payload": body,
+                                                   "now": self.now_param()})
+            event_id = cur.fetchone()[0]
+            cur.execute(self.sql["event_wake"], {"name": name, "payload": body,
+                                                 "event_id": event_id, "now": self.now_param()})
+        return event_id
+
+    def db_now(self) -> datetime:
+        """The database's clock (or the injected one)."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["db_now"], {"now": self.now_param()})
+            return cur.fetchone()[0]
 
     # -- leases -------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db import transaction
+
 from .base import (
     ClaimedJob,
     EnqueuedJob,
@@ -21,6 +23,7 @@ from .base import (
     JobStore,
     LostAttempt,
     NewJob,
+    SavedStep,
     Settlement,
 )
 
@@ -142,7 +145,7 @@ class SQLiteStore(JobStore):
                     self.parse_time(prev_claimed_at)
                     if prev_status == "running" and prev_claimed_at else None
                 ),
-                woke=prev_status == "waiting",
+                woke=prev_status == "waiting", created_at=self.parse_time(r[13]),
             ))
         claimed.sort(key=lambda job: (-job.priority, job.id))
         return claimed
@@ -169,6 +172,9 @@ class SQLiteStore(JobStore):
         rows = [self._settlement_row(s) for s in settlements]
         for row in rows:
             row["token"] = uuid.UUID(row["token"]).hex
+            # Stored as JSON text, as Django's JSONField keeps it on SQLite.
+            if row["wait_match"] is not None:
+                row["wait_match"] = json.dumps(row["wait_match"], separators=(",", ":"))
         batch = json.dumps(rows, separators=(",", ":"))
         now = self.now_param()
         with self._write() as cur:
@@ -197,6 +203,52 @@ class SQLiteStore(JobStore):
         ])
         with self.cursor() as cur:
             cur.execute(self.sql["record_attempts"], {"batch": batch, "now": self.now_param()})
+
+    # -- durable steps and events --------------------------------------------------------------
+
+    def save_step(self, *, job_id: int, token: str, attempt: int, name: str, status: str,
+                  result_json: str | None, wait_seconds: float | None) -> SavedStep | None:
+        """Store a step fenced on ``token``; None when the run no longer owns the job."""
+        params = {"job_id": job_id, "token": uuid.UUID(token).hex, "attempt": attempt,
+                  "name": name, "status": status, "result_json": result_json,
+                  "wait_seconds": wait_seconds, "now": self.now_param()}
+        with self.cursor() as cur:
+            cur.execute(self.sql["step_save"], params)
+            row = cur.fetchone()
+        if row is None:
+            return None
+        return SavedStep(wait_until=None if row[1] is None else self.parse_time(row[1]))
+
+    def find_event(self, *, name: str, match: dict[str, Any], after: int,
+                   since: datetime) -> tuple[int, Any] | None:
+        """The first matching event newer than ``after`` and sent since ``since``."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["event_find"], {"name": name, "match": json.dumps(match),
+                                                 "after": after,
+                                                 "since": self.format_time(since)})
+            row = cur.fetchone()
+        return None if row is None else (row[0], self.parse_json(row[1]))
+
+    def send_event(self, name: str, payload: dict[str, Any]) -> int:
+        """Record an event and wake its waiters, inside the caller's transaction.
+
+        No lock is needed: the insert makes this transaction SQLite's one writer until it
+        commits, so a settle putting a run to wait runs wholly before or wholly after it.
+        """
+        body = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+        with transaction.atomic(using=self.alias), self.cursor() as cur:
+            cur.execute(self.sql["event_insert"], {"name": name, "payload": body,
+                                                   "now": self.now_param()})
+            event_id = cur.fetchone()[0]
+            cur.execute(self.sql["event_wake"], {"name": name, "payload": body,
+                                                 "event_id": event_id, "now": self.now_param()})
+        return event_id
+
+    def db_now(self) -> datetime:
+        """The database's clock (or the injected one)."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["db_now"], {"now": self.now_param()})
+            return self.parse_time(cur.fetchone()[0])
 
     # -- leases -------------------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ from ..exceptions import (
 from ..logs import log_event
 from ..models import AttemptOutcome, JobStatus
 from ..retry import backoff_delay
-from ..store import Settlement
+from ..steps import StepLedger, Suspend
+from ..store import JobStore, Settlement
 from ..tracing import acting_as, job_span
 from .runs import Run
 
@@ -41,7 +42,10 @@ MAX_ERROR = 32_000
 
 
 def settle(run: Run, status: str, outcome: str | None, **fields: Any) -> Settlement:
-    """A settlement of ``run`` under its own token, with its attempt and slot filled in."""
+    """A settlement of ``run`` under its own token, with its attempt, slot and steps filled in."""
+    if run.ledger is not None:
+        fields.setdefault("steps_run", tuple(run.ledger.ran))
+        fields.setdefault("steps_replayed", tuple(run.ledger.replayed))
     return Settlement(
         job_id=run.id,
         token=run.job.token,
@@ -89,16 +93,18 @@ def hand_back(run: Run) -> Settlement:
                   delay=0.0, error="the worker stopped before the run finished; handed back")
 
 
-def run_job(run: Run, *, worker_id: str, on_started: Callable[[], None]) -> Settlement:
+def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[], None]
+            ) -> Settlement:
     """Run ``run``'s body and return how it ended. Never raises."""
     job, spec = run.job, run.spec
     assert spec is not None
     try:
         args = list(job.args) if isinstance(job.args, list) else _bad("args", job.args)
         kwargs = dict(job.kwargs) if isinstance(job.kwargs, dict) else _bad("kwargs", job.kwargs)
+        run.ledger = StepLedger(store=store, job=job, scope=run.scope)
         ctx = JobContext(job_id=job.id, name=job.name, attempt=job.attempt,
                          max_attempts=job.max_attempts, queue=job.queue, worker_id=worker_id,
-                         enqueued_by=job.enqueued_by, scope=run.scope)
+                         enqueued_by=job.enqueued_by, scope=run.scope, ledger=run.ledger)
         call_args = [ctx, *args] if spec.takes_context else args
     except Exception:
         return _failed(run, traceback.format_exc())
@@ -122,6 +128,16 @@ def run_job(run: Run, *, worker_id: str, on_started: Callable[[], None]) -> Sett
                 result = _call(spec.func, call_args, kwargs)
             jsonargs.check_result(job.name, result)
             result_json = jsonargs.dumps(result)
+        except Suspend as suspend:
+            # Not an error: the job waits without holding this thread, and its next run
+            # replays up to here. Waking does not burn an attempt.
+            span.add_event("job.suspended", {"reason": suspend.reason})
+            span.set_attribute("job.outcome", AttemptOutcome.SUSPENDED)
+            log_event(logger, logging.INFO, "jobs.worker.suspended", job_id=job.id,
+                      job=job.name, reason=suspend.reason, wake_in=round(suspend.delay, 3))
+            return settle(run, JobStatus.WAITING, AttemptOutcome.SUSPENDED, delay=suspend.delay,
+                          wait_event=suspend.wait_event, wait_match=suspend.wait_match,
+                          wait_after=suspend.wait_after)
         except BaseException as exc:  # a job's sys.exit() must not kill the worker thread
             return _on_exception(run, span, exc)
         span.set_attribute("job.outcome", AttemptOutcome.SUCCEEDED)

@@ -80,6 +80,10 @@ class ExecutorPool:
                 try:
                     self._handler(run)
                 finally:
+                    # Hold nothing of a finished run while idle (rule 13): the next get() may
+                    # block for hours, and this local kept the Run, its cancel scope and its
+                    # job's arguments alive until then.
+                    run = None
                     with self._cond:
                         self._busy -= 1
                         self._cond.notify_all()

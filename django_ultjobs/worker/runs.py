@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..cancel import CancelScope
 from ..registry import JobSpec
+from ..steps import StepLedger
 from ..store import ClaimedJob, HeldLease
 
 
@@ -25,6 +26,8 @@ class Run:
     slot_lost: bool = False
     #: Set when the completer wrote (or gave up on) this run's settle.
     done: threading.Event = field(default_factory=threading.Event)
+    #: The run's durable step history (steps it ran and replayed), once the body starts.
+    ledger: StepLedger | None = None
 
     @property
     def id(self) -> int:

@@ -222,7 +222,7 @@ class Worker:
     def _execute(self, run: Run) -> None:
         """Run one job on an executor thread and hand its outcome to the completer."""
         try:
-            settlement = run_job(run, worker_id=self.worker_id,
+            settlement = run_job(run, store=self.store, worker_id=self.worker_id,
                                  on_started=lambda: self.registry.add(run))
             if not run.settling:  # a drain that gave up on this run has handed it back already
                 self.completer.submit(run, settlement)
