@@ -25,6 +25,7 @@ from .exceptions import EventTimeoutError, JobArgumentError, LeaseLostError, Ste
 from .logs import log_event
 from .models import JobStep
 from .store import ClaimedJob, JobStore
+from .tracing import step_span
 
 T = TypeVar("T")
 logger = logging.getLogger("django_ultjobs.worker")
@@ -123,7 +124,12 @@ class StepLedger:
         if stored is not None and stored.status == "done":
             self.replayed.append(name)
             log_event(logger, logging.DEBUG, "jobs.step.replayed", job_id=self.job.id, step=name)
-            return stored.result
+            with step_span(self.job.name, name, "step", replayed=True):
+                return stored.result
+        with step_span(self.job.name, name, "step", replayed=False):
+            return self._run_step(name, fn, atomic)
+
+    def _run_step(self, name: str, fn: Callable[[], T], atomic: bool) -> T:
         if atomic:
             # The function's writes to the jobs database and the step's record commit together
             # or not at all; a fence that fails rolls both back.

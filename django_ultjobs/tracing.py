@@ -80,6 +80,17 @@ def job_span(name: str, attributes: dict[str, Any], traceparent: str, tracestate
 
 
 @contextmanager
+def step_span(job_name: str, step: str, kind: str, replayed: bool) -> Iterator[Span]:
+    """A child span of the job's span for one durable step (``step <name>``)."""
+    with _tracer.start_as_current_span(
+        f"step {step}",
+        attributes={"job.name": job_name, "job.step.name": step, "job.step.kind": kind,
+                    "job.step.replayed": replayed},
+    ) as span:
+        yield span
+
+
+@contextmanager
 def acting_as(actor: str) -> Iterator[None]:
     """Attribute jobs enqueued inside the block to ``actor`` (``job:<id>``, a user, …)."""
     token = _actor.set(actor)
@@ -91,7 +102,11 @@ def acting_as(actor: str) -> Iterator[None]:
 
 def current_actor() -> str:
     """Who is enqueueing: the innermost ``acting_as``, else this process."""
-    return _actor.get() or _process_actor()
+    actor = _actor.get()
+    if actor is None:
+        return _process_actor()
+    resolve = getattr(actor, "resolve", None)
+    return resolve() if resolve is not None else actor
 
 
 def _process_actor() -> str:

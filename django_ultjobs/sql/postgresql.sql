@@ -3,45 +3,45 @@
 -- whose clocks disagree cannot steal each other's leases.
 
 -- name: enqueue
--- Insert many jobs in one statement from a JSON array (one element for a single enqueue). The
--- rows are inserted in array order, so ids ascend in the caller's order.
-INSERT INTO django_ultjobs_job
-    (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
-     claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-     last_error, wait_event, wait_after, created_at, updated_at)
-SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
-       COALESCE(j.run_at, {now_plus(j.delay)}),
-       NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now}
-FROM ROWS FROM (
-        jsonb_to_recordset(%(jobs)s::jsonb)
-        AS (name text, queue text, priority int, args jsonb, kwargs jsonb, max_attempts int,
-            delay float8, run_at timestamptz, traceparent text, tracestate text,
-            enqueued_by text)
-    ) WITH ORDINALITY
-    AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
-         tracestate, enqueued_by, ord)
-ORDER BY j.ord
-RETURNING id, visible_at, created_at;
-
--- name: claim_caps
--- Free fleet slots per capped kind, read before a claim by a worker that runs capped jobs: the
--- kinds with none are passed to the claim as its "full" array. A constant array, not a subquery, because
--- a subquery there hides the row estimate from the planner and turns the ordered index scan into
--- a sort of every runnable row. If it is stale by the time the claim runs, the claim's own caps
--- CTE still holds the cap exactly; the worst case is one round that claims less.
-SELECT c.name,
-       c.lim - (SELECT count(*) FROM django_ultjobs_joblease AS l
-                WHERE l.key = 'job:' || c.name AND l.slot < c.lim
-                  AND l.expires_at > {now})
-FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[]) AS c(name, lim);
+-- Insert many jobs in one statement from a JSON array (one element for a single enqueue), and
+-- wake idle workers of their queues: pg_notify inside the enqueuing transaction is delivered
+-- when it commits, never before (and never if it rolls back). The rows are inserted in array
+-- order, so ids ascend in the caller's order.
+WITH ins AS (
+    INSERT INTO django_ultjobs_job
+        (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+         claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+         last_error, wait_event, wait_after, created_at, updated_at)
+    SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
+           COALESCE(j.run_at, {now_plus(j.delay)}),
+           NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now}
+    FROM ROWS FROM (
+            jsonb_to_recordset(%(jobs)s::jsonb)
+            AS (name text, queue text, priority int, args jsonb, kwargs jsonb,
+                max_attempts int, delay float8, run_at timestamptz, traceparent text,
+                tracestate text, enqueued_by text)
+        ) WITH ORDINALITY
+        AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
+             tracestate, enqueued_by, ord)
+    ORDER BY j.ord
+    RETURNING id, visible_at, created_at, queue
+),
+notified AS (
+    SELECT count(pg_notify('django_ultjobs', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM ins WHERE visible_at <= {now}) AS q
+)
+SELECT ins.id, ins.visible_at, ins.created_at FROM ins CROSS JOIN notified ORDER BY ins.id;
 
 -- name: claim
 -- Claim up to "limit" runnable jobs in ONE statement: lock, update and return (never select
--- then save). A kind whose fleet slots are all held is skipped, and a kind with k free slots gets
--- at most k rows, so a thousand queued runs of a concurrency=1 job neither block the jobs behind
--- them (no head-of-line blocking) nor make the loop claim-and-hand-back in circles. Rows locked
--- here but not chosen are unlocked when the statement commits. A running row whose lease lapsed
--- is re-delivered and counts as an attempt (rule 1); a waiting row that woke does not.
+-- then save). Uncapped kinds come from one ordered index scan per queue; each capped kind from a
+-- scan of its own limited to its free fleet slots. So a thousand queued runs of a concurrency=1
+-- job neither block the jobs behind them (no head-of-line blocking) nor make the loop claim and
+-- hand back in circles. Rows locked here but not chosen are unlocked when the statement commits.
+-- A running row whose lease lapsed is re-delivered and counts as an attempt (rule 1); a waiting
+-- row that woke does not. The capped names reach the uncapped scan as a constant array: a
+-- subquery there hides the row estimate from the planner and turns the ordered index scan into
+-- a sort of every runnable row (16 ms per claim at 30,000 queued).
 WITH caps AS MATERIALIZED (
     SELECT c.name,
            c.lim - (SELECT count(*) FROM django_ultjobs_joblease AS l
@@ -49,31 +49,38 @@ WITH caps AS MATERIALIZED (
                       AND l.expires_at > {now}) AS free
     FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[]) AS c(name, lim)
 ),
--- One ordered index scan per queue (the claim index leads with queue); "queue = ANY(...)"
--- instead made the planner sort every runnable row on each claim: 16 ms at 30,000 queued.
 locked AS (
-    SELECT j.id, j.name, j.priority, j.visible_at, j.status AS prev_status,
-           j.worker_id AS prev_worker, j.claimed_at AS prev_claimed_at
-    FROM unnest(%(queues)s::text[]) AS q(queue)
+    SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
-        SELECT id, name, priority, visible_at, status, worker_id, claimed_at
+        SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
+               claimed_at AS prev_claimed_at
         FROM django_ultjobs_job
         WHERE queue = q.queue
           AND status IN ('queued', 'running', 'waiting')
           AND visible_at <= {now}
-          AND name <> ALL (%(full)s::text[])
+          AND name <> ALL (%(cap_names)s::text[])
         ORDER BY priority DESC, visible_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS j
-    ORDER BY j.priority DESC, j.visible_at, j.id
-    LIMIT %(limit)s
+    UNION ALL
+    SELECT j.* FROM caps
+    CROSS JOIN LATERAL (
+        SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
+               claimed_at AS prev_claimed_at
+        FROM django_ultjobs_job
+        WHERE name = caps.name
+          AND queue = ANY (%(queues)s::text[])
+          AND status IN ('queued', 'running', 'waiting')
+          AND visible_at <= {now}
+        ORDER BY priority DESC, visible_at, id
+        LIMIT LEAST(caps.free, %(limit)s)
+        FOR UPDATE SKIP LOCKED
+    ) AS j
+    WHERE caps.free > 0
 ),
 chosen AS (
-    SELECT locked.*, caps.free,
-           row_number() OVER (PARTITION BY locked.name
-                              ORDER BY locked.priority DESC, locked.visible_at, locked.id) AS rn
-    FROM locked LEFT JOIN caps ON caps.name = locked.name
+    SELECT * FROM locked ORDER BY priority DESC, visible_at, id LIMIT %(limit)s
 )
 UPDATE django_ultjobs_job AS j
 SET status = 'running',
@@ -84,7 +91,7 @@ SET status = 'running',
     visible_at = {now_plus(%(timeout)s)},
     updated_at = {now}
 FROM chosen
-WHERE j.id = chosen.id AND (chosen.free IS NULL OR chosen.rn <= chosen.free)
+WHERE j.id = chosen.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
           j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
           chosen.prev_status, chosen.prev_worker, chosen.prev_claimed_at, j.created_at;
@@ -199,13 +206,18 @@ RETURNING id;
 
 -- name: event_wake
 -- Wake the waiting jobs this event matches (every key of wait_match equal in the payload);
--- their next claim finds the event. Jobs enqueued after the event do not match it.
-UPDATE django_ultjobs_job
-SET visible_at = {now}
-WHERE status = 'waiting' AND wait_event = %(name)s AND wait_after < %(event_id)s
-  AND %(payload)s::jsonb @> COALESCE(wait_match, '{}'::jsonb)
-  AND created_at <= {now}
-  AND visible_at > {now};
+-- their next claim finds the event, and their queues' idle workers are notified on commit.
+-- Jobs enqueued after the event do not match it.
+WITH woken AS (
+    UPDATE django_ultjobs_job
+    SET visible_at = {now}
+    WHERE status = 'waiting' AND wait_event = %(name)s AND wait_after < %(event_id)s
+      AND %(payload)s::jsonb @> COALESCE(wait_match, '{}'::jsonb)
+      AND created_at <= {now}
+      AND visible_at > {now}
+    RETURNING queue
+)
+SELECT count(pg_notify('django_ultjobs', q.queue)) FROM (SELECT DISTINCT queue FROM woken) AS q;
 
 -- name: event_find
 -- The first event a wait may consume: same name, matching, newer than what this job already
@@ -235,6 +247,10 @@ ON CONFLICT (job_id, name) DO UPDATE
         attempt = EXCLUDED.attempt, completed_at = EXCLUDED.completed_at
     WHERE django_ultjobs_jobstep.status <> 'done'
 RETURNING id, wait_until;
+
+-- name: listen
+-- Subscribe the listener's own session to enqueue notifications.
+LISTEN django_ultjobs;
 
 -- name: db_now
 -- The database's clock (durable sleeps and wait timeouts are judged by it).

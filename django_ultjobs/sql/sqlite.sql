@@ -35,14 +35,25 @@ SELECT json_extract(c.value, '$[0]'),
 FROM json_each(:caps) AS c;
 
 -- name: claim_candidates
--- The runnable jobs this worker may claim, in priority order, skipping kinds whose fleet slots
--- are all held (:full), so a backlog of one capped kind cannot block the jobs behind it.
-SELECT id, name, status, worker_id, claimed_at
+-- The runnable jobs of uncapped kinds this worker may claim, in claim order.
+SELECT id, priority, visible_at, status, worker_id, claimed_at
 FROM django_ultjobs_job
 WHERE status IN ('queued', 'running', 'waiting')
   AND queue IN (SELECT value FROM json_each(:queues))
   AND visible_at <= {now}
-  AND name NOT IN (SELECT value FROM json_each(:full))
+  AND name NOT IN (SELECT value FROM json_each(:capped))
+ORDER BY priority DESC, visible_at, id
+LIMIT :limit;
+
+-- name: claim_capped_candidates
+-- The runnable jobs of one capped kind, at most as many as it has free fleet slots, so a
+-- backlog of one capped kind cannot crowd the jobs behind it out of a claim.
+SELECT id, priority, visible_at, status, worker_id, claimed_at
+FROM django_ultjobs_job
+WHERE name = :name
+  AND status IN ('queued', 'running', 'waiting')
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND visible_at <= {now}
 ORDER BY priority DESC, visible_at, id
 LIMIT :limit;
 
@@ -194,7 +205,7 @@ SELECT {now};
 INSERT INTO django_ultjobs_joblease (key, slot, holder, acquired_at, expires_at)
 SELECT :key, s.slot, :holder, {now}, {now_plus(:ttl)}
 FROM (WITH RECURSIVE slots(slot) AS (
-          SELECT 0 UNION ALL SELECT slot + 1 FROM slots WHERE slot + 1 < :limit)
+          SELECT 0 WHERE :limit > 0 UNION ALL SELECT slot + 1 FROM slots WHERE slot + 1 < :limit)
       SELECT slot FROM slots) AS s
 WHERE NOT EXISTS (
     SELECT 1 FROM django_ultjobs_joblease AS h

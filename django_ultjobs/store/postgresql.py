@@ -63,11 +63,7 @@ class PostgresStore(JobStore):
             "now": self.now_param(),
         }
         with self.cursor() as cur:
-            full: list[str] = []
-            if caps:
-                cur.execute(self.sql["claim_caps"], params)
-                full = [name for name, free in cur.fetchall() if free <= 0]
-            cur.execute(self.sql["claim"], {**params, "full": full})
+            cur.execute(self.sql["claim"], params)
             rows = cur.fetchall()
         claimed = [
             ClaimedJob(

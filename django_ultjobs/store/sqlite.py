@@ -100,28 +100,27 @@ class SQLiteStore(JobStore):
         token = uuid.uuid4()
         now = self.now_param()
         with self._write() as cur:
-            free: dict[str, int] = {}
+            queues_json = json.dumps(list(queues))
+            cur.execute(self.sql["claim_candidates"], {
+                "queues": queues_json, "capped": json.dumps(list(caps)), "limit": limit,
+                "now": now,
+            })
+            rows = cur.fetchall()
             if caps:
                 cur.execute(self.sql["claim_caps"], {
                     "caps": json.dumps([[name, lim] for name, lim in caps.items()]),
                     "now": now,
                 })
-                free = {row[0]: row[1] for row in cur.fetchall()}
-            cur.execute(self.sql["claim_candidates"], {
-                "queues": json.dumps(list(queues)),
-                "full": json.dumps([name for name, n in free.items() if n <= 0]),
-                "limit": limit,
-                "now": now,
-            })
-            candidates: dict[int, tuple[Any, ...]] = {}
-            for row in cur.fetchall():
-                # A kind with k free slots gets at most k rows: claiming more would only hand
-                # them straight back.
-                if row[1] in free:
-                    if free[row[1]] <= 0:
-                        continue
-                    free[row[1]] -= 1
-                candidates[row[0]] = row
+                for name, free in cur.fetchall():
+                    if free > 0:
+                        cur.execute(self.sql["claim_capped_candidates"], {
+                            "name": name, "queues": queues_json, "limit": min(free, limit),
+                            "now": now,
+                        })
+                        rows.extend(cur.fetchall())
+            # The claim order across uncapped and capped kinds: priority, then due time, then id.
+            rows.sort(key=lambda row: (-row[1], row[2], row[0]))
+            candidates = {row[0]: row for row in rows[:limit]}
             if not candidates:
                 return []
             cur.execute(self.sql["claim"], {
@@ -134,7 +133,7 @@ class SQLiteStore(JobStore):
             rows = cur.fetchall()
         claimed = []
         for r in rows:
-            _, _, prev_status, prev_worker, prev_claimed_at = candidates[r[0]]
+            _, _, _, prev_status, prev_worker, prev_claimed_at = candidates[r[0]]
             claimed.append(ClaimedJob(
                 id=r[0], name=r[1], queue=r[2], priority=r[3], args=self.parse_json(r[4]),
                 kwargs=self.parse_json(r[5]), attempt=r[6], max_attempts=r[7], token=str(token),

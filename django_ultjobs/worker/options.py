@@ -35,6 +35,8 @@ class WorkerOptions:
     #: Seconds a cancelled run gets to unwind before its job is handed back regardless.
     cancel_wait: float = 5.0
     database: str | None = None
+    #: On PostgreSQL, LISTEN for enqueues so an idle worker claims at once (polling remains).
+    listen: bool = True
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:

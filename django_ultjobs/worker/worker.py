@@ -27,6 +27,7 @@ from ..store import ClaimedJob, Clock, JobStore, LostAttempt, get_store
 from .completer import Completer
 from .executor import decide_before_run, hand_back, run_job, slot_unavailable
 from .fleet_slots import FleetSlots
+from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
 from .runs import Run, RunRegistry
@@ -52,6 +53,11 @@ class Worker:
         self.completer = Completer(store=self.store, registry=self.registry, slots=self.slots,
                                    worker_id=self.worker_id)
         self.pool = ExecutorPool(options.threads, self._execute)
+        self.listener = (
+            Listener(store=self.store, queues=options.queues, wake=self.wake,
+                     worker_id=self.worker_id)
+            if self.store.vendor == "postgresql" and options.listen else None
+        )
         self._executing: set[Run] = set()
         self._executing_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -84,6 +90,8 @@ class Worker:
         self.pool.start()
         self.ticker.start()
         self.completer.start()
+        if self.listener is not None:
+            self.listener.start()
         log_event(logger, logging.INFO, "jobs.worker.started", worker_id=self.worker_id,
                   queues=",".join(self.options.queues), threads=self.options.threads,
                   visibility_timeout=self.options.visibility_timeout,
@@ -93,6 +101,8 @@ class Worker:
         try:
             self._claim_loop()
         finally:
+            if self.listener is not None:
+                self.listener.stop()
             self._drain()
             if restore is not None:
                 restore()
