@@ -1,0 +1,1 @@
+"""The example's shop: orders, and the jobs that follow a checkout."""
