@@ -89,3 +89,105 @@ def serial(ctx: JobContext, seconds: float = 0.01) -> int:
         time.sleep(0.002)
     RunLog.objects.filter(pk=log.pk).update(ended_at=timezone.now())
     return ctx.attempt
+
+
+# -- jobs for tests/worker (the worker's rules) ---------------------------------------------------
+
+#: Weak references to the contexts `worker_weakref_probe` ran with (rule 13: none outlives its run).
+WORKER_CTX_REFS: list = []
+
+
+@job(takes_context=True, max_attempts=3, backoff=0.0)
+def worker_always_fails(ctx: JobContext) -> None:
+    """Logs its run, then raises every time."""
+    RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label="always_fails",
+                          pid=os.getpid())
+    raise ValueError(f"worker_always_fails broke on attempt {ctx.attempt}")
+
+
+@job(max_attempts=3, backoff=60.0, max_backoff=60.0)
+def worker_fails_with_backoff() -> None:
+    """Raises; its retry waits 30 to 60 seconds (backoff 60, equal jitter)."""
+    raise RuntimeError("worker_fails_with_backoff failed")
+
+
+@job(takes_context=True, concurrency=1, max_attempts=5, backoff=0.0)
+def worker_serial_block_until(ctx: JobContext, path: str) -> int:
+    """A concurrency=1 job that waits (cooperatively) until ``path`` exists."""
+    log = RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label="serial_block",
+                                pid=os.getpid())
+    while not Path(path).exists():
+        ctx.raise_if_cancelled()
+        time.sleep(0.01)
+    RunLog.objects.filter(pk=log.pk).update(ended_at=timezone.now())
+    return ctx.attempt
+
+
+@job(takes_context=True, max_attempts=1)
+def worker_weakref_probe(ctx: JobContext) -> None:
+    """Keeps only a weak reference to its context, for the rule 13 leak check."""
+    import weakref
+
+    WORKER_CTX_REFS.append(weakref.ref(ctx))
+
+
+# -- acceptance (tests/acceptance): runs logged in the JOBS database, timed on ITS clock ---------
+#
+# Runs in separate worker processes are compared with each other and with kill times the test
+# reads from the database, so every timestamp here comes from the database's clock
+# (clock_timestamp(): the real time of the statement, not of its transaction), never a process's.
+
+
+def _db_now_sql(alias: str) -> str:
+    from django.db import connections
+
+    if connections[alias].vendor == "postgresql":
+        return "clock_timestamp()"
+    return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+
+def _clocked_run(ctx: JobContext, label: str, seconds: float, path: str) -> int:
+    """Log the start, take ``seconds`` (and wait for ``path``), log the end; cooperative.
+
+    A run that unwinds (cancelled: lost lease, lost slot, drain) still stamps its end, labelled
+    ``<label>:unwound``, so a test can tell it from a run that finished its body.
+    """
+    from django.db import connections
+
+    from django_ultjobs.registry import jobs_database
+
+    alias = jobs_database()
+    now = _db_now_sql(alias)
+    with connections[alias].cursor() as cur:
+        cur.execute(
+            f"INSERT INTO testapp_runlog (job_id, attempt, label, pid, started_at) "
+            f"VALUES (%s, %s, %s, %s, {now}) RETURNING id",
+            [ctx.job_id, ctx.attempt, label, os.getpid()],
+        )
+        log_id = cur.fetchone()[0]
+    ended_as = f"{label}:unwound"
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline or (path and not Path(path).exists()):
+            ctx.raise_if_cancelled()
+            time.sleep(0.005)
+        ended_as = label
+    finally:
+        with connections[alias].cursor() as cur:
+            cur.execute(f"UPDATE testapp_runlog SET ended_at = {now}, label = %s WHERE id = %s",
+                        [ended_as, log_id])
+    return ctx.attempt
+
+
+@job(takes_context=True, max_attempts=5, backoff=0.0)
+def clocked(ctx: JobContext, label: str = "clocked", seconds: float = 0.0,
+            path: str = "") -> int:
+    """A run logged in the jobs database on its clock (see ``_clocked_run``)."""
+    return _clocked_run(ctx, label, seconds, path)
+
+
+@job(takes_context=True, concurrency=2, max_attempts=20, backoff=0.0)
+def capped_clocked(ctx: JobContext, label: str = "capped", seconds: float = 0.05,
+                   path: str = "") -> int:
+    """``capped`` (concurrency=2) logged in the jobs database on its clock."""
+    return _clocked_run(ctx, label, seconds, path)
