@@ -14,6 +14,7 @@ from typing import Any
 from .exceptions import JobArgumentError
 
 _SCALARS = (str, int, bool, type(None))
+_FLOAT_LIMIT = 1e16
 
 
 def dumps(value: Any) -> str:
@@ -43,6 +44,14 @@ def _check(value: Any, what: str, path: str) -> None:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise JobArgumentError(f"{what}{_at(path)} is {value!r}, which JSON cannot hold")
+        if abs(value) >= _FLOAT_LIMIT:
+            # Python writes these in exponent form; PostgreSQL's jsonb reads them as exact
+            # decimals and gives back an int (1e16) or another number (1.5e300), while SQLite
+            # gives back the float. Refused on both, so a job never runs with another value.
+            raise JobArgumentError(
+                f"{what}{_at(path)} is the float {value!r}; floats of 1e16 or more do not "
+                "survive PostgreSQL's JSON storage as floats. Pass an int or a string."
+            )
         return
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):

@@ -210,6 +210,8 @@ def job(
     """
 
     def register(f: Callable[..., Any]) -> JobSpec:
+        if name is not None and not name.strip():
+            raise JobConfigurationError(f"@job(name=...) of {_origin(f)} is empty")
         spec = JobSpec(
             func=f, name=name or f.__name__, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,

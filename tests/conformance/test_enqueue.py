@@ -225,15 +225,22 @@ def test_a_delayed_job_is_invisible_until_due(cstore: JobStore, clock: FakeClock
     assert [j.id for j in claim(cstore)] == [delayed]
 
 
-@pytest.mark.parametrize("value", [1e16, 1.5e300])
-def test_a_large_float_argument_comes_back_a_float(cstore: JobStore, alias: str, value: float,
-                                                   request: pytest.FixtureRequest) -> None:
-    if alias == "postgres":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "jsonb keeps numbers as numeric and prints 1e16 as 10000000000000000, so a float "
-            "argument of 1e16 or more comes back an int on PostgreSQL (1.5e300 as a different "
-            "number); SQLite returns the float. Fixing it is a design choice: refuse such "
-            "floats at enqueue, or store args as json text instead of jsonb.")))
+@pytest.mark.parametrize("value", [1e16, -1.5e300])
+def test_a_float_jsonb_would_change_is_refused_on_both_engines(cstore: JobStore, alias: str,
+                                                               value: float) -> None:
+    # jsonb would give 1e16 back as an int (and 1.5e300 as another number) while SQLite keeps
+    # the float: refused at enqueue on both engines, before any row is written.
+    from django_ultjobs.exceptions import JobArgumentError
+    from tests.testapp.jobs import add
+
+    with pytest.raises(JobArgumentError, match="floats of 1e16 or more"):
+        add.enqueue(value, 1)
+    assert not Job.objects.using(alias).exists()
+
+
+@pytest.mark.parametrize("value", [9.999e15, 1.5e15, 0.30000000000000004, 1e-300, -2.5])
+def test_floats_below_the_limit_come_back_as_the_same_float(cstore: JobStore,
+                                                            value: float) -> None:
     enqueue(cstore, new_job(args=[value]))
     (got,) = claim(cstore)
     assert type(got.args[0]) is float and got.args[0] == value

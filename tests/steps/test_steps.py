@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.db.models import Count
 
 from django_ultjobs import send_event
 from django_ultjobs.cancel import CancelScope
-from django_ultjobs.exceptions import CancelRequestedError, JobCancelledError, StepError
+from django_ultjobs.exceptions import CancelRequestedError, JobCancelledError
 from django_ultjobs.models import Job, JobAttempt, JobStep
 from django_ultjobs.steps import StepLedger
 from django_ultjobs.store import get_store
@@ -192,10 +193,9 @@ def test_many_waiters_wake_exactly_once(alias: str) -> None:
         for n in range(500):
             send_event("order.shipped", {"order_id": n})
         wait_until(lambda: jobs.filter(status="succeeded").count() == 500, timeout=90)
-    assert RunLog.objects.using(alias).filter(job_id__in=ids, label="fn:after").count() == 500
-    assert not RunLog.objects.using(alias).filter(job_id__in=ids, label="fn:after").values(
-        "job_id").annotate(n=__import__("django.db.models", fromlist=["Count"]).Count("id")
-    ).filter(n__gt=1).exists()
+    after = RunLog.objects.using(alias).filter(job_id__in=ids, label="fn:after")
+    assert after.count() == 500
+    assert not after.values("job_id").annotate(n=Count("id")).filter(n__gt=1).exists()
     for job in jobs:
         assert job.result == {"order_id": job.args[0]}
 

@@ -117,8 +117,21 @@ _json = st.recursive(
 )
 
 
+def _large_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return abs(value) >= 1e16
+    if isinstance(value, list):
+        return any(_large_float(v) for v in value)
+    if isinstance(value, dict):
+        return any(_large_float(v) for v in value.values())
+    return False
+
+
 def _storable(value: Any) -> bool:
-    """Whether PostgreSQL can hold ``value``'s text: no NUL, no lone surrogate."""
+    """Whether PostgreSQL can hold ``value`` as given: no NUL, no lone surrogate, and no float
+    that jsonb would turn into an int."""
+    if _large_float(value):
+        return False
     text = json.dumps(value, ensure_ascii=False)  # control characters stay escaped
     try:
         text.encode("utf-8")
