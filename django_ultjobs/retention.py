@@ -1,0 +1,55 @@
+"""Retention: delete finished jobs (with their attempts and steps), old events and dead workers.
+
+Deletes in batches, each its own short transaction, so pruning millions of rows never holds a
+long lock or a long transaction against the claim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Min, Q
+from django.utils import timezone
+
+from .models import FINISHED_STATUSES, Job, JobAttempt, JobEvent, JobStatus, JobStep, Worker
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """How many rows one prune removed."""
+
+    jobs: int = 0
+    attempts: int = 0
+    steps: int = 0
+    events: int = 0
+    workers: int = 0
+
+
+def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000) -> Pruned:
+    """Delete what finished more than ``older_than`` ago; return the counts."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    cutoff = timezone.now() - older_than
+    jobs = attempts = steps = 0
+    finished = Job.objects.using(using).filter(status__in=FINISHED_STATUSES,
+                                               finished_at__lt=cutoff)
+    while True:
+        ids = list(finished.order_by("finished_at").values_list("id", flat=True)[:batch_size])
+        if not ids:
+            break
+        with transaction.atomic(using=using):
+            attempts += JobAttempt.objects.using(using).filter(job_id__in=ids).delete()[0]
+            steps += JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
+            _, deleted = Job.objects.using(using).filter(id__in=ids).delete()
+            jobs += deleted.get(Job._meta.label, 0)
+    # An event can still wake a waiting job enqueued before it, so keep every event newer than
+    # the oldest job that is still waiting.
+    oldest_waiting = Job.objects.using(using).filter(status=JobStatus.WAITING).aggregate(
+        oldest=Min("created_at"))["oldest"]
+    event_cutoff = cutoff if oldest_waiting is None else min(cutoff, oldest_waiting)
+    events = JobEvent.objects.using(using).filter(created_at__lt=event_cutoff).delete()[0]
+    workers = Worker.objects.using(using).filter(
+        Q(stopped_at__lt=cutoff) | Q(last_seen_at__lt=cutoff)).delete()[0]
+    return Pruned(jobs=jobs, attempts=attempts, steps=steps, events=events, workers=workers)
