@@ -164,7 +164,7 @@ class StepLedger:
             return stored.result["payload"]
         after = self._consumed(event)
         found = self.store.find_event(name=event, match=match, after=after,
-                                      since=self.job.created_at or self.store.db_now())
+                                      since=self.store.job_created_at(self.job.id))
         if found is not None:
             event_id, payload = found
             self._save(name, "done", {"event_id": event_id, "payload": payload})

@@ -16,7 +16,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, SpanKind
 
 _tracer = trace.get_tracer("django_ultjobs")
 
@@ -63,10 +63,22 @@ def parent_context(traceparent: str | None, tracestate: str | None) -> otel_cont
         return None
 
 
+def tracing_enabled() -> bool:
+    """Whether a tracer provider is installed (an SDK); without one, spans are skipped whole.
+
+    The API's own no-op spans still attach and detach contexts on every run; a worker draining
+    thousands of jobs a second with nobody collecting them should not pay even that.
+    """
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+
+
 @contextmanager
 def job_span(name: str, attributes: dict[str, Any], traceparent: str, tracestate: str
              ) -> Iterator[Span]:
     """Open span ``job.<name>`` (CONSUMER) as the child of the enqueuing request's span."""
+    if not tracing_enabled():
+        yield INVALID_SPAN
+        return
     parent = parent_context(traceparent, tracestate)
     with _tracer.start_as_current_span(
         f"job.{name}",
@@ -82,6 +94,9 @@ def job_span(name: str, attributes: dict[str, Any], traceparent: str, tracestate
 @contextmanager
 def step_span(job_name: str, step: str, kind: str, replayed: bool) -> Iterator[Span]:
     """A child span of the job's span for one durable step (``step <name>``)."""
+    if not tracing_enabled():
+        yield INVALID_SPAN
+        return
     with _tracer.start_as_current_span(
         f"step {step}",
         attributes={"job.name": job_name, "job.step.name": step, "job.step.kind": kind,

@@ -60,7 +60,7 @@ locked AS (
           AND visible_at <= {now}
           AND name <> ALL (%(cap_names)s::text[])
         ORDER BY priority DESC, visible_at, id
-        LIMIT %(limit)s
+        LIMIT %(limit)s::int
         FOR UPDATE SKIP LOCKED
     ) AS j
     UNION ALL
@@ -74,27 +74,28 @@ locked AS (
           AND status IN ('queued', 'running', 'waiting')
           AND visible_at <= {now}
         ORDER BY priority DESC, visible_at, id
-        LIMIT LEAST(caps.free, %(limit)s)
+        LIMIT LEAST(caps.free, %(limit)s::int)
         FOR UPDATE SKIP LOCKED
     ) AS j
     WHERE caps.free > 0
 ),
 chosen AS (
-    SELECT * FROM locked ORDER BY priority DESC, visible_at, id LIMIT %(limit)s
+    SELECT * FROM locked ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
 )
 UPDATE django_ultjobs_job AS j
 SET status = 'running',
     attempt = j.attempt + CASE WHEN chosen.prev_status = 'waiting' THEN 0 ELSE 1 END,
-    claim_token = %(token)s,
-    worker_id = %(worker_id)s,
+    claim_token = %(token)s::uuid,
+    worker_id = %(worker_id)s::text,
     claimed_at = {now},
-    visible_at = {now_plus(%(timeout)s)},
+    visible_at = {now_plus(%(timeout)s::float8)},
     updated_at = {now}
 FROM chosen
 WHERE j.id = chosen.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
           j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
-          chosen.prev_status, chosen.prev_worker, chosen.prev_claimed_at, j.created_at;
+          chosen.prev_status, chosen.prev_worker,
+          CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds in one statement per tick, fenced on each run's
@@ -110,7 +111,7 @@ locked AS (
     FOR UPDATE OF j
 )
 UPDATE django_ultjobs_job AS j
-SET visible_at = {now_plus(%(timeout)s)}
+SET visible_at = {now_plus(%(timeout)s::float8)}
 FROM locked
 WHERE j.id = locked.id
 RETURNING j.id, j.cancel_requested;
@@ -167,7 +168,7 @@ recorded AS (
     INSERT INTO django_ultjobs_jobattempt
         (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
          steps_run, steps_replayed)
-    SELECT c.id, c.attempt_no, %(worker_id)s, c.started_at, {now}, c.outcome,
+    SELECT c.id, c.attempt_no, %(worker_id)s::text, c.started_at, {now}, c.outcome,
            COALESCE(c.error, ''), COALESCE(c.slot_key, ''), c.slot,
            COALESCE(c.steps_run, '[]'::jsonb), COALESCE(c.steps_replayed, '[]'::jsonb)
     FROM c JOIN settled ON settled.id = c.id
@@ -196,12 +197,12 @@ FROM (SELECT DISTINCT n FROM unnest(%(names)s::text[]) AS n ORDER BY n) AS s;
 
 -- name: event_send_lock
 -- Taken by send_event in the caller's transaction, shared: senders never wait for each other.
-SELECT pg_advisory_xact_lock_shared(30058, hashtext(%(name)s));
+SELECT pg_advisory_xact_lock_shared(30058, hashtext(%(name)s::text));
 
 -- name: event_insert
 -- Record an event.
 INSERT INTO django_ultjobs_jobevent (name, payload, created_at)
-VALUES (%(name)s, %(payload)s::jsonb, {now})
+VALUES (%(name)s::text, %(payload)s::jsonb, {now})
 RETURNING id;
 
 -- name: event_wake
@@ -211,7 +212,7 @@ RETURNING id;
 WITH woken AS (
     UPDATE django_ultjobs_job
     SET visible_at = {now}
-    WHERE status = 'waiting' AND wait_event = %(name)s AND wait_after < %(event_id)s
+    WHERE status = 'waiting' AND wait_event = %(name)s::text AND wait_after < %(event_id)s::bigint
       AND %(payload)s::jsonb @> COALESCE(wait_match, '{}'::jsonb)
       AND created_at <= {now}
       AND visible_at > {now}
@@ -224,7 +225,7 @@ SELECT count(pg_notify('django_ultjobs', q.queue)) FROM (SELECT DISTINCT queue F
 -- consumed, and not older than the job itself.
 SELECT e.id, e.payload
 FROM django_ultjobs_jobevent AS e
-WHERE e.name = %(name)s AND e.id > %(after)s AND e.created_at >= %(since)s::timestamptz
+WHERE e.name = %(name)s::text AND e.id > %(after)s::bigint AND e.created_at >= %(since)s::timestamptz
   AND e.payload @> %(match)s::jsonb
 ORDER BY e.id
 LIMIT 1;
@@ -234,12 +235,12 @@ LIMIT 1;
 -- its job cannot record a step for it. FOR SHARE holds the token steady until this commits.
 INSERT INTO django_ultjobs_jobstep
     (job_id, name, status, result, wait_until, attempt, created_at, completed_at)
-SELECT j.id, %(name)s, %(status)s, %(result_json)s::jsonb,
+SELECT j.id, %(name)s::text, %(status)s::text, %(result_json)s::jsonb,
        CASE WHEN %(wait_seconds)s::float8 IS NULL THEN NULL
             ELSE {now_plus(%(wait_seconds)s::float8)} END,
-       %(attempt)s, {now}, CASE WHEN %(status)s = 'done' THEN {now} ELSE NULL END
+       %(attempt)s::int, {now}, CASE WHEN %(status)s::text = 'done' THEN {now} ELSE NULL END
 FROM django_ultjobs_job AS j
-WHERE j.id = %(job_id)s AND j.claim_token = %(token)s AND j.status = 'running'
+WHERE j.id = %(job_id)s::bigint AND j.claim_token = %(token)s::uuid AND j.status = 'running'
 FOR SHARE
 ON CONFLICT (job_id, name) DO UPDATE
     SET status = EXCLUDED.status, result = EXCLUDED.result,
@@ -261,11 +262,11 @@ SELECT {now};
 -- taken over in place). One statement; two racing acquirers of one slot serialise on its unique
 -- index and the loser gets no row (the caller treats that as "full" and tries again later).
 INSERT INTO django_ultjobs_joblease AS l (key, slot, holder, acquired_at, expires_at)
-SELECT %(key)s, s.slot, %(holder)s, {now}, {now_plus(%(ttl)s)}
-FROM generate_series(0, %(limit)s - 1) AS s(slot)
+SELECT %(key)s::text, s.slot, %(holder)s::text, {now}, {now_plus(%(ttl)s::float8)}
+FROM generate_series(0, %(limit)s::int - 1) AS s(slot)
 WHERE NOT EXISTS (
     SELECT 1 FROM django_ultjobs_joblease AS h
-    WHERE h.key = %(key)s AND h.slot = s.slot AND h.expires_at > {now})
+    WHERE h.key = %(key)s::text AND h.slot = s.slot AND h.expires_at > {now})
 ORDER BY s.slot
 LIMIT 1
 ON CONFLICT (key, slot) DO UPDATE
@@ -289,7 +290,7 @@ locked AS (
     FOR UPDATE OF l
 )
 UPDATE django_ultjobs_joblease AS l
-SET expires_at = {now_plus(%(ttl)s)}
+SET expires_at = {now_plus(%(ttl)s::float8)}
 FROM locked
 WHERE l.id = locked.id
 RETURNING l.key, l.slot, l.expires_at;
@@ -304,7 +305,7 @@ WHERE l.key = r.key AND l.slot = r.slot AND l.holder = r.holder;
 -- Register (or re-register) this worker process for operators.
 INSERT INTO django_ultjobs_worker
     (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at)
-VALUES (%(id)s, %(hostname)s, %(pid)s, %(threads)s, %(queues)s::jsonb, {now}, {now}, 0, NULL)
+VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queues)s::jsonb, {now}, {now}, 0, NULL)
 ON CONFLICT (id) DO UPDATE
     SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, threads = EXCLUDED.threads,
         queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL;
@@ -312,9 +313,9 @@ ON CONFLICT (id) DO UPDATE
 -- name: worker_touch
 -- Keep this worker's row fresh (once per ticker tick).
 UPDATE django_ultjobs_worker
-SET last_seen_at = {now}, in_flight = %(in_flight)s, stopped_at = NULL
-WHERE id = %(id)s;
+SET last_seen_at = {now}, in_flight = %(in_flight)s::int, stopped_at = NULL
+WHERE id = %(id)s::text;
 
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.
-UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = %(id)s;
+UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = %(id)s::text;

@@ -72,7 +72,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND status IN ('queued', 'running', 'waiting')
   AND visible_at <= {now}
 RETURNING id, name, queue, priority, args, kwargs, attempt, max_attempts, traceparent,
-          tracestate, enqueued_by, cancel_requested, claimed_at, created_at;
+          tracestate, enqueued_by, cancel_requested, claimed_at;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds, fenced on each run's claim token. A run missing

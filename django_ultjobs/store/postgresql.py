@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.db import transaction
 
 from .base import (
@@ -27,6 +28,13 @@ class PostgresStore(JobStore):
 
     vendor = "postgresql"
     dialect = "postgresql"
+
+    def _raw_cursor(self, raw: Any) -> Any:
+        # Server-side parameter binding, whatever Django's connection uses for the ORM: the
+        # client-side cursor quoted every parameter (arrays, uuids) in Python, ~11 % of the claim
+        # loop's time in a drain profile. Each thread has its own connection, so the statements
+        # psycopg prepares after a few runs are per connection and never shared.
+        return psycopg.Cursor(raw)
 
     def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
         """Insert ``jobs`` in one statement on the caller's connection (and transaction)."""
@@ -73,7 +81,7 @@ class PostgresStore(JobStore):
                 tracestate=r[9], enqueued_by=r[10], cancel_requested=r[11], claimed_at=r[12],
                 redelivered_from=r[14] if r[13] == "running" else None,
                 previous_claimed_at=r[15] if r[13] == "running" else None,
-                woke=r[13] == "waiting", created_at=r[16],
+                woke=r[13] == "waiting",
             )
             for r in rows
         ]

@@ -144,7 +144,7 @@ class SQLiteStore(JobStore):
                     self.parse_time(prev_claimed_at)
                     if prev_status == "running" and prev_claimed_at else None
                 ),
-                woke=prev_status == "waiting", created_at=self.parse_time(r[13]),
+                woke=prev_status == "waiting",
             ))
         claimed.sort(key=lambda job: (-job.priority, job.id))
         return claimed

@@ -44,10 +44,10 @@ class ExecutorPool:
             self._busy += 1
         self._queue.put(run)
 
-    def wait_for_free(self, timeout: float) -> bool:
-        """Block until a thread is free (or ``timeout``); return whether one is."""
+    def wait_for_free(self, timeout: float, at_least: int = 1) -> bool:
+        """Block until ``at_least`` threads are free (or ``timeout``); return whether they are."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._busy < self.size, timeout)
+            return self._cond.wait_for(lambda: self.size - self._busy >= at_least, timeout)
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Block until no run is executing (or ``timeout``); return whether it is idle."""
