@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..sql import queries
@@ -138,18 +138,41 @@ class HeldLease:
 class LeaseStore(ABC):
     """Fleet slots as rows, one per held ``(key, slot)``, every expiry on the database clock."""
 
-    @abstractmethod
     def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
-        """Take the lowest free slot of ``key`` below ``limit``; None when all are held."""
+        """Take the lowest free slot of ``key`` below ``limit`` in one statement; None when all
+        are held."""
+        params = {"key": key, "limit": limit, "ttl": float(ttl), "holder": holder,
+                  "now": self.now_param()}
+        with self.cursor() as cur:
+            cur.execute(self.sql["lease_acquire"], params)
+            row = cur.fetchone()
+        if row is None:
+            return None
+        return HeldLease(key=row[0], slot=row[1], holder=row[2],
+                         expires_at=self.parse_time(row[3]))
 
-    @abstractmethod
     def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
-        """Extend each lease still held by its holder and unexpired; return the ``(key, slot)``s
-        that were renewed. A lease missing from the answer is lost (rule 7)."""
+        """Extend each lease still held by its holder and unexpired, in one statement; return the
+        ``(key, slot)``s that were renewed. A lease missing from the answer is lost (rule 7)."""
+        if not held:
+            return set()
+        with self.cursor() as cur:
+            cur.execute(self.sql["lease_renew"], {**self.held_params(held), "ttl": float(ttl),
+                                                  "now": self.now_param()})
+            return {(row[0], row[1]) for row in cur.fetchall()}
 
-    @abstractmethod
     def release_many(self, held: Sequence[HeldLease]) -> None:
-        """Hand back slots; one that another holder has taken meanwhile is left alone."""
+        """Hand back slots in one statement; one that another holder has taken meanwhile is left
+        alone (fenced on holder)."""
+        if not held:
+            return
+        with self.cursor() as cur:
+            cur.execute(self.sql["lease_release"], self.held_params(held))
+
+    @staticmethod
+    @abstractmethod
+    def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:
+        """The held leases as this engine's parameters for the renew and release queries."""
 
     def renew(self, held: HeldLease, ttl: float) -> bool:
         """Extend one lease: False when another holder took it OR it lapsed (rule 7)."""
@@ -225,15 +248,30 @@ class JobStore(LeaseStore):
         return value
 
     @staticmethod
+    def token_param(token: str) -> Any:
+        """A claim token in this engine's parameter form."""
+        return token
+
+    @staticmethod
     def parse_json(value: Any) -> Any:
         """Turn a returned JSON column into Python."""
         return json.loads(value) if isinstance(value, (str, bytes)) else value
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    @abstractmethod
     def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
         """Insert ``jobs`` in one statement on the caller's connection (and transaction)."""
+        if not jobs:
+            return []
+        payload = json.dumps([self._new_job_row(job) for job in jobs], separators=(",", ":"))
+        with self.cursor() as cur:
+            cur.execute(self.sql["enqueue"], {"jobs": payload, "now": self.now_param()})
+            rows = cur.fetchall()
+        rows.sort(key=lambda row: row[0])
+        return [
+            EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]), created_at=self.parse_time(r[2]))
+            for r in rows
+        ]
 
     @abstractmethod
     def claim(
@@ -259,17 +297,39 @@ class JobStore(LeaseStore):
         """Apply each settlement only under its token (rule 4), recording its attempt; return the
         ids that applied."""
 
-    @abstractmethod
     def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
         """Record attempts that ended without a report from their worker."""
+        if not attempts:
+            return
+        batch = json.dumps([
+            {
+                "job_id": a.job_id,
+                "attempt": a.attempt,
+                "worker_id": a.worker_id,
+                "started_at": None if a.started_at is None else self._json_time(a.started_at),
+                "outcome": a.outcome,
+                "error": a.error,
+            }
+            for a in attempts
+        ])
+        with self.cursor() as cur:
+            cur.execute(self.sql["record_attempts"], {"batch": batch, "now": self.now_param()})
 
     # -- durable steps and events --------------------------------------------------------------
 
-    @abstractmethod
     def save_step(self, *, job_id: int, token: str, attempt: int, name: str, status: str,
                   result_json: str | None, wait_seconds: float | None) -> SavedStep | None:
         """Store a step (``done``, or ``waiting`` for ``wait_seconds``), fenced on ``token``;
         None when the run no longer owns the job."""
+        params = {"job_id": job_id, "token": self.token_param(token), "attempt": attempt,
+                  "name": name, "status": status, "result_json": result_json,
+                  "wait_seconds": wait_seconds, "now": self.now_param()}
+        with self.cursor() as cur:
+            cur.execute(self.sql["step_save"], params)
+            row = cur.fetchone()
+        if row is None:
+            return None
+        return SavedStep(wait_until=None if row[1] is None else self.parse_time(row[1]))
 
     def job_created_at(self, job_id: int) -> datetime:
         """When a job was enqueued (events sent since then count for its waits)."""
@@ -277,34 +337,63 @@ class JobStore(LeaseStore):
 
         return Job.objects.using(self.alias).values_list("created_at", flat=True).get(pk=job_id)
 
-    @abstractmethod
     def find_event(self, *, name: str, match: dict[str, Any], after: int,
                    since: datetime) -> tuple[int, Any] | None:
         """The first event named ``name`` matching ``match``, newer than id ``after`` and sent no
         earlier than ``since``: ``(id, payload)``, or None."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["event_find"], {"name": name, "match": json.dumps(match),
+                                                 "after": after,
+                                                 "since": self.format_time(since)})
+            row = cur.fetchone()
+        return None if row is None else (row[0], self.parse_json(row[1]))
 
-    @abstractmethod
     def send_event(self, name: str, payload: dict[str, Any]) -> int:
-        """Record an event and wake the jobs waiting for it, in the caller's transaction."""
+        """Record an event and wake the jobs waiting for it, in the caller's transaction.
 
-    @abstractmethod
+        On PostgreSQL the event name's advisory lock is taken shared first: senders never wait
+        for each other, only for a settle that is putting a run to wait on this event (which
+        takes it exclusively), so the event is either seen by that settle or sees the wait.
+        SQLite needs no lock: the insert makes this transaction its one writer until it commits,
+        so such a settle runs wholly before or wholly after it.
+        """
+        body = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+        with transaction.atomic(using=self.alias), self.cursor() as cur:
+            if "event_send_lock" in self.sql:
+                cur.execute(self.sql["event_send_lock"], {"name": name})
+            cur.execute(self.sql["event_insert"], {"name": name, "payload": body,
+                                                   "now": self.now_param()})
+            event_id = cur.fetchone()[0]
+            cur.execute(self.sql["event_wake"], {"name": name, "payload": body,
+                                                 "event_id": event_id, "now": self.now_param()})
+        return event_id
+
     def db_now(self) -> datetime:
         """The database's clock (or the injected one)."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["db_now"], {"now": self.now_param()})
+            return self.parse_time(cur.fetchone()[0])
 
     # -- workers ------------------------------------------------------------------------------
 
-    @abstractmethod
     def worker_upsert(self, worker_id: str, hostname: str, pid: int, threads: int,
                       queues: Sequence[str]) -> None:
         """Register this worker process."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["worker_upsert"], {
+                "id": worker_id, "hostname": hostname, "pid": pid, "threads": threads,
+                "queues": json.dumps(list(queues)), "now": self.now_param()})
 
-    @abstractmethod
     def worker_touch(self, worker_id: str, in_flight: int) -> None:
         """Keep this worker's row fresh."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["worker_touch"], {"id": worker_id, "in_flight": in_flight,
+                                                   "now": self.now_param()})
 
-    @abstractmethod
     def worker_stop(self, worker_id: str) -> None:
         """Mark this worker stopped."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["worker_stop"], {"id": worker_id, "now": self.now_param()})
 
     # -- helpers shared by the engines ---------------------------------------------------------
 

@@ -14,16 +14,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
-
 from .base import (
     ClaimedJob,
-    EnqueuedJob,
     HeldLease,
     JobStore,
-    LostAttempt,
-    NewJob,
-    SavedStep,
     Settlement,
 )
 
@@ -47,6 +41,11 @@ class SQLiteStore(JobStore):
         parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
         return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
+    @staticmethod
+    def token_param(token: str) -> Any:
+        # Django keeps a UUIDField as 32 hex digits on SQLite.
+        return uuid.UUID(token).hex
+
     def _json_time(self, value: datetime) -> str:
         return self.format_time(value)
 
@@ -68,20 +67,6 @@ class SQLiteStore(JobStore):
                 cur.execute("ROLLBACK")
                 raise
             cur.execute("COMMIT")
-
-    def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
-        """Insert ``jobs`` in one statement on the caller's connection (and transaction)."""
-        if not jobs:
-            return []
-        payload = json.dumps([self._new_job_row(job) for job in jobs], separators=(",", ":"))
-        with self.cursor() as cur:
-            cur.execute(self.sql["enqueue"], {"jobs": payload, "now": self.now_param()})
-            rows = cur.fetchall()
-        rows.sort(key=lambda row: row[0])
-        return [
-            EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]), created_at=self.parse_time(r[2]))
-            for r in rows
-        ]
 
     def claim(
         self,
@@ -185,121 +170,12 @@ class SQLiteStore(JobStore):
                     "worker_id": worker_id, "now": now})
         return settled
 
-    def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
-        """Record attempts that ended without a report from their worker."""
-        if not attempts:
-            return
-        batch = json.dumps([
-            {
-                "job_id": a.job_id,
-                "attempt": a.attempt,
-                "worker_id": a.worker_id,
-                "started_at": None if a.started_at is None else self.format_time(a.started_at),
-                "outcome": a.outcome,
-                "error": a.error,
-            }
-            for a in attempts
-        ])
-        with self.cursor() as cur:
-            cur.execute(self.sql["record_attempts"], {"batch": batch, "now": self.now_param()})
-
     # -- durable steps and events --------------------------------------------------------------
-
-    def save_step(self, *, job_id: int, token: str, attempt: int, name: str, status: str,
-                  result_json: str | None, wait_seconds: float | None) -> SavedStep | None:
-        """Store a step fenced on ``token``; None when the run no longer owns the job."""
-        params = {"job_id": job_id, "token": uuid.UUID(token).hex, "attempt": attempt,
-                  "name": name, "status": status, "result_json": result_json,
-                  "wait_seconds": wait_seconds, "now": self.now_param()}
-        with self.cursor() as cur:
-            cur.execute(self.sql["step_save"], params)
-            row = cur.fetchone()
-        if row is None:
-            return None
-        return SavedStep(wait_until=None if row[1] is None else self.parse_time(row[1]))
-
-    def find_event(self, *, name: str, match: dict[str, Any], after: int,
-                   since: datetime) -> tuple[int, Any] | None:
-        """The first matching event newer than ``after`` and sent since ``since``."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["event_find"], {"name": name, "match": json.dumps(match),
-                                                 "after": after,
-                                                 "since": self.format_time(since)})
-            row = cur.fetchone()
-        return None if row is None else (row[0], self.parse_json(row[1]))
-
-    def send_event(self, name: str, payload: dict[str, Any]) -> int:
-        """Record an event and wake its waiters, inside the caller's transaction.
-
-        No lock is needed: the insert makes this transaction SQLite's one writer until it
-        commits, so a settle putting a run to wait runs wholly before or wholly after it.
-        """
-        body = json.dumps(payload, separators=(",", ":"), allow_nan=False)
-        with transaction.atomic(using=self.alias), self.cursor() as cur:
-            cur.execute(self.sql["event_insert"], {"name": name, "payload": body,
-                                                   "now": self.now_param()})
-            event_id = cur.fetchone()[0]
-            cur.execute(self.sql["event_wake"], {"name": name, "payload": body,
-                                                 "event_id": event_id, "now": self.now_param()})
-        return event_id
-
-    def db_now(self) -> datetime:
-        """The database's clock (or the injected one)."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["db_now"], {"now": self.now_param()})
-            return self.parse_time(cur.fetchone()[0])
 
     # -- leases -------------------------------------------------------------------------------
 
-    def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
-        """Take the lowest free slot of ``key`` below ``limit`` in one statement."""
-        params = {"key": key, "limit": limit, "ttl": float(ttl), "holder": holder,
-                  "now": self.now_param()}
-        with self.cursor() as cur:
-            cur.execute(self.sql["lease_acquire"], params)
-            row = cur.fetchone()
-        if row is None:
-            return None
-        return HeldLease(key=row[0], slot=row[1], holder=row[2],
-                         expires_at=self.parse_time(row[3]))
-
-    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
-        """Extend each lease still held and unexpired, in one statement (rule 7)."""
-        if not held:
-            return set()
-        with self.cursor() as cur:
-            cur.execute(self.sql["lease_renew"], {"held": self._held_json(held),
-                                                  "ttl": float(ttl), "now": self.now_param()})
-            return {(row[0], row[1]) for row in cur.fetchall()}
-
-    def release_many(self, held: Sequence[HeldLease]) -> None:
-        """Hand back slots in one statement, fenced on holder."""
-        if not held:
-            return
-        with self.cursor() as cur:
-            cur.execute(self.sql["lease_release"], {"held": self._held_json(held)})
-
     @staticmethod
-    def _held_json(held: Sequence[HeldLease]) -> str:
-        return json.dumps([[h.key, h.slot, h.holder] for h in held])
+    def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:
+        return {"held": json.dumps([[h.key, h.slot, h.holder] for h in held])}
 
     # -- workers ------------------------------------------------------------------------------
-
-    def worker_upsert(self, worker_id: str, hostname: str, pid: int, threads: int,
-                      queues: Sequence[str]) -> None:
-        """Register this worker process."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["worker_upsert"], {
-                "id": worker_id, "hostname": hostname, "pid": pid, "threads": threads,
-                "queues": json.dumps(list(queues)), "now": self.now_param()})
-
-    def worker_touch(self, worker_id: str, in_flight: int) -> None:
-        """Keep this worker's row fresh."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["worker_touch"], {"id": worker_id, "in_flight": in_flight,
-                                                   "now": self.now_param()})
-
-    def worker_stop(self, worker_id: str) -> None:
-        """Mark this worker stopped."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["worker_stop"], {"id": worker_id, "now": self.now_param()})
