@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, overload
 
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from . import jsonargs
 from .conf import get_settings
 from .exceptions import JobConfigurationError, UnknownJobError
+from .logs import log_event
 from .models import Job, JobStatus
 from .store import NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
 _registry: dict[str, JobSpec] = {}
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,12 @@ class JobSpec:
         ):
             raise JobConfigurationError(
                 f"job {self.name!r}: concurrency must be a whole number of at least 1, or None"
+            )
+        if self.concurrency is not None and len(self.name) > 196:
+            # Its fleet slots are keyed "job:<name>" in a 200-character column.
+            raise JobConfigurationError(
+                f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most 196 "
+                "characters"
             )
         if self.backoff < 0 or self.max_backoff < 0:
             raise JobConfigurationError(f"job {self.name!r}: backoff cannot be negative")
@@ -240,8 +250,37 @@ def _origin(func: Callable[..., Any]) -> str:
 
 
 def get_job(name: str) -> JobSpec | None:
-    """Return the job registered as ``name``, or None."""
-    return _registry.get(name)
+    """Return the job registered as ``name``, or None.
+
+    A dotted name that is not registered is imported: importing its module may register it
+    (as importing a ``jobs.py`` does), or the object there may offer a ``job_spec()`` naming
+    itself ``name``. This is how a worker runs a ``django.tasks`` task, which is named by its
+    module path, with no registration of its own (Django finds a task from its path the same
+    way).
+    """
+    spec = _registry.get(name)
+    if spec is None and "." in name:
+        spec = _resolve_path(name)
+    return spec
+
+
+def _resolve_path(name: str) -> JobSpec | None:
+    try:
+        found = import_string(name)
+        spec = _registry.get(name)
+        if spec is None:
+            make = getattr(found, "job_spec", None)
+            spec = make() if callable(make) else None
+    except Exception as exc:
+        # Whatever the import raised reads as "not registered": the caller parks the job
+        # (rule 12) instead of a bad module taking the claim loop down.
+        log_event(logger, logging.WARNING, "jobs.registry.resolve-failed", job=name,
+                  error=repr(exc))
+        return None
+    if not isinstance(spec, JobSpec) or spec.name != name:
+        return None
+    _register(spec)
+    return spec
 
 
 def require_job(name: str) -> JobSpec:

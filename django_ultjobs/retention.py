@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Min, Q
 from django.utils import timezone
 
-from .models import FINISHED_STATUSES, Job, JobAttempt, JobEvent, JobStatus, JobStep, Worker
+from .models import FINISHED_STATUSES, LIVE_STATUSES, Job, JobAttempt, JobEvent, JobStep, Worker
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,9 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000) -> Prun
             steps += JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
             _, deleted = Job.objects.using(using).filter(id__in=ids).delete()
             jobs += deleted.get(Job._meta.label, 0)
-    # An event can still wake a waiting job enqueued before it, so keep every event newer than
-    # the oldest job that is still waiting.
-    oldest_waiting = Job.objects.using(using).filter(status=JobStatus.WAITING).aggregate(
+    # An event counts for every job enqueued before it that has not finished (a queued or
+    # running job may reach its wait later), so keep every event newer than the oldest of them.
+    oldest_waiting = Job.objects.using(using).filter(status__in=LIVE_STATUSES).aggregate(
         oldest=Min("created_at"))["oldest"]
     event_cutoff = cutoff if oldest_waiting is None else min(cutoff, oldest_waiting)
     events = JobEvent.objects.using(using).filter(created_at__lt=event_cutoff).delete()[0]

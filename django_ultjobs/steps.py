@@ -153,6 +153,12 @@ class StepLedger:
             jsonargs.check_result(f"wait_for_event({event!r}) match", match)
         except JobArgumentError as exc:
             raise StepError(str(exc)) from exc
+        for key, value in match.items():
+            # Top-level keys compared by JSON equality the same way on both engines; nested
+            # values would compare as text on SQLite and structurally on PostgreSQL.
+            if isinstance(value, (dict, list, tuple)):
+                raise StepError(f"wait_for_event({event!r}): match[{key!r}] must be a string, "
+                                "number, boolean or None (match compares top-level values)")
         self._event_calls[event] = self._event_calls.get(event, 0) + 1
         name = f"event:{event}#{self._event_calls[event]}"
         self._claim_name(name)
@@ -162,12 +168,11 @@ class StepLedger:
             if stored.result.get("timed_out"):
                 raise EventTimeoutError(event, match)
             return stored.result["payload"]
-        after = self._consumed(event)
-        found = self.store.find_event(name=event, match=match, after=after,
-                                      since=self.store.job_created_at(self.job.id))
+        after = self._consumed(event, match)
+        found = self.store.find_event(job_id=self.job.id, name=event, match=match, after=after)
         if found is not None:
             event_id, payload = found
-            self._save(name, "done", {"event_id": event_id, "payload": payload})
+            self._save(name, "done", {"event_id": event_id, "payload": payload, "match": match})
             self.ran.append(name)
             return payload
         if stored is None:
@@ -207,14 +212,15 @@ class StepLedger:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _consumed(self, event: str) -> int:
-        """The newest event id earlier waits of this job consumed for ``event``."""
+    def _consumed(self, event: str, match: dict[str, Any]) -> int:
+        """The newest event id earlier waits of this job for ``event`` with the same ``match``
+        consumed (a wait with another match may still take an older event)."""
         prefix = f"event:{event}#"
         ids = [
             stored.result.get("event_id", 0)
             for name, stored in self._stored().items()
             if name.startswith(prefix) and stored.status == "done"
-            and isinstance(stored.result, dict)
+            and isinstance(stored.result, dict) and stored.result.get("match", {}) == match
         ]
         return max(ids, default=0)
 

@@ -145,7 +145,9 @@ settled AS (
                 SELECT 1 FROM django_ultjobs_jobevent AS e
                 WHERE e.name = c.wait_event AND e.id > COALESCE(c.wait_after, 0)
                   AND e.created_at >= j.created_at
-                  AND e.payload @> COALESCE(c.wait_match, '{}'::jsonb))
+                  AND NOT EXISTS (
+                      SELECT 1 FROM jsonb_each(COALESCE(c.wait_match, '{}'::jsonb)) AS m
+                      WHERE (e.payload -> m.key) IS DISTINCT FROM m.value))
                 THEN {now}
             WHEN c.status IN ('queued', 'waiting') THEN {now_plus(c.delay)}
             ELSE j.visible_at END,
@@ -153,8 +155,10 @@ settled AS (
         wait_match = CASE WHEN c.status = 'waiting' THEN c.wait_match ELSE NULL END,
         wait_after = CASE WHEN c.status = 'waiting' THEN COALESCE(c.wait_after, 0) ELSE 0 END,
         claim_token = NULL,
-        cancel_requested = CASE WHEN c.status = 'cancelled' THEN j.cancel_requested
-                                ELSE false END,
+        -- A cancel request outlives a run that ends any other way (a retry, a wait, a
+        -- hand-back): the next claim then cancels the job instead of running it.
+        cancel_requested = CASE WHEN c.status IN ('succeeded', 'failed') THEN false
+                                ELSE j.cancel_requested END,
         last_error = COALESCE(c.error, j.last_error),
         result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json::jsonb END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
@@ -189,11 +193,14 @@ FROM jsonb_to_recordset(%(batch)s::jsonb)
          error text);
 
 -- name: event_wait_lock
--- Taken by a settle that puts runs to wait on events: exclusive per event name, so every
--- send_event of that name still in flight (it holds the shared lock) commits before the settle
--- looks for its event. Locks are taken in name order, so two settles cannot deadlock.
-SELECT pg_advisory_xact_lock(30058, hashtext(n))
-FROM (SELECT DISTINCT n FROM unnest(%(names)s::text[]) AS n ORDER BY n) AS s;
+-- Taken by a settle that puts runs to wait on events: exclusive per event name, so no
+-- send_event of that name is still in flight (senders hold it shared) while the settle looks
+-- for its event. TRY, never wait: a waiting exclusive request would queue every new sender
+-- behind it, so one open web transaction could stall all senders and this worker's settles.
+-- Returns the names it could NOT lock; their runs re-check shortly instead.
+SELECT n
+FROM (SELECT DISTINCT n FROM unnest(%(names)s::text[]) AS n ORDER BY n) AS s
+WHERE NOT pg_try_advisory_xact_lock(30058, hashtext(n));
 
 -- name: event_send_lock
 -- Taken by send_event in the caller's transaction, shared: senders never wait for each other.
@@ -213,7 +220,9 @@ WITH woken AS (
     UPDATE django_ultjobs_job
     SET visible_at = {now}
     WHERE status = 'waiting' AND wait_event = %(name)s::text AND wait_after < %(event_id)s::bigint
-      AND %(payload)s::jsonb @> COALESCE(wait_match, '{}'::jsonb)
+      AND NOT EXISTS (
+          SELECT 1 FROM jsonb_each(COALESCE(wait_match, '{}'::jsonb)) AS m
+          WHERE (%(payload)s::jsonb -> m.key) IS DISTINCT FROM m.value)
       AND created_at <= {now}
       AND visible_at > {now}
     RETURNING queue
@@ -225,8 +234,10 @@ SELECT count(pg_notify('django_ultjobs', q.queue)) FROM (SELECT DISTINCT queue F
 -- consumed, and not older than the job itself.
 SELECT e.id, e.payload
 FROM django_ultjobs_jobevent AS e
-WHERE e.name = %(name)s::text AND e.id > %(after)s::bigint AND e.created_at >= %(since)s::timestamptz
-  AND e.payload @> %(match)s::jsonb
+WHERE e.name = %(name)s::text AND e.id > %(after)s::bigint
+  AND e.created_at >= (SELECT created_at FROM django_ultjobs_job WHERE id = %(job_id)s::bigint)
+  AND NOT EXISTS (SELECT 1 FROM jsonb_each(%(match)s::jsonb) AS m
+                  WHERE (e.payload -> m.key) IS DISTINCT FROM m.value)
 ORDER BY e.id
 LIMIT 1;
 
@@ -297,9 +308,15 @@ RETURNING l.key, l.slot, l.expires_at;
 
 -- name: lease_release
 -- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).
-DELETE FROM django_ultjobs_joblease AS l
-USING unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)
-WHERE l.key = r.key AND l.slot = r.slot AND l.holder = r.holder;
+-- Rows are locked in id order, as the renewal locks them, so the two cannot deadlock.
+WITH locked AS (
+    SELECT l.id FROM django_ultjobs_joblease AS l
+    JOIN unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)
+        ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
+    ORDER BY l.id
+    FOR UPDATE OF l
+)
+DELETE FROM django_ultjobs_joblease WHERE id IN (SELECT id FROM locked);
 
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.

@@ -99,7 +99,12 @@ SET status = c.status,
               AND e.created_at >= j.created_at
               AND NOT EXISTS (
                       SELECT 1 FROM json_each(COALESCE(c.wait_match, '{}')) AS m
-                      WHERE json_extract(e.payload, '$."' || m.key || '"') IS NOT m.value))
+                      WHERE NOT COALESCE(CASE
+                          WHEN m.type IN ('integer', 'real')
+                              THEN json_type(e.payload, '$."' || m.key || '"') IN ('integer', 'real')
+                                   AND json_extract(e.payload, '$."' || m.key || '"') = m.value
+                          ELSE json_type(e.payload, '$."' || m.key || '"') IS m.type
+                               AND json_extract(e.payload, '$."' || m.key || '"') IS m.value END, 0)))
             THEN {now}
         WHEN c.status IN ('queued', 'waiting') THEN {now_plus(c.delay)}
         ELSE j.visible_at END,
@@ -107,7 +112,8 @@ SET status = c.status,
     wait_match = CASE WHEN c.status = 'waiting' THEN c.wait_match ELSE NULL END,
     wait_after = CASE WHEN c.status = 'waiting' THEN COALESCE(c.wait_after, 0) ELSE 0 END,
     claim_token = NULL,
-    cancel_requested = CASE WHEN c.status = 'cancelled' THEN j.cancel_requested ELSE 0 END,
+    cancel_requested = CASE WHEN c.status IN ('succeeded', 'failed') THEN 0
+                            ELSE j.cancel_requested END,
     last_error = COALESCE(c.error, j.last_error),
     result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json END,
     finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
@@ -163,7 +169,12 @@ SET visible_at = {now}
 WHERE status = 'waiting' AND wait_event = :name AND wait_after < :event_id
   AND NOT EXISTS (
                       SELECT 1 FROM json_each(COALESCE(wait_match, '{}')) AS m
-                      WHERE json_extract(:payload, '$."' || m.key || '"') IS NOT m.value)
+                      WHERE NOT COALESCE(CASE
+                          WHEN m.type IN ('integer', 'real')
+                              THEN json_type(:payload, '$."' || m.key || '"') IN ('integer', 'real')
+                                   AND json_extract(:payload, '$."' || m.key || '"') = m.value
+                          ELSE json_type(:payload, '$."' || m.key || '"') IS m.type
+                               AND json_extract(:payload, '$."' || m.key || '"') IS m.value END, 0))
   AND created_at <= {now}
   AND visible_at > {now};
 
@@ -172,10 +183,16 @@ WHERE status = 'waiting' AND wait_event = :name AND wait_after < :event_id
 -- consumed, and not older than the job itself.
 SELECT e.id, e.payload
 FROM django_ultjobs_jobevent AS e
-WHERE e.name = :name AND e.id > :after AND e.created_at >= :since
+WHERE e.name = :name AND e.id > :after
+  AND e.created_at >= (SELECT created_at FROM django_ultjobs_job WHERE id = :job_id)
   AND NOT EXISTS (
                       SELECT 1 FROM json_each(COALESCE(:match, '{}')) AS m
-                      WHERE json_extract(e.payload, '$."' || m.key || '"') IS NOT m.value)
+                      WHERE NOT COALESCE(CASE
+                          WHEN m.type IN ('integer', 'real')
+                              THEN json_type(e.payload, '$."' || m.key || '"') IN ('integer', 'real')
+                                   AND json_extract(e.payload, '$."' || m.key || '"') = m.value
+                          ELSE json_type(e.payload, '$."' || m.key || '"') IS m.type
+                               AND json_extract(e.payload, '$."' || m.key || '"') IS m.value END, 0))
 ORDER BY e.id
 LIMIT 1;
 

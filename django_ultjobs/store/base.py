@@ -331,20 +331,14 @@ class JobStore(LeaseStore):
             return None
         return SavedStep(wait_until=None if row[1] is None else self.parse_time(row[1]))
 
-    def job_created_at(self, job_id: int) -> datetime:
-        """When a job was enqueued (events sent since then count for its waits)."""
-        from ..models import Job
-
-        return Job.objects.using(self.alias).values_list("created_at", flat=True).get(pk=job_id)
-
-    def find_event(self, *, name: str, match: dict[str, Any], after: int,
-                   since: datetime) -> tuple[int, Any] | None:
-        """The first event named ``name`` matching ``match``, newer than id ``after`` and sent no
-        earlier than ``since``: ``(id, payload)``, or None."""
+    def find_event(self, *, job_id: int, name: str, match: dict[str, Any],
+                   after: int) -> tuple[int, Any] | None:
+        """The first event named ``name`` matching ``match`` that job ``job_id`` may consume:
+        newer than id ``after`` and sent no earlier than the job was enqueued (compared in SQL,
+        in the database's own time format). ``(id, payload)``, or None."""
         with self.cursor() as cur:
             cur.execute(self.sql["event_find"], {"name": name, "match": json.dumps(match),
-                                                 "after": after,
-                                                 "since": self.format_time(since)})
+                                                 "after": after, "job_id": job_id})
             row = cur.fetchone()
         return None if row is None else (row[0], self.parse_json(row[1]))
 

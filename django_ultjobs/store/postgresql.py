@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -15,6 +16,9 @@ from .base import (
     JobStore,
     Settlement,
 )
+
+#: Seconds before a run put to wait on an event whose lock a sender held re-checks for it.
+BUSY_EVENT_RECHECK = 1.0
 
 
 class PostgresStore(JobStore):
@@ -106,6 +110,17 @@ class PostgresStore(JobStore):
             # write, so an event being sent right now is either seen here or sees the wait.
             with self.connection.connection.transaction():
                 cur.execute(self.sql["event_wait_lock"], {"names": waits})
+                busy = {row[0] for row in cur.fetchall()}
+                if busy:
+                    # A sender of that event is mid-transaction: its event may commit unseen by
+                    # this settle, so those runs look again in a second instead of sleeping
+                    # until their timeout.
+                    batch = json.dumps([
+                        self._settlement_row(replace(s, delay=min(s.delay, BUSY_EVENT_RECHECK))
+                                             if s.wait_event in busy else s)
+                        for s in settlements
+                    ], separators=(",", ":"))
+                    params["batch"] = batch
                 cur.execute(self.sql["settle"], params)
                 return {row[0] for row in cur.fetchall()}
 

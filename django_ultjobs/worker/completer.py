@@ -48,17 +48,20 @@ class Completer:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, run: Run, settlement: Settlement) -> None:
-        """Queue ``run``'s settle; from here on a heartbeat "no" cannot cancel it.
+    def submit(self, run: Run, settlement: Settlement) -> bool:
+        """Queue ``run``'s settle, once; return False if its outcome was already decided.
 
-        The run is (or stays) registered, so its lease and slot are renewed until the settle is
-        written, however long a database outage makes that take.
+        From here on a heartbeat "no" cannot cancel the run. The run is (or stays) registered,
+        so its lease and slot are renewed until the settle is written, however long a database
+        outage makes that take.
         """
-        run.settling = True
+        if not run.start_settling():
+            return False
         self.registry.add(run)
         with self._lock:
             self._pending += 1
         self._queue.put((run, settlement))
+        return True
 
     @property
     def pending(self) -> int:

@@ -29,7 +29,7 @@ from ..logs import log_event
 from ..models import AttemptOutcome, JobStatus
 from ..retry import backoff_delay
 from ..steps import StepLedger, Suspend
-from ..store import JobStore, Settlement
+from ..store import ClaimedJob, JobStore, Settlement
 from ..tracing import acting_as, job_span
 from .runs import Run
 
@@ -68,23 +68,87 @@ def decide_before_run(run: Run) -> Settlement | None:
         error = f'no job registered as "{job.name}"'
         log_event(logger, logging.WARNING, "jobs.worker.unknown-job", job_id=job.id,
                   job=job.name, delay=UNKNOWN_JOB_DELAY)
+        _unstarted_span(run, AttemptOutcome.SUSPENDED, "job.parked",
+                        {"reason": error, "job.park_seconds": UNKNOWN_JOB_DELAY})
         return settle(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,
                       delay=UNKNOWN_JOB_DELAY, error=error)
     if job.cancel_requested:
-        return settle(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED,
-                      error="cancelled on request before this attempt started")
+        error = "cancelled on request before this attempt started"
+        _unstarted_span(run, AttemptOutcome.CANCELLED, "job.cancelled",
+                        {"job.cancel_cause": CancelRequestedError.cause, "message": error})
+        return settle(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=error)
     if job.attempt > job.max_attempts:
         # A re-delivery past the last attempt: the worker running it died every time (a job that
         # kills its process, or an OOM). Running it again would only kill another worker.
-        return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED,
-                      error=f"gave up after {job.max_attempts} attempts: the last one's worker "
-                            "stopped heartbeating (it crashed or was killed) before finishing")
+        error = (f"gave up after {job.max_attempts} attempts: the last one's worker stopped "
+                 "heartbeating (it crashed or was killed) before finishing")
+        _unstarted_span(run, AttemptOutcome.FAILED, "job.gave_up", {"message": error},
+                        error=error)
+        return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
     return None
+
+
+def _span_attributes(job: ClaimedJob) -> dict[str, Any]:
+    """The attributes of every ``job.<name>`` span: the reference's, then messaging semconv."""
+    attributes: dict[str, Any] = {
+        "job.name": job.name,
+        "job.id": job.id,
+        "job.attempt": job.attempt,
+        "messaging.system": "django_ultjobs",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": str(job.id),
+    }
+    if job.enqueued_by:
+        attributes["job.enqueued_by"] = job.enqueued_by
+    return attributes
+
+
+def _unstarted_span(run: Run, outcome: str, event: str, event_attributes: dict[str, Any],
+                    error: str | None = None) -> None:
+    """A ``job.<name>`` span for a claim settled without running its body (parked, cancelled
+    before it started, given up): the trace shows why the job did not run."""
+    job = run.job
+    with job_span(job.name, _span_attributes(job), job.traceparent, job.tracestate) as span:
+        span.add_event(event, event_attributes)
+        span.set_attribute("job.outcome", outcome)
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
 
 
 def slot_unavailable(run: Run) -> Settlement:
     """Hand a job that could not get a fleet slot back at once, without burning an attempt."""
     return settle(run, JobStatus.QUEUED, None, attempt_delta=-1, delay=0.0)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` for logs and spans, even for an exception whose ``__str__`` raises."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<the exception's str() raised>"
+    return f"{type(exc).__name__}: {text}"
+
+
+def failed_by_worker(run: Run, exc: BaseException) -> Settlement:
+    """Settle a run whose execution broke inside the worker itself (a bug, not the body's)."""
+    error = _trim("".join(traceback.format_exception(exc)))
+    log_event(logger, logging.ERROR, "jobs.worker.run-crashed", job_id=run.id, job=run.job.name,
+              attempt=run.job.attempt, error=describe(exc))
+    if run.job.attempt < run.job.max_attempts and run.spec is not None:
+        delay = backoff_delay(run.job.attempt, base=run.spec.backoff, cap=run.spec.max_backoff)
+        return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error)
+    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+
+
+def abandon(run: Run, visibility_timeout: float) -> Settlement:
+    """Hand back a job whose body ignored its cancellation on shutdown, after a visibility
+    timeout, as if this worker had died: the body may still run until the process exits."""
+    return settle(run, JobStatus.QUEUED, AttemptOutcome.INTERRUPTED, attempt_delta=-1,
+                  delay=visibility_timeout,
+                  error="the worker stopped while the body ignored its cancellation; handed "
+                        "back after the visibility timeout")
 
 
 def hand_back(run: Run) -> Settlement:
@@ -98,31 +162,23 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
     """Run ``run``'s body and return how it ended. Never raises."""
     job, spec = run.job, run.spec
     assert spec is not None
-    try:
-        args = list(job.args) if isinstance(job.args, list) else _bad("args", job.args)
-        kwargs = dict(job.kwargs) if isinstance(job.kwargs, dict) else _bad("kwargs", job.kwargs)
-        run.ledger = StepLedger(store=store, job=job, scope=run.scope)
-        ctx = JobContext(job_id=job.id, name=job.name, attempt=job.attempt,
-                         max_attempts=job.max_attempts, queue=job.queue, worker_id=worker_id,
-                         enqueued_by=job.enqueued_by, scope=run.scope, ledger=run.ledger)
-        call_args = [ctx, *args] if spec.takes_context else args
-    except Exception:
-        return _failed(run, traceback.format_exc())
+    with job_span(job.name, _span_attributes(job), job.traceparent, job.tracestate) as span:
+        try:
+            args = list(job.args) if isinstance(job.args, list) else _bad("args", job.args)
+            kwargs = (dict(job.kwargs) if isinstance(job.kwargs, dict)
+                      else _bad("kwargs", job.kwargs))
+            run.ledger = StepLedger(store=store, job=job, scope=run.scope)
+            ctx = JobContext(job_id=job.id, name=job.name, attempt=job.attempt,
+                             max_attempts=job.max_attempts, queue=job.queue, worker_id=worker_id,
+                             enqueued_by=job.enqueued_by, scope=run.scope, ledger=run.ledger)
+            call_args = [ctx, *args] if spec.takes_context else args
+        except Exception as exc:
+            _record_exception(span, exc)
+            span.set_status(Status(StatusCode.ERROR, describe(exc)))
+            span.set_attribute("job.outcome", AttemptOutcome.FAILED)
+            return _failed(run, traceback.format_exc())
 
-    attributes: dict[str, Any] = {
-        "job.name": job.name,
-        "job.id": job.id,
-        "job.attempt": job.attempt,
-        "messaging.system": "django_ultjobs",
-        "messaging.operation.type": "process",
-        "messaging.destination.name": job.queue,
-        "messaging.message.id": str(job.id),
-    }
-    if job.enqueued_by:
-        attributes["job.enqueued_by"] = job.enqueued_by
-
-    on_started()
-    with job_span(job.name, attributes, job.traceparent, job.tracestate) as span:
+        on_started()
         try:
             with acting_as(f"job:{job.id}"):
                 result = _call(spec.func, call_args, kwargs)
@@ -140,9 +196,27 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
                           wait_after=suspend.wait_after)
         except BaseException as exc:  # a job's sys.exit() must not kill the worker thread
             return _on_exception(run, span, exc)
+        reason = run.scope.reason
+        if isinstance(reason, JobSlotLostError):
+            # The body ignored the loss and finished: its result stands (the job succeeded), but
+            # the attempt is recorded as slot_lost so the admin shows the cap was not held.
+            span.set_attribute("job.outcome", AttemptOutcome.SLOT_LOST)
+            return settle(run, JobStatus.SUCCEEDED, AttemptOutcome.SLOT_LOST,
+                          result_json=result_json,
+                          error=f"{reason}; the body finished anyway and its result was kept")
         span.set_attribute("job.outcome", AttemptOutcome.SUCCEEDED)
         return settle(run, JobStatus.SUCCEEDED, AttemptOutcome.SUCCEEDED,
                       result_json=result_json)
+
+
+def _record_exception(span: Span, exc: BaseException) -> None:
+    # The SDK formats str(exc); an exception that cannot print itself must not take the run's
+    # settle down with it.
+    try:
+        span.record_exception(exc)
+    except Exception:
+        span.add_event("exception", {"exception.type": type(exc).__qualname__,
+                                     "exception.message": describe(exc)})
 
 
 def _call(func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -162,11 +236,12 @@ def _on_exception(run: Run, span: Span, exc: BaseException) -> Settlement:
         # The body unwound because the run was cancelled: the cause decides what happens next,
         # not the exception the unwinding happened to raise.
         span.add_event("job.cancelled", {"job.cancel_cause": reason.cause, "message": str(reason)})
-        span.set_attribute("job.outcome", reason.cause)
         span.set_status(Status(StatusCode.ERROR, str(reason)))
-        return _on_cancelled(run, reason)
-    span.record_exception(exc)
-    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        settlement = _on_cancelled(run, reason)
+        span.set_attribute("job.outcome", settlement.outcome or reason.cause)
+        return settlement
+    _record_exception(span, exc)
+    span.set_status(Status(StatusCode.ERROR, describe(exc)))
     error = _trim("".join(traceback.format_exception(exc)))
     job, spec = run.job, run.spec
     assert spec is not None
@@ -175,7 +250,7 @@ def _on_exception(run: Run, span: Span, exc: BaseException) -> Settlement:
         span.set_attribute("job.outcome", AttemptOutcome.RETRYING)
         log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id, job=job.name,
                   attempt=job.attempt, max_attempts=job.max_attempts, delay=round(delay, 3),
-                  error=f"{type(exc).__name__}: {exc}")
+                  error=describe(exc))
         return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error)
     span.set_attribute("job.outcome", AttemptOutcome.FAILED)
     return _failed(run, error)

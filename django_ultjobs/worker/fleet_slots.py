@@ -78,6 +78,9 @@ class FleetSlots:
             # renewing it — extending a slot this worker no longer holds would push out
             # somebody else's expiry — and cancel the run (rule 8).
             run.slot_lost = True
+            if run.settling:
+                # The body is over: the release may simply have landed first. Nothing to cancel.
+                continue
             log_event(logger, logging.ERROR, "jobs.worker.slot-lost",
                       worker_id=self.worker_id, job_id=run.id, lease_key=lease.key,
                       slot=lease.slot)
@@ -90,7 +93,9 @@ class FleetSlots:
         An error is logged and swallowed: the slot expires on its own TTL, and bookkeeping must
         never turn a settled job into a failed settle.
         """
-        held = [r.lease for r in runs if r.lease is not None and not r.slot_lost]
+        # An abandoned run's body may still be running: its slot is left to lapse on its TTL.
+        held = [r.lease for r in runs if r.lease is not None and not r.slot_lost
+                and not r.abandoned]
         if not held or self.leases is None:
             return
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -9,7 +10,10 @@ from collections.abc import Callable
 
 from django.db import connections
 
+from ..logs import log_event
 from .runs import Run
+
+logger = logging.getLogger("django_ultjobs.worker")
 
 
 class ExecutorPool:
@@ -79,6 +83,11 @@ class ExecutorPool:
                     return
                 try:
                     self._handler(run)
+                except BaseException as exc:
+                    # The handler settles every run itself; if even that broke, this thread
+                    # must survive it, or the pool would count a dead thread as free forever.
+                    log_event(logger, logging.ERROR, "jobs.worker.executor-error",
+                              error=repr(exc))
                 finally:
                     # Hold nothing of a finished run while idle (rule 13): the next get() may
                     # block for hours, and this local kept the Run, its cancel scope and its

@@ -28,10 +28,30 @@ class Run:
     done: threading.Event = field(default_factory=threading.Event)
     #: The run's durable step history (steps it ran and replayed), once the body starts.
     ledger: StepLedger | None = None
+    #: Set when a draining worker gave up on a body that ignored its cancellation: the job is
+    #: handed back on the schedule of a dead worker and the slot is left to lapse, because the
+    #: body may still be running (rule 5 holds only if nobody else can start it meanwhile).
+    abandoned: bool = False
+    _settle_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def id(self) -> int:
         return self.job.id
+
+    @property
+    def key(self) -> tuple[int, str]:
+        """The run's identity: the job AND the claim. The same worker can claim its own job
+        again after the lease lapsed (a long database blip); that is another run."""
+        return (self.job.id, self.job.token)
+
+    def start_settling(self) -> bool:
+        """Mark the run's outcome as decided; True for exactly one caller (the body finishing
+        and a drain giving up on it can race)."""
+        with self._settle_lock:
+            if self.settling:
+                return False
+            self.settling = True
+            return True
 
 
 class RunRegistry:
@@ -39,20 +59,25 @@ class RunRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[int, Run] = {}
+        self._runs: dict[tuple[int, str], Run] = {}
 
     def add(self, run: Run) -> None:
         with self._lock:
-            self._runs[run.id] = run
+            self._runs[run.key] = run
 
     def remove(self, run: Run) -> None:
         with self._lock:
-            if self._runs.get(run.id) is run:
-                del self._runs[run.id]
+            if self._runs.get(run.key) is run:
+                del self._runs[run.key]
 
     def contains(self, run: Run) -> bool:
         with self._lock:
-            return self._runs.get(run.id) is run
+            return self._runs.get(run.key) is run
+
+    def others_of(self, run: Run) -> list[Run]:
+        """Older runs of the same job in this worker (their claims have lapsed)."""
+        with self._lock:
+            return [r for key, r in self._runs.items() if key[0] == run.id and r is not run]
 
     def snapshot(self) -> list[Run]:
         with self._lock:

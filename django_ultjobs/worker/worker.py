@@ -19,13 +19,19 @@ from typing import Any
 
 from django.db import connections
 
-from ..exceptions import JobConfigurationError, WorkerShutdownError
+from ..exceptions import JobConfigurationError, LeaseLostError, WorkerShutdownError
 from ..logs import log_event
 from ..models import AttemptOutcome
 from ..registry import get_job, registered_jobs
 from ..store import ClaimedJob, Clock, JobStore, LostAttempt, get_store
 from .completer import Completer
-from .executor import decide_before_run, hand_back, run_job, slot_unavailable
+from .executor import (
+    abandon,
+    decide_before_run,
+    failed_by_worker,
+    run_job,
+    slot_unavailable,
+)
 from .fleet_slots import FleetSlots
 from .listener import Listener
 from .options import WorkerOptions
@@ -188,6 +194,12 @@ class Worker:
         started = 0
         for job in claimed:
             run = Run(job=job, spec=get_job(job.name))
+            for older in self.registry.others_of(run):
+                # This worker claimed its own job again: the older run's lease lapsed (a
+                # database outage longer than the timeout). It is another claim now.
+                older.scope.cancel(LeaseLostError(
+                    f"job {job.name!r} (id {job.id}) lost its lease: it was claimed again "
+                    "after the lease lapsed"))
             decided = decide_before_run(run)
             if decided is not None:
                 self.completer.submit(run, decided)
@@ -241,10 +253,16 @@ class Worker:
     def _execute(self, run: Run) -> None:
         """Run one job on an executor thread and hand its outcome to the completer."""
         try:
-            settlement = run_job(run, store=self.store, worker_id=self.worker_id,
-                                 on_started=lambda: self.registry.add(run))
-            if not run.settling:  # a drain that gave up on this run has handed it back already
-                self.completer.submit(run, settlement)
+            try:
+                settlement = run_job(run, store=self.store, worker_id=self.worker_id,
+                                     on_started=lambda: self.registry.add(run))
+            except BaseException as exc:
+                # run_job turns every outcome into a settlement; this is the guard for a bug in
+                # that (or an exception no str() can print): the run must still be settled, or
+                # its job stays running forever under this worker's heartbeat.
+                settlement = failed_by_worker(run, exc)
+            # False when a drain that gave up on this run has handed it back already.
+            self.completer.submit(run, settlement)
         finally:
             with self._executing_lock:
                 self._executing.discard(run)
@@ -266,12 +284,15 @@ class Worker:
                     "is handed back to the queue"))
             self.pool.wait_idle(self.options.cancel_wait)
         for run in self._executing_snapshot():
-            if not run.settling:
+            # Handed back on a dead worker's schedule, its slot left to lapse: the body may run on
+            # until the process exits, and nobody else may start the job (or take the slot) while
+            # it does.
+            run.abandoned = True
+            if self.completer.submit(run, abandon(run, self.options.visibility_timeout)):
                 log_event(logger, logging.WARNING, "jobs.worker.run-abandoned",
                           worker_id=self.worker_id, job_id=run.id,
-                          note="the body ignored its cancellation; handed back, and the "
-                               "process exit stops it")
-                self.completer.submit(run, hand_back(run))
+                          note="the body ignored its cancellation; handed back after the "
+                               "visibility timeout, and the process exit stops it")
         self.completer.stop(timeout=max(10.0, self.options.heartbeat_interval))
         self.ticker.stop()
         self.pool.stop(timeout=0.5)

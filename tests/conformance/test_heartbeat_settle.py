@@ -221,15 +221,21 @@ def test_a_retry_with_delay_is_invisible_until_due(cstore: JobStore, clock: Fake
     assert (retried.id, retried.attempt, retried.redelivered_from) == (job_id, 2, None)
 
 
-def test_cancel_requested_is_cleared_by_a_retry_and_kept_by_a_cancel(cstore: JobStore,
-                                                                     alias: str) -> None:
-    first, second = enqueue(cstore, new_job(), new_job())
+def test_a_cancel_request_outlives_a_retry_and_is_cleared_by_a_finish(cstore: JobStore,
+                                                                      alias: str) -> None:
+    # A cancel request that arrives while a run ends some other way (a retry, a wait, a
+    # hand-back) must not be forgotten: the next claim sees it and cancels instead of running.
+    first, second, third = enqueue(cstore, new_job(), new_job(), new_job())
     Job.objects.using(alias).update(cancel_requested=True)
     jobs = {j.id: j for j in claim(cstore)}
     cstore.settle([settlement(jobs[first], "queued", outcome="retrying"),
-                   settlement(jobs[second], "cancelled", outcome="cancelled")], "w1")
-    assert row(alias, first).cancel_requested is False
+                   settlement(jobs[second], "cancelled", outcome="cancelled"),
+                   settlement(jobs[third], "succeeded", outcome="succeeded")], "w1")
+    assert row(alias, first).cancel_requested is True
     assert row(alias, second).cancel_requested is True
+    assert row(alias, third).cancel_requested is False
+    (again,) = claim(cstore)
+    assert again.id == first and again.cancel_requested is True
 
 
 def test_an_error_text_the_database_cannot_hold_does_not_poison_the_batch(

@@ -72,3 +72,35 @@ def step_then_block(ctx: JobContext, path: str) -> str:
         ctx.wait(0.01)
     ctx.step("two", lambda: _mark(ctx, "fn:two"))
     return "done"
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot print itself")
+
+
+@job(max_attempts=1)
+def raises_unprintable() -> None:
+    raise Unprintable()
+
+
+@job(takes_context=True, max_attempts=3, backoff=0.0)
+def cancel_myself_then_fail(ctx: JobContext) -> None:
+    """Asks for its own cancellation, then fails before any heartbeat can deliver it."""
+    from django_ultjobs.conf import get_settings
+    from django_ultjobs.models import Job
+
+    _mark(ctx, "ran")
+    Job.objects.using(get_settings().DATABASE).filter(pk=ctx.job_id).update(
+        cancel_requested=True)
+    raise RuntimeError("fails right after the cancel request")
+
+
+@job(takes_context=True, max_attempts=1)
+def wait_paid(ctx: JobContext) -> dict:
+    return ctx.wait_for_event("paid", match={"paid": True}, timeout=30)
+
+
+@job(takes_context=True, max_attempts=1)
+def nested_match(ctx: JobContext) -> None:
+    ctx.wait_for_event("x", match={"addr": {"city": "X"}})

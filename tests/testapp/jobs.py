@@ -191,3 +191,9 @@ def capped_clocked(ctx: JobContext, label: str = "capped", seconds: float = 0.05
                    path: str = "") -> int:
     """``capped`` (concurrency=2) logged in the jobs database on its clock."""
     return _clocked_run(ctx, label, seconds, path)
+
+
+@job(takes_context=True, concurrency=1, max_attempts=3)
+def capped_ignoring(ctx: JobContext, seconds: float) -> None:
+    """A capped job whose body never looks at its cancellation."""
+    time.sleep(seconds)
