@@ -48,7 +48,7 @@ class Completer:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, run: Run, settlement: Settlement) -> bool:
+    def submit(self, run: Run, settlement: Settlement, *, abandoned: bool = False) -> bool:
         """Queue ``run``'s settle, once; return False if its outcome was already decided.
 
         From here on a heartbeat "no" cannot cancel the run. The run is (or stays) registered,
@@ -57,6 +57,9 @@ class Completer:
         """
         if not run.start_settling():
             return False
+        # Only the caller that decided the outcome may say the body was abandoned (its slot is
+        # then left to lapse); a body that finished first releases its slot as usual.
+        run.abandoned = abandoned
         self.registry.add(run)
         with self._lock:
             self._pending += 1

@@ -287,8 +287,8 @@ class Worker:
             # Handed back on a dead worker's schedule, its slot left to lapse: the body may run on
             # until the process exits, and nobody else may start the job (or take the slot) while
             # it does.
-            run.abandoned = True
-            if self.completer.submit(run, abandon(run, self.options.visibility_timeout)):
+            if self.completer.submit(run, abandon(run, self.options.visibility_timeout),
+                                     abandoned=True):
                 log_event(logger, logging.WARNING, "jobs.worker.run-abandoned",
                           worker_id=self.worker_id, job_id=run.id,
                           note="the body ignored its cancellation; handed back after the "

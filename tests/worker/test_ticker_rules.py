@@ -1,0 +1,241 @@
+"""The ticker, fleet slots and executor driven by hand: no threads, no database, no timing.
+
+Engine-agnostic: these pin how the worker READS the store's answers (an exception is not a "no",
+an absent row is), which is the same code on every engine. ``test_worker_rules.py`` proves the
+same rules end to end on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+
+from django_ultjobs.exceptions import CancelRequestedError, JobSlotLostError, LeaseLostError
+from django_ultjobs.models import AttemptOutcome, JobStatus
+from django_ultjobs.registry import get_job
+from django_ultjobs.store import ClaimedJob, HeldLease
+from django_ultjobs.worker.executor import run_job
+from django_ultjobs.worker.fleet_slots import FleetSlots, lease_key
+from django_ultjobs.worker.runs import Run, RunRegistry
+from django_ultjobs.worker.ticker import Ticker
+
+WORKER = "host:1:abcdef"
+#: What run_job hands the step ledger; these jobs write no steps, so it is never called.
+STORE: Any = None
+
+
+def claimed(job_id: int = 1, name: str = "record", *, args: Any = None,
+            kwargs: Any = None) -> ClaimedJob:
+    return ClaimedJob(
+        id=job_id, name=name, queue="default", priority=0,
+        args=[] if args is None else args, kwargs={} if kwargs is None else kwargs,
+        attempt=1, max_attempts=3, token=str(uuid.uuid4()), traceparent="", tracestate="",
+        enqueued_by="", cancel_requested=False, claimed_at=datetime.now(UTC),
+    )
+
+
+class StubStore:
+    """Answers ``heartbeat`` with whatever the test sets (an exception is raised)."""
+
+    def __init__(self) -> None:
+        self.answer: dict[int, bool] | Exception = {}
+        self.heartbeats: list[list[tuple[int, str]]] = []
+
+    def heartbeat(self, runs: Sequence[tuple[int, str]], visibility_timeout: float,
+                  ) -> dict[int, bool]:
+        self.heartbeats.append(list(runs))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def worker_touch(self, worker_id: str, in_flight: int) -> None:
+        pass
+
+
+class StubLeases:
+    """A lease store whose every call is recorded; ``renew_many`` answers what the test sets."""
+
+    def __init__(self) -> None:
+        self.renewed: set[tuple[str, int]] | Exception = set()
+        self.renew_calls: list[list[HeldLease]] = []
+        self.release_error: Exception | None = None
+        self.released: list[list[HeldLease]] = []
+        self.acquired: list[tuple[str, int, float, str]] = []
+
+    def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
+        self.acquired.append((key, limit, ttl, holder))
+        return HeldLease(key=key, slot=0, holder=holder, expires_at=datetime.now(UTC))
+
+    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+        self.renew_calls.append(list(held))
+        if isinstance(self.renewed, Exception):
+            raise self.renewed
+        return self.renewed
+
+    def release_many(self, held: Sequence[HeldLease]) -> None:
+        self.released.append(list(held))
+        if self.release_error is not None:
+            raise self.release_error
+
+
+def make_ticker() -> tuple[Ticker, StubStore, StubLeases, RunRegistry]:
+    store, leases, registry = StubStore(), StubLeases(), RunRegistry()
+    slots = FleetSlots(leases, WORKER, ttl=3.0)  # type: ignore[arg-type]
+    ticker = Ticker(store=store, registry=registry, slots=slots,  # type: ignore[arg-type]
+                    worker_id=WORKER, visibility_timeout=3.0, interval=0.5)
+    return ticker, store, leases, registry
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, Any]]:
+    return [r.ultjobs for r in list(caplog.records)
+            if getattr(r, "ultjobs_event", None) == name]
+
+
+def test_failing_heartbeat_is_not_a_lost_lease_only_an_explicit_no_is(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # rule 2: an exception is retried on the next tick; rule 3: an absent row cancels.
+    caplog.set_level(logging.INFO, logger="django_ultjobs")
+    ticker, store, _, registry = make_ticker()
+    run = Run(job=claimed(), spec=get_job("record"))
+    registry.add(run)
+
+    store.answer = OperationalError("server closed the connection unexpectedly")
+    for _ in range(5):
+        ticker.tick()
+    assert len(store.heartbeats) == 5, "every tick must retry the heartbeat"
+    assert not run.scope.cancelled
+    assert len(events(caplog, "jobs.worker.heartbeat-failed")) == 5
+    assert events(caplog, "jobs.worker.lease-lost") == []
+
+    store.answer = {run.id: False}  # held, nobody asked to cancel: a falsy answer is not a "no"
+    ticker.tick()
+    assert not run.scope.cancelled
+
+    store.answer = {}  # the explicit "no": no row matched the fence
+    ticker.tick()
+    assert isinstance(run.scope.reason, LeaseLostError)
+    assert events(caplog, "jobs.worker.lease-lost") == [
+        {"worker_id": WORKER, "job_id": run.id, "attempt": 1}]
+
+
+def test_heartbeat_no_for_a_settling_run_is_not_a_loss() -> None:
+    # rule 4: a run whose settle is being written may simply have settled first.
+    ticker, store, _, registry = make_ticker()
+    run = Run(job=claimed(), spec=get_job("record"))
+    run.settling = True
+    registry.add(run)
+    store.answer = {}
+    ticker.tick()
+    assert not run.scope.cancelled
+
+
+def test_cancel_requested_answer_cancels_with_cancel_requested() -> None:
+    # rule 3: a job cancelled from outside stops at the next heartbeat.
+    ticker, store, _, registry = make_ticker()
+    run = Run(job=claimed(), spec=get_job("record"))
+    registry.add(run)
+    store.answer = {run.id: True}
+    ticker.tick()
+    assert isinstance(run.scope.reason, CancelRequestedError)
+
+
+def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops_renewal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # rule 2 (for slots), rules 7 and 8.
+    caplog.set_level(logging.INFO, logger="django_ultjobs")
+    ticker, store, leases, registry = make_ticker()
+    run = Run(job=claimed(7, "capped"), spec=get_job("capped"))
+    assert ticker.slots.acquire(run)
+    lease = run.lease
+    assert lease is not None and lease.holder == f"{WORKER}:7"
+    registry.add(run)
+    store.answer = {run.id: False}
+
+    leases.renewed = OperationalError("database is locked")
+    for _ in range(4):
+        ticker.tick()
+    assert len(leases.renew_calls) == 4
+    assert not run.scope.cancelled and not run.slot_lost
+    assert len(events(caplog, "jobs.worker.slot-renew-failed")) == 4
+
+    leases.renewed = {(lease.key, lease.slot)}
+    ticker.tick()
+    assert not run.scope.cancelled
+
+    leases.renewed = set()  # another holder took it, or it lapsed
+    ticker.tick()
+    assert isinstance(run.scope.reason, JobSlotLostError)
+    assert (run.scope.reason.key, run.scope.reason.slot) == (lease_key("capped"), 0)
+    assert run.slot_lost
+    assert events(caplog, "jobs.worker.slot-lost") == [
+        {"worker_id": WORKER, "job_id": 7, "lease_key": "job:capped", "slot": 0}]
+
+    # Renewal stops: extending a slot this worker no longer holds would push out someone else's.
+    calls = len(leases.renew_calls)
+    leases.renewed = {(lease.key, lease.slot)}
+    for _ in range(3):
+        ticker.tick()
+    assert all(lease not in call for call in leases.renew_calls[calls:])
+    assert len(events(caplog, "jobs.worker.slot-lost")) == 1
+
+    # ... and a lost slot is not "released" either (it may be somebody else's row now).
+    ticker.slots.release([run])
+    assert leases.released == []
+
+
+def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFixture) -> None:
+    # rule 9
+    caplog.set_level(logging.INFO, logger="django_ultjobs")
+    ticker, _, leases, _ = make_ticker()
+    run = Run(job=claimed(3, "capped"), spec=get_job("capped"))
+    assert ticker.slots.acquire(run)
+    leases.release_error = OperationalError("deadlock detected")
+    ticker.slots.release([run])  # must not raise
+    assert len(leases.released) == 1
+    (logged,) = events(caplog, "jobs.worker.lease-release-failed")
+    assert logged["worker_id"] == WORKER and "3" in logged["job_ids"]
+
+
+def test_job_without_concurrency_never_touches_the_lease_store() -> None:
+    # rule 5
+    ticker, store, leases, registry = make_ticker()
+    run = Run(job=claimed(5, "record"), spec=get_job("record"))
+    assert ticker.slots.acquire(run) is True
+    assert run.lease is None
+    registry.add(run)
+    store.answer = {run.id: False}
+    ticker.tick()
+    ticker.slots.release([run])
+    assert (leases.acquired, leases.renew_calls, leases.released) == ([], [], [])
+
+
+@pytest.mark.parametrize(("args", "kwargs", "what"), [
+    ({"x": 1}, {}, "args"),
+    ([], ["not", "a", "dict"], "kwargs"),
+])
+def test_bad_stored_arguments_fail_before_the_run_is_started(args: Any, kwargs: Any,
+                                                              what: str) -> None:
+    # rule 13: anything that can raise happens before the run is put under the ticker.
+    run = Run(job=claimed(9, "add", args=args, kwargs=kwargs), spec=get_job("add"))
+    started: list[int] = []
+    settlement = run_job(run, store=STORE, worker_id=WORKER,
+                         on_started=lambda: started.append(run.id))
+    assert started == []
+    assert (settlement.status, settlement.outcome) == (JobStatus.FAILED, AttemptOutcome.FAILED)
+    assert settlement.error is not None and f"the stored {what} of this job" in settlement.error
+
+
+def test_good_arguments_start_the_run_once() -> None:
+    # rule 13: the counterpart of the test above, so it cannot pass by never calling on_started.
+    run = Run(job=claimed(10, "add", args=[2, 3]), spec=get_job("add"))
+    started: list[int] = []
+    settlement = run_job(run, store=STORE, worker_id=WORKER,
+                         on_started=lambda: started.append(run.id))
+    assert started == [10]
+    assert (settlement.status, settlement.result_json) == (JobStatus.SUCCEEDED, "5")

@@ -1,0 +1,665 @@
+"""The worker's rules, proved in-process against a real Worker on SQLite and PostgreSQL.
+
+Failures are injected by wrapping the real store (a subclass of the engine's store overriding one
+method) or by writing the job tables through the ORM, as another worker or the admin would. Every
+wait is a condition with a deadline (``wait_until``), never a sleep.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import OperationalError, connections
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from django_ultjobs import registry as job_registry
+from django_ultjobs.exceptions import (
+    CancelRequestedError,
+    JobSlotLostError,
+    LeaseLostError,
+    WorkerShutdownError,
+)
+from django_ultjobs.models import Job, JobAttempt, JobLease
+from django_ultjobs.models import Worker as WorkerRow
+from django_ultjobs.store import HeldLease, JobStore, NewJob, Settlement, get_store
+from django_ultjobs.worker import Worker
+from django_ultjobs.worker import worker as worker_module
+from django_ultjobs.worker.runs import Run
+from tests.conftest import running_worker, wait_until
+from tests.testapp import jobs as testjobs
+from tests.testapp.jobs import (
+    add,
+    block_until,
+    capped,
+    flaky,
+    ignore_cancel,
+    record,
+    worker_always_fails,
+    worker_fails_with_backoff,
+    worker_serial_block_until,
+    worker_weakref_probe,
+)
+from tests.testapp.models import RunLog
+from tests.worker.stores import no_lease_store_path
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+#: Short leases so lapses and ticks happen within a test, and several ticks fit in a lease.
+FAST = {"visibility_timeout": 3.0, "heartbeat_interval": 0.2}
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def row(alias: str, job_id: int) -> Job:
+    return Job.objects.using(alias).get(id=job_id)
+
+
+def attempts(alias: str, job_id: int) -> list[tuple[int, str]]:
+    return list(JobAttempt.objects.using(alias).filter(job_id=job_id)
+                .order_by("id").values_list("attempt", "outcome"))
+
+
+def status_is(alias: str, job_id: int, *statuses: str) -> Callable[[], bool]:
+    return lambda: row(alias, job_id).status in statuses
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str, **match: Any) -> list[dict[str, Any]]:
+    """The structured fields of every ``name`` event logged so far that match ``match``."""
+    found = []
+    for record_ in list(caplog.records):
+        if getattr(record_, "ultjobs_event", None) != name:
+            continue
+        fields = record_.ultjobs
+        if all(fields.get(k) == v for k, v in match.items()):
+            found.append(fields)
+    return found
+
+
+def running_run(worker: Worker, job_id: int) -> Run:
+    """Wait until ``job_id`` is running under the ticker in ``worker``; return its Run."""
+    return wait_until(lambda: next((r for r in worker.registry.snapshot() if r.id == job_id),
+                                   None), message=f"job {job_id} running")
+
+
+def started(job_id: int) -> Callable[[], bool]:
+    return lambda: RunLog.objects.filter(job_id=job_id).exists()
+
+
+def engine_store(alias: str) -> type[JobStore]:
+    return type(get_store(alias))
+
+
+@pytest.fixture
+def info_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="django_ultjobs")
+    return caplog
+
+
+@pytest.fixture
+def go(tmp_path: Path) -> Path:
+    """A file whose creation lets ``block_until`` style jobs finish."""
+    return tmp_path / "go"
+
+
+# -- rule 2: a failed heartbeat or renewal is not a loss ----------------------------------------
+
+
+def test_heartbeat_that_raises_is_not_a_lost_lease(alias: str, go: Path,
+                                                   info_logs: pytest.LogCaptureFixture) -> None:
+    # rule 2
+    failures = 5
+
+    class BlippingHeartbeat(engine_store(alias)):  # type: ignore[misc,valid-type]
+        failed = 0
+
+        def heartbeat(self, runs: Sequence[tuple[int, str]], visibility_timeout: float,
+                      ) -> dict[int, bool]:
+            if self.failed < failures:
+                self.failed += 1
+                raise OperationalError("server closed the connection unexpectedly")
+            return super().heartbeat(runs, visibility_timeout)
+
+    store = BlippingHeartbeat(alias)
+    job = block_until.enqueue(str(go))
+    with running_worker(alias, store=store, **FAST) as worker:
+        run = running_run(worker, job.id)
+        wait_until(lambda: store.failed == failures, message="heartbeats failing")
+        go.touch()
+        wait_until(status_is(alias, job.id, "succeeded", "failed", "queued", "cancelled"))
+    assert not run.scope.cancelled
+    assert (row(alias, job.id).status, row(alias, job.id).attempt) == ("succeeded", 1)
+    assert attempts(alias, job.id) == [(1, "succeeded")]
+    assert RunLog.objects.filter(job_id=job.id).count() == 1
+    assert len(events(info_logs, "jobs.worker.heartbeat-failed")) >= failures
+    assert events(info_logs, "jobs.worker.lease-lost") == []
+
+
+def test_slot_renewal_that_raises_is_not_a_lost_slot(alias: str, go: Path,
+                                                     info_logs: pytest.LogCaptureFixture) -> None:
+    # rule 2 (the same reasoning for the slot), rule 7
+    failures = 5
+
+    class BlippingRenewal(engine_store(alias)):  # type: ignore[misc,valid-type]
+        failed = 0
+
+        def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+            if self.failed < failures:
+                self.failed += 1
+                raise OperationalError("could not serialize access")
+            return super().renew_many(held, ttl)
+
+    store = BlippingRenewal(alias)
+    job = worker_serial_block_until.enqueue(str(go))
+    with running_worker(alias, store=store, **FAST) as worker:
+        run = running_run(worker, job.id)
+        wait_until(lambda: store.failed == failures, message="renewals failing")
+        assert JobLease.objects.using(alias).filter(
+            holder=f"{worker.worker_id}:{job.id}").exists()
+        go.touch()
+        wait_until(status_is(alias, job.id, "succeeded", "failed", "queued", "cancelled"))
+        wait_until(lambda: not JobLease.objects.using(alias).exists(), message="slot released")
+    assert not run.scope.cancelled and not run.slot_lost
+    assert attempts(alias, job.id) == [(1, "succeeded")]
+    assert len(events(info_logs, "jobs.worker.slot-renew-failed")) >= failures
+    assert events(info_logs, "jobs.worker.slot-lost") == []
+
+
+# -- rules 3 and 4: a lost lease cancels the run; its late settle changes nothing ------------------
+
+
+def test_lost_lease_cancels_the_run_and_its_late_settle_changes_nothing(
+        alias: str, go: Path, info_logs: pytest.LogCaptureFixture) -> None:
+    # rule 3, rule 4
+    job = block_until.enqueue(str(go))
+    with running_worker(alias, **FAST) as worker:
+        run = running_run(worker, job.id)
+        wait_until(started(job.id))
+        # Another worker claims the row (as if this one had been presumed dead).
+        thief_token = uuid.uuid4()
+        Job.objects.using(alias).filter(id=job.id).update(
+            claim_token=thief_token, worker_id="thief",
+            visible_at=timezone.now() + timedelta(hours=1))
+        wait_until(lambda: events(info_logs, "jobs.worker.settle-stale", job_id=job.id),
+                   message="the late settle")
+        assert worker.completer.stale == 1
+    assert isinstance(run.scope.reason, LeaseLostError)
+    assert events(info_logs, "jobs.worker.lease-lost", job_id=job.id,
+                  worker_id=worker.worker_id)
+    # The stale "done" changed nothing: the row is still the thief's, untouched.
+    after = row(alias, job.id)
+    assert (after.status, after.claim_token, after.worker_id, after.attempt, after.last_error) \
+        == ("running", thief_token, "thief", 1, "")
+    assert attempts(alias, job.id) == []
+
+
+def test_cancel_requested_from_outside_cancels_the_run(alias: str, go: Path) -> None:
+    # rule 3 (a job cancelled from outside stops at the next heartbeat)
+    job = block_until.enqueue(str(go))
+    with running_worker(alias, **FAST) as worker:
+        run = running_run(worker, job.id)
+        wait_until(started(job.id))
+        Job.objects.using(alias).filter(id=job.id).update(cancel_requested=True)
+        wait_until(status_is(alias, job.id, "cancelled", "succeeded", "failed", "queued"))
+    assert isinstance(run.scope.reason, CancelRequestedError)
+    assert row(alias, job.id).status == "cancelled"
+    assert attempts(alias, job.id) == [(1, "cancelled")]
+    assert RunLog.objects.get(job_id=job.id).ended_at is None  # the body never finished
+
+
+# -- rule 8: a lost slot cancels the run, is recorded, and the job runs again -------------------
+
+
+class RecordingRenewals:
+    """Mixin: every renew_many call's leases (by identity) and what it answered."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.renewals: list[tuple[list[HeldLease], set[tuple[str, int]]]] = []
+
+    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+        renewed = super().renew_many(held, ttl)  # type: ignore[misc]
+        self.renewals.append((list(held), renewed))
+        return renewed
+
+
+@pytest.mark.parametrize("how", ["taken", "lapsed", "deleted"])
+def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
+        alias: str, go: Path, how: str, info_logs: pytest.LogCaptureFixture) -> None:
+    # rule 8 (and rule 7: a lapsed slot answers "no" and never revives itself)
+    store_cls = type("RecordingStore", (RecordingRenewals, engine_store(alias)), {})
+    store = store_cls(alias)
+    job = worker_serial_block_until.enqueue(str(go))
+    key = "job:worker_serial_block_until"
+    with running_worker(alias, store=store, **FAST) as worker:
+        run = running_run(worker, job.id)
+        lease = run.lease
+        assert lease is not None and (lease.key, lease.slot) == (key, 0)
+        holder = f"{worker.worker_id}:{job.id}"
+        leases = JobLease.objects.using(alias).filter(key=key, slot=0)
+        wait_until(lambda: any(lease in h and (key, 0) in r for h, r in store.renewals),
+                   message="one successful renewal")
+        intruder_expiry = timezone.now() + timedelta(seconds=1.5)
+        if how == "taken":
+            assert leases.filter(holder=holder).update(holder="intruder:1",
+                                                      expires_at=intruder_expiry) == 1
+        elif how == "lapsed":
+            assert leases.filter(holder=holder).update(
+                expires_at=timezone.now() - timedelta(seconds=1)) == 1
+        else:
+            assert leases.filter(holder=holder).delete()[0] == 1
+
+        wait_until(lambda: events(info_logs, "jobs.worker.slot-lost", job_id=job.id),
+                   message="slot-lost")
+        assert events(info_logs, "jobs.worker.slot-lost") == [
+            {"worker_id": worker.worker_id, "job_id": job.id, "lease_key": key, "slot": 0}]
+        wait_until(lambda: attempts(alias, job.id), message="the slot_lost attempt")
+        if how == "taken":
+            # The old run never extends the new holder's row.
+            assert leases.get().expires_at == intruder_expiry
+        go.touch()
+        wait_until(status_is(alias, job.id, "succeeded", "failed", "cancelled"))
+        wait_until(lambda: not JobLease.objects.using(alias).exists(), message="slot released")
+
+    assert isinstance(run.scope.reason, JobSlotLostError)
+    assert run.slot_lost
+    # Renewal stopped at the "no": no later renewal carried the lost lease.
+    calls_with_lost = [i for i, (held, _) in enumerate(store.renewals)
+                       if any(h is lease for h in held)]
+    refused = [i for i in calls_with_lost if (key, 0) not in store.renewals[i][1]]
+    assert refused and refused[0] == calls_with_lost[-1], "renewed a slot after losing it"
+
+    after = row(alias, job.id)
+    assert (after.status, after.attempt) == ("succeeded", 1)  # the lost run burned nothing
+    assert attempts(alias, job.id) == [(1, "slot_lost"), (1, "succeeded")]
+    lost = JobAttempt.objects.using(alias).get(job_id=job.id, outcome="slot_lost")
+    assert (lost.slot_key, lost.slot, lost.worker_id) == (key, 0, worker.worker_id)
+    assert "lost fleet slot 0" in lost.error
+    assert RunLog.objects.filter(job_id=job.id).count() == 2
+
+
+# -- rule 9: a release that raises never fails a settle -----------------------------------------
+
+
+def test_release_that_raises_is_logged_and_the_job_still_succeeds(
+        alias: str, info_logs: pytest.LogCaptureFixture) -> None:
+    # rule 9
+    class BrokenRelease(engine_store(alias)):  # type: ignore[misc,valid-type]
+        def release_many(self, held: Sequence[HeldLease]) -> None:
+            raise OperationalError("connection reset by peer")
+
+    job = capped.enqueue(0.3)
+    with running_worker(alias, store=BrokenRelease(alias), **FAST) as worker:
+        wait_until(lambda: events(info_logs, "jobs.worker.lease-release-failed"),
+                   message="the failed release")
+        worker_id = worker.worker_id
+    assert row(alias, job.id).status == "succeeded"
+    assert attempts(alias, job.id) == [(1, "succeeded")]
+    (logged,) = events(info_logs, "jobs.worker.lease-release-failed")
+    assert logged["worker_id"] == worker_id and str(job.id) in logged["job_ids"]
+    holder = f"{worker_id}:{job.id}"
+    # The slot was left to expire on its TTL, exactly as the release failing means.
+    assert JobLease.objects.using(alias).filter(holder=holder).count() == 1
+
+
+# -- rule 5: a job without concurrency never touches the lease table ----------------------------
+
+
+def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> None:
+    # rule 5
+    touched: list[str] = []
+
+    class NoLeaseCalls(engine_store(alias)):  # type: ignore[misc,valid-type]
+        def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
+            touched.append(f"acquire {key}")
+            return super().acquire(key, limit, ttl, holder)
+
+        def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+            touched.append(f"renew {held}")
+            return super().renew_many(held, ttl)
+
+        def release_many(self, held: Sequence[HeldLease]) -> None:
+            touched.append(f"release {held}")
+            super().release_many(held)
+
+    ids = [add.enqueue(1, 2).id, record.enqueue(label="slow", seconds=1.0).id,
+           flaky.enqueue(1).id]
+    lease_rows: list[int] = []
+
+    def all_done() -> bool:
+        lease_rows.append(JobLease.objects.using(alias).count())
+        return Job.objects.using(alias).filter(id__in=ids, status="succeeded").count() == 3
+
+    with running_worker(alias, store=NoLeaseCalls(alias), **FAST):
+        wait_until(all_done)
+    assert touched == []
+    assert set(lease_rows) == {0}
+    assert JobAttempt.objects.using(alias).exclude(slot_key="").count() == 0
+
+
+# -- rule 10: no promise that does nothing -------------------------------------------------------
+
+
+def test_runjobworker_refuses_concurrency_without_a_lease_store(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule 10
+    with override_settings(ULTJOBS={"DATABASE": alias, "STORE": no_lease_store_path(alias)}):
+        assert get_store(alias).leases is None
+        with pytest.raises(CommandError) as refused:
+            call_command("runjobworker", database=alias, burst=True)
+        message = str(refused.value)
+        for name in ("capped", "serial", "worker_serial_block_until"):
+            assert name in message
+        assert not WorkerRow.objects.using(alias).exists(), "the worker started anyway"
+
+        # Only the capped jobs make it refuse: without them the same store runs jobs.
+        for name, spec in job_registry.registered_jobs().items():
+            if spec.concurrency:
+                monkeypatch.delitem(job_registry._registry, name)
+        job = add.enqueue(20, 22)
+        call_command("runjobworker", database=alias, burst=True)
+    assert (row(alias, job.id).status, row(alias, job.id).result) == ("succeeded", 42)
+
+
+# -- rule 12: an unknown job is parked, not failed ----------------------------------------------
+
+
+def test_unknown_job_is_parked_for_thirty_seconds_without_counting_an_attempt(
+        alias: str, info_logs: pytest.LogCaptureFixture) -> None:
+    # rule 12
+    (enqueued,) = get_store(alias).enqueue([NewJob(
+        name="no.such.job", queue="default", priority=0, args=[], kwargs={}, max_attempts=3)])
+    with running_worker(alias, **FAST) as worker:
+        wait_until(lambda: attempts(alias, enqueued.id), message="the parked attempt")
+        claims = worker.claims
+        wait_until(lambda: worker.claims >= claims + 3, message="more claims")
+    after = row(alias, enqueued.id)
+    assert (after.status, after.attempt) == ("queued", 0)
+    assert after.last_error == 'no job registered as "no.such.job"'
+    (parked,) = JobAttempt.objects.using(alias).filter(job_id=enqueued.id)
+    assert parked.outcome == "suspended"
+    assert parked.error == 'no job registered as "no.such.job"'
+    assert after.claim_token is None
+    hidden_for = (after.visible_at - parked.finished_at).total_seconds()
+    assert 29.0 <= hidden_for <= 31.0
+    assert events(info_logs, "jobs.worker.unknown-job", job_id=enqueued.id)
+
+
+# -- rule 13: nothing leaks ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def started_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Ids of the runs the worker put under its ticker (``run_job``'s ``on_started``)."""
+    ids: list[int] = []
+    real = worker_module.run_job
+
+    def spy(run: Run, *, on_started: Callable[[], None], **kwargs: Any) -> Settlement:
+        job_id = run.id
+
+        def on_started_spy() -> None:
+            ids.append(job_id)
+            on_started()
+
+        return real(run, on_started=on_started_spy, **kwargs)
+
+    monkeypatch.setattr(worker_module, "run_job", spy)
+    return ids
+
+
+def test_bad_stored_args_fail_cleanly_before_the_run_starts(alias: str,
+                                                            started_runs: list[int]) -> None:
+    # rule 13 (a)
+    bad = Job.objects.using(alias).create(name="capped", args={"x": 1}, kwargs={},
+                                          max_attempts=3)
+    good = capped.enqueue(0.01)
+    with running_worker(alias, **FAST):
+        wait_until(lambda: Job.objects.using(alias).filter(
+            id__in=[bad.id, good.id], status__in=["succeeded", "failed"]).count() == 2)
+        wait_until(lambda: not JobLease.objects.using(alias).exists(), message="slots released")
+    assert started_runs == [good.id]
+    failed = row(alias, bad.id)
+    assert (failed.status, failed.attempt) == ("failed", 1)
+    assert "TypeError: the stored args of this job are a dict" in failed.last_error
+    assert attempts(alias, bad.id) == [(1, "failed")]
+    assert row(alias, good.id).status == "succeeded"
+
+
+def pg_backends(alias: str) -> int:
+    with connections[alias].cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        return cur.fetchone()[0]
+
+
+def test_stopped_worker_leaves_no_thread_and_no_connection(alias: str) -> None:
+    # rule 13 (b)
+    before = set(threading.enumerate())
+    baseline = pg_backends(alias) if alias == "postgres" else None
+    ids = [record.enqueue(label=f"r{i}", seconds=0.3).id for i in range(3)] + [
+        capped.enqueue(0.3).id, flaky.enqueue(1).id]
+    with running_worker(alias, threads=3, **FAST) as worker:
+        wait_until(lambda: Job.objects.using(alias).filter(
+            id__in=ids, status="succeeded").count() == len(ids))
+        if baseline is not None:
+            assert pg_backends(alias) > baseline  # the measure sees the worker's connections
+    mine = [worker.ticker._thread, worker.completer._thread, *worker.pool._threads]
+    assert [t.name for t in mine if t.is_alive()] == []
+    leaked = [t.name for t in threading.enumerate()
+              if t not in before and t.name.startswith("ultjobs-")]
+    assert leaked == []
+    if baseline is not None:
+        # A closed connection leaves pg_stat_activity when its backend exits: wait for that.
+        wait_until(lambda: pg_backends(alias) == baseline, timeout=10,
+                   message="the worker's PostgreSQL connections closed")
+
+
+def test_nothing_of_a_run_is_held_after_it(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule 13 (c): the context, the run and its cancel scope are gone once the settle is written
+    run_refs: list[weakref.ref[Any]] = []
+    real = worker_module.run_job
+
+    def spy(run: Run, **kwargs: Any) -> Settlement:
+        run_refs.append(weakref.ref(run))
+        run_refs.append(weakref.ref(run.scope._event))  # the scope itself has __slots__
+        return real(run, **kwargs)
+
+    monkeypatch.setattr(worker_module, "run_job", spy)
+    testjobs.WORKER_CTX_REFS.clear()
+    with running_worker(alias, threads=2, **FAST) as worker:
+        ids = [worker_weakref_probe.enqueue().id for _ in range(3)]
+        wait_until(lambda: Job.objects.using(alias).filter(
+            id__in=ids, status="succeeded").count() == 3)
+        wait_until(lambda: worker.completer.pending == 0 and len(worker.registry) == 0)
+        # While the worker lives on, idle, nothing of the finished runs may be reachable.
+        gc.collect()
+        assert len(testjobs.WORKER_CTX_REFS) == 3 and len(run_refs) == 6
+        assert [ref for ref in testjobs.WORKER_CTX_REFS if ref() is not None] == []
+        assert [ref() for ref in run_refs if ref() is not None] == []
+
+
+# -- retries ------------------------------------------------------------------------------------
+
+
+def test_job_that_always_fails_ends_failed_with_its_traceback(alias: str) -> None:
+    # Bad input: retried up to max_attempts, then failed with the traceback kept
+    job = worker_always_fails.enqueue()
+    with running_worker(alias, **FAST):
+        wait_until(status_is(alias, job.id, "failed", "succeeded", "cancelled"))
+    after = row(alias, job.id)
+    assert (after.status, after.attempt, after.claim_token) == ("failed", 3, None)
+    assert after.last_error.startswith("Traceback (most recent call last):")
+    assert "ValueError: worker_always_fails broke on attempt 3" in after.last_error
+    assert after.finished_at is not None
+    assert attempts(alias, job.id) == [(1, "retrying"), (2, "retrying"), (3, "failed")]
+    assert sorted(RunLog.objects.filter(job_id=job.id).values_list("attempt", flat=True)) \
+        == [1, 2, 3]
+    retried = JobAttempt.objects.using(alias).get(job_id=job.id, attempt=1)
+    assert "worker_always_fails broke on attempt 1" in retried.error
+
+
+def test_retry_waits_for_its_backoff(alias: str) -> None:
+    # Bad input: exponential backoff with jitter (backoff=60: the retry is 30 to 60 s away)
+    job = worker_fails_with_backoff.enqueue()
+    with running_worker(alias, **FAST) as worker:
+        wait_until(lambda: attempts(alias, job.id), message="the first attempt")
+        claims = worker.claims
+        wait_until(lambda: worker.claims >= claims + 3, message="more claims")
+    after = row(alias, job.id)
+    assert (after.status, after.attempt) == ("queued", 1)
+    assert attempts(alias, job.id) == [(1, "retrying")]
+    first = JobAttempt.objects.using(alias).get(job_id=job.id)
+    delay = (after.visible_at - first.finished_at).total_seconds()
+    assert 30.0 - 0.01 <= delay <= 60.0 + 0.01
+    assert "RuntimeError: worker_fails_with_backoff failed" in after.last_error
+
+
+# -- graceful drain -----------------------------------------------------------------------------
+
+
+def test_drain_lets_short_runs_finish_and_hands_back_long_ones(
+        alias: str, go: Path, info_logs: pytest.LogCaptureFixture) -> None:
+    # graceful drain: within grace the run succeeds; past it, cancelled and handed back unburned
+    long = block_until.enqueue(str(go), label="long")
+    short = record.enqueue(label="short", seconds=1.0)
+    with running_worker(alias, grace_period=2.0, **FAST) as worker:
+        long_run, short_run = running_run(worker, long.id), running_run(worker, short.id)
+        wait_until(lambda: RunLog.objects.filter(job_id__in=[long.id, short.id]).count() == 2)
+        worker.request_stop()
+    assert short_run.scope.reason is None
+    assert (row(alias, short.id).status, row(alias, short.id).attempt) == ("succeeded", 1)
+    assert attempts(alias, short.id) == [(1, "succeeded")]
+
+    assert isinstance(long_run.scope.reason, WorkerShutdownError)
+    handed_back = row(alias, long.id)
+    assert (handed_back.status, handed_back.attempt, handed_back.claim_token) \
+        == ("queued", 0, None)
+    assert handed_back.visible_at <= timezone.now()
+    assert attempts(alias, long.id) == [(1, "interrupted")]
+    assert events(info_logs, "jobs.worker.draining", worker_id=worker.worker_id)
+
+
+def test_drain_hands_back_a_body_that_ignores_cancellation(
+        alias: str, info_logs: pytest.LogCaptureFixture) -> None:
+    # graceful drain: a body that never looks is handed back after cancel_wait; the worker stops
+    job = ignore_cancel.enqueue(4.0)
+    with running_worker(alias, grace_period=0.1, cancel_wait=0.3, **FAST) as worker:
+        running_run(worker, job.id)
+        stopping = time.monotonic()
+    stopped_in = time.monotonic() - stopping
+    try:
+        assert stopped_in < 3.2, f"the worker waited {stopped_in:.1f}s for the body"
+        after = row(alias, job.id)
+        assert (after.status, after.attempt, after.claim_token) == ("queued", 0, None)
+        assert attempts(alias, job.id) == [(1, "interrupted")]
+        assert events(info_logs, "jobs.worker.run-abandoned", job_id=job.id)
+    finally:
+        # Let the abandoned body end so its thread does not outlive this test.
+        wait_until(lambda: not any(t.is_alive() for t in worker.pool._threads), timeout=10)
+    # When it does end, it does not settle again over the hand-back.
+    assert attempts(alias, job.id) == [(1, "interrupted")]
+    assert row(alias, job.id).status == "queued"
+
+
+# -- --burst ------------------------------------------------------------------------------------
+
+
+def test_burst_drains_runnable_jobs_then_returns(alias: str) -> None:
+    # --burst: everything runnable now (retries included), nothing that is not yet due
+    now = [add.enqueue(i, i).id for i in range(5)]
+    retried = flaky.enqueue(1)  # fails once, retried at once (backoff 0)
+    later = add.using(delay=3600).enqueue(1, 1)
+    call_command("runjobworker", burst=True, database=alias, poll_interval=0.05)
+    done = Job.objects.using(alias).filter(id__in=[*now, retried.id], status="succeeded")
+    assert done.count() == 6
+    assert attempts(alias, retried.id) == [(1, "retrying"), (2, "succeeded")]
+    pending = row(alias, later.id)
+    assert (pending.status, pending.attempt) == ("queued", 0)
+    assert attempts(alias, later.id) == []
+
+
+# -- queues and priority through the real worker -------------------------------------------------
+
+
+def test_worker_never_runs_other_queues(alias: str) -> None:
+    # claim: only the worker's queues
+    other = add.using(queue="b").enqueue(1, 1)
+    mine = add.using(queue="a").enqueue(2, 2)
+    with running_worker(alias, queues=("a",), **FAST) as worker:
+        wait_until(status_is(alias, mine.id, "succeeded"))
+        claims = worker.claims
+        wait_until(lambda: worker.claims >= claims + 5, message="more claims")
+    assert (row(alias, other.id).status, row(alias, other.id).attempt) == ("queued", 0)
+    assert attempts(alias, other.id) == []
+
+
+def test_worker_runs_higher_priority_first(alias: str) -> None:
+    # claim: priority order (higher first), through the real claim loop
+    ids = [record.using(priority=p).enqueue(label=label).id
+           for p, label in [(0, "low"), (10, "high"), (5, "mid"), (0, "low2")]]
+    with running_worker(alias, threads=1, **FAST):
+        wait_until(lambda: Job.objects.using(alias).filter(
+            id__in=ids, status="succeeded").count() == 4)
+    order = list(RunLog.objects.filter(job_id__in=ids).order_by("id")
+                 .values_list("label", flat=True))
+    assert order == ["high", "mid", "low", "low2"]
+
+
+# -- the completer keeps the lease alive while a settle fails ------------------------------------
+
+
+def test_completer_keeps_the_lease_alive_while_settle_fails(
+        alias: str, info_logs: pytest.LogCaptureFixture) -> None:
+    # Batch everything hot: a failing settle is retried, its run still heartbeated (rules 1, 4)
+    outage = 2.5  # more than twice the lease below
+
+    class SettleOutage(engine_store(alias)):  # type: ignore[misc,valid-type]
+        ends: float | None = None
+        failed = 0
+        applied: list[int] = []
+
+        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+            if self.ends is None:
+                self.ends = time.monotonic() + outage
+            if time.monotonic() < self.ends:
+                self.failed += 1
+                raise OperationalError("the database system is shutting down")
+            done = super().settle(settlements, worker_id)
+            self.applied.extend(done)
+            return done
+
+    store = SettleOutage(alias)
+    job = record.enqueue(label="once")
+    with running_worker(alias, store=store, visibility_timeout=1.0,
+                        heartbeat_interval=0.2) as worker:
+        wait_until(status_is(alias, job.id, "succeeded", "failed", "cancelled"), timeout=15)
+        assert worker.completer.stale == 0
+    assert store.failed >= 3
+    assert store.applied.count(job.id) == 1
+    assert (row(alias, job.id).status, row(alias, job.id).attempt) == ("succeeded", 1)
+    assert attempts(alias, job.id) == [(1, "succeeded")]
+    assert RunLog.objects.filter(job_id=job.id).count() == 1, "re-delivered during the outage"
+    assert events(info_logs, "jobs.worker.redelivered") == []
+    assert len(events(info_logs, "jobs.worker.settle-failed")) == store.failed
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_worker_threads() -> Iterator[None]:
+    """Fail loudly if a test leaves a worker's threads running into the next one."""
+    before = set(threading.enumerate())
+    yield
+    stray = [t.name for t in threading.enumerate()
+             if t.name.startswith("ultjobs-") and t.is_alive() and t not in before]
+    assert stray == [], f"threads left running: {stray}"
