@@ -208,3 +208,39 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+# -- admin views ----------------------------------------------------------------------------------
+# Proxies, so the admin index lists each operator's question as a page of its own. No tables, and
+# no permissions of their own (default_permissions = ()): the admin governs the in-flight and
+# lost-slot pages with Job's permissions and the held slots with JobLease's (docs/admin.md).
+
+
+class InFlightJob(Job):
+    """A running job whose lease is live (``visible_at`` ahead): the admin's in-flight view."""
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = "in-flight job"
+        verbose_name_plural = "in-flight jobs"
+
+
+class HeldSlot(JobLease):
+    """A fleet slot as the admin lists it: every lease row, held or lapsed."""
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = "held slot"
+        verbose_name_plural = "held slots"
+
+
+class LostSlotCancellation(JobAttempt):
+    """A run cancelled because it lost its fleet slot (rule 8): attempts with outcome slot_lost."""
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = "lost-slot cancellation"
+        verbose_name_plural = "lost-slot cancellations"

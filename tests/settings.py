@@ -23,6 +23,9 @@ INSTALLED_APPS = [
     "django_ultjobs",
     "tests.testapp",
     "tests.stepsapp",
+    # The example's shop, driven through the test client by tests/tracing (its views are under
+    # shop/ in tests/urls.py).
+    "example_project.shop",
 ]
 
 # The queue's tests run against real engines, never a mock: SQLite in a file (threads and worker
@@ -60,9 +63,11 @@ DATABASE_ROUTERS = ["tests.routers.FollowJobsDatabase"]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_ultjobs.middleware.EnqueuedByMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 ROOT_URLCONF = "tests.urls"
+STATIC_URL = "static/"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

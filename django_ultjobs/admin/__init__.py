@@ -1,0 +1,22 @@
+"""The jobs admin: in-flight jobs, held fleet slots, lost-slot cancellations, workers, actions.
+
+Registered on Django's default admin site when ``django.contrib.admin`` discovers this module.
+Every page reads the jobs database (``ULTJOBS["DATABASE"]``) and stays fast on a table of
+millions of rows: no full counts, no sorting or filter choices that scan the table.
+"""
+
+from __future__ import annotations
+
+from .jobs import InFlightJobAdmin, JobAdmin, cancel_selected, retry_selected
+from .slots import HeldSlotAdmin, LostSlotCancellationAdmin
+from .workers import WorkerAdmin
+
+__all__ = [
+    "HeldSlotAdmin",
+    "InFlightJobAdmin",
+    "JobAdmin",
+    "LostSlotCancellationAdmin",
+    "WorkerAdmin",
+    "cancel_selected",
+    "retry_selected",
+]

@@ -1,0 +1,99 @@
+"""What every jobs admin page shares: the jobs database, read-only rules, permissions, speed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin import ShowFacets
+from django.contrib.auth import get_permission_codename
+from django.db import models
+from django.db.models.functions import Now
+from django.http import HttpRequest
+
+from ..registry import jobs_database
+from .display import EMPTY
+from .paginator import EstimatedCountPaginator
+
+
+class JobsAdmin(admin.ModelAdmin):
+    """A model admin over the jobs database that stays fast on a table of millions of rows.
+
+    The rows live in ``ULTJOBS["DATABASE"]``, which need not be the router's choice (a site on
+    SQLite with its jobs on PostgreSQL), so every read goes there explicitly. Each row carries the
+    database's clock as ``db_now``: "expires in 12 s" must be judged by the clock the leases are
+    judged by, never the web server's (hosts' clocks disagree; the database is the referee).
+    """
+
+    #: Never count the unfiltered table: COUNT(*) over a million rows is a sequential scan.
+    show_full_result_count = False
+    #: Filter facets count every choice over the whole table: off, whatever the URL asks.
+    show_facets = ShowFacets.NEVER
+    #: Counts exactly up to a cap, then shows the planner's estimate (see the paginator).
+    paginator = EstimatedCountPaginator
+    list_per_page = 50
+    empty_value_display = EMPTY
+    #: A model whose permissions govern this page (None: the page's own model). The proxies have
+    #: no permissions of their own, so "can view job" is enough to see every jobs page.
+    permission_model: type[models.Model] | None = None
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
+        """Read from the jobs database, with the database's clock on every row."""
+        return super().get_queryset(request).using(jobs_database()).annotate(db_now=Now())
+
+    # -- permissions -----------------------------------------------------------------------------
+
+    def _has_perm(self, request: HttpRequest, action: str) -> bool:
+        opts = (self.permission_model or self.model)._meta
+        codename = get_permission_codename(action, opts)
+        return request.user.has_perm(f"{opts.app_label}.{codename}")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """See with the view (or change) permission of the governing model."""
+        return self._has_perm(request, "view") or self._has_perm(request, "change")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Act only with the change permission; no row is ever edited through a form."""
+        # A detail page is read-only for everybody: an operator cancels or retries (actions,
+        # checked here with obj=None), never edits a job's row by hand under its worker.
+        return obj is None and self._has_perm(request, "change")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Add nothing: jobs are enqueued by code, leases and attempts written by workers."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Delete nothing: deleting a running job's row is a lost lease for its worker."""
+        # Pruning finished jobs is the retention setting's work (prunejobs), not a click.
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    """A read-only inline of a job's history on the jobs database, visible with the job."""
+
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = False
+
+    def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
+        """Read from the jobs database."""
+        return super().get_queryset(request).using(jobs_database())
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """A job's attempts and steps are part of the job: its view permission shows them."""
+        opts = self.parent_model._meta
+        return any(request.user.has_perm(f"{opts.app_label}.{get_permission_codename(a, opts)}")
+                   for a in ("view", "change"))
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Add nothing."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Change nothing."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Delete nothing."""
+        return False

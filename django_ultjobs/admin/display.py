@@ -1,0 +1,120 @@
+"""Formatting for the jobs pages: short durations, escaped and truncated payloads, links."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.contrib.admin.utils import quote
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+#: Characters of a payload (arguments, result, a traceback) shown before it is cut: a job called
+#: with a 5 MB document must not make its page 5 MB (or hang the browser rendering it).
+MAX_SHOWN = 10_000
+#: Characters of an attempt's error shown in the attempts table.
+MAX_SHOWN_INLINE = 2_000
+EMPTY = "—"
+
+
+def duration(seconds: float) -> str:
+    """Return ``seconds`` as one short unit: ``12 s``, ``3 min``, ``2.5 h``, ``4.0 d``."""
+    s = abs(seconds)
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{s / 60:.0f} min"
+    if s < 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} d"
+
+
+def seconds_between(earlier: datetime | None, later: datetime | None) -> float | None:
+    """Return ``later - earlier`` in seconds, or None when either is unknown."""
+    if earlier is None or later is None:
+        return None
+    return (later - earlier).total_seconds()
+
+
+def ago(moment: datetime | None, now: datetime | None) -> str:
+    """Return ``3 s ago`` (or ``in 3 s`` for a moment still ahead)."""
+    delta = seconds_between(moment, now)
+    if delta is None:
+        return EMPTY
+    return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(delta)}"
+
+
+def stamp(moment: datetime | None, now: datetime | None = None) -> str:
+    """Return a moment to the second in the site's time zone, and how far it is from ``now``.
+
+    Seconds matter here (leases are seconds long), and Django's default format drops them.
+    """
+    if moment is None:
+        return EMPTY
+    text = timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return text if now is None else f"{text} ({ago(moment, now)})"
+
+
+def truncated(text: str, limit: int = MAX_SHOWN) -> tuple[str, int]:
+    """Return ``text`` cut to ``limit`` characters, and how many were cut."""
+    if len(text) <= limit:
+        return text, 0
+    return text[:limit], len(text) - limit
+
+
+def pre(text: str, limit: int = MAX_SHOWN) -> SafeString | str:
+    """Return ``text`` pre-formatted and escaped, cut to ``limit`` with a note saying so."""
+    if not text:
+        return EMPTY
+    shown, cut = truncated(text, limit)
+    if cut:
+        return format_html(
+            '<pre class="ultjobs-pre">{}</pre><p class="ultjobs-cut">… {} more characters not '
+            "shown ({} in all; the full value is in the database).</p>",
+            shown, f"{cut:,}", f"{len(text):,}",
+        )
+    return format_html('<pre class="ultjobs-pre">{}</pre>', shown)
+
+
+def pretty_json(value: Any, limit: int = MAX_SHOWN) -> SafeString | str:
+    """Return a JSON value indented, escaped and cut to ``limit`` characters."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return pre(text, limit)
+
+
+def admin_link(viewname: str, pk: Any, label: str) -> SafeString | str:
+    """Return a link to an admin page of ``pk`` (escaped), or just the label if there is none."""
+    try:
+        url = reverse(f"admin:{viewname}", args=[quote(pk)])
+    except NoReverseMatch:
+        return label
+    return format_html('<a href="{}">{}</a>', url, label)
+
+
+def job_link(job_id: int | None, label: str | None = None) -> SafeString | str:
+    """Return a link to a job's page."""
+    if job_id is None:
+        return EMPTY
+    return admin_link("django_ultjobs_job_change", job_id, label or f"#{job_id}")
+
+
+def worker_link(worker_id: str) -> SafeString | str:
+    """Return a link to a worker's page (its id is ``<host>:<pid>:<random>``)."""
+    if not worker_id:
+        return EMPTY
+    return admin_link("django_ultjobs_worker_change", worker_id, worker_id)
+
+
+def split_holder(holder: str) -> tuple[str, int | None]:
+    """Split a lease holder ``"<worker_id>:<job_id>"`` (rule 5) into its worker id and job id.
+
+    The worker id has colons of its own (``host:pid:random``), so the job id is what follows
+    the last one. A holder written by something else comes back whole, with no job.
+    """
+    worker_id, sep, job_id = holder.rpartition(":")
+    if not sep or not job_id.isdigit():
+        return holder, None
+    return worker_id, int(job_id)

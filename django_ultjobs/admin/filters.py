@@ -1,0 +1,181 @@
+"""List filters whose choices cost nothing on a table of millions of rows.
+
+Django's default filter for a plain field lists its distinct values with ``SELECT DISTINCT``
+over the whole table: a scan of every row to draw a sidebar. These take their choices from
+what the process already knows (the registered jobs, the workers' queues) instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest
+
+from ..models import JobStatus, Worker
+from ..registry import jobs_database, registered_jobs
+from ..worker.fleet_slots import lease_key
+
+
+def _choices(values: Iterable[str], current: str | None) -> list[tuple[str, str]]:
+    # The current value is always offered, so a filter set by a link (a job name no worker
+    # registers any more, after a deploy) still shows as selected and can be cleared.
+    found = {v for v in values if v}
+    if current:
+        found.add(current)
+    return [(v, v) for v in sorted(found)]
+
+
+class JobNameFilter(admin.SimpleListFilter):
+    """Filter jobs by name; the choices are the registered jobs (no scan of the table)."""
+
+    title = "name"
+    parameter_name = "name"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Offer every job registered in this process."""
+        return _choices(registered_jobs(), self.value())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the jobs of the chosen name (the ``(name, status)`` index)."""
+        value = self.value()
+        return queryset.filter(name=value) if value else queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Filter jobs by queue; choices from the registered jobs and the workers' queues."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Offer the queues jobs are sent to and the queues workers were seen serving."""
+        queues = {spec.queue for spec in registered_jobs().values()}
+        # The worker table holds a row per worker process: small, unlike the jobs table.
+        for served in (Worker.objects.using(jobs_database())
+                       .filter(last_seen_at__gte=Now() - timedelta(days=7))
+                       .values_list("queues", flat=True)[:500]):
+            queues.update(q for q in served or () if isinstance(q, str))
+        return _choices(queues, self.value())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the jobs of the chosen queue."""
+        value = self.value()
+        return queryset.filter(queue=value) if value else queryset
+
+
+class SlotKeyFilter(admin.SimpleListFilter):
+    """Filter lost-slot cancellations by lease key; choices from the jobs that declare a cap."""
+
+    title = "slot key"
+    parameter_name = "slot_key"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Offer the lease key of every registered job with ``concurrency`` (rule 5)."""
+        return _choices((lease_key(name) for name, spec in registered_jobs().items()
+                         if spec.concurrency is not None), self.value())
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the lost slots of the chosen key."""
+        value = self.value()
+        return queryset.filter(slot_key=value) if value else queryset
+
+
+class LeaseFilter(admin.SimpleListFilter):
+    """Filter jobs by where their one clock (``visible_at``) stands against the database's."""
+
+    title = "lease"
+    parameter_name = "lease"
+
+    CONDITIONS: dict[str, Q] = {
+        # Running with a live lease: a worker is heartbeating it right now.
+        "in_flight": Q(status=JobStatus.RUNNING, visible_at__gt=Now()),
+        # Running but the lease lapsed: its worker died, the next claim re-delivers it (rule 1).
+        "lapsed": Q(status=JobStatus.RUNNING, visible_at__lte=Now()),
+        # Claimable now: what the claim would take next.
+        "runnable": Q(status__in=(JobStatus.QUEUED, JobStatus.WAITING), visible_at__lte=Now()),
+        # Queued for later: a delayed enqueue or a retry's backoff.
+        "delayed": Q(status=JobStatus.QUEUED, visible_at__gt=Now()),
+    }
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Offer in flight, lapsed, runnable and delayed."""
+        return [
+            ("in_flight", "in flight (live lease)"),
+            ("lapsed", "lapsed (awaiting re-delivery)"),
+            ("runnable", "runnable now"),
+            ("delayed", "delayed (not yet visible)"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the jobs in the chosen state of their lease."""
+        condition = self.CONDITIONS.get(self.value() or "")
+        return queryset.filter(condition) if condition is not None else queryset
+
+
+class LapsedFilter(admin.SimpleListFilter):
+    """Filter held slots by whether their hold has lapsed."""
+
+    title = "lapsed"
+    parameter_name = "lapsed"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Offer held and lapsed."""
+        return [("no", "no: held"), ("yes", "yes: lapsed, free to take")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the slots whose expiry is ahead of (or behind) the database's clock."""
+        if self.value() == "no":
+            return queryset.filter(expires_at__gt=Now())
+        if self.value() == "yes":
+            return queryset.filter(expires_at__lte=Now())
+        return queryset
+
+
+class SinceFilter(admin.SimpleListFilter):
+    """Filter rows by how recent a timestamp is; the timestamp field is set by subclasses."""
+
+    title = "when"
+    parameter_name = "since"
+    field = "finished_at"
+    #: The choice applied when the URL has none (None: everything).
+    default: str | None = None
+    WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Offer the last hour, day and week, and everything."""
+        return [("1h", "last hour"), ("24h", "last 24 hours"), ("7d", "last 7 days"),
+                ("all", "any time")]
+
+    def value(self) -> str | None:
+        """Return the chosen window, or the default when none was chosen."""
+        return super().value() or self.default
+
+    def choices(self, changelist: Any) -> Any:
+        """List the windows, without Django's "All" (``any time`` is one of them)."""
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the rows inside the chosen window of the database's clock."""
+        window = self.WINDOWS.get(self.value() or "")
+        if window is None:
+            return queryset
+        return queryset.filter(**{f"{self.field}__gte": Now() - window})
+
+
+class WorkerSeenFilter(SinceFilter):
+    """Workers seen recently: the last day by default, since a row is kept per process ever run."""
+
+    title = "last seen"
+    parameter_name = "seen"
+    field = "last_seen_at"
+    default = "24h"

@@ -1,0 +1,370 @@
+"""The jobs pages: every job, the in-flight view, a job's detail, and the cancel/retry actions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..models import InFlightJob, Job, JobAttempt, JobStatus, JobStep
+from ..operations import cancel_jobs, retry_jobs
+from ..registry import jobs_database, registered_jobs
+from .base import JobsAdmin, ReadOnlyInline
+from .display import (
+    EMPTY,
+    MAX_SHOWN_INLINE,
+    duration,
+    job_link,
+    pre,
+    pretty_json,
+    seconds_between,
+    stamp,
+    worker_link,
+)
+from .filters import JobNameFilter, LeaseFilter, QueueFilter
+
+#: Columns a list never shows and a page of 50 rows must not fetch: a job called with a 5 MB
+#: document would otherwise cost 5 MB per row on every page view.
+HEAVY_FIELDS = ("args", "kwargs", "result", "last_error", "wait_match")
+#: Ids per LogEntry batch when an action touched many jobs.
+LOG_CHUNK = 500
+#: Posted by the buttons on a job's page: the action then returns to that page.
+FROM_DETAIL = "_ultjobs_from_detail"
+
+
+class LightChangeList(ChangeList):
+    """A changelist that leaves the payload columns in the database."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        """Return the filtered rows without their payloads."""
+        return super().get_queryset(request, exclude_parameters).defer(*HEAVY_FIELDS)
+
+
+# -- columns shared by the jobs pages -------------------------------------------------------------
+
+
+def stamp_field(field: str, description: str) -> Callable[[Any, Any], str]:
+    """Return a display method showing ``field`` to the second, and how long ago it was."""
+    @admin.display(description=description, ordering=field)
+    def show(modeladmin: Any, obj: Any) -> str:
+        return stamp(getattr(obj, field), getattr(obj, "db_now", None))
+
+    return show
+
+
+def lease_text(job: Job) -> str:
+    """Say where the job's one clock stands: ``expires in 12 s``, ``runs in 30 s``, ..."""
+    ahead = seconds_between(getattr(job, "db_now", None), job.visible_at)
+    if ahead is None:
+        return EMPTY
+    if job.status == JobStatus.RUNNING:
+        if ahead > 0:
+            return f"expires in {duration(ahead)}"
+        # The worker stopped heartbeating: the next claim re-delivers the job (rule 1).
+        return f"lapsed {duration(ahead)} ago"
+    if job.status == JobStatus.QUEUED:
+        return f"runs in {duration(ahead)}" if ahead > 0 else "runnable"
+    if job.status == JobStatus.WAITING:
+        return f"wakes in {duration(ahead)}" if ahead > 0 else "woken, runnable"
+    return EMPTY
+
+
+class JobListMixin:
+    """Columns, search and the light changelist, shared by the jobs list and the in-flight list."""
+
+    search_fields = ("name",)
+    search_help_text = "A job id (42 or #42), part of a registered job's name, or a whole name."
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        """Use a changelist that does not fetch payloads."""
+        return LightChangeList
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
+                           search_term: str) -> tuple[QuerySet[Job], bool]:
+        """Search a job id (the primary key), else names containing the term, by index.
+
+        A substring search of the table (``name ILIKE '%term%'``) reads every row: 200 ms at a
+        million jobs. The names are known, though: the registered jobs. So the term picks the
+        registered names that contain it, and the rows are found by equality on the
+        ``(name, status)`` index. A name no process registers (deploy skew) is found whole.
+        """
+        term = search_term.strip().removeprefix("#")
+        if not term:
+            return queryset, False
+        if term.isdigit() and len(term) < 19:  # fits a bigint
+            return queryset.filter(id=int(term)), False
+        folded = term.casefold()
+        names = {name for name in registered_jobs() if folded in name.casefold()}
+        return queryset.filter(name__in=sorted(names | {term})), False
+
+    @admin.display(description="job", ordering="id")
+    def job_id(self, obj: Job) -> SafeString | str:
+        """Link to the job's page (the in-flight rows link there too, not to a proxy page)."""
+        return job_link(obj.pk)
+
+    @admin.display(description="status")
+    def status_display(self, obj: Job) -> SafeString | str:
+        """The status, and whether a cancel is pending on a running job."""
+        if obj.cancel_requested and obj.status == JobStatus.RUNNING:
+            return format_html('{} <span class="ultjobs-flag">cancel requested</span>',
+                               obj.status)
+        return obj.status
+
+    @admin.display(description="attempt")
+    def attempt_of_max(self, obj: Job) -> str:
+        """``attempt/max_attempts``."""
+        return f"{obj.attempt}/{obj.max_attempts}"
+
+    @admin.display(description="worker")
+    def worker(self, obj: Job) -> SafeString | str:
+        """The worker that claimed the job last, linked to its page."""
+        return worker_link(obj.worker_id)
+
+    @admin.display(description="lease")
+    def lease(self, obj: Job) -> str:
+        """``expires in 12 s`` for a running job; when a queued or waiting one may run."""
+        return lease_text(obj)
+
+    @admin.display(description="age")
+    def age(self, obj: Job) -> str:
+        """Time since the job was enqueued."""
+        elapsed = seconds_between(obj.created_at, getattr(obj, "db_now", None))
+        return EMPTY if elapsed is None else duration(elapsed)
+
+    @admin.display(description="cancel")
+    def cancel(self, obj: Job) -> SafeString | str:
+        """Whether a cancel is pending (words: a red icon on every healthy row reads as alarm)."""
+        if obj.cancel_requested:
+            return format_html('<span class="ultjobs-flag">{}</span>', "requested")
+        return EMPTY
+
+    @admin.display(description="running for")
+    def running_for(self, obj: Job) -> str:
+        """Time since this run was claimed."""
+        elapsed = seconds_between(obj.claimed_at, getattr(obj, "db_now", None))
+        return EMPTY if elapsed is None else duration(elapsed)
+
+
+# -- actions --------------------------------------------------------------------------------------
+
+
+def _log(request: HttpRequest, ids: tuple[int, ...], message: str) -> None:
+    """Write one admin LogEntry per job changed, so each job's History shows who did what."""
+    alias = jobs_database()
+    for start in range(0, len(ids), LOG_CHUNK):
+        rows = list(Job.objects.using(alias).filter(id__in=ids[start:start + LOG_CHUNK])
+                    .only("id", "name", "status").order_by("id"))
+        if rows:
+            LogEntry.objects.log_actions(user_id=request.user.pk, queryset=rows,
+                                         action_flag=CHANGE, change_message=message)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _back_to_detail(request: HttpRequest) -> HttpResponse | None:
+    """Return to the job's page when the action was a button there, else to the list."""
+    selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+    if request.POST.get(FROM_DETAIL) and len(selected) == 1 and selected[0].isdigit():
+        # Built from the job id, never from a posted URL: no open redirect.
+        return HttpResponseRedirect(
+            reverse("admin:django_ultjobs_job_change", args=[int(selected[0])]))
+    return None
+
+
+@admin.action(permissions=["change"],
+              description="Cancel selected jobs (queued now, running at their next heartbeat)")
+def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                    queryset: QuerySet[Job]) -> HttpResponse | None:
+    """Cancel the selected queued/waiting jobs now; ask the running ones to stop."""
+    result = cancel_jobs(queryset, using=jobs_database())
+    _log(request, result.cancelled_ids,
+         "Cancelled from the admin before it ran (it was queued or waiting).")
+    _log(request, result.requested_ids,
+         "Cancel requested from the admin while running: its worker cancels the run at its next "
+         "heartbeat.")
+    if result.cancelled:
+        modeladmin.message_user(request, f"Cancelled {_plural(result.cancelled, 'job')} "
+                                         "that had not started.", messages.SUCCESS)
+    if result.requested:
+        modeladmin.message_user(
+            request, f"Asked {_plural(result.requested, 'running job')} to stop: each is "
+                     "cancelled at its worker's next heartbeat.", messages.SUCCESS)
+    if not result.cancelled and not result.requested:
+        modeladmin.message_user(
+            request, "Nothing to cancel: only queued, waiting or running jobs can be cancelled "
+                     "(a running one once).", messages.WARNING)
+    return _back_to_detail(request)
+
+
+@admin.action(permissions=["change"],
+              description="Retry selected failed or cancelled jobs now")
+def retry_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                   queryset: QuerySet[Job]) -> HttpResponse | None:
+    """Queue the selected failed or cancelled jobs again, runnable now, one more attempt."""
+    result = retry_jobs(queryset, using=jobs_database())
+    _log(request, result.retried_ids,
+         "Retried from the admin: queued again, runnable now, one more attempt allowed.")
+    if result.retried:
+        modeladmin.message_user(request, f"Queued {_plural(result.retried, 'job')} again.",
+                                messages.SUCCESS)
+    else:
+        modeladmin.message_user(
+            request, "Nothing to retry: only failed or cancelled jobs can be retried.",
+            messages.WARNING)
+    return _back_to_detail(request)
+
+
+# -- the detail page's history --------------------------------------------------------------------
+
+
+class AttemptInline(ReadOnlyInline):
+    """Every run of the job, with its outcome (succeeded, retrying, slot lost, ...)."""
+
+    model = JobAttempt
+    verbose_name = "attempt"
+    verbose_name_plural = "attempts"
+    fields = ("attempt", "outcome", "worker_id", "started", "finished", "took", "slot_held",
+              "error_display")
+    readonly_fields = fields
+    ordering = ("id",)
+
+    started = stamp_field("started_at", "started")
+    finished = stamp_field("finished_at", "finished")
+
+    @admin.display(description="took")
+    def took(self, obj: JobAttempt) -> str:
+        """How long the run lasted."""
+        elapsed = seconds_between(obj.started_at, obj.finished_at)
+        return EMPTY if elapsed is None else duration(elapsed)
+
+    @admin.display(description="slot")
+    def slot_held(self, obj: JobAttempt) -> str:
+        """The fleet slot the run held, ``key[slot]``."""
+        return f"{obj.slot_key}[{obj.slot}]" if obj.slot_key else EMPTY
+
+    @admin.display(description="error")
+    def error_display(self, obj: JobAttempt) -> SafeString | str:
+        """The run's error or traceback, escaped and cut."""
+        return pre(obj.error, MAX_SHOWN_INLINE)
+
+
+class StepInline(ReadOnlyInline):
+    """The job's durable steps: what a retry replays instead of running again."""
+
+    model = JobStep
+    verbose_name = "step"
+    verbose_name_plural = "steps"
+    fields = ("name", "status", "attempt", "created_at", "completed_at", "wait_until",
+              "result_display")
+    readonly_fields = fields
+    ordering = ("id",)
+
+    @admin.display(description="result")
+    def result_display(self, obj: JobStep) -> SafeString | str:
+        """The step's stored result, escaped and cut."""
+        return pretty_json(obj.result, MAX_SHOWN_INLINE)
+
+
+# -- the pages ------------------------------------------------------------------------------------
+
+
+@admin.register(Job)
+class JobAdmin(JobListMixin, JobsAdmin):
+    """Every job: filter by status, queue, name and lease; cancel and retry."""
+
+    list_display = ("job_id", "status_display", "name", "queue", "attempt_of_max", "worker",
+                    "lease", "enqueued_by", "age")
+    list_display_links = None
+    list_filter = ("status", LeaseFilter, QueueFilter, JobNameFilter)
+    # Newest first by primary key: a backward scan of the primary key index, whatever the size.
+    ordering = ("-id",)
+    # Sorting by another column would sort the whole table to show 50 rows.
+    sortable_by = ("job_id",)
+    actions = (cancel_selected, retry_selected)
+    inlines = (AttemptInline, StepInline)
+    fieldsets = (
+        (None, {"fields": ("id", "name", "queue", "priority", "status_display", "attempt_of_max",
+                           "cancel_requested")}),
+        ("Lease", {"fields": ("worker", "claimed", "lease", "visible", "wait_event")}),
+        ("Call", {"fields": ("args_display", "kwargs_display", "result_display")}),
+        ("Origin", {"fields": ("enqueued_by", "traceparent", "tracestate", "created", "updated",
+                               "finished")}),
+        ("Last error", {"fields": ("last_error_display",)}),
+    )
+    readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
+                       "kwargs_display", "result_display", "last_error_display", "claimed",
+                       "visible", "created", "updated", "finished")
+    claimed = stamp_field("claimed_at", "claimed")
+    visible = stamp_field("visible_at", "visible at (the lease clock)")
+    created = stamp_field("created_at", "enqueued")
+    updated = stamp_field("updated_at", "updated")
+    finished = stamp_field("finished_at", "finished")
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Show the job read-only, with cancel/retry buttons for users who may act."""
+        context = {
+            "ultjobs_can_act": self.has_change_permission(request),
+            "ultjobs_from_detail": FROM_DETAIL,
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    @admin.display(description="args")
+    def args_display(self, obj: Job) -> SafeString | str:
+        """Positional arguments, escaped and cut past 10,000 characters."""
+        return pretty_json(obj.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_display(self, obj: Job) -> SafeString | str:
+        """Keyword arguments, escaped and cut past 10,000 characters."""
+        return pretty_json(obj.kwargs)
+
+    @admin.display(description="result")
+    def result_display(self, obj: Job) -> SafeString | str:
+        """The stored result (after success), escaped and cut."""
+        return EMPTY if obj.result is None else pretty_json(obj.result)
+
+    @admin.display(description="last error")
+    def last_error_display(self, obj: Job) -> SafeString | str:
+        """The last traceback, pre-formatted."""
+        return pre(obj.last_error)
+
+
+@admin.register(InFlightJob)
+class InFlightJobAdmin(JobListMixin, JobsAdmin):
+    """Running jobs with a live lease: what the fleet is doing right now."""
+
+    permission_model = Job
+    list_display = ("job_id", "name", "queue", "attempt_of_max", "worker", "running_for", "lease",
+                    "cancel", "enqueued_by")
+    list_display_links = None
+    # Django's own value filters, because they list distinct values of THIS page's queryset:
+    # the running rows, a few hundred at most, never the whole table.
+    list_filter = ("queue", "name", "worker_id")
+    ordering = ("-id",)
+    sortable_by = ("job_id",)
+    actions = (cancel_selected,)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """Running rows whose lease is still ahead of the database's clock."""
+        return super().get_queryset(request).filter(
+            LeaseFilter.CONDITIONS["in_flight"])
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Show the job's own page: one detail page per job, whichever list led there."""
+        if not object_id.isdigit():
+            return HttpResponseRedirect(reverse("admin:django_ultjobs_inflightjob_changelist"))
+        return HttpResponseRedirect(
+            reverse("admin:django_ultjobs_job_change", args=[int(object_id)]))

@@ -1,0 +1,153 @@
+"""The fleet-slot pages: who holds each slot now, and which runs were cancelled for losing one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    F,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Now
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..models import HeldSlot, Job, JobAttempt, JobLease, LostSlotCancellation
+from .base import JobsAdmin
+from .display import EMPTY, ago, duration, job_link, seconds_between, split_holder, worker_link
+from .filters import LapsedFilter, SinceFilter, SlotKeyFilter
+
+
+@admin.register(HeldSlot)
+class HeldSlotAdmin(JobsAdmin):
+    """Every lease row: one held (or lapsed, not yet taken over) fleet slot (rule 5)."""
+
+    permission_model = JobLease
+    list_display = ("key", "slot", "holder_worker", "holder_job", "acquired", "expires",
+                    "lapsed")
+    list_display_links = None
+    list_filter = (LapsedFilter, "key")
+    ordering = ("key", "slot")
+    search_fields = ("key", "holder")
+    search_help_text = "Part of a lease key (job:<name>) or of a holder (<worker id>:<job id>)."
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """Every lease row, with whether it lapsed by the database's clock."""
+        # Lapsed by the database's clock, the one the renewal is fenced on (rule 7).
+        return super().get_queryset(request).annotate(is_lapsed=Case(
+            When(expires_at__lte=Now(), then=Value(True)),
+            default=Value(False), output_field=BooleanField()))
+
+    @admin.display(description="holder (worker)")
+    def holder_worker(self, obj: JobLease) -> SafeString | str:
+        """The worker holding the slot, linked to its page."""
+        return worker_link(split_holder(obj.holder)[0])
+
+    @admin.display(description="holder (job)")
+    def holder_job(self, obj: JobLease) -> SafeString | str:
+        """The job whose run holds the slot, linked to its page."""
+        return job_link(split_holder(obj.holder)[1])
+
+    @admin.display(description="acquired", ordering="acquired_at")
+    def acquired(self, obj: JobLease) -> str:
+        """When this holder took the slot."""
+        return ago(obj.acquired_at, getattr(obj, "db_now", None))
+
+    @admin.display(description="expires", ordering="expires_at")
+    def expires(self, obj: JobLease) -> str:
+        """``in 12 s`` while held; ``3 s ago`` once lapsed."""
+        ahead = seconds_between(getattr(obj, "db_now", None), obj.expires_at)
+        if ahead is None:
+            return EMPTY
+        return f"in {duration(ahead)}" if ahead > 0 else f"{duration(ahead)} ago"
+
+    @admin.display(description="lapsed", ordering="is_lapsed")
+    def lapsed(self, obj: JobLease) -> SafeString | str:
+        """Whether the hold lapsed: the slot is free, and its old holder can never renew it."""
+        # Words, not Django's boolean icons: a red icon on every healthy "not lapsed" row
+        # would read as an alarm.
+        if getattr(obj, "is_lapsed", False):
+            return format_html('<span class="ultjobs-flag">{}</span>', "yes: free to take")
+        return "no"
+
+
+class LostSlotSinceFilter(SinceFilter):
+    """Lost-slot cancellations by when they happened; the last 7 days unless told otherwise."""
+
+    default = "7d"
+
+
+@admin.register(LostSlotCancellation)
+class LostSlotCancellationAdmin(JobsAdmin):
+    """Runs cancelled because they lost their fleet slot (rule 8), and what became of the job."""
+
+    permission_model = Job
+    list_display = ("when", "job_display", "worker", "slot_held", "attempt", "then")
+    list_display_links = None
+    list_filter = (LostSlotSinceFilter, SlotKeyFilter)
+    # The (outcome, finished_at) index answers the page: newest lost slots first.
+    ordering = ("-finished_at", "-id")
+    sortable_by = ("when",)
+    search_fields = ("worker_id",)
+    search_help_text = "Part of a worker id."
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Nothing to act on here: a lost slot is history (its job has its own actions)."""
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """Attempts with outcome slot_lost, with their job's status and its later attempts."""
+        later = JobAttempt.objects.filter(job_id=OuterRef("job_id"), id__gt=OuterRef("id"))
+        return (
+            super().get_queryset(request)
+            .filter(outcome="slot_lost")
+            .annotate(
+                job_name=F("job__name"),
+                job_status=F("job__status"),
+                # Index lookups per row on (job, attempt): a page costs 2 x 50 of them.
+                later_attempts=Coalesce(Subquery(
+                    later.order_by().values("job_id").annotate(n=Count("id")).values("n")[:1]),
+                    0),
+                next_outcome=Subquery(later.order_by("id").values("outcome")[:1]),
+            )
+        )
+
+    @admin.display(description="when", ordering="finished_at")
+    def when(self, obj: JobAttempt) -> str:
+        """How long ago the run was cancelled."""
+        return ago(obj.finished_at, getattr(obj, "db_now", None))
+
+    @admin.display(description="job")
+    def job_display(self, obj: JobAttempt) -> SafeString | str:
+        """The job, linked to its page (where all its attempts are)."""
+        return job_link(obj.job_id, f"{getattr(obj, 'job_name', '')}#{obj.job_id}")
+
+    @admin.display(description="worker")
+    def worker(self, obj: JobAttempt) -> SafeString | str:
+        """The worker whose run lost the slot."""
+        return worker_link(obj.worker_id)
+
+    @admin.display(description="slot")
+    def slot_held(self, obj: JobAttempt) -> str:
+        """The lost slot, ``key[slot]``."""
+        return f"{obj.slot_key}[{obj.slot}]" if obj.slot_key else EMPTY
+
+    @admin.display(description="then")
+    def then(self, obj: JobAttempt) -> SafeString | str:
+        """What happened to the job next: its status now, and the attempts after this one."""
+        later = getattr(obj, "later_attempts", 0) or 0
+        if not later:
+            # A lost slot hands the job straight back to the queue, its attempt not burned.
+            return format_html("job is <b>{}</b>; no attempt since", obj.job_status)
+        return format_html(
+            "job is <b>{}</b>; {} later attempt{}, the next one {}",
+            obj.job_status, later, "" if later == 1 else "s", obj.next_outcome)

@@ -1,0 +1,142 @@
+"""The summary on the jobs app's admin index: what an operator looks at first.
+
+Cheap by construction, because the index is the page everybody opens: live jobs (queued,
+running, waiting) are counted exactly through the claim's partial index, which holds only them;
+finished jobs, the millions, are estimated by the planner on PostgreSQL and counted up to a cap
+elsewhere. Nothing here reads the whole jobs table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db.models import Count, Q
+from django.db.models.functions import Now
+
+from ..conf import get_settings
+from ..models import (
+    FINISHED_STATUSES,
+    LIVE_STATUSES,
+    Job,
+    JobAttempt,
+    JobLease,
+    JobStatus,
+    Worker,
+)
+from .display import duration, seconds_between
+from .paginator import EstimatedCountPaginator
+
+
+@dataclass(frozen=True)
+class StatusCount:
+    """How many jobs are in one status: exact, the planner's estimate, or "more than" a cap."""
+
+    status: str
+    count: int
+    estimated: bool = False
+    #: ``count`` is the cap plus one: there are more than the cap (no estimate to show).
+    lower_bound: bool = False
+
+
+@dataclass
+class QueueCounts:
+    """The live jobs of one queue, by where they stand."""
+
+    queue: str
+    runnable: int = 0
+    delayed: int = 0
+    in_flight: int = 0
+    lapsed: int = 0
+    waiting: int = 0
+
+
+@dataclass(frozen=True)
+class OldestRunnable:
+    """The job that has been runnable the longest, and for how long (database clock)."""
+
+    job_id: int
+    name: str
+    seconds: float
+
+    @property
+    def age(self) -> str:
+        """How long it has waited, as ``3 min``."""
+        return duration(self.seconds)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Everything the app index shows about the jobs."""
+
+    statuses: list[StatusCount]
+    queues: list[QueueCounts]
+    oldest_runnable: OldestRunnable | None
+    in_flight: int
+    lapsed: int
+    slots_held: int
+    slots_lapsed: int
+    lost_slots_24h: int
+    workers_running: int
+
+
+def _count_or_estimate(alias: str, status: str) -> StatusCount:
+    # The changelist's paginator already knows how to count a big status cheaply.
+    paginator = EstimatedCountPaginator(
+        Job.objects.using(alias).filter(status=status).order_by("-id"), 1)
+    return StatusCount(status, paginator.count, paginator.estimated, paginator.lower_bound)
+
+
+def jobs_summary(alias: str) -> Summary:
+    """Return the summary of the jobs in ``alias``, in a handful of index-backed queries."""
+    due = Q(visible_at__lte=Now())
+    # One grouped query over the live rows only (the claim's partial index covers them).
+    live = (Job.objects.using(alias).filter(status__in=LIVE_STATUSES)
+            .values("status", "queue").order_by()
+            .annotate(total=Count("id"), due=Count("id", filter=due)))
+    by_status = dict.fromkeys(LIVE_STATUSES, 0)
+    queues: dict[str, QueueCounts] = {}
+    for row in live:
+        counts = queues.setdefault(row["queue"], QueueCounts(row["queue"]))
+        total, due_now = row["total"], row["due"]
+        by_status[row["status"]] += total
+        if row["status"] == JobStatus.QUEUED:
+            counts.runnable += due_now
+            counts.delayed += total - due_now
+        elif row["status"] == JobStatus.RUNNING:
+            # A running row past its visible_at lost its worker: re-delivered by the next claim.
+            counts.in_flight += total - due_now
+            counts.lapsed += due_now
+        else:
+            counts.waiting += total - due_now
+            counts.runnable += due_now
+    statuses = [StatusCount(s, n) for s, n in by_status.items()]
+    statuses += [_count_or_estimate(alias, s) for s in FINISHED_STATUSES]
+
+    oldest = (Job.objects.using(alias).filter(due, status__in=LIVE_STATUSES)
+              .order_by("visible_at").annotate(db_now=Now())
+              .values("id", "name", "visible_at", "db_now").first())
+    oldest_runnable = None
+    if oldest is not None:
+        waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
+        oldest_runnable = OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0))
+
+    slots = JobLease.objects.using(alias).aggregate(
+        held=Count("id", filter=Q(expires_at__gt=Now())),
+        lapsed=Count("id", filter=Q(expires_at__lte=Now())))
+    lost = JobAttempt.objects.using(alias).filter(
+        outcome="slot_lost", finished_at__gte=Now() - timedelta(hours=24)).count()
+    timeout = timedelta(seconds=get_settings().VISIBILITY_TIMEOUT)
+    workers = Worker.objects.using(alias).filter(
+        stopped_at__isnull=True, last_seen_at__gte=Now() - timeout).count()
+    return Summary(
+        statuses=statuses,
+        queues=sorted(queues.values(), key=lambda q: q.queue),
+        oldest_runnable=oldest_runnable,
+        in_flight=sum(q.in_flight for q in queues.values()),
+        lapsed=sum(q.lapsed for q in queues.values()),
+        slots_held=slots["held"] or 0,
+        slots_lapsed=slots["lapsed"] or 0,
+        lost_slots_24h=lost,
+        workers_running=workers,
+    )

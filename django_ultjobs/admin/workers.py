@@ -1,0 +1,68 @@
+"""The workers page: every ``runjobworker`` process seen recently, from the row its ticker keeps."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..conf import get_settings
+from ..models import Worker
+from .base import JobsAdmin
+from .display import EMPTY, ago, duration, seconds_between
+from .filters import WorkerSeenFilter
+
+
+@admin.register(Worker)
+class WorkerAdmin(JobsAdmin):
+    """Recently seen workers: id, host, pid, threads, queues, last heartbeat, runs in flight."""
+
+    list_display = ("id", "hostname", "pid", "threads", "queue_list", "started",
+                    "last_heartbeat", "runs_in_flight", "state")
+    list_filter = (WorkerSeenFilter,)
+    ordering = ("-last_seen_at",)
+    search_fields = ("id", "hostname")
+    fields = ("id", "hostname", "pid", "threads", "queue_list", "started_at", "started",
+              "last_seen_at", "last_heartbeat", "runs_in_flight", "state", "stopped_at")
+    readonly_fields = ("queue_list", "started", "last_heartbeat", "runs_in_flight", "state")
+
+    @admin.display(description="queues")
+    def queue_list(self, obj: Worker) -> str:
+        """The queues the worker claims from."""
+        return ", ".join(str(q) for q in obj.queues or ()) or EMPTY
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Worker) -> str:
+        """How long ago the process started."""
+        return ago(obj.started_at, getattr(obj, "db_now", None))
+
+    @admin.display(description="last heartbeat", ordering="last_seen_at")
+    def last_heartbeat(self, obj: Worker) -> str:
+        """How long ago its ticker last touched the row (``3 s ago``)."""
+        return ago(obj.last_seen_at, getattr(obj, "db_now", None))
+
+    @admin.display(description="runs in flight")
+    def runs_in_flight(self, obj: Worker) -> SafeString | str:
+        """Runs at its last heartbeat, linked to the in-flight view of this worker."""
+        if obj.stopped_at is not None or not obj.in_flight:
+            return str(obj.in_flight)
+        url = reverse("admin:django_ultjobs_inflightjob_changelist")
+        return format_html('<a href="{}?{}">{}</a>', url,
+                           urlencode({"worker_id__exact": obj.id}), obj.in_flight)
+
+    @admin.display(description="state")
+    def state(self, obj: Worker) -> SafeString | str:
+        """``running``; ``stopped``; or ``silent`` once it missed a visibility timeout of ticks."""
+        now = getattr(obj, "db_now", None)
+        if obj.stopped_at is not None:
+            return f"stopped {ago(obj.stopped_at, now)}"
+        silent = seconds_between(obj.last_seen_at, now)
+        # A worker silent for a whole visibility timeout has lost every lease it held: its jobs
+        # are re-delivered and its slots lapse (rules 1 and 5). It is gone, or cut off.
+        if silent is not None and silent > get_settings().VISIBILITY_TIMEOUT:
+            return format_html('<span class="ultjobs-flag">silent for {}</span>',
+                               duration(silent))
+        return "running"

@@ -1,0 +1,91 @@
+"""No page counts the whole jobs table: the big-table rules, proved on a small table.
+
+The figures at a million rows come from ``benchmarks/admin_big_table.py`` (docs/admin.md). Here
+the paginator's cap is lowered to 10, so 30 rows are "big", and every query each page runs is
+captured: no COUNT of the jobs table may go unbounded, and past the cap the page says "about"
+(PostgreSQL's planner estimate) or "more than 10" (SQLite, which has no planner estimate).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_ultjobs.admin.paginator import EstimatedCountPaginator
+from django_ultjobs.models import Job
+from tests.admin.conftest import client_for
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+JOBS = reverse("admin:django_ultjobs_job_changelist")
+IN_FLIGHT = reverse("admin:django_ultjobs_inflightjob_changelist")
+APP_INDEX = reverse("admin:app_list", args=["django_ultjobs"])
+COUNT_OF_JOBS = re.compile(r'COUNT\(.*FROM "django_ultjobs_job"', re.S | re.I)
+LIVE_ONLY = re.compile(r"\"status\" IN \('queued', 'running', 'waiting'\)")
+
+
+@pytest.fixture
+def small_cap(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_up_to", 10)
+    yield
+
+
+def fill(alias: str, n: int = 30) -> None:
+    later = timezone.now() + timedelta(minutes=5)
+    Job.objects.using(alias).bulk_create(
+        [Job(name="add", status="succeeded") for _ in range(n)]
+        + [Job(name="add", status="running", visible_at=later) for _ in range(3)])
+    if connections[alias].vendor == "postgresql":
+        with connections[alias].cursor() as cur:
+            cur.execute("ANALYZE django_ultjobs_job")  # the planner's statistics, as autovacuum
+
+
+def counts_of_jobs(client, alias: str, url: str) -> tuple[str, list[str]]:
+    with CaptureQueriesContext(connections[alias]) as captured:
+        response = client.get(url)
+    assert response.status_code == 200
+    return response.content.decode(), [
+        q["sql"] for q in captured.captured_queries if COUNT_OF_JOBS.search(q["sql"])]
+
+
+def test_changelists_never_count_the_whole_table(alias: str, viewer, small_cap) -> None:
+    fill(alias)
+    client = client_for(viewer)
+    for url in (JOBS, JOBS + "?status__exact=succeeded", JOBS + "?name=add", IN_FLIGHT,
+                JOBS + "?lease=in_flight", JOBS + "?q=add"):
+        _, counts = counts_of_jobs(client, alias, url)
+        unbounded = [sql for sql in counts if "LIMIT" not in sql.upper()]
+        assert unbounded == [], (url, unbounded)
+
+
+def test_past_the_cap_the_count_is_an_estimate(alias: str, viewer, small_cap) -> None:
+    fill(alias)
+    client = client_for(viewer)
+    html, counts = counts_of_jobs(client, alias, JOBS)
+    if connections[alias].vendor == "postgresql":
+        # The planner's estimate (33 rows, from ANALYZE); no count query at all.
+        assert counts == []
+        assert re.search(r'>about 33</span> jobs', html)
+    else:
+        assert len(counts) == 1 and "LIMIT 11" in counts[0]
+        assert re.search(r'>more than 10</span> jobs', html)
+    # A small result is counted exactly, as ever.
+    html, _ = counts_of_jobs(client, alias, IN_FLIGHT)
+    assert re.search(r"\b3 in-flight jobs", html)
+
+
+def test_app_index_summary_counts_only_live_rows(alias: str, viewer, small_cap) -> None:
+    fill(alias)
+    html, counts = counts_of_jobs(client_for(viewer), alias, APP_INDEX)
+    for sql in counts:
+        # Either the grouped count of live rows (the claim's partial index), or a capped one.
+        assert "LIMIT" in sql.upper() or LIVE_ONLY.search(sql), sql
+    shown = re.search(r'data-status="succeeded"><a [^>]+>(.*?)</a>', html).group(1)
+    assert ("≈ 30" in shown) if connections[alias].vendor == "postgresql" else ("&gt; 10" in shown)
