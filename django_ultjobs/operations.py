@@ -26,6 +26,7 @@ from django.db.models.functions import Greatest, Now
 
 from .models import Job, JobStatus
 from .registry import jobs_database
+from .store import get_store
 
 __all__ = ["CancelResult", "RetryResult", "cancel_jobs", "retry_jobs"]
 
@@ -125,6 +126,9 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None)
                 finished_at=None,
                 updated_at=Now(),
             )
+            get_store(alias).notify(list(
+                Job.objects.using(alias).filter(id__in=ids).values_list("queue", flat=True)
+                .distinct()))
             retried.extend(ids)
     return RetryResult(tuple(retried))
 

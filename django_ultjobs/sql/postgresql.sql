@@ -260,6 +260,11 @@ ON CONFLICT (job_id, name) DO UPDATE
     WHERE django_ultjobs_jobstep.status <> 'done'
 RETURNING id, wait_until;
 
+-- name: notify
+-- Wake idle workers of these queues when the surrounding transaction commits (a retry from the
+-- admin, for one).
+SELECT count(pg_notify('django_ultjobs', q)) FROM unnest(%(queues)s::text[]) AS q;
+
 -- name: listen
 -- Subscribe the listener's own session to enqueue notifications.
 LISTEN django_ultjobs;

@@ -362,6 +362,12 @@ class JobStore(LeaseStore):
                                                  "event_id": event_id, "now": self.now_param()})
         return event_id
 
+    def notify(self, queues: Sequence[str]) -> None:
+        """Wake idle workers of ``queues`` on commit (PostgreSQL; elsewhere they poll)."""
+        if "notify" in self.sql and queues:
+            with self.cursor() as cur:
+                cur.execute(self.sql["notify"], {"queues": sorted(set(queues))})
+
     def db_now(self) -> datetime:
         """The database's clock (or the injected one)."""
         with self.cursor() as cur:
