@@ -21,6 +21,9 @@ from .store import NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
 _registry: dict[str, JobSpec] = {}
+# Bumped on every (un)registration, so the worker recomputes its fleet caps only when a job (a
+# django.tasks task resolved on first claim, say) appears or goes.
+_generation = 0
 logger = logging.getLogger(__name__)
 
 
@@ -242,7 +245,9 @@ def _register(spec: JobSpec) -> None:
         )
     # The same function registered again (a module re-imported by the autoreloader) replaces
     # itself quietly.
+    global _generation
     _registry[spec.name] = spec
+    _generation += 1
 
 
 def _origin(func: Callable[..., Any]) -> str:
@@ -301,7 +306,14 @@ def registered_jobs() -> dict[str, JobSpec]:
 
 def unregister(name: str) -> None:
     """Forget a job (tests that register throwaway jobs clean up with this)."""
+    global _generation
     _registry.pop(name, None)
+    _generation += 1
+
+
+def registry_generation() -> int:
+    """A number that changes whenever the set of registered jobs does."""
+    return _generation
 
 
 def jobs_database() -> str:

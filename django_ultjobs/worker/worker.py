@@ -22,7 +22,7 @@ from django.db import connections
 from ..exceptions import JobConfigurationError, LeaseLostError, WorkerShutdownError
 from ..logs import log_event
 from ..models import AttemptOutcome
-from ..registry import get_job, registered_jobs
+from ..registry import get_job, registered_jobs, registry_generation
 from ..store import ClaimedJob, Clock, JobStore, LostAttempt, get_store
 from .completer import Completer
 from .executor import (
@@ -131,11 +131,17 @@ class Worker:
     # -- claiming -------------------------------------------------------------------------------
 
     def _claim_loop(self) -> None:
-        caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
+        caps: dict[str, int] = {}
+        generation = -1
         failures = 0
         backlog = False
         batch = max(1, self.options.threads // 2)
         while not self._stopping.is_set():
+            if generation != registry_generation():
+                # A job registered after start (a task imported on its first claim) brings its
+                # cap into the claim from the next round on.
+                generation = registry_generation()
+                caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
             free = self.pool.free()
             if free <= 0:
                 self.pool.wait_for_free(self.options.poll_interval)

@@ -1,0 +1,242 @@
+"""``UltJobsBackend``: ``django.tasks`` on django_ultjobs' durable queue.
+
+A task is a job named by its module path; ``runjobworker`` runs it with every guarantee a job
+has (heartbeat leases, re-delivery after a crash, retries with backoff, fleet-wide concurrency
+slots, tracing) and the result is read back from the job's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.core.checks import CheckMessage
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ..exceptions import JobConfigurationError
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
+from .task_class import UltJobsTask, as_enqueued
+
+if TYPE_CHECKING:
+    from ..registry import JobSpec
+
+#: ``TASKS[alias]["OPTIONS"]`` this backend reads, with their defaults.
+OPTION_DEFAULTS: dict[str, Any] = {
+    # Runs of a task before it is FAILED, for tasks that do not set max_attempts= (as @job).
+    "MAX_ATTEMPTS": 3,
+}
+
+
+class UltJobsBackend(BaseTaskBackend):
+    """Enqueue ``django.tasks`` tasks as django_ultjobs jobs, in the caller's transaction.
+
+    ``aenqueue`` and ``aget_result`` run their sync twins on the thread of the caller's sync
+    code (``thread_sensitive``), so an async view's enqueue joins the same connection.
+    """
+
+    task_class = UltJobsTask
+
+    #: ``run_after`` becomes the job's run-at time: no worker claims it earlier.
+    supports_defer = True
+    #: An ``async def`` task runs to completion on a worker thread.
+    supports_async_task = True
+    #: Results are the job's rows, readable from any process (``get_result``, ``refresh``).
+    supports_get_result = True
+    #: Within a queue, higher priority is claimed first (the same scale as Django's).
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        unknown = sorted(set(self.options) - set(OPTION_DEFAULTS))
+        if unknown:
+            raise JobConfigurationError(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown keys {unknown}; UltJobsBackend reads "
+                f"{sorted(OPTION_DEFAULTS)}"
+            )
+        max_attempts = self.options.get("MAX_ATTEMPTS", OPTION_DEFAULTS["MAX_ATTEMPTS"])
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
+                or max_attempts < 1:
+            raise JobConfigurationError(
+                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a whole number of at "
+                f"least 1, not {max_attempts!r}"
+            )
+        self.max_attempts: int = max_attempts
+
+    # -- tasks as jobs --------------------------------------------------------------------------
+
+    def job_spec(self, task: Task) -> JobSpec:
+        """Return the job spec ``task`` runs as: named by its module path, run by a TaskRunner.
+
+        Raises ``JobConfigurationError`` for options a job cannot have.
+        """
+        from ..registry import JobSpec
+        from .runner import TaskRunner
+
+        max_attempts = getattr(task, "max_attempts", None)
+        backoff = getattr(task, "backoff", None)
+        max_backoff = getattr(task, "max_backoff", None)
+        return JobSpec(
+            func=TaskRunner(task),
+            name=task.module_path,
+            queue=task.queue_name,
+            priority=task.priority,
+            max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+            # The runner takes the JobContext and hands the task Django's TaskContext.
+            takes_context=True,
+            concurrency=getattr(task, "concurrency", None),
+            backoff=2.0 if backoff is None else backoff,
+            max_backoff=3600.0 if max_backoff is None else max_backoff,
+        )
+
+    def validate_task(self, task: Task) -> None:
+        """Apply Django's rules, then the queue's: the name, queue and options must fit a job.
+
+        A valid task is also registered as a job. Django validates a task when it is defined,
+        so importing a tasks module registers its tasks in any process, as importing a
+        ``jobs.py`` registers its jobs: that is how a worker finds them.
+        """
+        from .. import registry
+
+        super().validate_task(task)
+        try:
+            spec = self.job_spec(task)
+            # Not get_job(): that imports unknown dotted names, and this runs mid-import.
+            if not _same_job(registry._registry.get(spec.name), spec):
+                registry._register(spec)  # refuses another function under the same name
+        except JobConfigurationError as exc:
+            raise InvalidTask(str(exc)) from exc
+
+    # -- the contract ---------------------------------------------------------------------------
+
+    def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
+        """Queue ``task`` in the caller's transaction (a rollback un-queues it); return its result.
+
+        Arguments are normalised as Django's ``TaskResult`` does (tuples become lists), then
+        must be JSON the database keeps unchanged: otherwise ``TypeError``, and nothing written.
+        """
+        self.validate_task(task)
+        self._check_findable(task)
+        args = normalize_json(list(args))
+        kwargs = normalize_json(dict(kwargs))
+        spec = self.job_spec(task)
+        if task.run_after is not None:
+            spec = spec.using(run_at=_aware(task.run_after))
+        job = spec.enqueue(*args, **kwargs)
+        result = TaskResult(
+            task=task,
+            id=str(job.id),
+            status=TaskResultStatus.READY,
+            enqueued_at=job.created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        # At once, as Django's backends send it; like theirs, it does not wait for a commit.
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def _check_findable(self, task: Task) -> None:
+        """Refuse a task a worker could not find by its module path: better now than parked.
+
+        A worker imports ``task.module_path`` and needs the task defined there, on a TASKS alias
+        that uses this backend (``.using(backend=...)`` onto this backend of a task defined for
+        another one would leave the worker with that other backend's task).
+        """
+        path = task.module_path
+        try:
+            found = import_string(path)
+        except ImportError:
+            found = None
+        if isinstance(found, Task) and found.func is task.func:
+            if isinstance(found.get_backend(), UltJobsBackend):
+                return
+            where = (f"defined for TASKS[{found.backend!r}], a "
+                     f"{type(found.get_backend()).__name__}")
+        else:
+            where = "not a task defined at module level under its function's name"
+        raise InvalidTask(
+            f"a worker finds a task by its module path, and {path} is {where}. Define it with "
+            "@task at module level, on a TASKS alias whose BACKEND is UltJobsBackend."
+        )
+
+    async def aenqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]
+                       ) -> TaskResult:
+        """Queue ``task`` from async code (see ``enqueue``)."""
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """Return the result of the task enqueued as ``result_id``, read from its job's rows.
+
+        Raises ``TaskResultDoesNotExist`` when there is no such job, or it is not a task's.
+        """
+        from ..models import Job
+        from ..registry import get_job, jobs_database
+        from .results import from_job, load_attempts
+        from .runner import TaskRunner
+
+        try:
+            pk = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        database = jobs_database()
+        job = Job.objects.using(database).filter(pk=pk).first()
+        spec = get_job(job.name) if job is not None else None
+        if job is None or spec is None or not isinstance(spec.func, TaskRunner):
+            # A plain @job row, or a task this process cannot import, has no Task to show.
+            raise TaskResultDoesNotExist(result_id)
+        task = as_enqueued(spec.func.task, queue=job.queue, priority=job.priority,
+                           backend=self.alias)
+        return from_job(job, load_attempts(database, pk), task=task, backend=self.alias)
+
+    async def aget_result(self, result_id: str) -> TaskResult:
+        """Return a result from async code (see ``get_result``)."""
+        return await sync_to_async(self.get_result, thread_sensitive=True)(result_id)
+
+    def check(self, **kwargs: Any) -> Iterable[CheckMessage]:
+        """Report misconfiguration with system-check ids (``django_ultjobs.E1xx``/``W1xx``)."""
+        from ..checks import check_tasks_backend
+
+        yield from super().check(**kwargs)
+        yield from check_tasks_backend(self, **kwargs)
+
+
+def _same_job(registered: JobSpec | None, spec: JobSpec) -> bool:
+    """Whether ``registered`` already runs ``spec``'s function with its options.
+
+    Queue and priority are left out: they are per enqueue, and ``.using()`` copies of a task
+    validate again. Skipping the same job keeps the first (module-level) task as the one the
+    runner describes results with.
+    """
+    if registered is None:
+        return False
+    runner, other = registered.func, spec.func
+    return (
+        getattr(runner, "task", None) is not None
+        and runner.task.func is other.task.func
+        and runner.task.takes_context == other.task.takes_context
+        and (registered.max_attempts, registered.concurrency, registered.backoff,
+             registered.max_backoff)
+        == (spec.max_attempts, spec.concurrency, spec.backoff, spec.max_backoff)
+    )
+
+
+def _aware(moment: datetime) -> datetime:
+    # Django accepts a naive run_after when USE_TZ is off; the queue compares aware times.
+    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment

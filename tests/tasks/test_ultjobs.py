@@ -1,0 +1,209 @@
+"""What UltJobsBackend adds to the contract, with a real worker: retries, slots, durable
+steps, transactions, and workers that find tasks by their module path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.test.utils import override_settings
+
+from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.registry import get_job, unregister
+from django_ultjobs.tasks_backend import UltJobsBackend
+from django_ultjobs.tasks_backend.compat import (
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+)
+from django_ultjobs.tasks_backend.runner import TaskRunner
+from tests.conftest import REPO, running_worker, wait_until, worker_env
+from tests.tasks import taskdefs
+from tests.tasks.conftest import SignalLog
+from tests.tasks.taskdefs import (
+    add,
+    context_info,
+    doubled,
+    email,
+    flaky,
+    one_at_a_time,
+    stepped,
+)
+
+SUCCESSFUL, FAILED = TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED
+
+
+def finished(result_id: str, timeout: float = 20.0) -> object:
+    backend = task_backends["default"]
+    return wait_until(lambda: (r := backend.get_result(result_id)).is_finished and r,
+                      timeout=timeout, message=f"task {result_id} to finish")
+
+
+@pytest.fixture
+def backend() -> UltJobsBackend:
+    return task_backends["default"]
+
+
+# -- retries and attempts -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fail_times, status, errors", [(2, SUCCESSFUL, 2), (5, FAILED, 3)])
+def test_retries_up_to_max_attempts(alias: str, signals: SignalLog, fail_times: int,
+                                    status: str, errors: int) -> None:
+    result = flaky.enqueue(fail_times)
+    with running_worker(alias):
+        done = finished(result.id)
+
+    assert done.status == status
+    assert done.attempts == 3 and len(done.worker_ids) == 3
+    assert len(done.errors) == errors
+    assert {e.exception_class_path for e in done.errors} == {"tests.tasks.taskdefs.TaskBoom"}
+    assert "failure on attempt 1" in done.errors[0].traceback
+    if status == SUCCESSFUL:
+        assert done.return_value == 3
+    # One task_started per attempt, one task_finished for the task.
+    assert signals.names(result.id) == ["enqueued", "started", "started", "started",
+                                        "finished"]
+    started = [s for s in signals.of(result.id) if s.signal == "started"]
+    assert [len(s.worker_ids) for s in started] == [1, 2, 3]
+    assert [s.errors for s in started] == [0, 1, 2]
+    assert done.started_at < done.last_attempted_at <= done.finished_at
+
+
+def test_concurrency_caps_runs_across_the_worker(alias: str) -> None:
+    # rule 5: the cap holds for a task the worker only learns of when it claims it.
+    unregister(one_at_a_time.module_path)
+    taskdefs.Overlap.peak = 0
+    results = [one_at_a_time.enqueue(0.15) for _ in range(3)]
+    with running_worker(alias, threads=4):
+        done = [finished(r.id) for r in results]
+    assert [d.status for d in done] == [SUCCESSFUL] * 3
+    assert taskdefs.Overlap.peak == 1
+    assert get_job(one_at_a_time.module_path).concurrency == 1
+
+
+def test_context_carries_the_job_context(alias: str) -> None:
+    result = context_info.enqueue(7)
+    with running_worker(alias):
+        done = finished(result.id)
+    assert done.return_value["job_id"] == int(result.id)
+
+
+def test_durable_steps_through_the_context(alias: str) -> None:
+    taskdefs.Calls.count = 0
+    result = stepped.enqueue()
+    with running_worker(alias):
+        done = finished(result.id)
+    assert (done.status, done.return_value, done.attempts) == (SUCCESSFUL, 1, 2)
+    assert taskdefs.Calls.count == 1
+
+
+def test_priority_orders_the_queue(alias: str) -> None:
+    low = add.using(priority=-5).enqueue(1, 1)
+    high = add.using(priority=50).enqueue(2, 2)
+    with running_worker(alias, threads=1):
+        low_done, high_done = finished(low.id), finished(high.id)
+    assert high_done.started_at <= low_done.started_at
+
+
+def test_cancel_request_fails_the_task_with_a_cancellation(alias: str) -> None:
+    result = add.enqueue(1, 2)
+    Job.objects.using(alias).filter(pk=result.id).update(cancel_requested=True)
+    with running_worker(alias):
+        done = finished(result.id)
+    assert done.status == FAILED
+    assert done.errors[-1].exception_class_path == (
+        "django_ultjobs.exceptions.CancelRequestedError")
+    assert "cancelled on request" in done.errors[-1].traceback
+
+
+# -- transactions, lookups, async ------------------------------------------------------------------
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_no_job(alias: str, backend) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+        result = add.enqueue(1, 2)
+        assert Job.objects.using(alias).filter(pk=result.id).exists()
+        raise RuntimeError("roll back")
+    assert not Job.objects.using(alias).filter(pk=result.id).exists()
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result(result.id)
+
+
+def test_get_result_of_a_plain_job_does_not_exist(alias: str, backend) -> None:
+    from tests.testapp.jobs import add as plain_add
+
+    row = plain_add.enqueue(1, 2)
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result(str(row.id))
+
+
+def test_async_enqueue_and_get_result(alias: str, backend) -> None:
+    result = async_to_sync(add.aenqueue)(3, 4)
+    fetched = async_to_sync(add.aget_result)(result.id)
+    assert fetched.id == result.id and fetched.status == TaskResultStatus.READY
+    assert Job.objects.using(alias).get(pk=result.id).args == [3, 4]
+
+
+# -- workers find tasks by their module path -------------------------------------------------------
+
+
+def test_a_plain_django_task_runs(alias: str) -> None:
+    # A Task built without UltJobsTask (Django 6.0's @task): defaults apply, the worker runs it.
+    assert type(doubled).__name__ == "Task"
+    result = doubled.enqueue(21)  # validated, so registered (a worker's import does the same)
+    assert get_job(doubled.module_path).max_attempts == 3
+    with running_worker(alias):
+        assert finished(result.id).return_value == 42
+
+
+def test_worker_imports_a_task_nobody_registered(alias: str) -> None:
+    result = add.enqueue(5, 6)
+    unregister(add.module_path)
+    with running_worker(alias):
+        assert finished(result.id).return_value == 11
+    assert isinstance(get_job(add.module_path).func, TaskRunner)
+
+
+def test_a_path_that_is_not_a_task_is_parked_not_run(alias: str) -> None:
+    # A plain function at the path: nothing offers a job spec, so rule 12 parks the job.
+    unregister("tests.tasks.taskdefs.plain_function")  # tests above made tasks of it
+    good = add.enqueue(1, 1)
+    Job.objects.using(alias).filter(pk=good.id).update(
+        name="tests.tasks.taskdefs.plain_function")
+    with running_worker(alias):
+        wait_until(lambda: JobAttempt.objects.using(alias).filter(
+            job_id=good.id, outcome="suspended").exists(), message="the job parked")
+    assert get_job("tests.tasks.taskdefs.plain_function") is None
+
+
+@pytest.fixture
+def pg_tasks() -> Iterator[str]:
+    with override_settings(ULTJOBS={"DATABASE": "postgres"}):
+        yield "postgres"
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+def test_a_runjobworker_process_runs_tasks_by_path(pg_tasks: str) -> None:
+    """A real worker process: no registration beyond the TASKS setting (rule 12 never fires)."""
+    results = [add.enqueue(20, 22), context_info.enqueue(1), email.enqueue("a@example.com"),
+               doubled.enqueue(4)]
+    env = {**worker_env(pg_tasks), "DJANGO_SETTINGS_MODULE": "tests.tasks.settings"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "runjobworker", "--burst", "--database", pg_tasks,
+         "--queue", "default", "--queue", "emails"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    done = [finished(r.id, timeout=5) for r in results]
+    assert [d.status for d in done] == [SUCCESSFUL] * 4
+    assert done[0].return_value == 42
+    assert done[1].return_value["attempt"] == 1
+    assert done[2].return_value == "sent to a@example.com"
+    assert done[3].return_value == 8  # a plain Task: registered by the import itself
+    assert str(os.getpid()) not in done[0].worker_ids[0].split(":")
