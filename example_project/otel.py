@@ -27,7 +27,12 @@ def setup_tracing() -> bool:
     global _configured
     if _configured:
         return True
-    exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    from django.conf import settings
+
+    # Read through the settings (example_project/settings.py takes it from the environment), so
+    # a project that installs the shop app with its own settings, like the package's test suite,
+    # is never instrumented behind its back by a variable left in the shell.
+    exporter_name = str(getattr(settings, "OTEL_TRACES_EXPORTER", "") or "").strip().lower()
     if not exporter_name or exporter_name == "none":
         return False
 

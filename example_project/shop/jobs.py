@@ -13,25 +13,45 @@ from django_ultjobs.context import JobContext
 from .models import Order
 
 
-@job(max_attempts=5)
-def send_receipt(order_id: int) -> dict[str, Any]:
-    """The main job: "send" the receipt and mark the order. Returns a small JSON result."""
+@job(takes_context=True, max_attempts=5)
+def send_receipt(ctx: JobContext, order_id: int) -> dict[str, Any]:
+    """The main job: "send" the receipt, mark the order, then queue the charge of its card.
+
+    Both pieces are durable steps, so a retry neither mails the receipt twice nor queues a second
+    charge (``atomic=True``: the charge's row commits with the step's record, or neither does).
+    Traced, each step is a child span of ``job.send_receipt``, and ``job.charge_card`` nests under
+    the step that queued it, in the trace of the checkout request (docs/tracing.md).
+    """
     order = Order.objects.get(pk=order_id)
-    # A real shop would call its mail provider here. Retries run this again, so the update is
-    # idempotent: marking an already-sent order again changes nothing.
-    Order.objects.filter(pk=order.pk).update(status=Order.Status.RECEIPT_SENT)
-    return {"order_id": order.pk, "sent_to": order.email}
+    # A real shop would call its mail provider here. Marking an already-sent order again
+    # changes nothing, so even a step that ran but was not recorded is safe to run again.
+    sent_to = ctx.step("send", lambda: _mark_receipt_sent(order))
+    charge_id = ctx.step("queue_charge", lambda: charge_card.enqueue(order.pk).id, atomic=True)
+    return {"order_id": order.pk, "sent_to": sent_to, "charge_job": charge_id}
+
+
+def _mark_receipt_sent(order: Order) -> str:
+    Order.objects.filter(pk=order.pk, status=Order.Status.PLACED).update(
+        status=Order.Status.RECEIPT_SENT
+    )
+    return order.email
 
 
 @job(takes_context=True, max_attempts=3)
 def charge_card(ctx: JobContext, order_id: int) -> dict[str, Any]:
-    """Charge an order. With ``OTEL_TRACES_EXPORTER=console`` its span ``job.charge_card`` is a
-    child of the request that queued it (the checkout's trace id)."""
+    """Charge an order (queued by ``send_receipt``). Its ``capture`` step is memoised: a retry
+    after the payment provider said yes does not charge the card again."""
     ctx.raise_if_cancelled()
-    updated = Order.objects.filter(pk=order_id, status=Order.Status.PLACED).update(
+    charged = ctx.step("capture", lambda: _capture(order_id))
+    return {"order_id": order_id, "charged": charged, "attempt": ctx.attempt}
+
+
+def _capture(order_id: int) -> bool:
+    # A real shop would call its payment provider here, with the job id as idempotency key.
+    updated = Order.objects.filter(pk=order_id).exclude(status=Order.Status.PAID).update(
         status=Order.Status.PAID
     )
-    return {"order_id": order_id, "charged": bool(updated), "attempt": ctx.attempt}
+    return bool(updated)
 
 
 @job(takes_context=True, max_attempts=3, backoff=0.5)
