@@ -274,17 +274,26 @@ LISTEN django_ultjobs;
 SELECT {now};
 
 -- name: lease_acquire
--- Take the lowest free slot of key in [0, limit): free means no row, or a lapsed row (which is
--- taken over in place). One statement; two racing acquirers of one slot serialise on its unique
--- index and the loser gets no row (the caller treats that as "full" and tries again later).
+-- Take the lowest free slots of key in [0, limit), one per holder (in holder order), in ONE
+-- statement however many runs of the kind were claimed together: free means no row, or a
+-- lapsed row (taken over in place). Two racing acquirers of one slot serialise on its unique
+-- index and the loser gets no row for that holder (the caller hands that run back).
+WITH want AS (
+    SELECT w.holder, w.ord FROM unnest(%(holders)s::text[]) WITH ORDINALITY AS w(holder, ord)
+),
+free AS (
+    SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS rn
+    FROM (SELECT s.slot FROM generate_series(0, %(limit)s::int - 1) AS s(slot)
+          WHERE NOT EXISTS (
+              SELECT 1 FROM django_ultjobs_joblease AS h
+              WHERE h.key = %(key)s::text AND h.slot = s.slot AND h.expires_at > {now})
+          ORDER BY s.slot
+          LIMIT cardinality(%(holders)s::text[])) AS f
+)
 INSERT INTO django_ultjobs_joblease AS l (key, slot, holder, acquired_at, expires_at)
-SELECT %(key)s::text, s.slot, %(holder)s::text, {now}, {now_plus(%(ttl)s::float8)}
-FROM generate_series(0, %(limit)s::int - 1) AS s(slot)
-WHERE NOT EXISTS (
-    SELECT 1 FROM django_ultjobs_joblease AS h
-    WHERE h.key = %(key)s::text AND h.slot = s.slot AND h.expires_at > {now})
-ORDER BY s.slot
-LIMIT 1
+SELECT %(key)s::text, free.slot, want.holder, {now}, {now_plus(%(ttl)s::float8)}
+FROM free JOIN want ON want.ord = free.rn
+ORDER BY free.slot
 ON CONFLICT (key, slot) DO UPDATE
     SET holder = EXCLUDED.holder, acquired_at = EXCLUDED.acquired_at,
         expires_at = EXCLUDED.expires_at

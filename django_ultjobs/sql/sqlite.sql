@@ -217,18 +217,29 @@ RETURNING id, wait_until;
 SELECT {now};
 
 -- name: lease_acquire
--- Take the lowest free slot of :key in [0, :limit): no row, or a lapsed row taken over in place.
--- One statement, and SQLite runs one writer at a time, so two acquirers cannot share a slot.
+-- Take the lowest free slots of :key in [0, :limit), one per holder of the :holders JSON array
+-- (in order), in one statement: no row, or a lapsed row taken over in place. SQLite runs one
+-- writer at a time, so two acquirers cannot share a slot.
+WITH RECURSIVE slots(slot) AS (
+    SELECT 0 WHERE :limit > 0 UNION ALL SELECT slot + 1 FROM slots WHERE slot + 1 < :limit
+),
+free AS (
+    SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS rn
+    FROM (SELECT s.slot FROM slots AS s
+          WHERE NOT EXISTS (
+              SELECT 1 FROM django_ultjobs_joblease AS h
+              WHERE h.key = :key AND h.slot = s.slot AND h.expires_at > {now})
+          ORDER BY s.slot
+          LIMIT json_array_length(:holders)) AS f
+),
+want AS (
+    SELECT value AS holder, key + 1 AS ord FROM json_each(:holders)
+)
 INSERT INTO django_ultjobs_joblease (key, slot, holder, acquired_at, expires_at)
-SELECT :key, s.slot, :holder, {now}, {now_plus(:ttl)}
-FROM (WITH RECURSIVE slots(slot) AS (
-          SELECT 0 WHERE :limit > 0 UNION ALL SELECT slot + 1 FROM slots WHERE slot + 1 < :limit)
-      SELECT slot FROM slots) AS s
-WHERE NOT EXISTS (
-    SELECT 1 FROM django_ultjobs_joblease AS h
-    WHERE h.key = :key AND h.slot = s.slot AND h.expires_at > {now})
-ORDER BY s.slot
-LIMIT 1
+SELECT :key, free.slot, want.holder, {now}, {now_plus(:ttl)}
+FROM free JOIN want ON want.ord = free.rn
+WHERE true
+ORDER BY free.slot
 ON CONFLICT (key, slot) DO UPDATE
     SET holder = excluded.holder, acquired_at = excluded.acquired_at,
         expires_at = excluded.expires_at

@@ -141,15 +141,29 @@ class LeaseStore(ABC):
     def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
         """Take the lowest free slot of ``key`` below ``limit`` in one statement; None when all
         are held."""
-        params = {"key": key, "limit": limit, "ttl": float(ttl), "holder": holder,
-                  "now": self.now_param()}
+        return self.acquire_many(key, limit, ttl, [holder]).get(holder)
+
+    def acquire_many(self, key: str, limit: int, ttl: float,
+                     holders: Sequence[str]) -> dict[str, HeldLease]:
+        """Take one free slot of ``key`` for each of ``holders`` (lowest slots first, in holder
+        order) in ONE statement; holders missing from the answer got none."""
+        if not holders:
+            return {}
+        params = {"key": key, "limit": limit, "ttl": float(ttl),
+                  "holders": self.holders_param(holders), "now": self.now_param()}
         with self.cursor() as cur:
             cur.execute(self.sql["lease_acquire"], params)
-            row = cur.fetchone()
-        if row is None:
-            return None
-        return HeldLease(key=row[0], slot=row[1], holder=row[2],
-                         expires_at=self.parse_time(row[3]))
+            rows = cur.fetchall()
+        return {
+            row[2]: HeldLease(key=row[0], slot=row[1], holder=row[2],
+                              expires_at=self.parse_time(row[3]))
+            for row in rows
+        }
+
+    @staticmethod
+    def holders_param(holders: Sequence[str]) -> Any:
+        """Holders in this engine's parameter form (an array; SQLite: JSON)."""
+        return list(holders)
 
     def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
         """Extend each lease still held by its holder and unexpired, in one statement; return the

@@ -175,6 +175,10 @@ class SQLiteStore(JobStore):
     # -- leases -------------------------------------------------------------------------------
 
     @staticmethod
+    def holders_param(holders: Sequence[str]) -> Any:
+        return json.dumps(list(holders))
+
+    @staticmethod
     def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:
         return {"held": json.dumps([[h.key, h.slot, h.holder] for h in held])}
 

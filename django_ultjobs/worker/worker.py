@@ -196,8 +196,8 @@ class Worker:
     def _dispatch(self, claimed: list[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
         self._record_lost_attempts(claimed)
-        full: set[str] = set()
-        started = 0
+        runs: list[Run] = []
+        capped: dict[str, list[Run]] = {}
         for job in claimed:
             run = Run(job=job, spec=get_job(job.name))
             for older in self.registry.others_of(run):
@@ -210,12 +210,20 @@ class Worker:
             if decided is not None:
                 self.completer.submit(run, decided)
                 continue
-            capped = run.spec is not None and run.spec.concurrency is not None
-            if capped and (job.name in full or not self._acquire_slot(run)):
+            if run.spec is not None and run.spec.concurrency is not None:
+                capped.setdefault(job.name, []).append(run)
+            runs.append(run)
+        # The slots of each capped kind in one statement, not one per run.
+        refused: set[int] = set()
+        for group in capped.values():
+            for run in self._acquire_slots(group):
                 # Back to the queue at once, the attempt not burned; the next claim skips this
                 # kind while its slots are all held, so this cannot spin.
-                full.add(job.name)
+                refused.add(id(run))
                 self.completer.submit(run, slot_unavailable(run))
+        started = 0
+        for run in runs:
+            if id(run) in refused:
                 continue
             with self._executing_lock:
                 self._executing.add(run)
@@ -223,13 +231,17 @@ class Worker:
             started += 1
         return started
 
-    def _acquire_slot(self, run: Run) -> bool:
+    def _acquire_slots(self, group: list[Run]) -> list[Run]:
+        """Take slots for claimed runs of one capped job; return the runs that got none."""
         try:
-            return self.slots.acquire(run)
+            return self.slots.acquire_group(group)
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.slot-acquire-failed",
-                      worker_id=self.worker_id, job_id=run.id, error=repr(exc))
-            return False
+                      worker_id=self.worker_id, job_ids=",".join(str(r.id) for r in group),
+                      error=repr(exc))
+            for run in group:
+                run.lease = None
+            return list(group)
 
     def _record_lost_attempts(self, claimed: list[ClaimedJob]) -> None:
         lost = [

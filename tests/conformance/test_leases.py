@@ -245,3 +245,22 @@ def test_caps_of_kinds_with_nothing_queued_change_nothing(cstore: JobStore) -> N
 def test_a_limit_of_zero_has_no_slot_to_give(cstore: JobStore, alias: str) -> None:  # rule 5
     assert cstore.acquire(KEY, 0, 30, "w1:1") is None
     assert _rows(alias) == []
+
+
+def test_acquire_many_takes_the_lowest_free_slots_in_holder_order(cstore: JobStore,
+                                                                  alias: str) -> None:  # rule 5
+    # One statement for all the claimed runs of a kind: lowest free slots first, one per holder,
+    # never more than the limit; holders left over get none.
+    assert cstore.acquire(KEY, 4, 30, "other:1") is not None          # slot 0
+    got = cstore.acquire_many(KEY, 4, 30, ["w:1", "w:2", "w:3", "w:4"])
+    assert {h: lease.slot for h, lease in got.items()} == {"w:1": 1, "w:2": 2, "w:3": 3}
+    assert cstore.acquire_many(KEY, 4, 30, ["w:5"]) == {}
+    assert cstore.acquire_many(KEY, 4, 30, []) == {}
+
+
+def test_acquire_many_takes_over_lapsed_slots(cstore: JobStore, clock: FakeClock) -> None:
+    assert set(cstore.acquire_many(KEY, 2, 10, ["a:1", "a:2"])) == {"a:1", "a:2"}
+    clock.advance(10)
+    got = cstore.acquire_many(KEY, 2, 10, ["b:1", "b:2", "b:3"])
+    assert sorted(lease.slot for lease in got.values()) == [0, 1]
+    assert not cstore.renew(HeldLease(KEY, 0, "a:1", clock()), 10)   # rule 7
