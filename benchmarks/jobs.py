@@ -6,3 +6,8 @@ from django_ultjobs import job
 @job(max_attempts=1)
 def noop() -> None:
     return None
+
+
+@job(max_attempts=1, concurrency=64)
+def noop_capped() -> None:
+    return None
