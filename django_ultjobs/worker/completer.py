@@ -13,6 +13,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -30,8 +31,12 @@ class Completer:
     """A thread that settles runs in batches, then releases their slots and lets them go."""
 
     def __init__(self, *, store: JobStore, registry: RunRegistry, slots: FleetSlots,
-                 worker_id: str) -> None:
+                 worker_id: str, on_written: Callable[[], None] | None = None) -> None:
         self.store = store
+        # Called after each batch is written: its slots are free and its hand-backs visible, so
+        # a claim loop that found every slot of a kind held should look again now, not at its
+        # next poll.
+        self.on_written = on_written
         self.registry = registry
         self.slots = slots
         self.worker_id = worker_id
@@ -160,3 +165,5 @@ class Completer:
         with self._idle:
             self._pending -= len(runs)
             self._idle.notify_all()
+        if self.on_written is not None:
+            self.on_written()

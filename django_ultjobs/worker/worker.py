@@ -57,7 +57,7 @@ class Worker:
                              visibility_timeout=options.visibility_timeout,
                              interval=options.heartbeat_interval)
         self.completer = Completer(store=self.store, registry=self.registry, slots=self.slots,
-                                   worker_id=self.worker_id)
+                                   worker_id=self.worker_id, on_written=self.wake)
         self.pool = ExecutorPool(options.threads, self._execute)
         self.listener = (
             Listener(store=self.store, queues=options.queues, wake=self.wake,
@@ -187,11 +187,9 @@ class Worker:
             self._wake.wait(self.options.poll_interval)
 
     def _wait_for_progress(self) -> None:
-        """In burst mode with runs in flight: wait until one finishes or a settle is written."""
-        if self.pool.busy:
-            self.pool.wait_for_free(0.05)
-        else:
-            self.completer.wait_idle(0.05)
+        """In burst mode with runs in flight: wait until a settle is written (which frees slots
+        and makes hand-backs visible), or briefly."""
+        self._wake.wait(0.05)
 
     def _dispatch(self, claimed: list[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
