@@ -12,8 +12,10 @@ import psycopg
 
 from .base import (
     ClaimedJob,
+    EnqueuedJob,
     HeldLease,
     JobStore,
+    NewJob,
     Settlement,
 )
 
@@ -30,6 +32,19 @@ class PostgresStore(JobStore):
     @staticmethod
     def token_param(token: str) -> Any:
         return uuid.UUID(token)
+
+    def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
+        """Insert ``jobs``: one plain INSERT for a single job, the JSON-array form for many."""
+        if len(jobs) != 1:
+            return super().enqueue(jobs)
+        row = self._new_job_row(jobs[0])
+        params = {**row, "args": json.dumps(row["args"], separators=(",", ":")),
+                  "kwargs": json.dumps(row["kwargs"], separators=(",", ":")),
+                  "run_at": jobs[0].run_at, "now": self.now_param()}
+        with self.cursor() as cur:
+            cur.execute(self.sql["enqueue_one"], params)
+            r = cur.fetchone()
+        return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2])]
 
     def _raw_cursor(self, raw: Any) -> Any:
         # Server-side parameter binding, whatever Django's connection uses for the ORM: the
@@ -100,7 +115,8 @@ class PostgresStore(JobStore):
         if not settlements:
             return set()
         batch = json.dumps([self._settlement_row(s) for s in settlements], separators=(",", ":"))
-        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param()}
+        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param(),
+                  "ids": [s.job_id for s in settlements]}
         waits = sorted({s.wait_event for s in settlements if s.wait_event})
         with self.cursor() as cur:
             if not waits:
