@@ -1,0 +1,423 @@
+"""``python -m benchmarks.peers``: run every system on the same PostgreSQL and print the tables.
+
+    python -m benchmarks.peers [--systems ours,pgqueuer,procrastinate,django-tasks-db]
+                               [--repeat 3] [--jobs 100000] [--threads 8,16,32,64] ...
+
+Every system: a fresh database, the same no-op job, ONE worker process at its best documented
+setting, drain jobs/s as the median of ``--repeat`` runs (each from the database's own timestamps:
+first job started to last job's completion committed), bulk enqueue jobs/s, the median single
+enqueue with its own commit, and idle pickup p50/p99 over ``--pickup-samples`` single enqueues.
+Slow peers drain fewer jobs (``--procrastinate-jobs``, ``--dtdb-jobs``) so that no drain takes
+minutes; the table shows each N and how long its drain took, which should be at least ~5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers import common
+from benchmarks.peers.common import log
+
+SYSTEMS = ("ours", "pgqueuer", "procrastinate", "django-tasks-db")
+MODULES = {
+    "ours": "benchmarks.peers.ours",
+    "pgqueuer": "benchmarks.peers.peer_pgqueuer",
+    "procrastinate": "benchmarks.peers.peer_procrastinate",
+    "django-tasks-db": "benchmarks.peers.peer_django_tasks_db",
+}
+PACKAGES = {"pgqueuer": ["pgqueuer", "asyncpg"], "procrastinate": ["procrastinate"],
+            "django-tasks-db": ["django_tasks_db", "psycopg_pool"]}
+LABELS = {"ours": "django_ultjobs", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate",
+          "django-tasks-db": "django-tasks-db"}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.peers",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--repeat", type=int, default=3, help="drains per system; medians reported")
+    p.add_argument("--jobs", type=int, default=100_000,
+                   help="jobs drained by ours and PgQueuer (default: 100,000)")
+    p.add_argument("--procrastinate-jobs", type=int, default=4_000)
+    p.add_argument("--dtdb-jobs", type=int, default=2_000)
+    p.add_argument("--threads", default="8,16,32,64",
+                   help="our --threads settings to try; the best is reported")
+    p.add_argument("--pickup-samples", type=int, default=200)
+    p.add_argument("--capped-jobs", type=int, default=10_000,
+                   help="jobs per fleet-slots drain (0 skips the figure)")
+    p.add_argument("--history-rows", type=int, default=1_000_000,
+                   help="finished rows for the scale-with-history figure (0 skips it)")
+    p.add_argument("--history-jobs", type=int, default=20_000)
+    p.add_argument("--dtdb-interval", type=float, default=0.1,
+                   help="django-tasks-db db_worker --interval for its pickup figure")
+    p.add_argument("--dtdb-default-interval-samples", type=int, default=100,
+                   help="pickups also measured at db_worker's default 1 s interval (0 skips)")
+    p.add_argument("--no-analyze", action="store_true",
+                   help="drain never-analyzed tables (by default every system's tables are "
+                        "ANALYZEd after the enqueue, as autovacuum would have done in production)")
+    p.add_argument("--db-prefix", default="ultjobs_peers_")
+    p.add_argument("--output", type=Path, help="also write the report (markdown) here")
+    p.add_argument("--json", type=Path, help="also write every raw figure (JSON) here")
+    return p.parse_args()
+
+
+def missing_packages(system: str) -> list[str]:
+    return [m for m in PACKAGES.get(system, []) if importlib.util.find_spec(m) is None]
+
+
+class Runner:
+    """Runs one phase of one system at a time, each in a process of its own."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    def db(self, system: str) -> str:
+        return self.args.db_prefix + system.replace("-", "_")
+
+    def jobs(self, system: str) -> int:
+        return {"procrastinate": self.args.procrastinate_jobs,
+                "django-tasks-db": self.args.dtdb_jobs}.get(system, self.args.jobs)
+
+    def phase(self, system: str, phase: str, *extra: str) -> dict[str, Any]:
+        return common.run_child(MODULES[system], [phase, "--db", self.db(system), *extra])
+
+
+def main() -> int:
+    args = parse_args()
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        raise SystemExit(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
+    common.exit_on_sigterm()
+    started = time.monotonic()
+    env = environment()
+    runner = Runner(args)
+    results: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    for system in systems:
+        missing = missing_packages(system)
+        if missing:
+            skipped[system] = (f"not installed ({', '.join(missing)}): "
+                               "pip install -e '.[bench-peers]'")
+            log(f"{system}: skipped, {skipped[system]}")
+    systems = [s for s in systems if s not in skipped]
+    set_up: list[str] = []
+    try:
+        for system in systems:
+            results[system] = {"jobs": runner.jobs(system), "bulk_runs": [], "drain_runs": [],
+                               "seconds_runs": [], **runner.phase(system, "setup")}
+            set_up.append(system)
+        measure(runner, systems, results)
+    finally:
+        for system in set_up:
+            try:
+                runner.phase(system, "teardown")
+            except RuntimeError as exc:
+                log(f"{system}: teardown failed: {exc}")
+    env["load_after"] = round(os.getloadavg()[0], 2)
+    env["git_after"] = _git_state()
+    env["total_s"] = round(time.monotonic() - started)
+    report = render(results, skipped, env, args)
+    print(report)
+    if args.output:
+        args.output.write_text(report + "\n")
+    if args.json:
+        args.json.write_text(json.dumps({"environment": env, "results": results,
+                                         "skipped": skipped}, indent=2) + "\n")
+    return 0
+
+
+def measure(runner: Runner, systems: list[str], results: dict[str, dict[str, Any]]) -> None:
+    args = runner.args
+
+    def drain(system: str, label: str, *extra: str) -> dict[str, Any]:
+        analyze = () if args.no_analyze else ("--analyze",)
+        run = runner.phase(system, "drain", "--jobs", str(runner.jobs(system)), *analyze, *extra)
+        log(f"{system} {label}: bulk {run['bulk']:,.0f}/s, drain {run['jobs_per_s']:,.0f}/s "
+            f"in {run['seconds']:.2f}s (load {os.getloadavg()[0]:.1f})")
+        return run
+
+    if "ours" in systems:
+        ours = results["ours"]
+        # The --threads sweep picks our setting, as each peer gets its best documented one.
+        ours["sweep"] = {}
+        for t in [int(t) for t in args.threads.split(",")]:
+            ours["sweep"][t] = drain("ours", f"--threads {t} (sweep)",
+                                     "--threads", str(t))["jobs_per_s"]
+        ours["threads"] = max(ours["sweep"], key=ours["sweep"].get)
+        ours["setting"] = f"runjobworker --threads {ours['threads']}"
+    # The measured drains, interleaved round by round: drift in a shared machine's load falls on
+    # every system alike instead of on whichever ran during a busy minute.
+    for r in range(args.repeat):
+        for system in systems:
+            extra = ("--threads", str(results["ours"]["threads"])) if system == "ours" else ()
+            run = drain(system, f"round {r + 1}/{args.repeat}", *extra)
+            results[system]["bulk_runs"].append(run["bulk"])
+            results[system]["drain_runs"].append(run["jobs_per_s"])
+            results[system]["seconds_runs"].append(run["seconds"])
+    for system in systems:
+        r = results[system]
+        r["bulk"] = common.median(r["bulk_runs"])
+        r["drain"] = common.median(r["drain_runs"])
+        r["drain_seconds"] = common.median(r["seconds_runs"])
+        r.update(runner.phase(system, "single"))
+        extra: tuple[str, ...] = ()
+        if system == "ours":
+            extra = ("--threads", str(r["threads"]))
+        elif system == "django-tasks-db":
+            extra = ("--interval", str(args.dtdb_interval))
+            r["pickup_interval"] = args.dtdb_interval
+        r["pickup"] = runner.phase(system, "pickup", "--samples", str(args.pickup_samples),
+                                   *extra)
+        log(f"{system}: single enqueue {r['single_commit_ms']:.2f} ms; pickup p50 "
+            f"{r['pickup']['p50_ms']:.2f} ms, p99 {r['pickup']['p99_ms']:.2f} ms")
+        if system == "django-tasks-db" and args.dtdb_default_interval_samples:
+            r["pickup_default"] = runner.phase(
+                system, "pickup", "--samples", str(args.dtdb_default_interval_samples),
+                "--interval", "1")
+            log(f"{system} at --interval 1: pickup p50 {r['pickup_default']['p50_ms']:.1f} ms")
+    if "ours" not in systems:
+        return
+    ours = results["ours"]
+    threads = str(ours["threads"])
+    if args.capped_jobs:
+        capped, uncapped = [], []
+        for r in range(args.repeat):
+            pair = runner.phase("ours", "slots", "--jobs", str(args.capped_jobs),
+                                "--threads", threads, *(() if args.no_analyze else ("--analyze",)))
+            capped.append(pair["capped"])
+            uncapped.append(pair["uncapped"])
+            log(f"ours fleet slots {r + 1}/{args.repeat}: no cap {pair['uncapped']:,.0f}/s, "
+                f"concurrency=64 {pair['capped']:,.0f}/s")
+        ours.update(capped_jobs=args.capped_jobs, capped_drain_runs=capped,
+                    uncapped_drain_runs=uncapped, capped_drain=common.median(capped),
+                    uncapped_drain=common.median(uncapped))
+    if args.history_rows:
+        history = runner.phase("ours", "history", "--jobs", str(args.history_jobs),
+                               "--threads", threads, "--rows", str(args.history_rows),
+                               "--repeat", str(args.repeat))
+        ours.update({k: v for k, v in history.items() if k not in ("rows", "jobs")},
+                    history_rows=history["rows"], history_jobs=history["jobs"])
+
+
+# -- the environment ------------------------------------------------------------------------------
+
+
+def environment() -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cores": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "load": round(os.getloadavg()[0], 2),
+    }
+    try:
+        import django
+
+        facts["django"] = django.get_version()
+    except ImportError:
+        pass
+    facts.update(common.server_facts())
+    facts["git"] = _git_state()
+    return facts
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _git_state() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=common.REPO,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                "django_ultjobs"], cwd=common.REPO, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + (" + uncommitted changes in django_ultjobs/" if dirty else "")
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if not a or not b or math.isnan(a) or math.isnan(b):
+        return "-"
+    return f"{a / b:.2f}x" if a / b < 10 else f"{a / b:.1f}x"
+
+
+def render(results: dict[str, dict[str, Any]], skipped: dict[str, str], env: dict[str, Any],
+           args: argparse.Namespace) -> str:
+    out: list[str] = []
+    add = out.append
+    add(f"## Peer benchmark — {env['date']}")
+    add("")
+    add(f"PostgreSQL {env['server_version']} on 127.0.0.1 ({env['cores']} cores, {env['cpu']}); "
+        f"Python {env['python']}, Django {env.get('django', '?')}; "
+        f"synchronous_commit={env['synchronous_commit']}, fsync={env['fsync']}, "
+        f"shared_buffers={env['shared_buffers']}, autovacuum={env['autovacuum']}. "
+        f"django_ultjobs at {env['git']}"
+        + ("" if env.get("git_after", env["git"]) == env["git"] else
+           f" (**changed during the run**, to {env['git_after']}: figures mix two versions)")
+        + f". Load average {env['load']} before, "
+        f"{env.get('load_after', '?')} after; {env.get('total_s', '?')} s in all.")
+    add("")
+    add(f"No-op jobs, ONE worker process per system, drain = median of {args.repeat} runs, "
+        "each from the database's own timestamps (first job started → last completion "
+        f"committed); pickup over {args.pickup_samples} single enqueues with the worker idle "
+        "(commit returned → first line of the body, CLOCK_MONOTONIC). "
+        + ("Tables were never ANALYZEd (--no-analyze)." if args.no_analyze else
+           "Each system's tables were ANALYZEd after the enqueue, before the drain, as "
+           "autovacuum would have done in production."))
+    add("Drains were interleaved: round 1 of every system, then round 2, and so on.")
+    add("")
+    add("| system (setting) | version | drained N | bulk enqueue jobs/s | single enqueue ms "
+        "(own commit) | drain jobs/s | drain took s | idle pickup p50 ms | p99 ms |")
+    add("|---|---|--:|--:|--:|--:|--:|--:|--:|")
+    for system in SYSTEMS:
+        if system in skipped:
+            add(f"| {LABELS[system]} | - | - | - | - | - | - | - | {skipped[system]} |")
+            continue
+        r = results.get(system)
+        if r is None:
+            continue
+        pk = r["pickup"]
+        bulk = fmt(r["bulk"]) + (" (enqueue() loop, no bulk API)"
+                                 if system == "django-tasks-db" else "")
+        setting = r.get("setting", "")
+        if system == "django-tasks-db":
+            setting += f"; pickup at --interval {r['pickup_interval']:g}"
+        add(f"| {LABELS[system]} ({setting}) | {r.get('version', '')} | {r['jobs']:,} | {bulk} | "
+            f"{fmt(r['single_commit_ms'], 2)} | {fmt(r['drain'])} | "
+            f"{fmt(r['drain_seconds'], 1)}{'' if r['drain_seconds'] >= 4.5 else ' (< 5 s!)'} | "
+            f"{fmt(pk['p50_ms'], 1)} | {fmt(pk['p99_ms'], 1)} |")
+    dtdb = results.get("django-tasks-db", {})
+    if dtdb.get("pickup_default"):
+        pd = dtdb["pickup_default"]
+        add(f"| django-tasks-db at its default --interval 1 (pickup only, {pd['samples']} "
+            f"samples) | | | | | | | {fmt(pd['p50_ms'], 1)} | {fmt(pd['p99_ms'], 1)} |")
+    add("")
+    add("Every drain, in jobs/s: " + "; ".join(
+        f"{LABELS[s]} " + ", ".join(fmt(v) for v in results[s]["drain_runs"])
+        for s in SYSTEMS if s in results) + ".")
+    ours = results.get("ours")
+    if ours:
+        add("")
+        add("Ours against each peer (throughput: ours ÷ peer; latency: peer ÷ ours; "
+            "above 1x ours is better):")
+        add("")
+        add("| against | bulk enqueue | drain | single enqueue | pickup p50 | pickup p99 |")
+        add("|---|--:|--:|--:|--:|--:|")
+        for system in SYSTEMS[1:]:
+            r = results.get(system)
+            if not r:
+                continue
+            add(f"| {LABELS[system]} | {ratio(ours['bulk'], r['bulk'])} | "
+                f"{ratio(ours['drain'], r['drain'])} | "
+                f"{ratio(r['single_commit_ms'], ours['single_commit_ms'])} | "
+                f"{ratio(r['pickup']['p50_ms'], ours['pickup']['p50_ms'])} | "
+                f"{ratio(r['pickup']['p99_ms'], ours['pickup']['p99_ms'])} |")
+        add("")
+        add(render_ours(ours))
+        add("")
+        add(render_targets(ours, results))
+    return "\n".join(out)
+
+
+def render_ours(r: dict[str, Any]) -> str:
+    out = [
+        "Ours in detail:",
+        "",
+        f"- `--threads` sweep (one drain of {r['jobs']:,} each, before the measured rounds): "
+        + ", ".join(f"{t}: {fmt(v)}/s" for t, v in r["sweep"].items())
+        + f" → best {r['threads']}; the measured rounds at {r['threads']}: "
+        + ", ".join(fmt(v) for v in r["drain_runs"]) + " jobs/s.",
+        f"- Single `enqueue()`: {r['single_commit_ms']:.2f} ms with its own commit, "
+        f"{r['single_txn_ms']:.3f} ms inside an open transaction (medians of "
+        f"{common.SINGLE_ENQUEUES}).",
+        f"- Idle pickup: p50 {r['pickup']['p50_ms']:.2f} ms, p90 {r['pickup']['p90_ms']:.2f} ms, "
+        f"p99 {r['pickup']['p99_ms']:.2f} ms, max {r['pickup']['max_ms']:.2f} ms "
+        f"({r['pickup']['samples']} samples, {r['pickup']['lost']} lost).",
+    ]
+    if "capped_drain" in r:
+        out.append(
+            f"- Fleet slots: every job `concurrency=64`, {r['capped_jobs']:,} jobs, "
+            f"--threads {r['threads']} (medians of {len(r['capped_drain_runs'])} pairs): "
+            f"{fmt(r['capped_drain'])} jobs/s against "
+            f"{fmt(r['uncapped_drain'])} without a cap in the same runs = "
+            f"{r['capped_drain'] / r['uncapped_drain']:.2f}x "
+            f"({(1 - r['capped_drain'] / r['uncapped_drain']) * 100:.0f} % cost).")
+    if "history_drain" in r:
+        claim = ""
+        if "history_claim_ms" in r:
+            claim = (f"one claim statement of {r['claim_rows']} rows "
+                     f"{r['empty_claim_ms']:.2f} ms → {r['history_claim_ms']:.2f} ms "
+                     f"({r['history_claim_ms'] / r['empty_claim_ms']:.2f}x); ")
+        out.append(
+            f"- Scale with history ({r['history_jobs']:,} queued, then "
+            f"{r['history_rows']:,} finished rows added): {claim}"
+            f"drain {fmt(r['empty_drain'])} → {fmt(r['history_drain'])} jobs/s "
+            f"({r['history_drain'] / r['empty_drain']:.2f}x).")
+    return "\n".join(out)
+
+
+def render_targets(ours: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
+    rows: list[tuple[str, str, bool | None]] = []
+
+    def target(name: str, figure: str, met: bool | None) -> None:
+        rows.append((name, figure, met))
+
+    target("drain ≥ 6,000 jobs/s", f"{fmt(ours['drain'])}", ours["drain"] >= 6000)
+    for system, factor in (("pgqueuer", 1.5), ("procrastinate", 20), ("django-tasks-db", 20)):
+        r = results.get(system)
+        if r:
+            x = ours["drain"] / r["drain"]
+            target(f"drain ≥ {factor:g}x {LABELS[system]}", f"{x:.2f}x", x >= factor)
+    target("bulk enqueue ≥ 30,000 jobs/s", fmt(ours["bulk"]), ours["bulk"] >= 30_000)
+    target("enqueue() own commit ≤ 1.5 ms", f"{ours['single_commit_ms']:.2f} ms",
+           ours["single_commit_ms"] <= 1.5)
+    target("enqueue() in an open transaction ≤ 0.3 ms", f"{ours['single_txn_ms']:.3f} ms",
+           ours["single_txn_ms"] <= 0.3)
+    target("idle pickup p50 ≤ 5 ms", f"{ours['pickup']['p50_ms']:.2f} ms",
+           ours["pickup"]["p50_ms"] <= 5)
+    target("idle pickup p99 ≤ 20 ms", f"{ours['pickup']['p99_ms']:.2f} ms",
+           ours["pickup"]["p99_ms"] <= 20)
+    if "capped_drain" in ours:
+        x = ours["capped_drain"] / ours["uncapped_drain"]
+        target("concurrency=64 costs ≤ 15 %", f"{(1 - x) * 100:.0f} %", x >= 0.85)
+    if "history_claim_ms" in ours:
+        x = ours["history_claim_ms"] / ours["empty_claim_ms"]
+        target(f"claim as fast with {ours['history_rows']:,} finished rows (≤ 1.2x)",
+               f"{x:.2f}x", x <= 1.2)
+    out = ["Targets of issue 8:", "", "| target | this run | met |", "|---|--:|:-:|"]
+    for name, figure, met in rows:
+        out.append(f"| {name} | {figure} | {'yes' if met else '**no**'} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

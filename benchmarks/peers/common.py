@@ -1,0 +1,289 @@
+"""What every system's module shares: databases, the pickup probe, statistics, the child protocol.
+
+Each system is measured in a child process of its own (``python -m benchmarks.peers.<module>``)
+that creates a fresh database, measures, drops it, and prints one ``RESULT {json}`` line that the
+runner (``python -m benchmarks.peers``) reads.
+
+The idle pickup clock: the enqueuing process reads ``time.monotonic()`` right after its
+transaction's COMMIT returns; the job body's first line reads ``time.monotonic()`` and sends it in
+a UDP datagram on the loopback to the enqueuer. On Linux ``time.monotonic()`` is
+``CLOCK_MONOTONIC``, one clock for every process on the machine, so the two readings subtract.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+PG_HOST = os.environ.get("ULTJOBS_PG_HOST", "127.0.0.1")
+PG_PORT = os.environ.get("ULTJOBS_PG_PORT", "5432")
+PG_USER = os.environ.get("ULTJOBS_PG_USER", "postgres")
+PG_PASSWORD = os.environ.get("ULTJOBS_PG_PASSWORD", "")
+
+#: Bulk enqueues are sent in chunks of this many jobs, in one transaction, by every system.
+BULK_CHUNK = 5_000
+#: What each system's module can be asked to do, one phase per process (see ``ours``).
+PHASES = ("setup", "drain", "single", "pickup", "teardown")
+#: Single enqueues timed per system (median reported).
+SINGLE_ENQUEUES = 300
+
+
+# -- databases ----------------------------------------------------------------------------------
+
+
+def dsn(dbname: str) -> str:
+    """A libpq URL for ``dbname`` on the benchmark's server."""
+    auth = PG_USER + (f":{PG_PASSWORD}" if PG_PASSWORD else "")
+    return f"postgresql://{auth}@{PG_HOST}:{PG_PORT}/{dbname}"
+
+
+def _admin_execute(*statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn("postgres"), autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def create_database(name: str) -> None:
+    """Drop ``name`` if a previous run left it behind, then create it empty."""
+    _check_own_name(name)
+    _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+
+
+def drop_database(name: str) -> None:
+    _check_own_name(name)
+    _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _check_own_name(name: str) -> None:
+    # The benchmark drops what it creates and nothing else: every database it touches is named
+    # ultjobs_peers_<something>.
+    if not name.startswith("ultjobs_peers_") or not name.replace("_", "").isalnum():
+        raise SystemExit(f"refusing to create or drop database {name!r}: not ultjobs_peers_*")
+
+
+def server_facts() -> dict[str, Any]:
+    """What the report says about the server: version and the settings that move the figures."""
+    import psycopg
+
+    with psycopg.connect(dsn("postgres"), autocommit=True) as conn:
+        facts = {"server_version": conn.execute("SHOW server_version").fetchone()[0]}
+        for name in ("synchronous_commit", "fsync", "shared_buffers", "max_connections",
+                     "autovacuum"):
+            facts[name] = conn.execute(f"SHOW {name}").fetchone()[0]
+    return facts
+
+
+def scalar(dbname: str, sql: str, params: Sequence[Any] = ()) -> Any:
+    """One value from a fresh connection (used after a worker process has exited)."""
+    import psycopg
+
+    with psycopg.connect(dsn(dbname), autocommit=True) as conn:
+        row = conn.execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+def execute(dbname: str, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn(dbname), autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+# -- the pickup probe ---------------------------------------------------------------------------
+
+
+def send_started(seq: int, port: int) -> None:
+    """A job body's FIRST line: tell the enqueuer, on the shared clock, that the body started."""
+    started = time.monotonic()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(f"{seq} {started!r}".encode(), ("127.0.0.1", port))
+
+
+class PickupProbe:
+    """The enqueuer's end: a UDP socket on the loopback that job bodies report their start to."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def wait(self, seq: int, timeout: float) -> float | None:
+        """The monotonic time body ``seq`` started at, or None after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self.sock.settimeout(remaining)
+            try:
+                data = self.sock.recv(256)
+            except TimeoutError:
+                return None
+            got, started = data.decode().split()
+            if int(got) == seq:
+                return float(started)
+            # A datagram from an earlier (timed-out or warm-up) ping: ignore it.
+
+
+def measure_pickup(
+    enqueue: Callable[[int], float],
+    probe: PickupProbe,
+    samples: int,
+    *,
+    gap: tuple[float, float] = (0.02, 0.07),
+    warmup_timeout: float = 90.0,
+    sample_timeout: float = 10.0,
+) -> dict[str, Any]:
+    """Enqueue ``samples`` pings one at a time with the worker idle; latencies in ms.
+
+    ``enqueue(seq)`` enqueues ping ``seq`` in a transaction of its own and returns
+    ``time.monotonic()`` read right after the COMMIT returned. Between samples the enqueuer
+    sleeps a random gap, so a polling worker is caught at a random phase of its poll.
+    """
+    # Warm-up: the worker is ready once a ping round-trips (process start, LISTEN in place).
+    deadline = time.monotonic() + warmup_timeout
+    seq = -1
+    while True:
+        enqueue(seq)
+        if probe.wait(seq, min(5.0, max(0.1, deadline - time.monotonic()))) is not None:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit("pickup: the worker never started a warm-up job")
+        seq -= 1
+    time.sleep(0.3)
+    latencies: list[float] = []
+    lost = 0
+    for seq in range(samples):
+        time.sleep(random.uniform(*gap))
+        committed = enqueue(seq)
+        started = probe.wait(seq, sample_timeout)
+        if started is None:
+            lost += 1
+            continue
+        latencies.append((started - committed) * 1000.0)
+    return {"samples": len(latencies), "lost": lost, **percentiles(latencies)}
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0-100), nearest-rank on the sorted values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def percentiles(latencies_ms: Sequence[float]) -> dict[str, float]:
+    return {
+        "p50_ms": percentile(latencies_ms, 50),
+        "p90_ms": percentile(latencies_ms, 90),
+        "p99_ms": percentile(latencies_ms, 99),
+        "max_ms": max(latencies_ms) if latencies_ms else math.nan,
+        "mean_ms": statistics.fmean(latencies_ms) if latencies_ms else math.nan,
+    }
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def time_single_enqueues(enqueue_one: Callable[[], None], count: int = SINGLE_ENQUEUES) -> float:
+    """Median ms of ``count`` calls of ``enqueue_one`` (each commits its own transaction)."""
+    timings = []
+    for _ in range(count):
+        started = time.perf_counter()
+        enqueue_one()
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings) * 1000.0
+
+
+# -- the child protocol ---------------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    """Progress for the person watching (stderr; stdout carries the RESULT line)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so ``finally`` blocks stop the workers this process started
+    (and drop its databases) when the run is interrupted."""
+    import signal
+
+    def handle(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handle)
+
+
+def emit(result: dict[str, Any]) -> None:
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: the repository importable, settings for Django."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.peers.settings")
+    env.update(extra)
+    return env
+
+
+def run_child(module: str, args: Sequence[str], env: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+    """Run ``python -m module args`` and return the dict it printed as ``RESULT``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO, env=env or child_env(),
+        stdout=subprocess.PIPE, text=True,
+    )
+    result = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+        else:
+            print(line, file=sys.stderr)
+    if proc.returncode != 0 or result is None:
+        raise RuntimeError(f"{module} failed (exit {proc.returncode})")
+    return result
+
+
+def wait_or_kill(proc: subprocess.Popen, timeout: float, what: str) -> int:
+    """Wait for a worker process; kill it (and say so) if it overstays ``timeout`` seconds."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"{what} did not finish within {timeout:.0f}s; killed") from None
+
+
+def stop_worker(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM a continuous worker and wait for its graceful exit (kill after ``timeout``)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

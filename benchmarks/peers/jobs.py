@@ -1,0 +1,31 @@
+"""Our jobs for the peer benchmark (autodiscovered by ``django_ultjobs``)."""
+
+import os
+import time
+
+from benchmarks.peers.common import send_started
+from django_ultjobs import job
+
+
+@job(max_attempts=1)
+def peers_noop() -> None:
+    return None
+
+
+@job(max_attempts=1)
+def peers_ping(seq: int, port: int) -> None:
+    send_started(seq, port)
+
+
+if os.environ.get("BENCH_PEERS_CAPPED") == "1":
+    # Registered only for the fleet-slots drain: a registered capped kind changes the claim
+    # statement (its own scan), so the uncapped figures are taken without it.
+    @job(max_attempts=1, concurrency=64)
+    def peers_capped_noop() -> None:
+        return None
+
+
+@job(max_attempts=1)
+def peers_sleep(seconds: float) -> None:
+    """Holds a thread (and so a lease the ticker heartbeats) for the fleet heartbeat figure."""
+    time.sleep(seconds)

@@ -1,0 +1,198 @@
+"""PgQueuer in the peer benchmark, at its best documented setting.
+
+    python -m benchmarks.peers.peer_pgqueuer PHASE --db ultjobs_peers_pgqueuer [--jobs N]
+
+Phases as in ``benchmarks.peers.ours`` (setup, drain, single, pickup, teardown), plus ``worker``:
+the worker process itself.
+
+The asyncpg driver (the one PgQueuer's documentation leads with; on this machine it drains about
+1.6x faster than its psycopg driver), ``QueueManager.run(batch_size=100)``, LISTEN/NOTIFY wake-ups
+(always on), heartbeats at their defaults. One worker process. Drain jobs/s comes from PgQueuer's
+own log table: the first ``picked`` row to the last ``successful`` row (database clock), so
+process start-up and drain mode's exit wait are not counted. Log aggregation is switched off
+(``log_aggregation_interval=timedelta(0)``) so those rows stay to be read; it would otherwise run
+every 30 s, i.e. not inside a drain of a few seconds anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+from benchmarks.peers import common
+
+BATCH_SIZE = 100
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("phase", choices=(*common.PHASES, "worker"))
+    parser.add_argument("--db", default="ultjobs_peers_pgqueuer")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--samples", type=int, default=200, help="pickup samples")
+    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
+    parser.add_argument("--drain", action="store_true", help="worker: exit when the queue is empty")
+    parser.add_argument("--analyze", action="store_true", help="drain: ANALYZE after the enqueue")
+    return parser.parse_args(argv)
+
+
+async def queries(dbname: str) -> tuple[Any, Any]:
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, Queries
+
+    conn = await asyncpg.connect(common.dsn(dbname))
+    return conn, Queries(AsyncpgDriver(conn))
+
+
+# -- the worker process ---------------------------------------------------------------------------
+
+
+async def worker(args: argparse.Namespace) -> None:
+    from pgqueuer import QueueManager
+    from pgqueuer.types import QueueExecutionMode
+
+    conn, q = await queries(args.db)
+    qm = QueueManager(q)
+
+    @qm.entrypoint("noop")
+    async def noop(job: Any) -> None:
+        return None
+
+    @qm.entrypoint("ping")
+    async def ping(job: Any) -> None:
+        seq, port = job.payload.decode().split(":")
+        common.send_started(int(seq), int(port))
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, qm.shutdown.set)
+    mode = QueueExecutionMode.drain if args.drain else QueueExecutionMode.continuous
+    await qm.run(batch_size=args.batch_size, mode=mode,
+                 log_aggregation_interval=timedelta(0))
+    await conn.close()
+
+
+def worker_cmd(args: argparse.Namespace, drain: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "benchmarks.peers.peer_pgqueuer", "worker", "--db", args.db,
+           "--batch-size", str(args.batch_size)]
+    return cmd + (["--drain"] if drain else [])
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+
+async def install(dbname: str) -> None:
+    conn, q = await queries(dbname)
+    await q.install()
+    await conn.close()
+
+
+async def reset(dbname: str) -> None:
+    conn, _ = await queries(dbname)
+    await conn.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics RESTART IDENTITY")
+    await conn.close()
+
+
+async def bulk_enqueue(dbname: str, count: int) -> float:
+    conn, q = await queries(dbname)
+    started = time.perf_counter()
+    async with conn.transaction():
+        for start in range(0, count, common.BULK_CHUNK):
+            n = min(common.BULK_CHUNK, count - start)
+            await q.enqueue(["noop"] * n, [None] * n, [0] * n)
+    rate = count / (time.perf_counter() - started)
+    await conn.close()
+    return rate
+
+
+def drain(args: argparse.Namespace) -> dict[str, float]:
+    proc = subprocess.Popen(worker_cmd(args, drain=True), cwd=common.REPO, env=common.child_env(),
+                            stdout=sys.stderr)
+    code = common.wait_or_kill(proc, max(300.0, args.jobs / 100), "PgQueuer drain")
+    if code != 0:
+        raise RuntimeError(f"PgQueuer worker exited {code}")
+    done = common.scalar(args.db, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
+    left = common.scalar(args.db, "SELECT count(*) FROM pgqueuer")
+    if done != args.jobs or left:
+        raise RuntimeError(f"PgQueuer drain: {done} successful, {left} left of {args.jobs}")
+    seconds = float(common.scalar(
+        args.db,
+        "SELECT extract(epoch FROM (SELECT max(created) FROM pgqueuer_log "
+        "WHERE status = 'successful') - (SELECT min(created) FROM pgqueuer_log "
+        "WHERE status = 'picked'))"))
+    return {"jobs_per_s": args.jobs / seconds, "seconds": seconds}
+
+
+async def single_enqueue_ms(dbname: str) -> float:
+    conn, q = await queries(dbname)
+    timings = []
+    for _ in range(common.SINGLE_ENQUEUES):
+        started = time.perf_counter()
+        await q.enqueue("noop", None)
+        timings.append(time.perf_counter() - started)
+    await conn.close()
+    return common.median(timings) * 1000.0
+
+
+def pickup(args: argparse.Namespace) -> dict[str, Any]:
+    asyncio.run(reset(args.db))
+    probe = common.PickupProbe()
+    proc = subprocess.Popen(worker_cmd(args, drain=False), cwd=common.REPO,
+                            env=common.child_env(), stdout=sys.stderr)
+    loop = asyncio.new_event_loop()
+    conn, q = loop.run_until_complete(queries(args.db))
+
+    def enqueue(seq: int) -> float:
+        # asyncpg outside a transaction block: the INSERT commits on its own.
+        loop.run_until_complete(q.enqueue("ping", f"{seq}:{probe.port}".encode()))
+        return time.monotonic()
+
+    try:
+        return common.measure_pickup(enqueue, probe, args.samples)
+    finally:
+        common.stop_worker(proc)
+        loop.run_until_complete(conn.close())
+        loop.close()
+        probe.close()
+
+
+def main() -> None:
+    args = parse_args(sys.argv[1:])
+    result: dict[str, Any] = {}
+    if args.phase == "worker":
+        asyncio.run(worker(args))
+        return
+    if args.phase == "setup":
+        common.create_database(args.db)
+        asyncio.run(install(args.db))
+        result = {"version": _version("pgqueuer"),
+                  "setting": f"batch_size {args.batch_size}, asyncpg"}
+    elif args.phase == "drain":
+        asyncio.run(reset(args.db))
+        result["bulk"] = asyncio.run(bulk_enqueue(args.db, args.jobs))
+        if args.analyze:
+            common.execute(args.db, "ANALYZE pgqueuer, pgqueuer_log")
+        result.update(drain(args))
+    elif args.phase == "single":
+        asyncio.run(reset(args.db))
+        result["single_commit_ms"] = asyncio.run(single_enqueue_ms(args.db))
+    elif args.phase == "pickup":
+        result = pickup(args)
+    elif args.phase == "teardown":
+        common.drop_database(args.db)
+    common.emit(result)
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
+
+
+if __name__ == "__main__":
+    common.exit_on_sigterm()
+    main()
