@@ -287,3 +287,10 @@ def stop_worker(proc: subprocess.Popen, timeout: float = 30.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def dist_version(dist: str) -> str:
+    """The installed version of a distribution (for the report's version column)."""
+    from importlib.metadata import version
+
+    return version(dist)

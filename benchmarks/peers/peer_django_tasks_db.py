@@ -119,7 +119,7 @@ def main() -> None:
     result: dict[str, Any] = {}
     if args.phase == "setup":
         call_command("migrate", verbosity=0)
-        result = {"version": _version("django-tasks-db"), "setting": "psycopg pool"}
+        result = {"version": common.dist_version("django-tasks-db"), "setting": "psycopg pool"}
     elif args.phase == "drain":
         reset()
         result["bulk"] = bulk_enqueue(args.jobs)
@@ -136,12 +136,6 @@ def main() -> None:
     if args.phase == "teardown":
         common.drop_database(args.db)
     common.emit(result)
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)
 
 
 if __name__ == "__main__":

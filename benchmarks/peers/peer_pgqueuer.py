@@ -169,7 +169,7 @@ def main() -> None:
     if args.phase == "setup":
         common.create_database(args.db)
         asyncio.run(install(args.db))
-        result = {"version": _version("pgqueuer"),
+        result = {"version": common.dist_version("pgqueuer"),
                   "setting": f"batch_size {args.batch_size}, asyncpg"}
     elif args.phase == "drain":
         asyncio.run(reset(args.db))
@@ -185,12 +185,6 @@ def main() -> None:
     elif args.phase == "teardown":
         common.drop_database(args.db)
     common.emit(result)
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)
 
 
 if __name__ == "__main__":

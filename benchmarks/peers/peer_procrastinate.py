@@ -144,7 +144,7 @@ def main() -> None:
     if args.phase == "setup":
         common.create_database(args.db)
         asyncio.run(install())
-        result = {"version": _version("procrastinate"),
+        result = {"version": common.dist_version("procrastinate"),
                   "setting": f"concurrency {args.concurrency}"}
     elif args.phase == "drain":
         reset(args.db)
@@ -160,12 +160,6 @@ def main() -> None:
     elif args.phase == "teardown":
         common.drop_database(args.db)
     common.emit(result)
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)
 
 
 if __name__ == "__main__":
