@@ -43,7 +43,6 @@ class Completer:
         self._queue: queue.Queue[tuple[Run, Settlement]] = queue.Queue()
         self._pending = 0
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._abandon_at: float | None = None
         self._thread = threading.Thread(target=self._loop, name="ultjobs-completer", daemon=True)
@@ -76,17 +75,6 @@ class Completer:
         """Settles submitted and not yet written (or abandoned)."""
         with self._lock:
             return self._pending
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until every submitted settle is written; return False on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._idle:
-            while self._pending:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._idle.wait(remaining)
-        return True
 
     def stop(self, timeout: float) -> None:
         """Write what is queued (retrying for up to ``timeout`` seconds), then stop."""
@@ -162,8 +150,7 @@ class Completer:
         for run in runs:
             self.registry.remove(run)
             run.done.set()
-        with self._idle:
+        with self._lock:
             self._pending -= len(runs)
-            self._idle.notify_all()
         if self.on_written is not None:
             self.on_written()

@@ -182,14 +182,11 @@ class Worker:
             if self.options.burst:
                 if idle:
                     return
-                self._wait_for_progress()
+                # Runs in flight: wait until a settle is written (it frees slots and makes
+                # hand-backs visible, and wakes this loop), or briefly.
+                self._wake.wait(0.05)
                 continue
             self._wake.wait(self.options.poll_interval)
-
-    def _wait_for_progress(self) -> None:
-        """In burst mode with runs in flight: wait until a settle is written (which frees slots
-        and makes hand-backs visible), or briefly."""
-        self._wake.wait(0.05)
 
     def _dispatch(self, claimed: list[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
