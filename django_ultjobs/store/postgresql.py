@@ -115,8 +115,7 @@ class PostgresStore(JobStore):
         if not settlements:
             return set()
         batch = json.dumps([self._settlement_row(s) for s in settlements], separators=(",", ":"))
-        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param(),
-                  "ids": [s.job_id for s in settlements]}
+        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param()}
         waits = sorted({s.wait_event for s in settlements if s.wait_event})
         with self.cursor() as cur:
             if not waits:
