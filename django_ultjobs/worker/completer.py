@@ -147,9 +147,7 @@ class Completer:
         # Slots go back only after the settle is written (rule 6's other half: the slot is held
         # for as long as the job is), and a failed release never fails the settle (rule 9).
         self.slots.release(runs)
-        for run in runs:
-            self.registry.remove(run)
-            run.done.set()
+        self.registry.remove_many(runs)
         with self._lock:
             self._pending -= len(runs)
         if self.on_written is not None:

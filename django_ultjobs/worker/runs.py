@@ -24,8 +24,6 @@ class Run:
     settling: bool = False
     #: Set when a renewal answered "no": renewal stops (rule 8).
     slot_lost: bool = False
-    #: Set when the completer wrote (or gave up on) this run's settle.
-    done: threading.Event = field(default_factory=threading.Event)
     #: The run's durable step history (steps it ran and replayed), once the body starts.
     ledger: StepLedger | None = None
     #: Set when a draining worker gave up on a body that ignored its cancellation: the job is
@@ -60,15 +58,46 @@ class RunRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[tuple[int, str], Run] = {}
+        # Runs by job id, so the claim loop's question "is an older run of this job still
+        # here?" costs a lookup, not a scan of every run in flight for every job it claims.
+        self._by_job: dict[int, list[Run]] = {}
 
     def add(self, run: Run) -> None:
         with self._lock:
-            self._runs[run.key] = run
+            self._add(run)
+
+    def add_many(self, runs: list[Run]) -> None:
+        with self._lock:
+            for run in runs:
+                self._add(run)
+
+    def _add(self, run: Run) -> None:
+        key = run.key
+        old = self._runs.get(key)
+        if old is run:
+            return
+        if old is not None:
+            self._by_job[run.id].remove(old)
+        self._runs[key] = run
+        self._by_job.setdefault(run.id, []).append(run)
 
     def remove(self, run: Run) -> None:
         with self._lock:
-            if self._runs.get(run.key) is run:
-                del self._runs[run.key]
+            self._remove(run)
+
+    def remove_many(self, runs: list[Run]) -> None:
+        with self._lock:
+            for run in runs:
+                self._remove(run)
+
+    def _remove(self, run: Run) -> None:
+        if self._runs.get(run.key) is not run:
+            return
+        del self._runs[run.key]
+        same_job = self._by_job[run.id]
+        same_job.remove(run)
+        if not same_job:
+            del self._by_job[run.id]
 
     def contains(self, run: Run) -> bool:
         with self._lock:
@@ -77,7 +106,7 @@ class RunRegistry:
     def others_of(self, run: Run) -> list[Run]:
         """Older runs of the same job in this worker (their claims have lapsed)."""
         with self._lock:
-            return [r for key, r in self._runs.items() if key[0] == run.id and r is not run]
+            return [r for r in self._by_job.get(run.id, ()) if r is not run]
 
     def snapshot(self) -> list[Run]:
         with self._lock:

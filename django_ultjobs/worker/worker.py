@@ -216,15 +216,12 @@ class Worker:
                 # kind while its slots are all held, so this cannot spin.
                 refused.add(id(run))
                 self.completer.submit(run, slot_unavailable(run))
-        started = 0
-        for run in runs:
-            if id(run) in refused:
-                continue
+        starting = [run for run in runs if id(run) not in refused]
+        if starting:
             with self._executing_lock:
-                self._executing.add(run)
-            self.pool.submit(run)
-            started += 1
-        return started
+                self._executing.update(starting)
+            self.pool.submit_many(starting)
+        return len(starting)
 
     def _acquire_slots(self, group: list[Run]) -> list[Run]:
         """Take slots for claimed runs of one capped job; return the runs that got none."""
