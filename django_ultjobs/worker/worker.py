@@ -41,6 +41,10 @@ from .ticker import Ticker
 
 logger = logging.getLogger("django_ultjobs.worker")
 
+#: Finished runs whose settles are not written yet, beyond which the claim loop stops claiming:
+#: a completer that falls behind must slow claiming down, not let unsettled runs pile up.
+MAX_UNSETTLED = 1000
+
 
 class Worker:
     """One ``runjobworker`` process's worth of job running."""
@@ -145,6 +149,14 @@ class Worker:
             free = self.pool.free()
             if free <= 0:
                 self.pool.wait_for_free(self.options.poll_interval)
+                continue
+            if self.completer.pending >= MAX_UNSETTLED:
+                # The completer has fallen behind (a slow or failing settle): claiming on would
+                # only grow the runs waiting for it, each heartbeated and held in memory. Wait for
+                # a batch to be written (it wakes this loop).
+                self._wake.clear()
+                if self.completer.pending >= MAX_UNSETTLED:
+                    self._wake.wait(self.options.poll_interval)
                 continue
             if backlog and free < batch:
                 # The last claim came back full, so there is a backlog: let a few more threads

@@ -655,6 +655,37 @@ def test_completer_keeps_the_lease_alive_while_settle_fails(
     assert len(events(info_logs, "jobs.worker.settle-failed")) == store.failed
 
 
+def test_claiming_stops_while_the_completer_cannot_write(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing leaks (rule 13): finished runs waiting for their settle are bounded, so a completer
+    # that falls behind slows the claim loop down instead of growing the worker's memory (and
+    # its heartbeat statement) with every job it goes on claiming.
+    monkeypatch.setattr(worker_module, "MAX_UNSETTLED", 5)
+    outage = threading.Event()
+    outage.set()
+
+    class SettleOutage(engine_store(alias)):  # type: ignore[misc,valid-type]
+        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+            if outage.is_set():
+                raise OperationalError("the database system is shutting down")
+            return super().settle(settlements, worker_id)
+
+    ids = add.bulk_enqueue([(i, i) for i in range(40)])
+    with running_worker(alias, store=SettleOutage(alias), threads=2,
+                        visibility_timeout=10.0, heartbeat_interval=0.5) as worker:
+        wait_until(lambda: worker.completer.pending >= 5, timeout=15)
+        claims = worker.claims
+        time.sleep(0.5)  # several polls: the loop must not have claimed on meanwhile
+        running = Job.objects.using(alias).filter(id__in=ids, status="running").count()
+        # At most the bound plus one claim of the two threads that saw room under it.
+        assert running <= 5 + 2, running
+        assert worker.claims - claims <= 1
+        outage.clear()
+        wait_until(lambda: Job.objects.using(alias).filter(id__in=ids, status="succeeded")
+                   .count() == len(ids), timeout=30)
+    assert worker.completer.stale == 0
+
+
 @pytest.fixture(autouse=True)
 def _no_stray_worker_threads() -> Iterator[None]:
     """Fail loudly if a test leaves a worker's threads running into the next one."""
