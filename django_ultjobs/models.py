@@ -85,6 +85,17 @@ class Job(models.Model):
                 name="ultjobs_job_claim",
                 condition=models.Q(status__in=["queued", "running", "waiting"]),
             ),
+            # The claim of a capped kind (concurrency=N): its runnable rows in priority order,
+            # so the claim takes the first free-slots of them instead of sorting every queued
+            # run of the kind (a seq scan and a 20,000-row sort, 6.7 of a 9.7 ms claim).
+            models.Index(
+                "name",
+                models.F("priority").desc(),
+                "visible_at",
+                "id",
+                name="ultjobs_job_claim_kind",
+                condition=models.Q(status__in=["queued", "running", "waiting"]),
+            ),
             models.Index(
                 "finished_at",
                 name="ultjobs_job_finished",

@@ -1,0 +1,34 @@
+"""Migration operations that keep a busy job table writable while they run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+
+class AddIndexConcurrently(migrations.AddIndex):
+    """``AddIndex`` that builds the index with ``CREATE INDEX CONCURRENTLY`` on PostgreSQL.
+
+    A plain ``CREATE INDEX`` holds a lock that blocks every insert and update of the table while
+    it reads the whole heap: on a job table with millions of finished rows that is every
+    ``enqueue()`` of the site and every claim of the fleet waiting for seconds. SQLite has no such
+    option (and one writer anyway), so it gets the plain form. The migration must set
+    ``atomic = False``: PostgreSQL refuses CONCURRENTLY inside a transaction.
+    """
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            schema_editor.add_index(model, self.index, **_concurrently(schema_editor))
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            schema_editor.remove_index(model, self.index, **_concurrently(schema_editor))
+
+
+def _concurrently(schema_editor: Any) -> dict[str, bool]:
+    return {"concurrently": True} if schema_editor.connection.vendor == "postgresql" else {}
