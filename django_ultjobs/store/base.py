@@ -296,8 +296,13 @@ class JobStore(LeaseStore):
         limit: int,
         visibility_timeout: float,
         caps: Mapping[str, int],
+        uncapped: bool = True,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full."""
+        """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full.
+
+        ``uncapped=False`` claims only the capped kinds of ``caps``: the scan for every other
+        kind walks past each queued run of a capped kind, so a worker that just found no other
+        kind runnable may leave it out for a while (see the worker's claim loop)."""
 
     @abstractmethod
     def heartbeat(

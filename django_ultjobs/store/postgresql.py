@@ -61,6 +61,7 @@ class PostgresStore(JobStore):
         limit: int,
         visibility_timeout: float,
         caps: Mapping[str, int],
+        uncapped: bool = True,
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` runnable jobs in one statement, skipping full kinds."""
         if limit <= 0:
@@ -69,6 +70,7 @@ class PostgresStore(JobStore):
         params = {
             "cap_names": list(caps),
             "cap_limits": list(caps.values()),
+            "uncapped": uncapped or not caps,
             "queues": list(queues),
             "limit": limit,
             "token": token,

@@ -76,6 +76,7 @@ class SQLiteStore(JobStore):
         limit: int,
         visibility_timeout: float,
         caps: Mapping[str, int],
+        uncapped: bool = True,
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` runnable jobs in one write transaction, skipping full kinds."""
         if limit <= 0:
@@ -86,11 +87,13 @@ class SQLiteStore(JobStore):
         now = self.now_param()
         with self._write() as cur:
             queues_json = json.dumps(list(queues))
-            cur.execute(self.sql["claim_candidates"], {
-                "queues": queues_json, "capped": json.dumps(list(caps)), "limit": limit,
-                "now": now,
-            })
-            rows = cur.fetchall()
+            rows: list[Any] = []
+            if uncapped or not caps:
+                cur.execute(self.sql["claim_candidates"], {
+                    "queues": queues_json, "capped": json.dumps(list(caps)), "limit": limit,
+                    "now": now,
+                })
+                rows = cur.fetchall()
             if caps:
                 cur.execute(self.sql["claim_caps"], {
                     "caps": json.dumps([[name, lim] for name, lim in caps.items()]),

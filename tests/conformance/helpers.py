@@ -25,9 +25,9 @@ def enqueue(store: JobStore, *jobs: NewJob) -> list[int]:
 
 def claim(store: JobStore, worker: str = "w1", *, queues: Sequence[str] = ("default",),
           limit: int = 10, timeout: float = 30.0,
-          caps: Mapping[str, int] | None = None) -> list[ClaimedJob]:
+          caps: Mapping[str, int] | None = None, uncapped: bool = True) -> list[ClaimedJob]:
     return store.claim(worker_id=worker, queues=list(queues), limit=limit,
-                       visibility_timeout=timeout, caps=caps or {})
+                       visibility_timeout=timeout, caps=caps or {}, uncapped=uncapped)
 
 
 def settlement(job: ClaimedJob, status: str = "succeeded", *, outcome: str | None = "succeeded",

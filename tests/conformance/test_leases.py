@@ -220,6 +220,18 @@ def test_each_capped_kind_gets_its_free_slots_in_claim_order(cstore: JobStore) -
         "serial", "serial"]
 
 
+def test_uncapped_false_claims_only_the_capped_kinds(cstore: JobStore) -> None:
+    # What the worker asks while only capped kinds were runnable at its last look: the scan for
+    # the other kinds is left out, and nothing else about the claim changes.
+    capped = enqueue(cstore, *(new_job("capped") for _ in range(3)))
+    others = enqueue(cstore, new_job("add", priority=9), new_job("noop", priority=9))
+    got = claim(cstore, limit=10, caps={"capped": 2}, uncapped=False)
+    assert [j.id for j in got] == capped[:2]
+    # Without caps there is nothing to leave out: the flag cannot starve a worker of all work.
+    assert sorted(j.id for j in claim(cstore, "w2", limit=10, uncapped=False)) == sorted(
+        [*others, capped[2]])
+
+
 def test_a_capped_kind_is_claimed_only_from_the_requested_queues(cstore: JobStore) -> None:
     (elsewhere,) = enqueue(cstore, new_job("capped", queue="other", priority=9))
     (here,) = enqueue(cstore, new_job("capped"))

@@ -47,6 +47,7 @@ from tests.testapp.jobs import (
     flaky,
     ignore_cancel,
     record,
+    serial,
     worker_always_fails,
     worker_fails_with_backoff,
     worker_serial_block_until,
@@ -653,6 +654,23 @@ def test_completer_keeps_the_lease_alive_while_settle_fails(
     assert RunLog.objects.filter(job_id=job.id).count() == 1, "re-delivered during the outage"
     assert events(info_logs, "jobs.worker.redelivered") == []
     assert len(events(info_logs, "jobs.worker.settle-failed")) == store.failed
+
+
+def test_other_kinds_still_run_while_a_capped_backlog_drains(alias: str) -> None:
+    # No head-of-line blocking: a worker busy with only capped kinds leaves the scan for the
+    # other kinds out of its claims, but looks again at least once per poll interval, so a job
+    # of another kind that becomes due without any notification (a delay, a retry's backoff)
+    # runs long before the capped backlog is through.
+    serial_ids = serial.bulk_enqueue([(0.05,)] * 60)  # 3 s at concurrency=1
+    with running_worker(alias, threads=4, poll_interval=0.2) as worker:
+        wait_until(lambda: Job.objects.using(alias).filter(
+            id__in=serial_ids, status="succeeded").count() >= 3, timeout=15)
+        due_later = add.using(delay=0.3).enqueue(2, 3)
+        wait_until(status_is(alias, due_later.id, "succeeded"), timeout=15)
+        waiting = Job.objects.using(alias).filter(id__in=serial_ids).exclude(
+            status="succeeded").count()
+        assert waiting >= 20, f"only {waiting} capped runs left: the other kind waited behind them"
+        assert worker.claims < 1000
 
 
 def test_claiming_stops_while_the_completer_cannot_write(
