@@ -209,6 +209,19 @@ recorded AS (
            COALESCE(c.steps_run, '[]'::jsonb), COALESCE(c.steps_replayed, '[]'::jsonb)
     FROM c JOIN settled ON settled.id = c.id
     WHERE c.outcome IS NOT NULL
+),
+-- The batch's fleet slots go back in the same statement (fenced on holder, locked in id order as
+-- the renewal locks them): a slot is free exactly when its run's outcome commits, with no round
+-- trip of its own. A capped kind's throughput is its cap over how long a slot is held.
+release_locked AS (
+    SELECT l.id FROM django_ultjobs_joblease AS l
+    JOIN unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)
+        ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
+    ORDER BY l.id
+    FOR UPDATE OF l
+),
+released AS (
+    DELETE FROM django_ultjobs_joblease WHERE id IN (SELECT id FROM release_locked)
 )
 SELECT id FROM settled;
 

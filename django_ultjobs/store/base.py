@@ -312,9 +312,14 @@ class JobStore(LeaseStore):
         the runs still held. A run missing from the answer is lost (rule 2)."""
 
     @abstractmethod
-    def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+    def settle(self, settlements: Sequence[Settlement], worker_id: str,
+               release: Sequence[HeldLease] = ()) -> set[int]:
         """Apply each settlement only under its token (rule 4), recording its attempt; return the
-        ids that applied."""
+        ids that applied.
+
+        ``release``: fleet slots to hand back in the same transaction, fenced on holder like
+        ``release_many`` (a slot another holder took meanwhile is left alone). A run's slot then
+        goes back exactly when its outcome commits, without a round trip of its own."""
 
     def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
         """Record attempts that ended without a report from their worker."""

@@ -112,12 +112,15 @@ class PostgresStore(JobStore):
             cur.execute(self.sql["heartbeat"], params)
             return {row[0]: bool(row[1]) for row in cur.fetchall()}
 
-    def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
-        """Settle a batch in one statement, each row fenced on its token, attempts recorded."""
+    def settle(self, settlements: Sequence[Settlement], worker_id: str,
+               release: Sequence[HeldLease] = ()) -> set[int]:
+        """Settle a batch in one statement, each row fenced on its token, attempts recorded, the
+        ``release`` slots handed back in the same statement."""
         if not settlements:
             return set()
         batch = json.dumps([self._settlement_row(s) for s in settlements], separators=(",", ":"))
-        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param()}
+        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param(),
+                  **self.held_params(release)}
         waits = sorted({s.wait_event for s in settlements if s.wait_event})
         with self.cursor() as cur:
             if not waits:

@@ -152,8 +152,10 @@ class SQLiteStore(JobStore):
             cur.execute(self.sql["heartbeat"], params)
             return {row[0]: bool(row[1]) for row in cur.fetchall()}
 
-    def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
-        """Settle a batch in one write transaction, each row fenced on its token."""
+    def settle(self, settlements: Sequence[Settlement], worker_id: str,
+               release: Sequence[HeldLease] = ()) -> set[int]:
+        """Settle a batch in one write transaction, each row fenced on its token, the
+        ``release`` slots handed back in the same transaction."""
         if not settlements:
             return set()
         rows = [self._settlement_row(s) for s in settlements]
@@ -171,6 +173,8 @@ class SQLiteStore(JobStore):
                 cur.execute(self.sql["settle_record"], {
                     "batch": batch, "settled": json.dumps(sorted(settled)),
                     "worker_id": worker_id, "now": now})
+            if release:
+                cur.execute(self.sql["lease_release"], self.held_params(release))
         return settled
 
     # -- durable steps and events --------------------------------------------------------------

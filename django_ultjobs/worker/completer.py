@@ -99,7 +99,11 @@ class Completer:
                         batch.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                if self._write(batch):
+                # The slots go back in the settle's own statement, unless that already failed for
+                # this batch: then the settle is retried alone and the slots released apart, so
+                # whatever broke cannot be the release keeping the outcome from being written
+                # (rule 9).
+                if self._write(batch, release_with_settle=backoff == 0.05):
                     batch = []
                     backoff = 0.05
                     continue
@@ -112,9 +116,11 @@ class Completer:
         finally:
             connections.close_all()
 
-    def _write(self, batch: list[tuple[Run, Settlement]]) -> bool:
+    def _write(self, batch: list[tuple[Run, Settlement]], *, release_with_settle: bool) -> bool:
+        runs = [run for run, _ in batch]
+        release = self.slots.releasable(runs) if release_with_settle else []
         try:
-            applied = self.store.settle([s for _, s in batch], self.worker_id)
+            applied = self.store.settle([s for _, s in batch], self.worker_id, release)
         except Exception as exc:
             # Never drop an outcome: the runs stay registered (their leases alive) and the batch
             # is written again with backoff.
@@ -133,7 +139,7 @@ class Completer:
                 log_event(logger, logging.WARNING, "jobs.worker.settle-stale",
                           worker_id=self.worker_id, job_id=run.id, job=run.job.name,
                           attempt=settlement.attempt_no, outcome=settlement.outcome)
-        self._finish([run for run, _ in batch])
+        self._finish(runs, released=bool(release))
         return True
 
     def _abandon(self, batch: list[tuple[Run, Settlement]]) -> None:
@@ -143,10 +149,11 @@ class Completer:
                       note="the job will be re-delivered when its lease lapses")
         self._finish([run for run, _ in batch])
 
-    def _finish(self, runs: list[Run]) -> None:
-        # Slots go back only after the settle is written (rule 6's other half: the slot is held
-        # for as long as the job is), and a failed release never fails the settle (rule 9).
-        self.slots.release(runs)
+    def _finish(self, runs: list[Run], *, released: bool = False) -> None:
+        # Slots go back only with or after the settle (rule 6's other half: the slot is held for
+        # as long as the job is), and a failed release never fails the settle (rule 9).
+        if not released:
+            self.slots.release(runs)
         self.registry.remove_many(runs)
         with self._lock:
             self._pending -= len(runs)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ..exceptions import JobSlotLostError
 from ..logs import log_event
 from ..registry import JobSpec
-from ..store import LeaseStore
+from ..store import HeldLease, LeaseStore
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -107,15 +107,21 @@ class FleetSlots:
             run.scope.cancel(JobSlotLostError(
                 job=run.job.name, job_id=run.id, key=lease.key, slot=lease.slot))
 
+    @staticmethod
+    def releasable(runs: Sequence[Run]) -> list[HeldLease]:
+        """The slots of ``runs`` to hand back once their settles are written."""
+        # A lost slot is somebody else's now; an abandoned run's body may still be running, so
+        # its slot is left to lapse on its TTL.
+        return [r.lease for r in runs if r.lease is not None and not r.slot_lost
+                and not r.abandoned]
+
     def release(self, runs: Sequence[Run]) -> None:
         """Hand back the slots of settled runs; never fails (rule 9).
 
         An error is logged and swallowed: the slot expires on its own TTL, and bookkeeping must
         never turn a settled job into a failed settle.
         """
-        # An abandoned run's body may still be running: its slot is left to lapse on its TTL.
-        held = [r.lease for r in runs if r.lease is not None and not r.slot_lost
-                and not r.abandoned]
+        held = self.releasable(runs)
         if not held or self.leases is None:
             return
         try:

@@ -12,7 +12,7 @@ from django_ultjobs.store import HeldLease, JobStore
 from django_ultjobs.worker.fleet_slots import lease_key
 from tests.conftest import FakeClock
 
-from .helpers import claim, enqueue, new_job
+from .helpers import claim, enqueue, new_job, row, settlement
 
 # available_apps: between tests, flush only the queue's tables and skip re-creating every
 # app's permissions and content types (the suite runs ~5x faster).
@@ -173,6 +173,41 @@ def test_release_many_frees_every_slot_it_holds(cstore: JobStore, alias: str) ->
     held = [cstore.acquire(KEY, 3, 30, f"w1:{i}") for i in range(3)]
     cstore.release_many([h for h in held[:2] if h is not None])
     assert _rows(alias) == [(2, "w1:2")]
+
+
+def test_settle_hands_back_the_slots_it_is_given_in_the_same_write(
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rules 6, 9
+    # The worker's normal path: a batch's slots go back with its outcomes, so a slot is free
+    # exactly when its run's settle commits. Fenced on holder like release_many: a slot that
+    # lapsed and was taken by another holder is left alone, and the settle still applies.
+    (mine, lapsed) = enqueue(cstore, new_job("capped"), new_job("capped"))
+    jobs = claim(cstore, limit=2, timeout=30)
+    held = cstore.acquire(KEY, 3, 10, f"w1:{mine}")
+    gone = cstore.acquire(KEY, 3, 10, f"w1:{lapsed}")
+    assert held is not None and gone is not None
+    clock.advance(10)  # both lapse; another holder takes the second's slot
+    assert cstore.renew(held, 10) is False
+    held = cstore.acquire(KEY, 3, 30, f"w1:{mine}")
+    taker = cstore.acquire(KEY, 3, 30, "w2:9")
+    assert held is not None and taker is not None and {held.slot, taker.slot} == {0, 1}
+    applied = cstore.settle([settlement(j) for j in jobs], "w1", [held, gone])
+    assert applied == {mine, lapsed}
+    assert _rows(alias) == [(taker.slot, "w2:9")]
+    assert {row(alias, i).status for i in (mine, lapsed)} == {"succeeded"}
+
+
+def test_a_stale_settle_still_hands_back_its_slot(cstore: JobStore, alias: str) -> None:
+    # The body is over whatever the row says: its slot goes back even when the token no longer
+    # owns the row (the outcome itself changes nothing, rule 4).
+    (job_id,) = enqueue(cstore, new_job("capped"))
+    (job,) = claim(cstore, limit=1)
+    held = cstore.acquire(KEY, 1, 30, f"w1:{job_id}")
+    assert held is not None
+    stale = settlement(job)
+    stale.token = "00000000-0000-0000-0000-000000000000"
+    assert cstore.settle([stale], "w1", [held]) == set()
+    assert _rows(alias) == []
+    assert row(alias, job_id).status == "running"
 
 
 # -- the claim's caps (no head-of-line blocking) -------------------------------------------------

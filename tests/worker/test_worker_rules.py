@@ -297,16 +297,29 @@ def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
 
 def test_release_that_raises_is_logged_and_the_job_still_succeeds(
         alias: str, info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 9
+    # rule 9: the slot normally goes back inside the settle's own statement; when that statement
+    # fails, the settle is retried alone and the release made apart, where its error is logged
+    # and swallowed.
     class BrokenRelease(engine_store(alias)):  # type: ignore[misc,valid-type]
+        with_release_failed = 0
+
+        def settle(self, settlements: Sequence[Settlement], worker_id: str,
+                   release: Sequence[HeldLease] = ()) -> set[int]:
+            if release:
+                self.with_release_failed += 1
+                raise OperationalError("the release part broke the statement")
+            return super().settle(settlements, worker_id, release)
+
         def release_many(self, held: Sequence[HeldLease]) -> None:
             raise OperationalError("connection reset by peer")
 
     job = capped.enqueue(0.3)
-    with running_worker(alias, store=BrokenRelease(alias), **FAST) as worker:
+    store = BrokenRelease(alias)
+    with running_worker(alias, store=store, **FAST) as worker:
         wait_until(lambda: events(info_logs, "jobs.worker.lease-release-failed"),
                    message="the failed release")
         worker_id = worker.worker_id
+    assert store.with_release_failed == 1, "the settle was retried with the release in it"
     assert row(alias, job.id).status == "succeeded"
     assert attempts(alias, job.id) == [(1, "succeeded")]
     (logged,) = events(info_logs, "jobs.worker.lease-release-failed")
@@ -335,6 +348,12 @@ def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> No
         def release_many(self, held: Sequence[HeldLease]) -> None:
             touched.append(f"release {held}")
             super().release_many(held)
+
+        def settle(self, settlements: Sequence[Settlement], worker_id: str,
+                   release: Sequence[HeldLease] = ()) -> set[int]:
+            if release:
+                touched.append(f"release with settle {release}")
+            return super().settle(settlements, worker_id, release)
 
     ids = [add.enqueue(1, 2).id, record.enqueue(label="slow", seconds=1.0).id,
            flaky.enqueue(1).id]
@@ -631,13 +650,14 @@ def test_completer_keeps_the_lease_alive_while_settle_fails(
         failed = 0
         applied: list[int] = []
 
-        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        def settle(self, settlements: Sequence[Settlement], worker_id: str,
+                   release: Sequence[HeldLease] = ()) -> set[int]:
             if self.ends is None:
                 self.ends = time.monotonic() + outage
             if time.monotonic() < self.ends:
                 self.failed += 1
                 raise OperationalError("the database system is shutting down")
-            done = super().settle(settlements, worker_id)
+            done = super().settle(settlements, worker_id, release)
             self.applied.extend(done)
             return done
 
@@ -683,10 +703,11 @@ def test_claiming_stops_while_the_completer_cannot_write(
     outage.set()
 
     class SettleOutage(engine_store(alias)):  # type: ignore[misc,valid-type]
-        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        def settle(self, settlements: Sequence[Settlement], worker_id: str,
+                   release: Sequence[HeldLease] = ()) -> set[int]:
             if outage.is_set():
                 raise OperationalError("the database system is shutting down")
-            return super().settle(settlements, worker_id)
+            return super().settle(settlements, worker_id, release)
 
     ids = add.bulk_enqueue([(i, i) for i in range(40)])
     with running_worker(alias, store=SettleOutage(alias), threads=2,
