@@ -4,11 +4,17 @@ Waking a thread is the most expensive thing a no-op job costs this process: a fu
 GIL hand-off, about 40 µs of the worker's CPU per run when every run woke a thread of its own
 (py-spy ``--gil`` put a quarter of the process's GIL time in ``Condition.notify``). So a claim is
 handed over under one lock and wakes ONE idle thread, and a thread that finishes a run takes the
-next queued one without sleeping. More threads are woken only when the queue stalls: when no
-thread has taken a run for ``STALL`` seconds while runs wait, the threads already awake are inside
-bodies that block, and every waiting run gets a thread of its own, as if each had been woken at
-once. A run that waits behind a blocking body therefore starts at most ``STALL`` later than it
-would with a thread per run; fast runs are done by the few threads already awake.
+next queued one without sleeping. More threads are woken only when runs wait, checked every
+``STALL`` seconds while any do:
+
+* no thread has taken a run for ``STALL``: the threads awake are in bodies that block, so every
+  waiting run gets a thread of its own at once (as if each had been woken on submit);
+* runs are being taken but the oldest has waited ``STALL`` or more: the threads awake are too few
+  for these bodies, so as many more are woken as are already working the queue (1, 2, 4, ...).
+
+So a run waits at most about ``STALL`` behind bodies that block, and behind short bodies the
+helpers double every ``STALL`` until the queue keeps up; no-op jobs are done by the few threads
+already awake.
 """
 
 from __future__ import annotations
@@ -37,15 +43,21 @@ class ExecutorPool:
     def __init__(self, size: int, handler: Callable[[Run], None]) -> None:
         self.size = size
         self._handler = handler
-        self._lock = threading.Lock()
+        # Reentrant: the worker's signal handler runs on the main thread, which may be inside
+        # one of these methods when the signal arrives.
+        self._lock = threading.RLock()
         # Executor threads wait on _work, the stall watch on _watch; the claim loop and the drain
         # wait on _freed, notified only when its waiter's condition can hold (not once per run).
         self._work = threading.Condition(self._lock)
         self._watch = threading.Condition(self._lock)
         self._freed = threading.Condition(self._lock)
-        self._pending: deque[Run] = deque()
-        #: When a thread last took a queued run (or the queue last went from empty to not).
+        #: Queued runs with the time each was handed over.
+        self._pending: deque[tuple[float, Run]] = deque()
+        #: When a thread last took a queued run, the queue last went from empty to not, or the
+        #: watch last woke threads (each starts a new window for the watch to judge).
         self._last_take = 0.0
+        #: Threads working the current backlog (the one the claim woke, plus the watch's).
+        self._helpers = 0
         self._stopping = False
         self._busy = 0
         self._idle = 0
@@ -78,16 +90,18 @@ class ExecutorPool:
 
     def submit_many(self, runs: Iterable[Run]) -> None:
         """Hand runs to the pool; the caller claimed no more than ``free()`` of them."""
+        now = time.monotonic()
         with self._lock:
             was_empty = not self._pending
             before = len(self._pending)
-            self._pending.extend(runs)
+            self._pending.extend((now, run) for run in runs)
             added = len(self._pending) - before
             if not added:
                 return
             self._busy += added
             if was_empty:
-                self._last_take = time.monotonic()
+                self._last_take = now
+                self._helpers = 1
                 self._watch.notify()
             if self._idle:
                 self._work.notify()
@@ -111,7 +125,8 @@ class ExecutorPool:
                 self._want_idle = False
 
     def notify(self) -> None:
-        """Wake anything waiting for free threads (used when the worker starts stopping)."""
+        """Make waiters for free threads re-check (the worker starts stopping); they go on
+        waiting unless their condition holds."""
         with self._lock:
             self._freed.notify_all()
 
@@ -143,7 +158,7 @@ class ExecutorPool:
                 finally:
                     self._idle -= 1
             self._last_take = time.monotonic()
-            return self._pending.popleft()
+            return self._pending.popleft()[1]
 
     def _finished(self) -> None:
         with self._lock:
@@ -153,22 +168,29 @@ class ExecutorPool:
                 self._freed.notify_all()
 
     def _watch_stalls(self) -> None:
-        """Wake a thread per waiting run when no thread has taken one for ``STALL`` seconds."""
+        """Wake more threads while runs wait (see the module's docstring for when and how many)."""
         with self._lock:
             while not self._stopping:
                 if not self._pending:
                     self._watch.wait()
                     continue
-                stalled_for = time.monotonic() - self._last_take
-                if stalled_for < STALL:
-                    self._watch.wait(STALL - stalled_for)
+                now = time.monotonic()
+                stalled_for = now - self._last_take
+                oldest_waited = now - self._pending[0][0]
+                if stalled_for < STALL and oldest_waited < STALL:
+                    self._watch.wait(STALL - max(stalled_for, oldest_waited))
                     continue
                 if self._idle:
-                    self._work.notify(min(self._idle, len(self._pending)))
+                    # Nobody taking runs: a thread for each. Runs taken, too slowly: double.
+                    wake = len(self._pending) if stalled_for >= STALL else self._helpers
+                    wake = min(self._idle, len(self._pending), wake)
+                    self._helpers += wake
+                    self._work.notify(wake)
                 # Give the woken threads a window to take their runs before looking again. With
                 # no idle thread, the threads between runs take the queue (busy counts queued
                 # runs, so there are at least as many of those as queued runs).
-                self._last_take = time.monotonic()
+                self._last_take = now
+                self._watch.wait(STALL)
 
     def _loop(self) -> None:
         try:

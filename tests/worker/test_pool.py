@@ -33,7 +33,7 @@ def blocking_pool(size: int) -> ExecutorPool:
     return pool
 
 
-def test_run_behind_a_blocking_run_of_the_same_claim_still_starts():
+def test_run_behind_a_blocking_run_of_the_same_claim_still_starts() -> None:
     pool = blocking_pool(4)
     slow, behind = Blocking("slow"), Blocking("behind")
     try:
@@ -49,7 +49,7 @@ def test_run_behind_a_blocking_run_of_the_same_claim_still_starts():
         pool.stop(timeout=5)
 
 
-def test_a_claim_of_blocking_runs_runs_them_all_at_once():
+def test_a_claim_of_blocking_runs_runs_them_all_at_once() -> None:
     size = 8
     barrier = threading.Barrier(size, timeout=10)
 
@@ -68,7 +68,7 @@ def test_a_claim_of_blocking_runs_runs_them_all_at_once():
         pool.stop(timeout=5)
 
 
-def test_queued_runs_count_as_busy_before_any_thread_takes_them():
+def test_queued_runs_count_as_busy_before_any_thread_takes_them() -> None:
     pool = ExecutorPool(3, lambda run: None)  # type: ignore[arg-type]
     # Not started: nothing can take the runs, so they stay queued.
     pool.submit_many([object(), object()])  # type: ignore[list-item]
@@ -80,7 +80,7 @@ def test_queued_runs_count_as_busy_before_any_thread_takes_them():
     pool.stop(timeout=5)
 
 
-def test_stop_runs_what_is_queued_then_every_thread_exits():
+def test_stop_runs_what_is_queued_then_every_thread_exits() -> None:
     ran: list[int] = []
     lock = threading.Lock()
 
@@ -97,7 +97,7 @@ def test_stop_runs_what_is_queued_then_every_thread_exits():
     assert not any(t.is_alive() for t in pool._threads)
 
 
-def test_wait_for_free_wakes_when_enough_threads_free_up():
+def test_wait_for_free_wakes_when_enough_threads_free_up() -> None:
     pool = blocking_pool(4)
     runs = [Blocking(str(i)) for i in range(4)]
     try:
@@ -111,4 +111,24 @@ def test_wait_for_free_wakes_when_enough_threads_free_up():
     finally:
         for run in runs:
             run.release.set()
+        pool.stop(timeout=5)
+
+
+def test_runs_behind_short_bodies_get_more_threads_as_they_wait() -> None:
+    # 16 runs of 0.5 ms handed over together: the one thread woken for the claim keeps taking them,
+    # so the queue never stalls, but its oldest run ages past 1 ms and the watch adds threads
+    # (1, 2, 4, ...) instead of letting one thread run all sixteen one after another.
+    seen: set[str] = set()
+
+    def handler(run: object) -> None:
+        seen.add(threading.current_thread().name)
+        time.sleep(0.0005)
+
+    pool = ExecutorPool(8, handler)  # type: ignore[arg-type]
+    pool.start()
+    try:
+        pool.submit_many([object() for _ in range(16)])  # type: ignore[misc]
+        assert pool.wait_idle(10)
+        assert len(seen) >= 2, "every run went through one thread"
+    finally:
         pool.stop(timeout=5)
