@@ -147,11 +147,11 @@ class Worker:
         failures = 0
         backlog = False
         batch = max(1, self.options.threads // 2)
-        # While only capped kinds are runnable, the scan for the other kinds walks past every
-        # queued run of them on each claim (3.3 ms a claim at 20,000 queued), to find nothing.
-        # After it found nothing it is left out until a notification or a poll interval later:
-        # a job of another kind that becomes due meanwhile waits at most that, as it would for
-        # an idle worker.
+        # With capped kinds registered, the scan for the other kinds walks past every queued run
+        # of the capped ones on each claim (3.3 ms a claim at 20,000 queued). After it found
+        # nothing it is left out until an enqueue notification or one poll interval later: a job
+        # of another kind that becomes due meanwhile waits at most that, as it would for an idle
+        # worker (on SQLite, or with --no-listen, an enqueue too waits up to a poll interval).
         others_checked_at: float | None = None
         while not self._stopping.is_set():
             if generation != registry_generation():
@@ -226,7 +226,11 @@ class Worker:
                 # hand-backs visible, and wakes this loop), or briefly.
                 self._wake.wait(0.05)
                 continue
-            self._wake.wait(self.options.poll_interval)
+            wait = self.options.poll_interval
+            if not uncapped and others_checked_at is not None:
+                # Not past the moment the other kinds are due to be looked at again.
+                wait = min(wait, max(0.0, others_checked_at + wait - time.monotonic()))
+            self._wake.wait(wait)
 
     def _dispatch(self, claimed: list[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
@@ -237,7 +241,10 @@ class Worker:
             run = Run(job=job, spec=get_job(job.name))
             for older in self.registry.others_of(run):
                 # This worker claimed its own job again: the older run's lease lapsed (a
-                # database outage longer than the timeout). It is another claim now.
+                # database outage longer than the timeout). It is another claim now. Its slot is
+                # given up too: the new run's slot has the same holder, so renewing or releasing
+                # the old one could extend or free the new run's slot while its body runs.
+                older.slot_lost = True
                 older.scope.cancel(LeaseLostError(
                     f"job {job.name!r} (id {job.id}) lost its lease: it was claimed again "
                     "after the lease lapsed"))
@@ -381,11 +388,21 @@ class Worker:
             return None
         previous: dict[int, Any] = {}
 
-        def handle(signum: int, frame: FrameType | None) -> None:
-            force = self._stopping.is_set()  # a second signal: stop now
+        def stop(signum: int, force: bool) -> None:
             log_event(logger, logging.INFO, "jobs.worker.signal", worker_id=self.worker_id,
                       signal=signal.Signals(signum).name, force=force)
             self.request_stop(force=force)
+
+        signals = [0]
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            force = signals[0] > 0 or self._stopping.is_set()  # a second signal: stop now
+            signals[0] += 1
+            # Not here: the handler runs on the main thread between two of its bytecodes, maybe
+            # while it holds a lock that request_stop (or logging) needs, and would wait for
+            # itself. A thread of its own waits for the main thread to let go instead.
+            threading.Thread(target=stop, args=(signum, force), name="ultjobs-signal",
+                             daemon=True).start()
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             previous[signum] = signal.signal(signum, handle)
