@@ -14,14 +14,23 @@ class AddIndexConcurrently(migrations.AddIndex):
     it reads the whole heap: on a job table with millions of finished rows that is every
     ``enqueue()`` of the site and every claim of the fleet waiting for seconds. SQLite has no such
     option (and one writer anyway), so it gets the plain form. The migration must set
-    ``atomic = False``: PostgreSQL refuses CONCURRENTLY inside a transaction.
+    ``atomic = False``: PostgreSQL refuses CONCURRENTLY inside a transaction. A concurrent build
+    waits for every transaction open when it starts, so a long-running transaction elsewhere makes
+    the migration wait for it.
     """
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
                           to_state: Any) -> None:
         model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.add_index(model, self.index, **_concurrently(schema_editor))
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if schema_editor.connection.vendor == "postgresql":
+            # A CREATE INDEX CONCURRENTLY that failed (a deadlock, a cancelled deploy) leaves an
+            # INVALID index of that name behind, and running the migration again would fail on
+            # it: drop it first.
+            schema_editor.execute(
+                f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.index.name)}")
+        schema_editor.add_index(model, self.index, **_concurrently(schema_editor))
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:

@@ -210,14 +210,14 @@ recorded AS (
     FROM c JOIN settled ON settled.id = c.id
     WHERE c.outcome IS NOT NULL
 ),
--- The batch's fleet slots go back in the same statement (fenced on holder, locked in id order as
--- the renewal locks them): a slot is free exactly when its run's outcome commits, with no round
+-- The batch's fleet slots go back in the same statement (fenced on holder, locked in (key, slot)
+-- order as every lease statement locks them): a slot is free exactly when its run's outcome commits, with no round
 -- trip of its own. A capped kind's throughput is its cap over how long a slot is held.
 release_locked AS (
     SELECT l.id FROM django_ultjobs_joblease AS l
     JOIN unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)
         ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
-    ORDER BY l.id
+    ORDER BY l.key, l.slot
     FOR UPDATE OF l
 ),
 released AS (
@@ -356,7 +356,7 @@ locked AS (
     SELECT l.id FROM django_ultjobs_joblease AS l
     JOIN r ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
     WHERE l.expires_at > {now}
-    ORDER BY l.id
+    ORDER BY l.key, l.slot
     FOR UPDATE OF l
 )
 UPDATE django_ultjobs_joblease AS l
@@ -367,12 +367,13 @@ RETURNING l.key, l.slot, l.expires_at;
 
 -- name: lease_release
 -- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).
--- Rows are locked in id order, as the renewal locks them, so the two cannot deadlock.
+-- Rows are locked in (key, slot) order, as the renewal and the acquire's ON CONFLICT lock them,
+-- so no two lease statements can deadlock.
 WITH locked AS (
     SELECT l.id FROM django_ultjobs_joblease AS l
     JOIN unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)
         ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
-    ORDER BY l.id
+    ORDER BY l.key, l.slot
     FOR UPDATE OF l
 )
 DELETE FROM django_ultjobs_joblease WHERE id IN (SELECT id FROM locked);

@@ -319,7 +319,9 @@ class JobStore(LeaseStore):
 
         ``release``: fleet slots to hand back in the same transaction, fenced on holder like
         ``release_many`` (a slot another holder took meanwhile is left alone). A run's slot then
-        goes back exactly when its outcome commits, without a round trip of its own."""
+        goes back exactly when its outcome commits, without a round trip of its own.
+
+        At most one settlement per job: the rows are matched to the batch by id."""
 
     def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
         """Record attempts that ended without a report from their worker."""
@@ -460,6 +462,14 @@ class JobStore(LeaseStore):
     def _json_time(self, value: datetime) -> str:
         """A time inside a JSON batch parameter, in the form this engine compares."""
         return value.isoformat()
+
+
+def check_one_per_job(settlements: Sequence[Settlement]) -> None:
+    """Refuse a batch settling one job twice: the statement matches rows by id, so a stale
+    outcome could be applied under the newer run's token (rule 4)."""
+    if len({s.job_id for s in settlements}) != len(settlements):
+        raise ValueError("a settle batch holds two settlements of the same job; settle them "
+                         "in separate calls")
 
 
 def _storable_text(text: str) -> str:

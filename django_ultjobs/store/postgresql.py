@@ -17,6 +17,7 @@ from .base import (
     JobStore,
     NewJob,
     Settlement,
+    check_one_per_job,
 )
 
 #: Seconds before a run put to wait on an event whose lock a sender held re-checks for it.
@@ -118,6 +119,7 @@ class PostgresStore(JobStore):
         ``release`` slots handed back in the same statement."""
         if not settlements:
             return set()
+        check_one_per_job(settlements)
         batch = json.dumps([self._settlement_row(s) for s in settlements], separators=(",", ":"))
         params = {"batch": batch, "worker_id": worker_id, "now": self.now_param(),
                   **self.held_params(release)}

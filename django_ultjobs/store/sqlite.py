@@ -19,6 +19,7 @@ from .base import (
     HeldLease,
     JobStore,
     Settlement,
+    check_one_per_job,
 )
 
 
@@ -158,6 +159,7 @@ class SQLiteStore(JobStore):
         ``release`` slots handed back in the same transaction."""
         if not settlements:
             return set()
+        check_one_per_job(settlements)
         rows = [self._settlement_row(s) for s in settlements]
         for row in rows:
             row["token"] = uuid.UUID(row["token"]).hex

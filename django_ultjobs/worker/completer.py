@@ -25,10 +25,12 @@ from .runs import Run, RunRegistry
 logger = logging.getLogger("django_ultjobs.worker")
 
 _MAX_BATCH = 500
+#: Seconds the slots are released apart from the settle after a settle carrying them failed.
+RELEASE_APART = 60.0
 
 
 class Completer:
-    """A thread that settles runs in batches, then releases their slots and lets them go."""
+    """A thread that settles runs in batches, their slots released with them, and lets them go."""
 
     def __init__(self, *, store: JobStore, registry: RunRegistry, slots: FleetSlots,
                  worker_id: str, on_written: Callable[[], None] | None = None) -> None:
@@ -45,6 +47,7 @@ class Completer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._abandon_at: float | None = None
+        self._release_apart_until = 0.0
         self._thread = threading.Thread(target=self._loop, name="ultjobs-completer", daemon=True)
         #: How many settles the database refused as stale (tests and the benchmark read this).
         self.stale = 0
@@ -86,35 +89,63 @@ class Completer:
         try:
             backoff = 0.05
             batch: list[tuple[Run, Settlement]] = []
+            # Settles of a job already in the batch wait for the next one (see _fill).
+            later: list[tuple[Run, Settlement]] = []
             while True:
-                if not batch:
+                if not batch and not later:
                     try:
                         batch.append(self._queue.get(timeout=0.1))
                     except queue.Empty:
                         if self._stopping.is_set():
                             return
                         continue
-                while len(batch) < _MAX_BATCH:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                # The slots go back in the settle's own statement, unless that already failed for
-                # this batch: then the settle is retried alone and the slots released apart, so
-                # whatever broke cannot be the release keeping the outcome from being written
-                # (rule 9).
-                if self._write(batch, release_with_settle=backoff == 0.05):
+                later = self._fill(batch, later)
+                # The slots go back in the settle's own statement, unless that failed for this
+                # batch (or lately): then the settle is retried alone and the slots released
+                # apart, so whatever broke cannot be the release keeping the outcome from being
+                # written (rule 9).
+                release_with_settle = (backoff == 0.05
+                                       and time.monotonic() >= self._release_apart_until)
+                if self._write(batch, release_with_settle=release_with_settle):
                     batch = []
                     backoff = 0.05
                     continue
+                if release_with_settle:
+                    self._release_apart_until = time.monotonic() + RELEASE_APART
                 if self._abandon_at is not None and time.monotonic() > self._abandon_at:
                     self._abandon(batch)
                     batch = []
+                    backoff = 0.05
                     continue
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
         finally:
             connections.close_all()
+
+    def _fill(self, batch: list[tuple[Run, Settlement]], later: list[tuple[Run, Settlement]]
+              ) -> list[tuple[Run, Settlement]]:
+        """Fill ``batch`` up to the limit, at most one settle per job; return the rest.
+
+        Two runs of one job in this worker (it claimed its own job again after the lease lapsed)
+        must not share a statement: the settle matches the batch to rows by id, so a stale
+        outcome could otherwise be applied under the newer run's token (rule 4)."""
+        ids = {run.id for run, _ in batch}
+        deferred: list[tuple[Run, Settlement]] = []
+        pending = iter(later)
+        while len(batch) < _MAX_BATCH:
+            item = next(pending, None)
+            if item is None:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if item[0].id in ids:
+                deferred.append(item)
+            else:
+                ids.add(item[0].id)
+                batch.append(item)
+        deferred.extend(pending)
+        return deferred
 
     def _write(self, batch: list[tuple[Run, Settlement]], *, release_with_settle: bool) -> bool:
         runs = [run for run, _ in batch]

@@ -2,8 +2,8 @@
 
 Apart from the claim loop because its question is "may I start this one?"; which run holds which
 slot, and who gives it back, is bookkeeping of its own. A slot is taken at claim time, renewed on
-the heartbeat's tick (one clock for "I own the job" and "I own the slot"), and released after the
-run's settle is written.
+the heartbeat's tick (one clock for "I own the job" and "I own the slot"), and released with the
+run's settle (in its statement; apart from it, after it, only when that statement failed).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class FleetSlots:
 
     @staticmethod
     def releasable(runs: Sequence[Run]) -> list[HeldLease]:
-        """The slots of ``runs`` to hand back once their settles are written."""
+        """The slots of ``runs`` to hand back with (or after) their settles."""
         # A lost slot is somebody else's now; an abandoned run's body may still be running, so
         # its slot is left to lapse on its TTL.
         return [r.lease for r in runs if r.lease is not None and not r.slot_lost

@@ -196,6 +196,18 @@ def test_settle_hands_back_the_slots_it_is_given_in_the_same_write(
     assert {row(alias, i).status for i in (mine, lapsed)} == {"succeeded"}
 
 
+def test_settle_refuses_two_settlements_of_one_job(cstore: JobStore, alias: str) -> None:
+    # Rule 4's fence is per row: a batch holding an old and a new run of one job could apply the
+    # old outcome under the new token, so the store refuses it and writes nothing.
+    (job_id,) = enqueue(cstore, new_job("add"))
+    (job,) = claim(cstore, limit=1)
+    older = settlement(job, outcome="lease_lost")
+    older.token = "00000000-0000-0000-0000-000000000000"
+    with pytest.raises(ValueError, match="same job"):
+        cstore.settle([older, settlement(job)], "w1")
+    assert row(alias, job_id).status == "running"
+
+
 def test_a_stale_settle_still_hands_back_its_slot(cstore: JobStore, alias: str) -> None:
     # The body is over whatever the row says: its slot goes back even when the token no longer
     # owns the row (the outcome itself changes nothing, rule 4).
