@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -80,3 +81,27 @@ def test_a_lost_slot_names_job_key_and_slot() -> None:  # rule 8
 ])
 def test_each_cause_has_a_stable_name(error: JobCancelledError, cause: str) -> None:
     assert error.cause == cause
+
+
+def test_a_wait_after_the_cancel_returns_at_once() -> None:
+    # The event is made only when a body first waits: a cancel that came before must still be
+    # seen, not waited out.
+    scope = CancelScope()
+    scope.cancel(CancelRequestedError("stop"))
+    started = time.monotonic()
+    assert scope.wait(30) is True
+    assert time.monotonic() - started < 1
+
+
+def test_cancels_racing_first_waits_are_never_lost() -> None:
+    # Each round: one thread makes the scope's first wait while another cancels it; the waiter
+    # must always wake (a cancel that set no event, or an event made after the cancel, would
+    # leave it waiting out its 5 s).
+    for _ in range(200):
+        scope = CancelScope()
+        woke: list[bool] = []
+        waiter = threading.Thread(target=lambda s=scope, w=woke: w.append(s.wait(5)))
+        waiter.start()
+        scope.cancel(CancelRequestedError("stop"))
+        waiter.join(6)
+        assert woke == [True]

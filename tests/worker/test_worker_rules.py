@@ -493,7 +493,7 @@ def test_nothing_of_a_run_is_held_after_it(alias: str, monkeypatch: pytest.Monke
 
     def spy(run: Run, **kwargs: Any) -> Settlement:
         run_refs.append(weakref.ref(run))
-        run_refs.append(weakref.ref(run.scope._event))  # the scope itself has __slots__
+        run_refs.append(weakref.ref(run.scope._lock))  # the scope itself has __slots__
         return real(run, **kwargs)
 
     monkeypatch.setattr(worker_module, "run_job", spy)
