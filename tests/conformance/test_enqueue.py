@@ -225,6 +225,17 @@ def test_a_delayed_job_is_invisible_until_due(cstore: JobStore, clock: FakeClock
     assert [j.id for j in claim(cstore)] == [delayed]
 
 
+def test_a_run_at_between_two_milliseconds_is_never_due_early(cstore: JobStore,
+                                                              clock: FakeClock) -> None:
+    # SQLite's clock keeps milliseconds: a run_at 0.395 ms past one is due at the next, never
+    # at the one before (a job must not start before its run_at on either engine).
+    (at,) = enqueue(cstore, new_job(run_at=clock.now + timedelta(seconds=30, microseconds=395)))
+    clock.advance(30)
+    assert claim(cstore) == []
+    clock.advance(0.001)
+    assert [j.id for j in claim(cstore)] == [at]
+
+
 @pytest.mark.parametrize("value", [1e16, -1.5e300])
 def test_a_float_jsonb_would_change_is_refused_on_both_engines(cstore: JobStore, alias: str,
                                                                value: float) -> None:
