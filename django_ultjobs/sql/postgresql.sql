@@ -63,7 +63,9 @@ FROM ins;
 -- subquery there hides the row estimate from the planner and turns the ordered index scan into
 -- a sort of every runnable row (16 ms per claim at 30,000 queued). "uncapped" false leaves the
 -- uncapped scan out (a one-time filter): it walks past every queued run of a capped kind, 3.3 ms
--- a claim with 20,000 of them queued, and the worker has just seen it find nothing.
+-- a claim with 20,000 of them queued, and the worker has just seen it find nothing. Each row
+-- also says whether that scan locked rows the limit then cut ("others_left"): a claim filled
+-- with capped runs proves nothing about the other kinds unless this is false.
 WITH caps AS MATERIALIZED (
     SELECT c.name,
            c.lim - (SELECT count(*) FROM django_ultjobs_joblease AS l
@@ -75,7 +77,7 @@ locked AS (
     SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-               claimed_at AS prev_claimed_at
+               claimed_at AS prev_claimed_at, false AS capped
         FROM django_ultjobs_job
         WHERE queue = q.queue
           AND status IN ('queued', 'running', 'waiting')
@@ -90,7 +92,7 @@ locked AS (
     SELECT j.* FROM caps
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-               claimed_at AS prev_claimed_at
+               claimed_at AS prev_claimed_at, true AS capped
         FROM django_ultjobs_job
         WHERE name = caps.name
           AND queue = ANY (%(queues)s::text[])
@@ -118,7 +120,9 @@ WHERE j.id = chosen.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
           j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
           chosen.prev_status, chosen.prev_worker,
-          CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END;
+          CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
+          (SELECT count(*) FROM locked WHERE NOT locked.capped)
+              > (SELECT count(*) FROM chosen WHERE NOT chosen.capped) AS others_left;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds in one statement per tick, fenced on each run's

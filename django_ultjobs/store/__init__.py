@@ -8,6 +8,7 @@ from django.utils.module_loading import import_string
 from ..conf import get_settings
 from ..exceptions import JobConfigurationError
 from .base import (
+    ClaimBatch,
     ClaimedJob,
     Clock,
     EnqueuedJob,
@@ -21,6 +22,7 @@ from .base import (
 )
 
 __all__ = [
+    "ClaimBatch",
     "ClaimedJob",
     "Clock",
     "EnqueuedJob",

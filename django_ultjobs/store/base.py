@@ -80,6 +80,18 @@ class ClaimedJob:
     woke: bool = False
 
 
+class ClaimBatch(list[ClaimedJob]):
+    """The jobs one claim took, and whether it left runnable jobs of uncapped kinds behind.
+
+    ``others_left``: the scan of the uncapped kinds found runnable rows that the claim's limit
+    cut (they rank below everything it took). False when that scan found nothing, or was left
+    out. The worker reads it to tell "the other kinds have nothing" from "they were crowded out":
+    only the first lets it leave that scan out of its next claims.
+    """
+
+    others_left: bool = False
+
+
 @dataclass(slots=True)
 class Settlement:
     """How one run ends: the row's next state, fenced on ``token``, and the attempt to record."""
@@ -297,7 +309,7 @@ class JobStore(LeaseStore):
         visibility_timeout: float,
         caps: Mapping[str, int],
         uncapped: bool = True,
-    ) -> list[ClaimedJob]:
+    ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full.
 
         ``uncapped=False`` claims only the capped kinds of ``caps``: the scan for every other

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from .base import (
+    ClaimBatch,
     ClaimedJob,
     EnqueuedJob,
     HeldLease,
@@ -63,10 +64,10 @@ class PostgresStore(JobStore):
         visibility_timeout: float,
         caps: Mapping[str, int],
         uncapped: bool = True,
-    ) -> list[ClaimedJob]:
+    ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one statement, skipping full kinds."""
         if limit <= 0:
-            return []
+            return ClaimBatch()
         token = uuid.uuid4()
         params = {
             "cap_names": list(caps),
@@ -82,7 +83,7 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             cur.execute(self.sql["claim"], params)
             rows = cur.fetchall()
-        claimed = [
+        claimed = ClaimBatch(
             ClaimedJob(
                 id=r[0], name=r[1], queue=r[2], priority=r[3], args=self.parse_json(r[4]),
                 kwargs=self.parse_json(r[5]),
@@ -93,8 +94,9 @@ class PostgresStore(JobStore):
                 woke=r[13] == "waiting",
             )
             for r in rows
-        ]
+        )
         claimed.sort(key=lambda job: (-job.priority, job.id))
+        claimed.others_left = bool(rows) and bool(rows[0][16])
         return claimed
 
     def heartbeat(

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .base import (
+    ClaimBatch,
     ClaimedJob,
     HeldLease,
     JobStore,
@@ -90,10 +91,10 @@ class SQLiteStore(JobStore):
         visibility_timeout: float,
         caps: Mapping[str, int],
         uncapped: bool = True,
-    ) -> list[ClaimedJob]:
+    ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one write transaction, skipping full kinds."""
         if limit <= 0:
-            return []
+            return ClaimBatch()
         # Stored as Django's SQLite UUID form (hex), handed out in the canonical form PostgreSQL
         # returns, so a ClaimedJob looks the same on both engines.
         token = uuid.uuid4()
@@ -107,6 +108,7 @@ class SQLiteStore(JobStore):
                     "now": now,
                 })
                 rows = cur.fetchall()
+            others = {row[0] for row in rows}
             if caps:
                 cur.execute(self.sql["claim_caps"], {
                     "caps": json.dumps([[name, lim] for name, lim in caps.items()]),
@@ -122,8 +124,9 @@ class SQLiteStore(JobStore):
             # The claim order across uncapped and capped kinds: priority, then due time, then id.
             rows.sort(key=lambda row: (-row[1], row[2], row[0]))
             candidates = {row[0]: row for row in rows[:limit]}
+            others_left = not others.issubset(candidates)
             if not candidates:
-                return []
+                return ClaimBatch()
             cur.execute(self.sql["claim"], {
                 "ids": json.dumps(list(candidates)),
                 "token": token.hex,
@@ -132,7 +135,8 @@ class SQLiteStore(JobStore):
                 "now": now,
             })
             rows = cur.fetchall()
-        claimed = []
+        claimed = ClaimBatch()
+        claimed.others_left = others_left
         for r in rows:
             _, _, _, prev_status, prev_worker, prev_claimed_at = candidates[r[0]]
             claimed.append(ClaimedJob(

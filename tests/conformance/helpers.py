@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django_ultjobs.models import Job
-from django_ultjobs.store import ClaimedJob, JobStore, NewJob, Settlement
+from django_ultjobs.store import ClaimBatch, ClaimedJob, JobStore, NewJob, Settlement
 
 
 def new_job(name: str = "add", *, queue: str = "default", priority: int = 0,
@@ -25,7 +25,7 @@ def enqueue(store: JobStore, *jobs: NewJob) -> list[int]:
 
 def claim(store: JobStore, worker: str = "w1", *, queues: Sequence[str] = ("default",),
           limit: int = 10, timeout: float = 30.0,
-          caps: Mapping[str, int] | None = None, uncapped: bool = True) -> list[ClaimedJob]:
+          caps: Mapping[str, int] | None = None, uncapped: bool = True) -> ClaimBatch:
     return store.claim(worker_id=worker, queues=list(queues), limit=limit,
                        visibility_timeout=timeout, caps=caps or {}, uncapped=uncapped)
 

@@ -279,6 +279,26 @@ def test_uncapped_false_claims_only_the_capped_kinds(cstore: JobStore) -> None:
         [*others, capped[2]])
 
 
+def test_a_claim_says_whether_it_left_runnable_jobs_of_other_kinds_behind(
+    cstore: JobStore,
+) -> None:
+    # What lets a worker draining a capped kind leave the other kinds' scan out of its next
+    # claims: "nothing there" is told apart from "there, but cut by the limit".
+    enqueue(cstore, *(new_job("capped", priority=9) for _ in range(5)))
+    got = claim(cstore, limit=3, caps={"capped": 9})
+    assert len(got) == 3 and not got.others_left  # full, and the other kinds had nothing
+    (add,) = enqueue(cstore, new_job("add"))
+    got = claim(cstore, "w2", limit=2, caps={"capped": 9})
+    assert [j.name for j in got] == ["capped", "capped"] and got.others_left  # cut, ranked lower
+    got = claim(cstore, "w3", limit=5, caps={"capped": 9})
+    assert [j.id for j in got if j.name == "add"] == [add] and not got.others_left  # taken
+    enqueue(cstore, new_job("add"), new_job("capped"))
+    # Left out of the claim, the scan reports nothing: nothing is known about the other kinds.
+    got = claim(cstore, "w4", limit=1, caps={"capped": 9}, uncapped=False)
+    assert [j.name for j in got] == ["capped"] and not got.others_left
+    assert not claim(cstore, "w5", limit=0, caps={"capped": 9}).others_left
+
+
 def test_a_capped_kind_is_claimed_only_from_the_requested_queues(cstore: JobStore) -> None:
     (elsewhere,) = enqueue(cstore, new_job("capped", queue="other", priority=9))
     (here,) = enqueue(cstore, new_job("capped"))

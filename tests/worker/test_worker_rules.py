@@ -35,7 +35,7 @@ from django_ultjobs.exceptions import (
 from django_ultjobs.models import Job, JobAttempt, JobLease
 from django_ultjobs.models import Worker as WorkerRow
 from django_ultjobs.store import HeldLease, JobStore, NewJob, Settlement, get_store
-from django_ultjobs.worker import Worker
+from django_ultjobs.worker import Worker, WorkerOptions
 from django_ultjobs.worker import worker as worker_module
 from django_ultjobs.worker.runs import Run
 from tests.conftest import running_worker, wait_until
@@ -691,6 +691,30 @@ def test_other_kinds_still_run_while_a_capped_backlog_drains(alias: str) -> None
             status="succeeded").count()
         assert waiting >= 20, f"only {waiting} capped runs left: the other kind waited behind them"
         assert worker.claims < 1000
+
+
+def test_a_drain_of_a_capped_kind_leaves_the_empty_scan_of_other_kinds_out(
+        alias: str) -> None:
+    # Each claim of a capped backlog comes back full; that alone must not make the next claim scan
+    # the other kinds again (at 20,000 queued that scan was 4 ms of a 5 ms claim). Only a claim
+    # that says it cut runnable jobs of other kinds brings the scan back before the poll interval.
+    capped.bulk_enqueue([(0.0,)] * 30)
+    store = get_store(alias)
+    looked: list[bool] = []
+    claim = store.claim
+
+    def counting_claim(**kwargs: Any) -> Any:
+        looked.append(kwargs["uncapped"])
+        return claim(**kwargs)
+
+    store.claim = counting_claim  # type: ignore[method-assign]
+    worker = Worker(WorkerOptions(database=alias, threads=1, burst=True, poll_interval=30.0,
+                                  visibility_timeout=5.0, heartbeat_interval=0.5), store=store)
+    worker.run(install_signals=False)
+    assert Job.objects.using(alias).filter(status="succeeded").count() == 30
+    assert len(looked) >= 30
+    # The first claim, and the last (--burst exits only after a claim that looked at every kind).
+    assert looked.count(True) <= 3, f"{looked.count(True)} of {len(looked)} claims scanned"
 
 
 def test_claiming_stops_while_the_completer_cannot_write(
