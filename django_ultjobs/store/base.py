@@ -283,6 +283,20 @@ class JobStore(LeaseStore):
         """Turn a returned JSON column into Python."""
         return json.loads(value) if isinstance(value, (str, bytes)) else value
 
+    @classmethod
+    def parse_json_columns(cls, rows: Sequence[Sequence[Any]], first: int, count: int
+                           ) -> list[list[Any]]:
+        """Parse ``count`` JSON columns from ``first`` on, of every row, in ONE ``json.loads``.
+
+        A claim returns two JSON texts (args, kwargs) per job; parsed one at a time they were
+        13 of the 20 us the claim loop spent on each claimed row, nearly all of it the call, not
+        the (C) decoding. Texts the driver already decoded are taken as they are."""
+        columns = range(first, first + count)
+        if all(isinstance(row[i], str) for row in rows for i in columns):
+            return json.loads("[" + ",".join(
+                "[" + ",".join(row[i] for i in columns) + "]" for row in rows) + "]")
+        return [[cls.parse_json(row[i]) for i in columns] for row in rows]
+
     # -- jobs ---------------------------------------------------------------------------------
 
     def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:

@@ -83,17 +83,18 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             cur.execute(self.sql["claim"], params)
             rows = cur.fetchall()
+        token_text = str(token)
         claimed = ClaimBatch(
             ClaimedJob(
-                id=r[0], name=r[1], queue=r[2], priority=r[3], args=self.parse_json(r[4]),
-                kwargs=self.parse_json(r[5]),
-                attempt=r[6], max_attempts=r[7], token=str(token), traceparent=r[8],
+                id=r[0], name=r[1], queue=r[2], priority=r[3], args=arguments[0],
+                kwargs=arguments[1],
+                attempt=r[6], max_attempts=r[7], token=token_text, traceparent=r[8],
                 tracestate=r[9], enqueued_by=r[10], cancel_requested=r[11], claimed_at=r[12],
                 redelivered_from=r[14] if r[13] == "running" else None,
                 previous_claimed_at=r[15] if r[13] == "running" else None,
                 woke=r[13] == "waiting",
             )
-            for r in rows
+            for r, arguments in zip(rows, self.parse_json_columns(rows, 4, 2), strict=True)
         )
         claimed.sort(key=lambda job: (-job.priority, job.id))
         claimed.others_left = bool(rows) and bool(rows[0][16])

@@ -1,0 +1,25 @@
+"""The claim's JSON columns, parsed for a whole batch in one call."""
+
+from __future__ import annotations
+
+import json
+
+from django_ultjobs.store.base import JobStore
+
+
+def test_every_rows_columns_come_back_as_their_own_values() -> None:
+    values = [
+        ([1, "a,b]", {"x": [None, True]}], {"k": "}{,"}),
+        ([], {}),
+        (["é ✓ \\u00e9", 2.5e-3], {"nested": {"deep": ["[", "]"]}}),
+    ]
+    rows = [(i, "name", json.dumps(a), json.dumps(k), "tail") for i, (a, k) in enumerate(values)]
+    assert JobStore.parse_json_columns(rows, 2, 2) == [[a, k] for a, k in values]
+
+
+def test_no_rows_and_values_the_driver_already_decoded() -> None:
+    assert JobStore.parse_json_columns([], 4, 2) == []
+    # One decoded value (a driver with its own JSON loader) and the batch falls back to one
+    # value at a time, leaving decoded values as they are.
+    rows = [(1, "[1]", {"a": 1}), (2, "[]", "{}"), (3, b"[2]", "{}")]
+    assert JobStore.parse_json_columns(rows, 1, 2) == [[[1], {"a": 1}], [[], {}], [[2], {}]]
