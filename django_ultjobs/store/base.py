@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -83,13 +83,18 @@ class ClaimedJob:
 class ClaimBatch(list[ClaimedJob]):
     """The jobs one claim took, and whether it left runnable jobs of uncapped kinds behind.
 
-    ``others_left``: the scan of the uncapped kinds found runnable rows that the claim's limit
-    cut (they rank below everything it took). False when that scan found nothing, or was left
-    out. The worker reads it to tell "the other kinds have nothing" from "they were crowded out":
-    only the first lets it leave that scan out of its next claims.
+    ``others_left``: True when the scan of the uncapped kinds found runnable rows that the
+    claim's limit cut (they rank below everything it took); False when everything that scan
+    found was taken (possibly nothing; there may be more beyond what it looked at, which the
+    worker tells by whether the claim took any), or when the scan was left out; None when the
+    store does not say, and the worker then reads a full claim as "maybe crowded out". Only
+    "found nothing and took nothing" lets the worker leave that scan out of its next claims.
     """
 
-    others_left: bool = False
+    def __init__(self, jobs: Iterable[ClaimedJob] = (), *, others_left: bool | None = None
+                 ) -> None:
+        super().__init__(jobs)
+        self.others_left = others_left
 
 
 @dataclass(slots=True)
@@ -293,8 +298,13 @@ class JobStore(LeaseStore):
         the (C) decoding. Texts the driver already decoded are taken as they are."""
         columns = range(first, first + count)
         if all(isinstance(row[i], str) for row in rows for i in columns):
-            return json.loads("[" + ",".join(
-                "[" + ",".join(row[i] for i in columns) + "]" for row in rows) + "]")
+            try:
+                return json.loads("[" + ",".join(
+                    "[" + ",".join(row[i] for i in columns) + "]" for row in rows) + "]")
+            except (ValueError, RecursionError):
+                # Two levels of nesting more than each text has: a value just inside json's
+                # depth limit on its own (PostgreSQL stored it) is parsed on its own.
+                pass
         return [[cls.parse_json(row[i]) for i in columns] for row in rows]
 
     # -- jobs ---------------------------------------------------------------------------------

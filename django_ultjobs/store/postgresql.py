@@ -84,7 +84,7 @@ class PostgresStore(JobStore):
             cur.execute(self.sql["claim"], params)
             rows = cur.fetchall()
         token_text = str(token)
-        claimed = ClaimBatch(
+        claimed = ClaimBatch((
             ClaimedJob(
                 id=r[0], name=r[1], queue=r[2], priority=r[3], args=arguments[0],
                 kwargs=arguments[1],
@@ -95,9 +95,8 @@ class PostgresStore(JobStore):
                 woke=r[13] == "waiting",
             )
             for r, arguments in zip(rows, self.parse_json_columns(rows, 4, 2), strict=True)
-        )
+        ), others_left=bool(rows) and bool(rows[0][16]))
         claimed.sort(key=lambda job: (-job.priority, job.id))
-        claimed.others_left = bool(rows) and bool(rows[0][16])
         return claimed
 
     def heartbeat(

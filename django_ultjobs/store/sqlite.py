@@ -126,7 +126,7 @@ class SQLiteStore(JobStore):
             candidates = {row[0]: row for row in rows[:limit]}
             others_left = not others.issubset(candidates)
             if not candidates:
-                return ClaimBatch()
+                return ClaimBatch(others_left=False)
             cur.execute(self.sql["claim"], {
                 "ids": json.dumps(list(candidates)),
                 "token": token.hex,
@@ -135,8 +135,7 @@ class SQLiteStore(JobStore):
                 "now": now,
             })
             rows = cur.fetchall()
-        claimed = ClaimBatch()
-        claimed.others_left = others_left
+        claimed = ClaimBatch(others_left=others_left)
         token_text = str(token)
         for r, (args, kwargs) in zip(rows, self.parse_json_columns(rows, 4, 2), strict=True):
             _, _, _, prev_status, prev_worker, prev_claimed_at = candidates[r[0]]

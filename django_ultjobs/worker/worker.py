@@ -195,9 +195,11 @@ class Worker:
                                            caps=caps, uncapped=uncapped)
                 failures = 0
                 backlog = len(claimed) >= free
-                # A store of one's own (ULTJOBS["STORE"]) may return a plain list: then a full
-                # claim is read as "maybe crowded out", as before claims reported it.
-                others_left = getattr(claimed, "others_left", backlog)
+                # A store of one's own (ULTJOBS["STORE"]) may return a plain list, or not say:
+                # then a full claim is read as "maybe crowded out", as before claims reported it.
+                others_left = getattr(claimed, "others_left", None)
+                if others_left is None:
+                    others_left = backlog
                 if (not caps or others_left
                         or any(job.name not in caps for job in claimed)):
                     others_checked_at = None

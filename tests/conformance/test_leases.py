@@ -299,6 +299,16 @@ def test_a_claim_says_whether_it_left_runnable_jobs_of_other_kinds_behind(
     assert not claim(cstore, "w5", limit=0, caps={"capped": 9}).others_left
 
 
+def test_capped_runs_the_limit_cut_are_not_other_kinds_left(cstore: JobStore) -> None:
+    # Only the scan of the uncapped kinds counts: a capped kind cut by the limit is scanned on
+    # every claim anyway.
+    enqueue(cstore, *(new_job("capped", priority=9) for _ in range(2)))
+    enqueue(cstore, *(new_job("serial", priority=1) for _ in range(3)))
+    got = claim(cstore, limit=2, caps={"capped": 9, "serial": 9})
+    assert [j.name for j in got] == ["capped", "capped"]
+    assert got.others_left is False
+
+
 def test_a_capped_kind_is_claimed_only_from_the_requested_queues(cstore: JobStore) -> None:
     (elsewhere,) = enqueue(cstore, new_job("capped", queue="other", priority=9))
     (here,) = enqueue(cstore, new_job("capped"))

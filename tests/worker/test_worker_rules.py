@@ -717,6 +717,43 @@ def test_a_drain_of_a_capped_kind_leaves_the_empty_scan_of_other_kinds_out(
     assert looked.count(True) <= 3, f"{looked.count(True)} of {len(looked)} claims scanned"
 
 
+def test_a_job_of_another_kind_cut_from_a_full_capped_claim_runs_in_priority_order(
+        alias: str) -> None:
+    # The other direction of the test above: a claim that cut a runnable job of another kind
+    # (it ranked below the capped runs it took) must look at the other kinds again next time, or
+    # that job would wait out the whole poll interval behind capped runs it outranks.
+    capped.using(priority=9).bulk_enqueue([(0.02,)] * 2)
+    (other,) = record.using(priority=5).bulk_enqueue([("other",)])
+    capped.bulk_enqueue([(0.02,)] * 10)  # priority 0
+    with running_worker(alias, threads=1, poll_interval=30.0):
+        wait_until(status_is(alias, other, "succeeded"), timeout=15)
+    started = list(RunLog.objects.using(alias).order_by("id").values_list("label", "job_id"))
+    first_other = [label for label, _ in started].index("other")
+    assert first_other == 2, f"ran after {first_other} capped runs: {started}"
+
+
+def test_a_store_that_does_not_report_others_left_keeps_rescanning_after_full_claims(
+        alias: str) -> None:
+    # A store of one's own whose claim returns a plain list: the worker cannot tell "nothing of
+    # other kinds" from "crowded out", so it keeps looking after every full claim (as it did
+    # before claims reported it) rather than risk an outranked job waiting a poll interval.
+    capped.bulk_enqueue([(0.0,)] * 20)
+    store = get_store(alias)
+    looked: list[bool] = []
+    claim = store.claim
+
+    def plain_claim(**kwargs: Any) -> Any:
+        looked.append(kwargs["uncapped"])
+        return list(claim(**kwargs))
+
+    store.claim = plain_claim  # type: ignore[method-assign]
+    worker = Worker(WorkerOptions(database=alias, threads=1, burst=True, poll_interval=30.0,
+                                  visibility_timeout=5.0, heartbeat_interval=0.5), store=store)
+    worker.run(install_signals=False)
+    assert Job.objects.using(alias).filter(status="succeeded").count() == 20
+    assert looked.count(True) >= 15, f"{looked.count(True)} of {len(looked)} claims scanned"
+
+
 def test_claiming_stops_while_the_completer_cannot_write(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing leaks (rule 13): finished runs waiting for their settle are bounded, so a completer
