@@ -41,3 +41,31 @@ class AddIndexConcurrently(migrations.AddIndex):
 
 def _concurrently(schema_editor: Any) -> dict[str, bool]:
     return {"concurrently": True} if schema_editor.connection.vendor == "postgresql" else {}
+
+
+class DropFieldIndexConcurrently(migrations.AlterField):
+    """``AlterField`` that turns a field's ``db_index`` off, dropping its index concurrently.
+
+    The plain ``AlterField`` drops the index with ``DROP INDEX`` in the migration's transaction,
+    whose lock waits for every transaction on the table and holds up every statement behind it
+    meanwhile (on a queue table: every settle of the fleet); on SQLite it rebuilds the whole
+    table. ``DROP INDEX CONCURRENTLY`` on PostgreSQL, a plain ``DROP INDEX`` on SQLite. The
+    migration must set ``atomic = False``. Going backwards builds the index as Django would.
+    """
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        column = model._meta.get_field(self.name).column
+        # The name Django gave the field's index when it created it (deterministic: a hash of
+        # the table and the column), so no index of anyone else's is touched.
+        name = schema_editor._create_index_name(model._meta.db_table, [column], suffix="")
+        concurrently = " CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
+        schema_editor.execute(
+            f"DROP INDEX{concurrently} IF EXISTS {schema_editor.quote_name(name)}")
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        super().database_forwards(app_label, schema_editor, from_state, to_state)

@@ -117,7 +117,10 @@ class JobAttempt(models.Model):
     """One run of a job (or one re-delivery of a run that never reported back)."""
 
     id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    # No index of its own: ultjobs_attempt_job (job, attempt) below serves every lookup by job,
+    # and a second one cost every settle one more index write per attempt row.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts",
+                            db_index=False)
     attempt = models.PositiveIntegerField()
     worker_id = models.CharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
