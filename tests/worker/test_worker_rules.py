@@ -693,24 +693,32 @@ def test_other_kinds_still_run_while_a_capped_backlog_drains(alias: str) -> None
         assert worker.claims < 1000
 
 
+def _drain_noting_scans(alias: str, *, plain_list: bool = False) -> list[bool]:
+    """Drain with one thread (--burst, a long poll interval); return each claim's ``uncapped``
+    (whether it scanned the other kinds). ``plain_list``: the store's claim answers a list."""
+    store = get_store(alias)
+    looked: list[bool] = []
+    claim = store.claim
+
+    def noting_claim(**kwargs: Any) -> Any:
+        looked.append(kwargs["uncapped"])
+        claimed = claim(**kwargs)
+        return list(claimed) if plain_list else claimed
+
+    store.claim = noting_claim  # type: ignore[method-assign]
+    worker = Worker(WorkerOptions(database=alias, threads=1, burst=True, poll_interval=30.0,
+                                  visibility_timeout=5.0, heartbeat_interval=0.5), store=store)
+    worker.run(install_signals=False)
+    return looked
+
+
 def test_a_drain_of_a_capped_kind_leaves_the_empty_scan_of_other_kinds_out(
         alias: str) -> None:
     # Each claim of a capped backlog comes back full; that alone must not make the next claim scan
     # the other kinds again (at 20,000 queued that scan was 4 ms of a 5 ms claim). Only a claim
     # that says it cut runnable jobs of other kinds brings the scan back before the poll interval.
     capped.bulk_enqueue([(0.0,)] * 30)
-    store = get_store(alias)
-    looked: list[bool] = []
-    claim = store.claim
-
-    def counting_claim(**kwargs: Any) -> Any:
-        looked.append(kwargs["uncapped"])
-        return claim(**kwargs)
-
-    store.claim = counting_claim  # type: ignore[method-assign]
-    worker = Worker(WorkerOptions(database=alias, threads=1, burst=True, poll_interval=30.0,
-                                  visibility_timeout=5.0, heartbeat_interval=0.5), store=store)
-    worker.run(install_signals=False)
+    looked = _drain_noting_scans(alias)
     assert Job.objects.using(alias).filter(status="succeeded").count() == 30
     assert len(looked) >= 30
     # The first claim, and the last (--burst exits only after a claim that looked at every kind).
@@ -738,18 +746,7 @@ def test_a_store_that_does_not_report_others_left_keeps_rescanning_after_full_cl
     # other kinds" from "crowded out", so it keeps looking after every full claim (as it did
     # before claims reported it) rather than risk an outranked job waiting a poll interval.
     capped.bulk_enqueue([(0.0,)] * 20)
-    store = get_store(alias)
-    looked: list[bool] = []
-    claim = store.claim
-
-    def plain_claim(**kwargs: Any) -> Any:
-        looked.append(kwargs["uncapped"])
-        return list(claim(**kwargs))
-
-    store.claim = plain_claim  # type: ignore[method-assign]
-    worker = Worker(WorkerOptions(database=alias, threads=1, burst=True, poll_interval=30.0,
-                                  visibility_timeout=5.0, heartbeat_interval=0.5), store=store)
-    worker.run(install_signals=False)
+    looked = _drain_noting_scans(alias, plain_list=True)
     assert Job.objects.using(alias).filter(status="succeeded").count() == 20
     assert looked.count(True) >= 15, f"{looked.count(True)} of {len(looked)} claims scanned"
 
