@@ -171,11 +171,17 @@ def measure(runner: Runner, systems: list[str], results: dict[str, dict[str, Any
             results[system]["bulk_runs"].append(run["bulk"])
             results[system]["drain_runs"].append(run["jobs_per_s"])
             results[system]["seconds_runs"].append(run["seconds"])
+            if "worker_cpu_us" in run:
+                results[system].setdefault("cpu_runs", []).append(
+                    (run["worker_cpu_us"], run["db_cpu_us"]))
     for system in systems:
         r = results[system]
         r["bulk"] = common.median(r["bulk_runs"])
         r["drain"] = common.median(r["drain_runs"])
         r["drain_seconds"] = common.median(r["seconds_runs"])
+        if r.get("cpu_runs"):
+            r["worker_cpu_us"] = common.median([w for w, _ in r["cpu_runs"]])
+            r["db_cpu_us"] = common.median([d for _, d in r["cpu_runs"]])
         r.update(runner.phase(system, "single"))
         extra: tuple[str, ...] = ()
         if system == "ours":
@@ -335,6 +341,19 @@ def render(results: dict[str, dict[str, Any]], skipped: dict[str, str], env: dic
     add("Every drain, in jobs/s: " + "; ".join(
         f"{LABELS[s]} " + ", ".join(fmt(v) for v in results[s]["drain_runs"])
         for s in SYSTEMS if s in results) + ".")
+    metered = [s for s in SYSTEMS if "worker_cpu_us" in results.get(s, {})]
+    if metered:
+        add("")
+        add("CPU per drained job (medians of the drains; the rest of the machine's busy CPU is "
+            "the database's: PostgreSQL's backends and writers). Less noisy than jobs/s on a "
+            "shared machine, and it says on which side each system's cost lies:")
+        add("")
+        add("| system | worker process µs/job | database µs/job | both µs/job |")
+        add("|---|--:|--:|--:|")
+        for s in metered:
+            r = results[s]
+            add(f"| {LABELS[s]} | {fmt(r['worker_cpu_us'])} | {fmt(r['db_cpu_us'])} | "
+                f"{fmt(r['worker_cpu_us'] + r['db_cpu_us'])} |")
     ours = results.get("ours")
     if ours:
         add("")

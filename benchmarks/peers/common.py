@@ -20,6 +20,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -266,6 +267,88 @@ def run_child(module: str, args: Sequence[str], env: dict[str, str] | None = Non
     if proc.returncode != 0 or result is None:
         raise RuntimeError(f"{module} failed (exit {proc.returncode})")
     return result
+
+
+class CpuMeter:
+    """CPU per job on each side of a drain: the worker process's, and the rest of the machine's.
+
+    Drain rates on a shared 2-core machine swing by a third from one minute to the next, because
+    both the worker and the database wait on each other and on the host. CPU seconds spent per
+    job swing far less, and say where a system's cost lies: in its worker process (Python) or
+    in the database (every other busy CPU on the machine while the drain runs: PostgreSQL's
+    backends, walwriter and checkpointer; the benchmark itself is idle meanwhile).
+
+    A thread reads ``/proc/stat`` and the worker's ``/proc/<pid>/stat`` every ``INTERVAL``
+    seconds while the worker runs; ``per_job`` interpolates both counters at the drain's first
+    start and last completion, read from the database (the same host clock). Linux only: elsewhere
+    it measures nothing and ``per_job`` returns no figures.
+    """
+
+    INTERVAL = 0.02
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        #: (wall time, busy CPU seconds of the machine, CPU seconds of the worker process)
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+
+    def __enter__(self) -> CpuMeter:
+        if Path("/proc/stat").exists():
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _read(self) -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                # user nice system idle iowait irq softirq steal ...: busy is ours to spend,
+                # so idle, iowait and steal (another tenant's) are left out.
+                user, nice, system, _idle, _iowait, irq, softirq = map(
+                    int, f.readline().split()[1:8])
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            return None
+        busy = (user + nice + system + irq + softirq) / self._ticks
+        worker = (int(fields[11]) + int(fields[12])) / self._ticks  # utime + stime
+        return time.time(), busy, worker
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sample = self._read()
+            if sample is not None:
+                self.samples.append(sample)
+            self._stop.wait(self.INTERVAL)
+
+    def _at(self, when: float) -> tuple[float, float] | None:
+        """Both counters at ``when`` (linear between the samples around it)."""
+        for (t0, b0, w0), (t1, b1, w1) in zip(self.samples, self.samples[1:], strict=False):
+            if t0 <= when <= t1:
+                share = (when - t0) / (t1 - t0) if t1 > t0 else 0.0
+                return b0 + (b1 - b0) * share, w0 + (w1 - w0) * share
+        return None
+
+    def per_job(self, start: float, end: float, jobs: int) -> dict[str, float]:
+        """``worker_cpu_us`` and ``db_cpu_us`` per job between two epoch times ({} if unknown)."""
+        first, last = self._at(start), self._at(end)
+        if first is None or last is None or jobs <= 0:
+            return {}
+        busy, worker = last[0] - first[0], last[1] - first[1]
+        return {"worker_cpu_us": worker / jobs * 1e6,
+                "db_cpu_us": max(0.0, busy - worker) / jobs * 1e6}
+
+
+def drain_figures(jobs: int, start: float, end: float, meter: CpuMeter) -> dict[str, float]:
+    """A drain's jobs/s and seconds between its first start and last completion (epoch times
+    from the database), with each side's CPU per job when the meter has them."""
+    seconds = end - start
+    return {"jobs_per_s": jobs / seconds, "seconds": seconds, **meter.per_job(start, end, jobs)}
 
 
 def wait_or_kill(proc: subprocess.Popen, timeout: float, what: str) -> int:

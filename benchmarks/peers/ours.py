@@ -128,17 +128,18 @@ def drain(threads: int, expected: int, *, capped: bool = False, since_id: int = 
     timestamps (first claim to last settle), so process start-up and exit are not counted."""
     proc = subprocess.Popen(worker_cmd(threads, burst=True), cwd=common.REPO,
                             env=worker_env(capped), stdout=sys.stderr)
-    code = common.wait_or_kill(proc, max(300.0, expected / 100), "runjobworker --burst")
+    with common.CpuMeter(proc.pid) as meter:
+        code = common.wait_or_kill(proc, max(300.0, expected / 100), "runjobworker --burst")
     if code != 0:
         raise RuntimeError(f"runjobworker --burst exited {code}")
     with connection.cursor() as cur:
-        cur.execute("SELECT count(*), extract(epoch FROM max(finished_at) - min(claimed_at)) "
+        cur.execute("SELECT count(*), extract(epoch FROM min(claimed_at)), "
+                    "extract(epoch FROM max(finished_at)) "
                     "FROM django_ultjobs_job WHERE status = 'succeeded' AND id > %s", [since_id])
-        done, seconds = cur.fetchone()
+        done, start, end = cur.fetchone()
     if done != expected:
         raise RuntimeError(f"drain left {expected - done} of {expected} jobs unfinished")
-    seconds = float(seconds)
-    return {"jobs_per_s": expected / seconds, "seconds": seconds}
+    return common.drain_figures(expected, float(start), float(end), meter)
 
 
 def single_enqueue_ms(in_transaction: bool) -> float:

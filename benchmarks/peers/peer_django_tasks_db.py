@@ -82,17 +82,18 @@ def bulk_enqueue(count: int) -> float:
 def drain(expected: int) -> dict[str, float]:
     proc = subprocess.Popen(worker_cmd("--batch"), cwd=common.REPO, env=worker_env(),
                             stdout=sys.stderr)
-    code = common.wait_or_kill(proc, max(300.0, expected / 10), "db_worker --batch")
+    with common.CpuMeter(proc.pid) as meter:
+        code = common.wait_or_kill(proc, max(300.0, expected / 10), "db_worker --batch")
     if code != 0:
         raise RuntimeError(f"db_worker --batch exited {code}")
     with connection.cursor() as cur:
-        cur.execute(f"SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) "
-                    f"FROM {TABLE} WHERE status = 'SUCCESSFUL'")
-        done, seconds = cur.fetchone()
+        cur.execute(f"SELECT count(*), extract(epoch FROM min(started_at)), "
+                    f"extract(epoch FROM max(finished_at)) FROM {TABLE} "
+                    "WHERE status = 'SUCCESSFUL'")
+        done, start, end = cur.fetchone()
     if done != expected:
         raise RuntimeError(f"django-tasks-db drain: {done} successful of {expected}")
-    seconds = float(seconds)
-    return {"jobs_per_s": expected / seconds, "seconds": seconds}
+    return common.drain_figures(expected, float(start), float(end), meter)
 
 
 def pickup(interval: float, samples: int) -> dict[str, Any]:

@@ -112,19 +112,19 @@ async def bulk_enqueue(dbname: str, count: int) -> float:
 def drain(args: argparse.Namespace) -> dict[str, float]:
     proc = subprocess.Popen(worker_cmd(args, drain=True), cwd=common.REPO, env=common.child_env(),
                             stdout=sys.stderr)
-    code = common.wait_or_kill(proc, max(300.0, args.jobs / 100), "PgQueuer drain")
+    with common.CpuMeter(proc.pid) as meter:
+        code = common.wait_or_kill(proc, max(300.0, args.jobs / 100), "PgQueuer drain")
     if code != 0:
         raise RuntimeError(f"PgQueuer worker exited {code}")
     done = common.scalar(args.db, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
     left = common.scalar(args.db, "SELECT count(*) FROM pgqueuer")
     if done != args.jobs or left:
         raise RuntimeError(f"PgQueuer drain: {done} successful, {left} left of {args.jobs}")
-    seconds = float(common.scalar(
-        args.db,
-        "SELECT extract(epoch FROM (SELECT max(created) FROM pgqueuer_log "
-        "WHERE status = 'successful') - (SELECT min(created) FROM pgqueuer_log "
-        "WHERE status = 'picked'))"))
-    return {"jobs_per_s": args.jobs / seconds, "seconds": seconds}
+    start = float(common.scalar(args.db, "SELECT extract(epoch FROM min(created)) "
+                                         "FROM pgqueuer_log WHERE status = 'picked'"))
+    end = float(common.scalar(args.db, "SELECT extract(epoch FROM max(created)) "
+                                       "FROM pgqueuer_log WHERE status = 'successful'"))
+    return common.drain_figures(args.jobs, start, end, meter)
 
 
 async def single_enqueue_ms(dbname: str) -> float:

@@ -84,18 +84,19 @@ async def bulk_enqueue(count: int) -> float:
 def drain(args: argparse.Namespace) -> dict[str, float]:
     proc = subprocess.Popen(worker_cmd(args, drain=True), cwd=common.REPO, env=env(args),
                             stdout=sys.stderr)
-    code = common.wait_or_kill(proc, max(300.0, args.jobs / 20), "Procrastinate drain")
+    with common.CpuMeter(proc.pid) as meter:
+        code = common.wait_or_kill(proc, max(300.0, args.jobs / 20), "Procrastinate drain")
     if code != 0:
         raise RuntimeError(f"Procrastinate worker exited {code}")
     done = common.scalar(args.db, "SELECT count(*) FROM procrastinate_jobs "
                                   "WHERE status = 'succeeded'")
     if done != args.jobs:
         raise RuntimeError(f"Procrastinate drain: {done} succeeded of {args.jobs}")
-    seconds = float(common.scalar(
-        args.db,
-        "SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
-        "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events"))
-    return {"jobs_per_s": args.jobs / seconds, "seconds": seconds}
+    start = float(common.scalar(args.db, "SELECT extract(epoch FROM min(at)) "
+                                         "FROM procrastinate_events WHERE type = 'started'"))
+    end = float(common.scalar(args.db, "SELECT extract(epoch FROM max(at)) "
+                                       "FROM procrastinate_events WHERE type = 'succeeded'"))
+    return common.drain_figures(args.jobs, start, end, meter)
 
 
 async def single_enqueue_ms() -> float:
