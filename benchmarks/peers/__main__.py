@@ -345,8 +345,8 @@ def render(results: dict[str, dict[str, Any]], skipped: dict[str, str], env: dic
     if metered:
         add("")
         add("CPU per drained job (medians of the drains; the rest of the machine's busy CPU is "
-            "the database's: PostgreSQL's backends and writers). Less noisy than jobs/s on a "
-            "shared machine, and it says on which side each system's cost lies:")
+            "the database's: PostgreSQL's backends and writers): on which side each system's "
+            "cost lies. It moves with the machine's speed as jobs/s does; compare within a run.")
         add("")
         add("| system | worker process µs/job | database µs/job | both µs/job |")
         add("|---|--:|--:|--:|")

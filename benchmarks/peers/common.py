@@ -272,11 +272,10 @@ def run_child(module: str, args: Sequence[str], env: dict[str, str] | None = Non
 class CpuMeter:
     """CPU per job on each side of a drain: the worker process's, and the rest of the machine's.
 
-    Drain rates on a shared 2-core machine swing by a third from one minute to the next, because
-    both the worker and the database wait on each other and on the host. CPU seconds spent per
-    job swing far less, and say where a system's cost lies: in its worker process (Python) or
-    in the database (every other busy CPU on the machine while the drain runs: PostgreSQL's
-    backends, walwriter and checkpointer; the benchmark itself is idle meanwhile).
+    Jobs/s says how fast; this says where each system's cost lies: in its worker process (Python)
+    or in the database (every other busy CPU on the machine while the drain runs: PostgreSQL's
+    backends, walwriter and checkpointer; the benchmark itself is idle meanwhile). It moves with
+    the shared machine's speed as jobs/s does, so compare systems within one run.
 
     A thread reads ``/proc/stat`` and the worker's ``/proc/<pid>/stat`` every ``INTERVAL``
     seconds while the worker runs; ``per_job`` interpolates both counters at the drain's first
