@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from argparse import ArgumentParser
 from typing import Any
@@ -11,6 +12,21 @@ from django.core.management.base import BaseCommand, CommandError
 from django_ultjobs.conf import get_settings
 from django_ultjobs.exceptions import JobConfigurationError
 from django_ultjobs.worker import Worker, WorkerOptions
+
+
+def freeze_startup_heap() -> None:
+    """Take everything loaded so far out of the cyclic garbage collector's full collections.
+
+    Django, the apps, every jobs module and the worker itself live as long as the process, yet
+    each full collection walked all of them with the GIL held: seven collections of about 36 ms
+    in a 50,000-job no-op drain (0.25 s, 5 µs a job), every thread stalled meanwhile; 0.05 s
+    once frozen.
+    Collected first, so no garbage is frozen along; what the worker allocates from here on is
+    collected as usual. (The process is the worker's own, as for the switch interval below: a
+    test or a caller running ``Worker`` in its own process decides this for itself.)
+    """
+    gc.collect()
+    gc.freeze()
 
 
 class Command(BaseCommand):
@@ -66,6 +82,7 @@ class Command(BaseCommand):
                 **extra,
             )
             worker = Worker(worker_options)
+            freeze_startup_heap()
             worker.run()
         except JobConfigurationError as exc:
             raise CommandError(str(exc)) from exc
