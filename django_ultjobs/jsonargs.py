@@ -17,9 +17,15 @@ _SCALARS = (str, int, bool, type(None))
 _FLOAT_LIMIT = 1e16
 
 
+#: One encoder for every call: ``json.dumps`` with options builds a new ``JSONEncoder`` each
+#: time, most of the 4 µs it took to write a job's ``None`` result. (Encoding keeps no state
+#: between calls, so threads share it.)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def dumps(value: Any) -> str:
     """Serialise an already-checked value compactly."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def check_arguments(job_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, overload
 
 from django.utils import timezone
@@ -58,6 +60,12 @@ class JobSpec:
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
+
+    @cached_property
+    def is_coroutine(self) -> bool:
+        """Whether the body is ``async def`` (run in an event loop of its own); asked once, not
+        on every run."""
+        return inspect.iscoroutinefunction(self.func)
 
     def __post_init__(self) -> None:
         if not callable(self.func):

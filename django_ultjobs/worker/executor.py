@@ -8,7 +8,6 @@ before ``on_started`` puts the run under the ticker (rule 13).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import traceback
 from collections.abc import Callable
@@ -181,7 +180,10 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
         on_started()
         try:
             with acting_as(f"job:{job.id}"):
-                result = _call(spec.func, call_args, kwargs)
+                if spec.is_coroutine:
+                    result = asyncio.run(spec.func(*call_args, **kwargs))
+                else:
+                    result = spec.func(*call_args, **kwargs)
             jsonargs.check_result(job.name, result)
             result_json = jsonargs.dumps(result)
         except Suspend as suspend:
@@ -217,12 +219,6 @@ def _record_exception(span: Span, exc: BaseException) -> None:
     except Exception:
         span.add_event("exception", {"exception.type": type(exc).__qualname__,
                                      "exception.message": describe(exc)})
-
-
-def _call(func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-    if inspect.iscoroutinefunction(func):
-        return asyncio.run(func(*args, **kwargs))
-    return func(*args, **kwargs)
 
 
 def _bad(what: str, value: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -22,6 +23,13 @@ def add(a: int, b: int) -> int:
 @job(max_attempts=1)
 def noop() -> None:
     return None
+
+
+@job(max_attempts=1)
+async def async_add(a: int, b: int) -> int:
+    """An ``async def`` body: the worker runs it to completion in an event loop of its own."""
+    await asyncio.sleep(0)
+    return a + b
 
 
 @job(takes_context=True, max_attempts=3, backoff=0.0)
