@@ -26,6 +26,26 @@ def test_the_protocol_queries_exist_in_both_dialects(dialect: str) -> None:
             "lease_renew", "lease_release"} <= set(queries(dialect))
 
 
+#: psycopg caches a statement's conversion to ``$n`` placeholders only up to this length
+#: (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``); a longer one is parsed again on every run.
+PSYCOPG_CACHED_LENGTH = 4096
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_queries_are_sent_tagged_and_without_comment_lines(dialect: str) -> None:
+    for name, sql in queries(dialect).items():
+        assert sql.startswith(f"/* django_ultjobs:{name} */ "), name
+        assert not [line for line in sql.splitlines() if line.lstrip().startswith("--")], name
+
+
+def test_postgresql_queries_fit_psycopgs_statement_cache() -> None:
+    from psycopg import _queries
+
+    assert _queries.MAX_CACHED_STATEMENT_LENGTH == PSYCOPG_CACHED_LENGTH
+    for name, sql in queries("postgresql").items():
+        assert len(sql.encode()) <= PSYCOPG_CACHED_LENGTH, (name, len(sql))
+
+
 def test_postgresql_comments_hold_no_percent_sign() -> None:
     # psycopg reads %(name)s (and any lone %) inside an SQL comment as a placeholder too.
     for name, sql in queries("postgresql").items():
