@@ -39,6 +39,36 @@ class AddIndexConcurrently(migrations.AddIndex):
             schema_editor.remove_index(model, self.index, **_concurrently(schema_editor))
 
 
+class RemoveIndexConcurrently(migrations.RemoveIndex):
+    """``RemoveIndex`` that drops the index with ``DROP INDEX CONCURRENTLY`` on PostgreSQL.
+
+    A plain ``DROP INDEX`` waits for every transaction on the table and holds up every statement
+    behind it meanwhile (on a queue table: the fleet's claims and settles). SQLite gets the plain
+    form. The migration must set ``atomic = False``. Going backwards builds the index again,
+    concurrently on PostgreSQL.
+    """
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+        schema_editor.remove_index(model, index, **_concurrently(schema_editor))
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+        if schema_editor.connection.vendor == "postgresql":
+            # As in AddIndexConcurrently: a failed concurrent build leaves an INVALID index.
+            schema_editor.execute(
+                f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(index.name)}")
+        schema_editor.add_index(model, index, **_concurrently(schema_editor))
+
+
 def _concurrently(schema_editor: Any) -> dict[str, bool]:
     return {"concurrently": True} if schema_editor.connection.vendor == "postgresql" else {}
 

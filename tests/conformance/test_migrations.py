@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
+from django.db import connections, transaction
 
 from django_ultjobs.models import JobAttempt
 
@@ -32,5 +32,47 @@ def test_an_attempt_row_is_indexed_by_job_once(alias: str) -> None:
         # ...and the upgrade drops exactly that one (concurrently on PostgreSQL).
         assert _indexes_on(alias, ["job_id"]) == []
         assert _indexes_on(alias, ["job_id", "attempt"]) == ["ultjobs_attempt_job"]
+    finally:
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+
+
+def _index_names(alias: str) -> set[str]:
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, JobAttempt._meta.db_table)
+    return {name for name, c in constraints.items() if c["index"] and not c["primary_key"]}
+
+
+def _slot_lost_index_is_used(alias: str) -> bool:
+    """Whether the lost-slot page's query reads the partial index (PostgreSQL's plan, SQLite's
+    query plan), with sequential scans made expensive so a small table cannot hide it."""
+    connection = connections[alias]
+    query = ("SELECT id FROM django_ultjobs_jobattempt WHERE outcome = 'slot_lost' "
+             "ORDER BY finished_at DESC, id DESC LIMIT 50")
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {query}")
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {query}")
+        return "ultjobs_attempt_slot_lost" in " ".join(str(r) for r in cursor.fetchall())
+
+
+def test_attempts_are_indexed_by_outcome_only_where_slots_were_lost(alias: str) -> None:
+    # 0006: only the lost-slot pages read attempts by outcome, and only slot_lost ones; an
+    # index on every attempt's outcome was one more index write per job on every settle.
+    assert "ultjobs_attempt_outcome" not in _index_names(alias)
+    assert "ultjobs_attempt_slot_lost" in _index_names(alias)
+    with transaction.atomic(using=alias):
+        assert _slot_lost_index_is_used(alias)
+    try:
+        call_command("migrate", "django_ultjobs", "0005", database=alias, verbosity=0)
+        names = _index_names(alias)
+        assert "ultjobs_attempt_outcome" in names and "ultjobs_attempt_slot_lost" not in names
+        with transaction.atomic(using=alias):
+            assert not _slot_lost_index_is_used(alias)
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        names = _index_names(alias)
+        assert "ultjobs_attempt_outcome" not in names and "ultjobs_attempt_slot_lost" in names
     finally:
         call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
