@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import threading
 import time
 import uuid
@@ -32,6 +33,7 @@ from django_ultjobs.exceptions import (
     LeaseLostError,
     WorkerShutdownError,
 )
+from django_ultjobs.management.commands.runjobworker import Command
 from django_ultjobs.models import Job, JobAttempt, JobLease
 from django_ultjobs.models import Worker as WorkerRow
 from django_ultjobs.store import HeldLease, JobStore, NewJob, Settlement, get_store
@@ -610,24 +612,45 @@ def test_burst_drains_runnable_jobs_then_returns(alias: str) -> None:
     assert attempts(alias, later.id) == []
 
 
-def test_runjobworker_freezes_the_startup_heap_and_a_worker_alone_does_not(
+def test_runjobworker_tunes_only_a_process_of_its_own(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Full collections walked Django, the apps and the jobs modules with the GIL held (36 ms,
-    # seven times in a 50,000-job drain); the command moves them out of the collector's sight.
-    assert gc.get_freeze_count() == 0
+    # seven times in a 50,000-job drain): the command run as a process freezes them, and hands
+    # the GIL over every millisecond. From code (call_command, a Worker) it leaves both alone:
+    # the process is someone else's.
+    switch: list[float] = []
+    monkeypatch.setattr(sys, "setswitchinterval", switch.append)
+    seen: list[int] = []
+    frozen = gc.get_freeze_count()  # Python 3.12 starts with a few hundred
     with running_worker(alias):
         pass
-    assert gc.get_freeze_count() == 0, "Worker froze the heap of a process it does not own"
-    frozen_when_run: list[int] = []
+    assert gc.get_freeze_count() == frozen and switch == []
 
     def run(self: Worker, *, install_signals: bool = True) -> int:
-        frozen_when_run.append(gc.get_freeze_count())
+        seen.append(gc.get_freeze_count())
         return 0
 
     monkeypatch.setattr(Worker, "run", run)
     call_command("runjobworker", burst=True, database=alias)
+    assert seen == [frozen] and switch == []
+
+    Command().run_from_argv(["manage.py", "runjobworker", "--burst", "--database", alias])
     # Everything loaded by then: Django's and the apps' objects number in the tens of thousands.
-    assert frozen_when_run and frozen_when_run[0] > 10_000
+    assert len(seen) == 2 and seen[1] > frozen + 10_000
+    assert switch == [0.001]
+
+
+def test_runjobworker_as_a_process_refuses_before_it_tunes_anything(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule 10: a refused start changes nothing process-wide
+    switch: list[float] = []
+    monkeypatch.setattr(sys, "setswitchinterval", switch.append)
+    frozen = gc.get_freeze_count()
+    with override_settings(ULTJOBS={"DATABASE": alias, "STORE": no_lease_store_path(alias)}), \
+            pytest.raises(SystemExit):
+        # run_from_argv prints a CommandError and exits, as manage.py does.
+        Command().run_from_argv(["manage.py", "runjobworker", "--burst", "--database", alias])
+    assert gc.get_freeze_count() == frozen and switch == []
 
 
 # -- queues and priority through the real worker -------------------------------------------------

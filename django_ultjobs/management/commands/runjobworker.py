@@ -14,17 +14,21 @@ from django_ultjobs.exceptions import JobConfigurationError
 from django_ultjobs.worker import Worker, WorkerOptions
 
 
-def freeze_startup_heap() -> None:
-    """Take everything loaded so far out of the cyclic garbage collector's full collections.
+def tune_the_process() -> None:
+    """Process-wide settings for a process that is the worker's own (``manage.py runjobworker``).
 
-    Django, the apps, every jobs module and the worker itself live as long as the process, yet
-    each full collection walked all of them with the GIL held: seven collections of about 36 ms
-    in a 50,000-job no-op drain (0.25 s, 5 µs a job), every thread stalled meanwhile; 0.05 s
-    once frozen.
-    Collected first, so no garbage is frozen along; what the worker allocates from here on is
-    collected as usual. (The process is the worker's own, as for the switch interval below: a
-    test or a caller running ``Worker`` in its own process decides this for itself.)
+    Not applied when the command is called from code (``call_command``, a test, the demo): the
+    process is then someone else's, and both would outlive the call.
     """
+    # Hand the GIL over every 1 ms instead of 5 ms, so a thread woken by a notification or a
+    # finished run is not kept waiting behind another thread's bytecode (idle pickup p50 6.2 ms
+    # -> 3.2 ms on this machine's PostgreSQL).
+    sys.setswitchinterval(0.001)
+    # Take everything loaded so far (Django, the apps, every jobs module, the worker) out of the
+    # cyclic collector's full collections: it lives as long as the process, yet each full
+    # collection walked all of it with the GIL held, seven of about 36 ms in a 50,000-job no-op
+    # drain (0.25 s), every thread stalled meanwhile; 0.05 s once frozen. Collected first, so no
+    # garbage is frozen along; what the worker allocates from here on is collected as usual.
     gc.collect()
     gc.freeze()
 
@@ -60,11 +64,14 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None,
                             help="Stable name of this worker (default: host:pid:random).")
 
+    #: Set when the command runs as its own process (from the command line), not from code.
+    owns_the_process = False
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self.owns_the_process = True
+        super().run_from_argv(argv)
+
     def handle(self, *args: Any, **options: Any) -> None:
-        # The process is the worker's own: hand the GIL over every 1 ms instead of 5 ms, so a
-        # thread woken by a notification or a finished run is not kept waiting behind another
-        # thread's bytecode (idle pickup p50 6.2 ms -> 3.2 ms on this machine's PostgreSQL).
-        sys.setswitchinterval(0.001)
         extra: dict[str, Any] = {}
         if options["worker_id"]:
             extra["worker_id"] = options["worker_id"]
@@ -82,7 +89,9 @@ class Command(BaseCommand):
                 **extra,
             )
             worker = Worker(worker_options)
-            freeze_startup_heap()
+            if self.owns_the_process:
+                worker.check()  # refused before anything process-wide changes (rule 10)
+                tune_the_process()
             worker.run()
         except JobConfigurationError as exc:
             raise CommandError(str(exc)) from exc
