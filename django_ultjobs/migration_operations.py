@@ -24,19 +24,14 @@ class AddIndexConcurrently(migrations.AddIndex):
         model = to_state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
-        if schema_editor.connection.vendor == "postgresql":
-            # A CREATE INDEX CONCURRENTLY that failed (a deadlock, a cancelled deploy) leaves an
-            # INVALID index of that name behind, and running the migration again would fail on
-            # it: drop it first.
-            schema_editor.execute(
-                f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.index.name)}")
+        _drop_if_exists(schema_editor, self.index.name)
         schema_editor.add_index(model, self.index, **_concurrently(schema_editor))
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
         model = from_state.apps.get_model(app_label, self.model_name)
         if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.remove_index(model, self.index, **_concurrently(schema_editor))
+            _drop_if_exists(schema_editor, self.index.name)
 
 
 class RemoveIndexConcurrently(migrations.RemoveIndex):
@@ -53,8 +48,7 @@ class RemoveIndexConcurrently(migrations.RemoveIndex):
         model = from_state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
-        index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
-        schema_editor.remove_index(model, index, **_concurrently(schema_editor))
+        _drop_if_exists(schema_editor, self.name)
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
@@ -62,11 +56,20 @@ class RemoveIndexConcurrently(migrations.RemoveIndex):
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
-        if schema_editor.connection.vendor == "postgresql":
-            # As in AddIndexConcurrently: a failed concurrent build leaves an INVALID index.
-            schema_editor.execute(
-                f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(index.name)}")
+        _drop_if_exists(schema_editor, index.name)
         schema_editor.add_index(model, index, **_concurrently(schema_editor))
+
+
+def _drop_if_exists(schema_editor: Any, name: str) -> None:
+    """Drop index ``name`` if it is there: concurrently on PostgreSQL, plainly on SQLite.
+
+    With ``atomic = False`` each operation commits on its own, so a migration interrupted
+    between two of them (a killed deploy) is run again from its first one: the index that
+    operation builds may already exist (on PostgreSQL perhaps INVALID, from a failed concurrent
+    build), and the index a removal drops may already be gone.
+    """
+    concurrently = " CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
+    schema_editor.execute(f"DROP INDEX{concurrently} IF EXISTS {schema_editor.quote_name(name)}")
 
 
 def _concurrently(schema_editor: Any) -> dict[str, bool]:
@@ -91,10 +94,8 @@ class DropFieldIndexConcurrently(migrations.AlterField):
         column = model._meta.get_field(self.name).column
         # The name Django gave the field's index when it created it (deterministic: a hash of
         # the table and the column), so no index of anyone else's is touched.
-        name = schema_editor._create_index_name(model._meta.db_table, [column], suffix="")
-        concurrently = " CONCURRENTLY" if schema_editor.connection.vendor == "postgresql" else ""
-        schema_editor.execute(
-            f"DROP INDEX{concurrently} IF EXISTS {schema_editor.quote_name(name)}")
+        _drop_if_exists(schema_editor,
+                        schema_editor._create_index_name(model._meta.db_table, [column], suffix=""))
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:

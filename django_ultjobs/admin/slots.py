@@ -94,7 +94,7 @@ class LostSlotCancellationAdmin(JobsAdmin):
     list_display = ("when", "job_display", "worker", "slot_held", "attempt", "then")
     list_display_links = None
     list_filter = (LostSlotSinceFilter, SlotKeyFilter)
-    # The (outcome, finished_at) index answers the page: newest lost slots first.
+    # The partial index of slot_lost attempts answers the page: newest lost slots first.
     ordering = ("-finished_at", "-id")
     sortable_by = ("when",)
     search_fields = ("worker_id",)

@@ -43,6 +43,17 @@ def _index_names(alias: str) -> set[str]:
     return {name for name, c in constraints.items() if c["index"] and not c["primary_key"]}
 
 
+def _index_definition(alias: str, name: str) -> str:
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_get_indexdef(%s::regclass)", [name])
+        else:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = %s",
+                           [name])
+        return cursor.fetchone()[0]
+
+
 def _slot_lost_index_is_used(alias: str) -> bool:
     """Whether the lost-slot page's query reads the partial index (PostgreSQL's plan, SQLite's
     query plan), with sequential scans made expensive so a small table cannot hide it."""
@@ -63,6 +74,7 @@ def test_attempts_are_indexed_by_outcome_only_where_slots_were_lost(alias: str) 
     # index on every attempt's outcome was one more index write per job on every settle.
     assert "ultjobs_attempt_outcome" not in _index_names(alias)
     assert "ultjobs_attempt_slot_lost" in _index_names(alias)
+    assert "WHERE" in _index_definition(alias, "ultjobs_attempt_slot_lost").upper()  # partial
     with transaction.atomic(using=alias):
         assert _slot_lost_index_is_used(alias)
     try:
@@ -74,5 +86,22 @@ def test_attempts_are_indexed_by_outcome_only_where_slots_were_lost(alias: str) 
         call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
         names = _index_names(alias)
         assert "ultjobs_attempt_outcome" not in names and "ultjobs_attempt_slot_lost" in names
+    finally:
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+
+
+def test_an_interrupted_0006_finishes_when_migrate_runs_again(alias: str) -> None:
+    # Each of its operations commits on its own (atomic = False): a deploy killed after the new
+    # index was built, before the migration was recorded, runs it again from the start.
+    try:
+        call_command("migrate", "django_ultjobs", "0005", database=alias, verbosity=0)
+        with connections[alias].cursor() as cursor:
+            cursor.execute("CREATE INDEX ultjobs_attempt_slot_lost "
+                           "ON django_ultjobs_jobattempt (finished_at)")
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        names = _index_names(alias)
+        assert "ultjobs_attempt_outcome" not in names and "ultjobs_attempt_slot_lost" in names
+        # Built anew by the migration, not the stand-in left behind: partial.
+        assert "WHERE" in _index_definition(alias, "ultjobs_attempt_slot_lost").upper()
     finally:
         call_command("migrate", "django_ultjobs", database=alias, verbosity=0)

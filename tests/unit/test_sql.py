@@ -38,6 +38,16 @@ def test_queries_are_sent_tagged_and_without_comment_lines(dialect: str) -> None
         assert not [line for line in sql.splitlines() if line.lstrip().startswith("--")], name
 
 
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_no_literal_spans_lines(dialect: str) -> None:
+    # Comment lines are dropped line by line (no SQL parser): a string literal or a $$ body
+    # spanning lines could lose a line of its own that starts with "--".
+    for name, sql in queries(dialect).items():
+        assert "$$" not in sql, name
+        for line in sql.splitlines():
+            assert line.count("'") % 2 == 0, (name, line)
+
+
 def test_postgresql_queries_fit_psycopgs_statement_cache() -> None:
     from psycopg import _queries
 
