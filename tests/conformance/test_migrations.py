@@ -11,12 +11,17 @@ from django_ultjobs.models import JobAttempt
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 
-def _indexes_on(alias: str, columns: list[str]) -> list[str]:
+def _attempt_indexes(alias: str) -> dict[str, list[str]]:
+    """The attempt table's indexes (its primary key left out), each with its columns."""
     connection = connections[alias]
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, JobAttempt._meta.db_table)
-    return sorted(name for name, c in constraints.items()
-                  if c["index"] and not c["primary_key"] and c["columns"] == columns)
+    return {name: c["columns"] for name, c in constraints.items()
+            if c["index"] and not c["primary_key"]}
+
+
+def _indexes_on(alias: str, columns: list[str]) -> list[str]:
+    return sorted(name for name, on in _attempt_indexes(alias).items() if on == columns)
 
 
 def test_an_attempt_row_is_indexed_by_job_once(alias: str) -> None:
@@ -37,10 +42,7 @@ def test_an_attempt_row_is_indexed_by_job_once(alias: str) -> None:
 
 
 def _index_names(alias: str) -> set[str]:
-    connection = connections[alias]
-    with connection.cursor() as cursor:
-        constraints = connection.introspection.get_constraints(cursor, JobAttempt._meta.db_table)
-    return {name for name, c in constraints.items() if c["index"] and not c["primary_key"]}
+    return set(_attempt_indexes(alias))
 
 
 def _index_definition(alias: str, name: str) -> str:
