@@ -144,9 +144,11 @@ class WorkerProcesses:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, alias: str, *flags: str) -> subprocess.Popen[bytes]:
+    def start(self, alias: str, *flags: str, env: dict[str, str] | None = None
+              ) -> subprocess.Popen[bytes]:
         log = open(self.tmp_path / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(worker_command(alias, *flags), env=worker_env(alias),
+        proc = subprocess.Popen(worker_command(alias, *flags),
+                                env={**worker_env(alias), **(env or {})},
                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc

@@ -52,6 +52,12 @@ DATABASES = {
     },
 }
 
+# A worker process of the prepared-statements tests prepares every statement at its first run,
+# as a site that sets OPTIONS["prepare_threshold"] does after a few.
+if os.environ.get("ULTJOBS_TEST_PREPARE_THRESHOLD"):
+    DATABASES["postgres"]["OPTIONS"] = {
+        "prepare_threshold": int(os.environ["ULTJOBS_TEST_PREPARE_THRESHOLD"])}
+
 # Worker processes started by the tests connect straight to the test databases.
 if os.environ.get("ULTJOBS_USE_TEST_DATABASES"):
     for _db in DATABASES.values():

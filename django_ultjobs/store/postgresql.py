@@ -51,9 +51,10 @@ class PostgresStore(JobStore):
     def _raw_cursor(self, raw: Any) -> Any:
         # Server-side parameter binding, whatever Django's connection uses for the ORM: the
         # client-side cursor quoted every parameter (arrays, uuids) in Python, ~11 % of the claim
-        # loop's time in a drain profile. Nothing is prepared: Django opens psycopg connections
-        # with prepare_threshold off, and preparing the worker's statements saved 0-7 % of
-        # their latency, not worth breaking workers behind a transaction-mode pooler.
+        # loop's time in a drain profile. Prepared statements follow the site's own choice:
+        # Django opens psycopg connections with prepare_threshold off (a transaction-mode pooler
+        # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on,
+        # for our statements as for the ORM's (docs/deployment.md: prepared statements).
         return psycopg.Cursor(raw)
 
     def claim(
@@ -82,7 +83,11 @@ class PostgresStore(JobStore):
             "now": self.now_param(),
         }
         with self.cursor() as cur:
-            cur.execute(self.sql["claim"], params)
+            # Never prepared, whatever prepare_threshold says: after five runs PostgreSQL may
+            # switch a prepared claim to its generic plan, which cannot see the cap names as
+            # constants and seq-scans and sorts every live row (14-16 ms a claim instead of 3-4).
+            # Planning afresh costs ~0.1 ms, once per claim of up to --threads jobs.
+            cur.execute(self.sql["claim"], params, prepare=False)
             rows = cur.fetchall()
         token_text = str(token)
         claimed = ClaimBatch((

@@ -57,10 +57,10 @@ class Fleet:
         self.alias = alias
         self.by_id: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, *flags: str) -> str:
+    def start(self, name: str, *flags: str, env: dict[str, str] | None = None) -> str:
         worker_id = f"acc-{name}-{uuid4().hex[:6]}"
         self.by_id[worker_id] = self.procs.start(self.alias, *FLAGS, "--worker-id", worker_id,
-                                                 *flags)
+                                                 *flags, env=env)
         return worker_id
 
     def pid(self, worker_id: str) -> int:
@@ -244,13 +244,17 @@ def test_stopped_worker_late_settle_changes_nothing(
 # -- many workers, one queue: each job runs once -----------------------------------------------
 
 
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
 def test_three_workers_race_over_a_thousand_jobs(
-        pg_alias: str, worker_processes: WorkerProcesses) -> None:
+        pg_alias: str, worker_processes: WorkerProcesses, prepared: bool) -> None:
     """Rule 1 (a claimed job is invisible to every other claim) across processes: three worker
     processes racing over 1,000 bulk-enqueued jobs (one claim statement each time, FOR UPDATE
-    SKIP LOCKED) run each exactly once: one RunLog row, one attempt, attempt 1."""
+    SKIP LOCKED) run each exactly once: one RunLog row, one attempt, attempt 1. Again with
+    every statement prepared at its first run (a site's OPTIONS["prepare_threshold"]), so the
+    heartbeat and settle run on PostgreSQL's generic plans after their fifth run."""
     fleet = Fleet(worker_processes, pg_alias)
-    workers = [fleet.start(name, "--threads", "4") for name in ("A", "B", "C")]
+    env = {"ULTJOBS_TEST_PREPARE_THRESHOLD": "0"} if prepared else None
+    workers = [fleet.start(name, "--threads", "4", env=env) for name in ("A", "B", "C")]
     fleet.wait_registered(*workers)
     ids = clocked.bulk_enqueue([clocked.call(label="race") for _ in range(1000)])
     assert len(set(ids)) == 1000

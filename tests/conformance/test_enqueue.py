@@ -32,9 +32,9 @@ class _CountingCursor:
         self._cursor = cursor
         self._seen = seen
 
-    def execute(self, sql: str, params: Any = None) -> Any:
+    def execute(self, sql: str, params: Any = None, **options: Any) -> Any:
         self._seen.append(sql)
-        return self._cursor.execute(sql, params)
+        return self._cursor.execute(sql, params, **options)
 
     def executemany(self, sql: str, params: Any) -> Any:
         self._seen.extend(sql for _ in params)

@@ -1,0 +1,72 @@
+"""Prepared statements on PostgreSQL: the queue works with them on, and never prepares its claim.
+
+Django opens psycopg connections with ``prepare_threshold`` off; a site that sets
+``OPTIONS["prepare_threshold"]`` gets its statements prepared after that many runs on a
+connection, ours included. The claim must stay out: a prepared statement may switch to its generic
+plan after five runs, and the claim's generic plan seq-scans and sorts every live row (13 ms a
+claim against 3 at 20,000 queued; docs/deployment.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db import connections
+
+from django_ultjobs.store import JobStore, get_store
+from tests.conftest import FakeClock
+
+from .helpers import claim, enqueue, new_job, row, settlement
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
+                                    available_apps=["django_ultjobs", "tests.testapp"])
+
+# Past PostgreSQL's five custom plans, so the generic plan is in play wherever it would be.
+RUNS = 8
+
+
+@pytest.fixture
+def prepared_store(pg_alias: str, clock: FakeClock) -> Iterator[JobStore]:
+    """The PostgreSQL store on a connection that prepares every statement at its first run
+    (``prepare_threshold=0``; the store takes whatever the site's connection does)."""
+    conn = connections[pg_alias]
+    conn.ensure_connection()
+    raw = conn.connection
+    before = raw.prepare_threshold
+    raw.prepare_threshold = 0
+    try:
+        yield get_store(pg_alias, clock=clock)
+    finally:
+        raw.prepare_threshold = before
+        raw.execute("DEALLOCATE ALL")
+
+
+def _prepared(pg_alias: str) -> set[str]:
+    """The ``django_ultjobs:<name>`` tags of the statements prepared on this connection."""
+    with connections[pg_alias].connection.cursor() as cur:
+        cur.execute("SELECT statement FROM pg_prepared_statements")
+        statements = [r[0] for r in cur.fetchall()]
+    return {s.split("*/", 1)[0].removeprefix("/* django_ultjobs:").strip()
+            for s in statements if s.startswith("/* django_ultjobs:")}
+
+
+def test_the_queue_runs_on_prepared_statements_and_never_prepares_its_claim(
+        prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
+    store = prepared_store
+    for i in range(RUNS):
+        (job_id,) = enqueue(store, new_job(args=[i, 1]))
+        (claimed,) = claim(store, caps={"capped": 2})
+        assert claimed.id == job_id
+        slot = store.acquire("job:capped", 2, 30, f"w1:{job_id}")
+        assert slot is not None
+        assert store.renew(slot, 30)
+        assert store.heartbeat([(claimed.id, claimed.token)], 30) == {job_id: False}
+        assert store.settle([settlement(claimed)], "w1", release=[slot]) == {job_id}
+        assert row(pg_alias, job_id).status == "succeeded"
+        # A stale settle is still refused on a prepared (possibly generic) plan: rule 4.
+        assert store.settle([settlement(claimed)], "w1") == set()
+        clock.advance(1)
+    prepared = _prepared(pg_alias)
+    assert {"enqueue_one", "heartbeat", "settle", "lease_acquire", "lease_renew"} <= prepared
+    assert "claim" not in prepared
