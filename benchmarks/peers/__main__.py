@@ -53,6 +53,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--dtdb-jobs", type=int, default=2_000)
     p.add_argument("--threads", default="8,16,32,64,128",
                    help="our --threads settings to try; the best is reported")
+    p.add_argument("--ours-prepare-threshold", default="5",
+                   help="Django's OPTIONS['prepare_threshold'] for ours ('off': Django's "
+                        "default, nothing prepared; its drains and single enqueues are then "
+                        "measured too). PgQueuer's asyncpg prepares every statement and "
+                        "Procrastinate's psycopg pool prepares at 5 runs: 5 (the default) puts "
+                        "ours on their footing")
     p.add_argument("--pickup-samples", type=int, default=200)
     p.add_argument("--capped-jobs", type=int, default=10_000,
                    help="jobs per fleet-slots drain (0 skips the figure)")
@@ -95,7 +101,9 @@ class Runner:
                 "django-tasks-db": self.args.dtdb_jobs}.get(system, self.args.jobs)
 
     def phase(self, system: str, phase: str, *extra: str) -> dict[str, Any]:
-        return common.run_child(MODULES[system], [phase, "--db", self.db(system), *extra])
+        # Ours takes its connections' prepare_threshold first, so an explicit one in extra wins.
+        ours = ("--prepare-threshold", self.args.ours_prepare_threshold) if system == "ours" else ()
+        return common.run_child(MODULES[system], [phase, "--db", self.db(system), *ours, *extra])
 
 
 def main() -> int:
@@ -162,6 +170,8 @@ def measure(runner: Runner, systems: list[str], results: dict[str, dict[str, Any
                                      "--threads", str(t))["jobs_per_s"]
         ours["threads"] = max(ours["sweep"], key=ours["sweep"].get)
         ours["setting"] = f"runjobworker --threads {ours['threads']}"
+        if args.ours_prepare_threshold != "off":
+            ours["setting"] += f", prepare_threshold {args.ours_prepare_threshold}"
     # The measured drains, interleaved round by round: drift in a shared machine's load falls on
     # every system alike instead of on whichever ran during a busy minute.
     for r in range(args.repeat):
@@ -174,6 +184,12 @@ def measure(runner: Runner, systems: list[str], results: dict[str, dict[str, Any
             if "worker_cpu_us" in run:
                 results[system].setdefault("cpu_runs", []).append(
                     (run["worker_cpu_us"], run["db_cpu_us"]))
+            if system == "ours" and args.ours_prepare_threshold != "off":
+                # And on Django's default connections, in the same round.
+                plain = drain(system, f"round {r + 1}/{args.repeat}, nothing prepared", *extra,
+                              "--prepare-threshold", "off")
+                results[system].setdefault("unprepared_drain_runs", []).append(
+                    plain["jobs_per_s"])
     for system in systems:
         r = results[system]
         r["bulk"] = common.median(r["bulk_runs"])
@@ -389,6 +405,16 @@ def render_ours(r: dict[str, Any]) -> str:
         f"- Single `enqueue()`: {r['single_commit_ms']:.2f} ms with its own commit, "
         f"{r['single_txn_ms']:.3f} ms inside an open transaction (medians of "
         f"{common.SINGLE_ENQUEUES}).",
+    ]
+    if "unprepared_drain_runs" in r:
+        plain = common.median(r["unprepared_drain_runs"])
+        out.append(
+            "- On Django's default connections (nothing prepared), in the same rounds: drain "
+            + ", ".join(fmt(v) for v in r["unprepared_drain_runs"])
+            + f" jobs/s, median {fmt(plain)} ({plain / r['drain']:.2f}x of the prepared "
+            f"drain); single `enqueue()` {r['unprepared_single_commit_ms']:.2f} ms with its own "
+            f"commit, {r['unprepared_single_txn_ms']:.3f} ms inside an open transaction.")
+    out += [
         f"- Idle pickup: p50 {r['pickup']['p50_ms']:.2f} ms, p90 {r['pickup']['p90_ms']:.2f} ms, "
         f"p99 {r['pickup']['p99_ms']:.2f} ms, max {r['pickup']['max_ms']:.2f} ms "
         f"({r['pickup']['samples']} samples, {r['pickup']['lost']} lost).",

@@ -41,6 +41,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="history: finished rows added to the table")
     parser.add_argument("--poll-interval", type=float, default=1.0,
                         help="pickup: the worker's --poll-interval (what SQLite's pickup is)")
+    parser.add_argument("--prepare-threshold", default="off",
+                        help="Django's OPTIONS['prepare_threshold'] for ours and its workers: "
+                             "'off' (Django's default) or runs before a statement is prepared")
     parser.add_argument("--analyze", action="store_true",
                         help="drain, slots: ANALYZE the tables after the enqueue, as autovacuum "
                              "would have by then in production")
@@ -54,6 +57,7 @@ if ARGS is not None:
     os.environ["BENCH_PEERS_DB"] = ARGS.db
     os.environ["BENCH_PEERS_SYSTEM"] = "ours"
     os.environ["BENCH_PEERS_CAPPED"] = "1"
+    os.environ["BENCH_PEERS_PREPARE"] = ARGS.prepare_threshold  # the workers inherit it
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.peers.settings")
     if ARGS.phase == "sqlite-pickup":
         # SQLite has no LISTEN: an idle worker finds a new job at its next poll.
@@ -256,6 +260,12 @@ def main() -> None:
         reset()
         result["single_commit_ms"] = single_enqueue_ms(in_transaction=False)
         result["single_txn_ms"] = single_enqueue_ms(in_transaction=True)
+        if args.prepare_threshold != "off":
+            # The same on Django's default connections, which prepare nothing.
+            connection.close()
+            connection.settings_dict["OPTIONS"].pop("prepare_threshold")
+            result["unprepared_single_commit_ms"] = single_enqueue_ms(in_transaction=False)
+            result["unprepared_single_txn_ms"] = single_enqueue_ms(in_transaction=True)
     elif args.phase == "pickup":
         result = pickup(threads, args.samples)
     elif args.phase == "slots":
