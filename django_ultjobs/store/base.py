@@ -241,9 +241,10 @@ class JobStore(LeaseStore):
     def cursor(self) -> Iterator[Any]:
         """Yield a raw DB-API cursor on this thread's connection, errors as Django's.
 
-        A connection that broke (the database restarted, the network dropped) is closed so the
-        next call reconnects instead of failing forever: a dead database is an outage to wait
-        out, not a reason for a worker thread to die.
+        A connection that broke (the database restarted, the network dropped), or that lost
+        state every later statement needs (``spoils_connection``), is closed so the next call
+        reconnects instead of failing forever: a dead database is an outage to wait out, not a
+        reason for a worker thread to die.
         """
         conn = self.connection
         try:
@@ -254,10 +255,16 @@ class JobStore(LeaseStore):
                     yield cur
                 finally:
                     cur.close()
-        except Exception:
-            if not conn.in_atomic_block and conn.connection is not None and not conn.is_usable():
+        except Exception as exc:
+            if not conn.in_atomic_block and conn.connection is not None and (
+                    self.spoils_connection(exc) or not conn.is_usable()):
                 conn.close()
             raise
+
+    def spoils_connection(self, exc: BaseException) -> bool:
+        """Whether ``exc`` leaves this connection failing every later statement of its kind,
+        though it still answers (engines override)."""
+        return False
 
     def _raw_cursor(self, raw: Any) -> Any:
         """A DB-API cursor on ``raw`` (engines override to pick a faster kind)."""

@@ -21,6 +21,9 @@ from .base import (
     check_one_per_job,
 )
 
+#: SQLSTATE invalid_sql_statement_name: a prepared statement the server does not have.
+_LOST_PREPARED_STATEMENT = "26000"
+
 #: Seconds before a run put to wait on an event whose lock a sender held re-checks for it.
 BUSY_EVENT_RECHECK = 1.0
 
@@ -56,6 +59,14 @@ class PostgresStore(JobStore):
         # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on,
         # for our statements as for the ORM's (docs/deployment.md: prepared statements).
         return psycopg.Cursor(raw)
+
+    def spoils_connection(self, exc: BaseException) -> bool:
+        # "prepared statement "_pg3_0" does not exist": the server forgot what psycopg prepared
+        # (DEALLOCATE or DISCARD ALL behind its back, a pooler that moved the session). psycopg
+        # does not notice, so every later run of that statement on this connection fails the
+        # same way; a new connection prepares afresh.
+        return any(getattr(e, "sqlstate", None) == _LOST_PREPARED_STATEMENT
+                   for e in (exc, exc.__cause__))
 
     def claim(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_ultjobs.store import JobStore, get_store
 from tests.conftest import FakeClock
@@ -38,8 +38,9 @@ def prepared_store(pg_alias: str, clock: FakeClock) -> Iterator[JobStore]:
     try:
         yield get_store(pg_alias, clock=clock)
     finally:
-        raw.prepare_threshold = before
-        raw.execute("DEALLOCATE ALL")
+        if not raw.closed:  # a test may have had the store replace it
+            raw.prepare_threshold = before
+            raw.execute("DEALLOCATE ALL")
 
 
 def _prepared(pg_alias: str) -> set[str]:
@@ -70,3 +71,23 @@ def test_the_queue_runs_on_prepared_statements_and_never_prepares_its_claim(
     prepared = _prepared(pg_alias)
     assert {"enqueue_one", "heartbeat", "settle", "lease_acquire", "lease_renew"} <= prepared
     assert "claim" not in prepared
+
+
+def test_a_connection_whose_prepared_statements_the_server_forgot_is_replaced(
+        prepared_store: JobStore, pg_alias: str) -> None:
+    """The server can forget what psycopg prepared (DEALLOCATE or DISCARD ALL behind its back, a
+    pooler that moved the session); psycopg does not notice, and every later run of the statement
+    on that connection fails. The store closes such a connection, so one failure is all it costs:
+    the worker's next heartbeat (or settle, or claim) runs on a new connection."""
+    store = prepared_store
+    (job_id,) = enqueue(store, new_job())
+    (claimed,) = claim(store)
+    runs = [(claimed.id, claimed.token)]
+    assert store.heartbeat(runs, 30) == {job_id: False}  # prepared now
+    spoiled = connections[pg_alias].connection
+    spoiled.pgconn.exec_(b"DEALLOCATE ALL")  # behind psycopg's back
+    with pytest.raises(DatabaseError, match="does not exist"):
+        store.heartbeat(runs, 30)
+    assert store.heartbeat(runs, 30) == {job_id: False}
+    assert connections[pg_alias].connection is not spoiled
+    assert store.settle([settlement(claimed)], "w1") == {job_id}
