@@ -53,10 +53,13 @@ DATABASES = {
 }
 
 # A worker process of the prepared-statements tests prepares every statement at its first run,
-# as a site that sets OPTIONS["prepare_threshold"] does after a few.
+# as a site that sets OPTIONS["prepare_threshold"] does after a few, and runs each on the generic
+# plan PostgreSQL may switch a prepared statement to after five runs.
 if os.environ.get("ULTJOBS_TEST_PREPARE_THRESHOLD"):
     DATABASES["postgres"]["OPTIONS"] = {
-        "prepare_threshold": int(os.environ["ULTJOBS_TEST_PREPARE_THRESHOLD"])}
+        "prepare_threshold": int(os.environ["ULTJOBS_TEST_PREPARE_THRESHOLD"]),
+        "options": "-c plan_cache_mode=force_generic_plan",
+    }
 
 # Worker processes started by the tests connect straight to the test databases.
 if os.environ.get("ULTJOBS_USE_TEST_DATABASES"):

@@ -172,11 +172,22 @@ def measure(runner: Runner, systems: list[str], results: dict[str, dict[str, Any
         ours["setting"] = f"runjobworker --threads {ours['threads']}"
         if args.ours_prepare_threshold != "off":
             ours["setting"] += f", prepare_threshold {args.ours_prepare_threshold}"
+    def unprepared_drain(results: dict[str, dict[str, Any]], r: int,
+                         extra: tuple[str, ...]) -> None:
+        plain = drain("ours", f"round {r + 1}/{args.repeat}, nothing prepared", *extra,
+                      "--prepare-threshold", "off")
+        results["ours"].setdefault("unprepared_drain_runs", []).append(plain["jobs_per_s"])
+
     # The measured drains, interleaved round by round: drift in a shared machine's load falls on
     # every system alike instead of on whichever ran during a busy minute.
     for r in range(args.repeat):
         for system in systems:
             extra = ("--threads", str(results["ours"]["threads"])) if system == "ours" else ()
+            unprepared_first = (system == "ours" and args.ours_prepare_threshold != "off"
+                                and r % 2 == 1)
+            if unprepared_first:
+                # Every other round the other way round, so neither always runs second.
+                unprepared_drain(results, r, extra)
             run = drain(system, f"round {r + 1}/{args.repeat}", *extra)
             results[system]["bulk_runs"].append(run["bulk"])
             results[system]["drain_runs"].append(run["jobs_per_s"])
@@ -184,12 +195,10 @@ def measure(runner: Runner, systems: list[str], results: dict[str, dict[str, Any
             if "worker_cpu_us" in run:
                 results[system].setdefault("cpu_runs", []).append(
                     (run["worker_cpu_us"], run["db_cpu_us"]))
-            if system == "ours" and args.ours_prepare_threshold != "off":
+            if (system == "ours" and args.ours_prepare_threshold != "off"
+                    and not unprepared_first):
                 # And on Django's default connections, in the same round.
-                plain = drain(system, f"round {r + 1}/{args.repeat}, nothing prepared", *extra,
-                              "--prepare-threshold", "off")
-                results[system].setdefault("unprepared_drain_runs", []).append(
-                    plain["jobs_per_s"])
+                unprepared_drain(results, r, extra)
     for system in systems:
         r = results[system]
         r["bulk"] = common.median(r["bulk_runs"])
@@ -404,7 +413,9 @@ def render_ours(r: dict[str, Any]) -> str:
         + ", ".join(fmt(v) for v in r["drain_runs"]) + " jobs/s.",
         f"- Single `enqueue()`: {r['single_commit_ms']:.2f} ms with its own commit, "
         f"{r['single_txn_ms']:.3f} ms inside an open transaction (medians of "
-        f"{common.SINGLE_ENQUEUES}).",
+        f"{common.SINGLE_ENQUEUES}"
+        + ("; each the mean of two blocks, alternating with the unprepared ones)."
+           if "unprepared_single_txn_ms" in r else ")."),
     ]
     if "unprepared_drain_runs" in r:
         plain = common.median(r["unprepared_drain_runs"])

@@ -146,6 +146,20 @@ def drain(threads: int, expected: int, *, capped: bool = False, since_id: int = 
     return common.drain_figures(expected, float(start), float(end), meter)
 
 
+def single_enqueues_both_ways(threshold: int) -> dict[str, float]:
+    blocks: dict[str, list[float]] = {}
+    for prefix in ("", "unprepared_", "unprepared_", ""):
+        connection.close()
+        options = connection.settings_dict.setdefault("OPTIONS", {})
+        if prefix:
+            options.pop("prepare_threshold", None)
+        else:
+            options["prepare_threshold"] = threshold
+        for key, in_transaction in (("single_commit_ms", False), ("single_txn_ms", True)):
+            blocks.setdefault(prefix + key, []).append(single_enqueue_ms(in_transaction))
+    return {key: sum(values) / len(values) for key, values in blocks.items()}
+
+
 def single_enqueue_ms(in_transaction: bool) -> float:
     if not in_transaction:
         return common.time_single_enqueues(jobs.peers_noop.enqueue)
@@ -258,14 +272,13 @@ def main() -> None:
         result.update(drain(threads, args.jobs))
     elif args.phase == "single":
         reset()
-        result["single_commit_ms"] = single_enqueue_ms(in_transaction=False)
-        result["single_txn_ms"] = single_enqueue_ms(in_transaction=True)
-        if args.prepare_threshold != "off":
-            # The same on Django's default connections, which prepare nothing.
-            connection.close()
-            connection.settings_dict["OPTIONS"].pop("prepare_threshold")
-            result["unprepared_single_commit_ms"] = single_enqueue_ms(in_transaction=False)
-            result["unprepared_single_txn_ms"] = single_enqueue_ms(in_transaction=True)
+        if args.prepare_threshold == "off":
+            result["single_commit_ms"] = single_enqueue_ms(in_transaction=False)
+            result["single_txn_ms"] = single_enqueue_ms(in_transaction=True)
+        else:
+            # Also on Django's default connections, which prepare nothing: two blocks each,
+            # alternating, so neither setting always runs on the later (warmer, or busier) half.
+            result.update(single_enqueues_both_ways(int(args.prepare_threshold)))
     elif args.phase == "pickup":
         result = pickup(threads, args.samples)
     elif args.phase == "slots":

@@ -42,7 +42,8 @@ if os.environ.get("BENCH_PEERS_ENGINE") == "sqlite":
         "NAME": os.path.join(tempfile.gettempdir(), "ultjobs-peers-pickup.sqlite3"),
         "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
     }
-if os.environ.get("BENCH_PEERS_PREPARE", "off") != "off":
+if os.environ.get("BENCH_PEERS_PREPARE", "off") != "off" and \
+        DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # Ours with prepared statements: Django's documented OPTIONS, which a site sets when its
     # connections are direct (or behind PgBouncer 1.21+ with max_prepared_statements).
     DATABASES["default"]["OPTIONS"] = {"prepare_threshold": int(os.environ["BENCH_PEERS_PREPARE"])}

@@ -261,6 +261,11 @@ class JobStore(LeaseStore):
                 conn.close()
             raise
 
+    def execute_unprepared(self, cur: Any, name: str, params: Mapping[str, Any]) -> None:
+        """Run query ``name``, planned for these parameters every time: for the queries whose
+        plan depends on their values (engines that can prepare statements override)."""
+        cur.execute(self.sql[name], params)
+
     def spoils_connection(self, exc: BaseException) -> bool:
         """Whether ``exc`` leaves this connection failing every later statement of its kind,
         though it still answers (engines override)."""
@@ -406,8 +411,8 @@ class JobStore(LeaseStore):
         newer than id ``after`` and sent no earlier than the job was enqueued (compared in SQL,
         in the database's own time format). ``(id, payload)``, or None."""
         with self.cursor() as cur:
-            cur.execute(self.sql["event_find"], {"name": name, "match": json.dumps(match),
-                                                 "after": after, "job_id": job_id})
+            self.execute_unprepared(cur, "event_find", {
+                "name": name, "match": json.dumps(match), "after": after, "job_id": job_id})
             row = cur.fetchone()
         return None if row is None else (row[0], self.parse_json(row[1]))
 

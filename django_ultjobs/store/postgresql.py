@@ -56,9 +56,19 @@ class PostgresStore(JobStore):
         # client-side cursor quoted every parameter (arrays, uuids) in Python, ~11 % of the claim
         # loop's time in a drain profile. Prepared statements follow the site's own choice:
         # Django opens psycopg connections with prepare_threshold off (a transaction-mode pooler
-        # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on,
-        # for our statements as for the ORM's (docs/deployment.md: prepared statements).
+        # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on
+        # for these cursors (the ORM's client-side cursors never prepare unless
+        # server_side_binding is on too; docs/deployment.md: prepared statements).
         return psycopg.Cursor(raw)
+
+    def execute_unprepared(self, cur: Any, name: str, params: Mapping[str, Any]) -> None:
+        # Never prepared, whatever prepare_threshold says: after five runs PostgreSQL may switch
+        # a prepared statement to its generic plan, planned without the parameters' values.
+        # The claim's cannot see the cap names as constants and seq-scans and sorts every live
+        # row (13-14 ms a claim instead of 3 at 20,000 queued); event_find's walks the events
+        # in id order instead of taking its name's index (9-13 ms instead of 0.25 at 100,000
+        # events). Planning afresh costs ~0.1 ms a statement.
+        cur.execute(self.sql[name], params, prepare=False)
 
     def spoils_connection(self, exc: BaseException) -> bool:
         # "prepared statement "_pg3_0" does not exist": the server forgot what psycopg prepared
@@ -94,11 +104,7 @@ class PostgresStore(JobStore):
             "now": self.now_param(),
         }
         with self.cursor() as cur:
-            # Never prepared, whatever prepare_threshold says: after five runs PostgreSQL may
-            # switch a prepared claim to its generic plan, which cannot see the cap names as
-            # constants and seq-scans and sorts every live row (14-16 ms a claim instead of 3-4).
-            # Planning afresh costs ~0.1 ms, once per claim of up to --threads jobs.
-            cur.execute(self.sql["claim"], params, prepare=False)
+            self.execute_unprepared(cur, "claim", params)
             rows = cur.fetchall()
         token_text = str(token)
         claimed = ClaimBatch((

@@ -18,6 +18,7 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -30,7 +31,7 @@ import pytest
 from django.db import connections
 
 from django_ultjobs.models import Job, JobAttempt, JobLease, Worker
-from tests.conftest import WorkerProcesses, running_worker, wait_until
+from tests.conftest import REPO, WorkerProcesses, running_worker, wait_until, worker_env
 from tests.testapp.jobs import capped_clocked, clocked, record, serial
 from tests.testapp.models import RunLog
 
@@ -101,6 +102,18 @@ class Fleet:
 
 
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+def _worker_connection_settings(alias: str, env: dict[str, str] | None) -> str:
+    """``prepare_threshold`` and ``plan_cache_mode`` of a worker process's connection, read by
+    a process started as the workers are (their settings, their environment)."""
+    code = ("import django; django.setup(); from django.db import connections; "
+            f"c = connections[{alias!r}]; c.ensure_connection(); "
+            "mode = c.connection.execute('SHOW plan_cache_mode').fetchone()[0]; "
+            "print(c.connection.prepare_threshold, mode)")
+    out = subprocess.run([sys.executable, "-c", code], env={**worker_env(alias), **(env or {})},
+                         cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.strip()
 
 
 def db_now(alias: str) -> datetime:
@@ -250,10 +263,13 @@ def test_three_workers_race_over_a_thousand_jobs(
     """Rule 1 (a claimed job is invisible to every other claim) across processes: three worker
     processes racing over 1,000 bulk-enqueued jobs (one claim statement each time, FOR UPDATE
     SKIP LOCKED) run each exactly once: one RunLog row, one attempt, attempt 1. Again with
-    every statement prepared at its first run (a site's OPTIONS["prepare_threshold"]), so the
-    heartbeat and settle run on PostgreSQL's generic plans after their fifth run."""
+    workers that prepare every statement at its first run (a site's
+    OPTIONS["prepare_threshold"]) and run each on its generic plan, the plan a prepared
+    statement may switch to after five runs."""
     fleet = Fleet(worker_processes, pg_alias)
     env = {"ULTJOBS_TEST_PREPARE_THRESHOLD": "0"} if prepared else None
+    if prepared:
+        assert _worker_connection_settings(pg_alias, env) == "0 force_generic_plan"
     workers = [fleet.start(name, "--threads", "4", env=env) for name in ("A", "B", "C")]
     fleet.wait_registered(*workers)
     ids = clocked.bulk_enqueue([clocked.call(label="race") for _ in range(1000)])

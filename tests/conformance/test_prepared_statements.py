@@ -1,10 +1,10 @@
-"""Prepared statements on PostgreSQL: the queue works with them on, and never prepares its claim.
+"""Prepared statements on PostgreSQL: the queue works on them, and never prepares two queries.
 
 Django opens psycopg connections with ``prepare_threshold`` off; a site that sets
 ``OPTIONS["prepare_threshold"]`` gets its statements prepared after that many runs on a
-connection, ours included. The claim must stay out: a prepared statement may switch to its generic
-plan after five runs, and the claim's generic plan seq-scans and sorts every live row (13 ms a
-claim against 3 at 20,000 queued; docs/deployment.md).
+connection, ours included. The claim and event_find must stay out: a prepared statement may switch
+to its generic plan after five runs, and theirs ignore the values that make them fast (the claim's
+seq-scans and sorts every live row, 13 ms against 3 at 20,000 queued; docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .helpers import claim, enqueue, new_job, row, settlement
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
                                     available_apps=["django_ultjobs", "tests.testapp"])
 
-# Past PostgreSQL's five custom plans, so the generic plan is in play wherever it would be.
+# More runs than any statement needs to be prepared and to run on its prepared plan again.
 RUNS = 8
 
 
@@ -35,12 +35,16 @@ def prepared_store(pg_alias: str, clock: FakeClock) -> Iterator[JobStore]:
     raw = conn.connection
     before = raw.prepare_threshold
     raw.prepare_threshold = 0
+    # Generic plans from the first run: what PostgreSQL may switch a prepared statement to after
+    # five, so every fence below is proved on the plan a long-running worker may end up with.
+    raw.execute("SET plan_cache_mode = force_generic_plan")
     try:
         yield get_store(pg_alias, clock=clock)
     finally:
         if not raw.closed:  # a test may have had the store replace it
             raw.prepare_threshold = before
             raw.execute("DEALLOCATE ALL")
+            raw.execute("RESET plan_cache_mode")
 
 
 def _prepared(pg_alias: str) -> set[str]:
@@ -52,7 +56,7 @@ def _prepared(pg_alias: str) -> set[str]:
             for s in statements if s.startswith("/* django_ultjobs:")}
 
 
-def test_the_queue_runs_on_prepared_statements_and_never_prepares_its_claim(
+def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_or_event_find(
         prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
     store = prepared_store
     for i in range(RUNS):
@@ -63,14 +67,21 @@ def test_the_queue_runs_on_prepared_statements_and_never_prepares_its_claim(
         assert slot is not None
         assert store.renew(slot, 30)
         assert store.heartbeat([(claimed.id, claimed.token)], 30) == {job_id: False}
+        # A stale heartbeat is an explicit "no" on a generic plan too: rules 1-2.
+        assert store.heartbeat([(claimed.id, "00000000-0000-0000-0000-000000000000")], 30) == {}
+        event_id = store.send_event(f"paid-{i}", {"order": i})
+        assert store.find_event(job_id=job_id, name=f"paid-{i}", match={"order": i},
+                                after=0) == (event_id, {"order": i})
         assert store.settle([settlement(claimed)], "w1", release=[slot]) == {job_id}
         assert row(pg_alias, job_id).status == "succeeded"
-        # A stale settle is still refused on a prepared (possibly generic) plan: rule 4.
+        # A stale settle is still refused on a prepared, generic plan: rule 4.
         assert store.settle([settlement(claimed)], "w1") == set()
         clock.advance(1)
     prepared = _prepared(pg_alias)
-    assert {"enqueue_one", "heartbeat", "settle", "lease_acquire", "lease_renew"} <= prepared
-    assert "claim" not in prepared
+    assert {"enqueue_one", "heartbeat", "settle", "lease_acquire", "lease_renew",
+            "event_insert", "event_wake"} <= prepared
+    # Their generic plans ignore the values that make them fast (docs/deployment.md).
+    assert not {"claim", "event_find"} & prepared
 
 
 def test_a_connection_whose_prepared_statements_the_server_forgot_is_replaced(
