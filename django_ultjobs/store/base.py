@@ -256,10 +256,21 @@ class JobStore(LeaseStore):
                 finally:
                     cur.close()
         except Exception as exc:
-            if not conn.in_atomic_block and conn.connection is not None and (
-                    self.spoils_connection(exc) or not conn.is_usable()):
+            if conn.connection is None or self.in_callers_transaction(conn):
+                raise
+            if self.spoils_connection(exc):
+                # Closed before Django lets go of it: Django's pool (OPTIONS["pool"]) takes an
+                # open connection back as it is, and would hand the same one out again.
+                conn.connection.close()
+                conn.close()
+            elif not conn.is_usable():
                 conn.close()
             raise
+
+    def in_callers_transaction(self, conn: BaseDatabaseWrapper) -> bool:
+        """Whether the caller has a transaction open on ``conn`` (an ``atomic`` block, engines
+        add their own signs): then the connection is the caller's to keep or drop, never ours."""
+        return conn.in_atomic_block
 
     def execute_unprepared(self, cur: Any, name: str, params: Mapping[str, Any]) -> None:
         """Run query ``name``, planned for these parameters every time: for the queries whose

@@ -9,6 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 import psycopg
+from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg.pq import TransactionStatus
 
 from .base import (
     ClaimBatch,
@@ -23,6 +25,9 @@ from .base import (
 
 #: SQLSTATE invalid_sql_statement_name: a prepared statement the server does not have.
 _LOST_PREPARED_STATEMENT = "26000"
+#: SQLSTATE feature_not_supported, and the message of the one case of it that concerns us.
+_FEATURE_NOT_SUPPORTED = "0A000"
+_STALE_PLAN = "cached plan must not change result type"
 
 #: Seconds before a run put to wait on an event whose lock a sender held re-checks for it.
 BUSY_EVENT_RECHECK = 1.0
@@ -71,12 +76,22 @@ class PostgresStore(JobStore):
         cur.execute(self.sql[name], params, prepare=False)
 
     def spoils_connection(self, exc: BaseException) -> bool:
-        # "prepared statement "_pg3_0" does not exist": the server forgot what psycopg prepared
-        # (DEALLOCATE or DISCARD ALL behind its back, a pooler that moved the session). psycopg
-        # does not notice, so every later run of that statement on this connection fails the
-        # same way; a new connection prepares afresh.
-        return any(getattr(e, "sqlstate", None) == _LOST_PREPARED_STATEMENT
-                   for e in (exc, exc.__cause__))
+        # A prepared statement that fails the same way at every later run on this connection,
+        # where a new connection prepares afresh: "prepared statement "_pg3_0" does not exist"
+        # (the server forgot what psycopg prepared: DEALLOCATE or DISCARD ALL behind its back,
+        # a pooler that moved the session; psycopg does not notice), and "cached plan must not
+        # change result type" (a migration changed the type of a column it returns).
+        for error in (exc, exc.__cause__):
+            sqlstate = getattr(error, "sqlstate", None)
+            if sqlstate == _LOST_PREPARED_STATEMENT or (
+                    sqlstate == _FEATURE_NOT_SUPPORTED and _STALE_PLAN in str(error)):
+                return True
+        return False
+
+    def in_callers_transaction(self, conn: BaseDatabaseWrapper) -> bool:
+        # Also a transaction opened outside atomic(): set_autocommit(False), or psycopg's own.
+        return super().in_callers_transaction(conn) or conn.connection.info.transaction_status \
+            in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
     def claim(
         self,

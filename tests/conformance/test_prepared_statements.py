@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from django.db import DatabaseError, connections
+from django.db.utils import ConnectionHandler
 
+from django_ultjobs.models import Job
 from django_ultjobs.store import JobStore, get_store
+from django_ultjobs.store.postgresql import PostgresStore
 from tests.conftest import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
@@ -102,3 +106,75 @@ def test_a_connection_whose_prepared_statements_the_server_forgot_is_replaced(
     assert store.heartbeat(runs, 30) == {job_id: False}
     assert connections[pg_alias].connection is not spoiled
     assert store.settle([settlement(claimed)], "w1") == {job_id}
+
+
+def test_a_pooled_connection_that_lost_them_is_not_handed_out_again(
+        pg_alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With Django's pool (OPTIONS["pool"], as deployment.md suggests for workers), closing the
+    Django connection hands the psycopg one back to the pool as it is: it must be closed
+    itself, or the pool hands the same spoiled connection out again."""
+    settings = {**connections[pg_alias].settings_dict,
+                "OPTIONS": {"pool": {"min_size": 1, "max_size": 1}, "prepare_threshold": 0}}
+    pooled = ConnectionHandler({"default": settings, pg_alias: settings})
+    monkeypatch.setattr("django_ultjobs.store.base.connections", pooled)
+    store = PostgresStore(pg_alias)
+    try:
+        enqueue(store, new_job())  # prepared at its first run
+        pooled[pg_alias].connection.pgconn.exec_(b"DEALLOCATE ALL")  # behind psycopg's back
+        with pytest.raises(DatabaseError, match="does not exist"):
+            enqueue(store, new_job())
+        enqueue(store, new_job())  # a new connection from the pool, not the spoiled one
+        pooled[pg_alias].close()  # back to the pool between runs, as a worker's thread does
+        enqueue(store, new_job())
+    finally:
+        pooled[pg_alias].close()
+        pooled[pg_alias].close_pool()
+    assert Job.objects.using(pg_alias).count() == 3
+
+
+def test_a_connection_in_the_callers_own_transaction_is_left_to_the_caller(
+        prepared_store: JobStore, pg_alias: str) -> None:
+    """A caller that opened a transaction outside atomic() (autocommit off, a savepoint) keeps
+    its connection whatever fails in it: replacing it would drop the caller's earlier writes
+    without a word. psycopg forgets its prepared statements at the rollback."""
+    store = prepared_store
+    conn = connections[pg_alias]
+    conn.set_autocommit(False)
+    try:
+        (kept,) = enqueue(store, new_job())  # prepared at its first run
+        savepoint = conn.savepoint()
+        conn.connection.pgconn.exec_(b"DEALLOCATE ALL")  # behind psycopg's back
+        with pytest.raises(DatabaseError, match="does not exist"):
+            enqueue(store, new_job())
+        conn.savepoint_rollback(savepoint)
+        (also,) = enqueue(store, new_job())  # prepared afresh after the rollback
+        conn.commit()
+    finally:
+        conn.set_autocommit(True)
+    assert set(Job.objects.using(pg_alias).values_list("id", flat=True)) == {kept, also}
+
+
+def test_a_stale_result_type_spoils_the_connection_too(pg_alias: str) -> None:
+    """After a migration changes the type of a column a prepared statement returns, PostgreSQL
+    refuses that statement on every connection that prepared it; a new connection plans it
+    afresh, so the store replaces the connection (and a lost statement does the same)."""
+    store = get_store(pg_alias)
+    # Server-side binding, as the store's cursors (Django's default client-side ones never
+    # prepare).
+    params = {**connections[pg_alias].get_connection_params(), "prepare_threshold": 0,
+              "cursor_factory": psycopg.Cursor}
+    with psycopg.connect(**params, autocommit=True) as worker, \
+            psycopg.connect(**params, autocommit=True) as migration:
+        migration.execute("CREATE TABLE stale_type (x int)")
+        try:
+            worker.execute("SELECT x FROM stale_type WHERE x = %s", [1])  # prepared
+            # On another connection: psycopg forgets its own statements after its own DDL.
+            migration.execute("ALTER TABLE stale_type ALTER COLUMN x TYPE bigint")
+            with pytest.raises(psycopg.Error) as stale:
+                worker.execute("SELECT x FROM stale_type WHERE x = %s", [1])
+            with pytest.raises(psycopg.Error) as other:
+                worker.execute("SELECT missing FROM stale_type")
+        finally:
+            migration.execute("DROP TABLE stale_type")
+    assert store.spoils_connection(stale.value)
+    assert not store.spoils_connection(other.value)
