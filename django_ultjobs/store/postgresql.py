@@ -12,6 +12,7 @@ import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import TransactionStatus
 
+from .. import jsonargs
 from .base import (
     ClaimBatch,
     ClaimedJob,
@@ -48,8 +49,10 @@ class PostgresStore(JobStore):
         if len(jobs) != 1:
             return super().enqueue(jobs)
         row = self._new_job_row(jobs[0])
-        params = {**row, "args": json.dumps(row["args"], separators=(",", ":")),
-                  "kwargs": json.dumps(row["kwargs"], separators=(",", ":")),
+        # The shared encoder (checked arguments, so the same text): json.dumps with options
+        # builds an encoder per call.
+        params = {**row, "args": jsonargs.dumps(row["args"]),
+                  "kwargs": jsonargs.dumps(row["kwargs"]),
                   "run_at": jobs[0].run_at, "now": self.now_param()}
         with self.cursor() as cur:
             cur.execute(self.sql["enqueue_one"], params)
