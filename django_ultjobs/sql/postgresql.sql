@@ -54,7 +54,48 @@ FROM ins;
 
 -- name: claim
 -- Claim up to "limit" runnable jobs in ONE statement: lock, update and return (never select
--- then save). Uncapped kinds come from one ordered index scan per queue; each capped kind from a
+-- then save), from one ordered index scan per queue. Rows locked here but not chosen are unlocked
+-- when the statement commits. A running row whose lease lapsed is re-delivered and counts as an
+-- attempt (rule 1); a waiting row that woke does not. This is the claim of a worker with no
+-- capped kind registered; claim_capped (same columns) is the one with caps. Planning and running
+-- the caps' part cost every claim 0.2 ms even with no cap to apply (0.57 against 0.38 ms a claim
+-- at 20,000 queued), 10 % of a drain at --threads 8.
+WITH locked AS (
+    SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
+               claimed_at AS prev_claimed_at
+        FROM django_ultjobs_job
+        WHERE queue = q.queue
+          AND status IN ('queued', 'running', 'waiting')
+          AND visible_at <= {now}
+        ORDER BY priority DESC, visible_at, id
+        LIMIT %(limit)s::int
+        FOR UPDATE SKIP LOCKED
+    ) AS j
+),
+chosen AS (
+    SELECT * FROM locked ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
+)
+UPDATE django_ultjobs_job AS j
+SET status = 'running',
+    attempt = j.attempt + CASE WHEN chosen.prev_status = 'waiting' THEN 0 ELSE 1 END,
+    claim_token = %(token)s::uuid,
+    worker_id = %(worker_id)s::text,
+    claimed_at = {now},
+    visible_at = {now_plus(%(timeout)s::float8)},
+    updated_at = {now}
+FROM chosen
+WHERE j.id = chosen.id
+RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
+          j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
+          chosen.prev_status, chosen.prev_worker,
+          CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
+          (SELECT count(*) FROM locked) > (SELECT count(*) FROM chosen) AS others_left;
+
+-- name: claim_capped
+-- The claim of a worker with capped kinds registered (@job(concurrency=N)), in ONE statement too.
+-- Uncapped kinds come from one ordered index scan per queue; each capped kind from a
 -- scan of its own limited to its free fleet slots. So a thousand queued runs of a concurrency=1
 -- job neither block the jobs behind them (no head-of-line blocking) nor make the loop claim and
 -- hand back in circles. Rows locked here but not chosen are unlocked when the statement commits.

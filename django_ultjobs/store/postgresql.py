@@ -72,10 +72,11 @@ class PostgresStore(JobStore):
     def execute_unprepared(self, cur: Any, name: str, params: Mapping[str, Any]) -> None:
         # Never prepared, whatever prepare_threshold says: after five runs PostgreSQL may switch
         # a prepared statement to its generic plan, planned without the parameters' values.
-        # The claim's cannot see the cap names as constants and seq-scans and sorts every live
-        # row (13-14 ms a claim instead of 3 at 20,000 queued); event_find's walks the events
-        # in id order instead of taking its name's index (9-13 ms instead of 0.25 at 100,000
-        # events). Planning afresh costs ~0.1 ms a statement.
+        # claim_capped's cannot see the cap names as constants and seq-scans and sorts every
+        # live row (13-14 ms a claim instead of 3 at 20,000 queued); even the claim without caps
+        # takes 6.8 ms instead of 0.8 at 40,000 queued (its due time unknown to the planner);
+        # event_find's walks the events in id order instead of taking its name's index (9-13 ms
+        # instead of 0.25 at 100,000 events). Planning afresh costs 0.1-0.3 ms a statement.
         cur.execute(self.sql[name], params, prepare=False)
 
     def spoils_connection(self, exc: BaseException) -> bool:
@@ -122,7 +123,7 @@ class PostgresStore(JobStore):
             "now": self.now_param(),
         }
         with self.cursor() as cur:
-            self.execute_unprepared(cur, "claim", params)
+            self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()
         token_text = str(token)
         claimed = ClaimBatch((

@@ -80,12 +80,17 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_or_event_find(
         assert row(pg_alias, job_id).status == "succeeded"
         # A stale settle is still refused on a prepared, generic plan: rule 4.
         assert store.settle([settlement(claimed)], "w1") == set()
+        # The claim of a worker with no capped kind registered: a statement of its own.
+        (uncapped_id,) = enqueue(store, new_job(args=[i, 2]))
+        (claimed,) = claim(store)
+        assert claimed.id == uncapped_id
+        assert store.settle([settlement(claimed)], "w1") == {uncapped_id}
         clock.advance(1)
     prepared = _prepared(pg_alias)
     assert {"enqueue_one", "heartbeat", "settle", "lease_acquire", "lease_renew",
             "event_insert", "event_wake"} <= prepared
     # Their generic plans ignore the values that make them fast (docs/deployment.md).
-    assert not {"claim", "event_find"} & prepared
+    assert not {"claim", "claim_capped", "event_find"} & prepared
 
 
 def test_a_connection_whose_prepared_statements_the_server_forgot_is_replaced(
