@@ -52,9 +52,10 @@ class HeldSlotAdmin(JobsAdmin):
         """The worker holding the slot, linked to its page."""
         return worker_link(split_holder(obj.holder)[0])
 
-    @admin.display(description="holder (job)")
+    @admin.display(description="taken for job")
     def holder_job(self, obj: JobLease) -> SafeString | str:
-        """The job whose run holds the slot, linked to its page."""
+        """The job whose run took the slot, linked to its page. The worker passes a slot on to
+        its next runs of the kind while it has them, so a later run may be using it now."""
         return job_link(split_holder(obj.holder)[1])
 
     @admin.display(description="acquired", ordering="acquired_at")

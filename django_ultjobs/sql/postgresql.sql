@@ -108,11 +108,13 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_
 -- also says whether that scan locked rows the limit then cut ("others_left"): a claim filled
 -- with capped runs proves nothing about the other kinds unless this is false.
 WITH caps AS MATERIALIZED (
+    -- The slots this worker kept from its last runs of a kind ("kept") count as free for it.
     SELECT c.name,
-           c.lim - (SELECT count(*) FROM django_ultjobs_joblease AS l
-                    WHERE l.key = 'job:' || c.name AND l.slot < c.lim
-                      AND l.expires_at > {now}) AS free
-    FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[]) AS c(name, lim)
+           c.lim + c.kept - (SELECT count(*) FROM django_ultjobs_joblease AS l
+                             WHERE l.key = 'job:' || c.name AND l.slot < c.lim
+                               AND l.expires_at > {now}) AS free
+    FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
+        AS c(name, lim, kept)
 ),
 locked AS (
     SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
@@ -254,19 +256,6 @@ recorded AS (
            COALESCE(c.steps_run, '[]'::jsonb), COALESCE(c.steps_replayed, '[]'::jsonb)
     FROM c JOIN settled ON settled.id = c.id
     WHERE c.outcome IS NOT NULL
-),
--- The batch's fleet slots go back in the same statement (fenced on holder, locked in (key, slot)
--- order as every lease statement locks them): a slot is free exactly when its run's outcome commits, with no round
--- trip of its own. A capped kind's throughput is its cap over how long a slot is held.
-release_locked AS (
-    SELECT l.id FROM django_ultjobs_joblease AS l
-    JOIN unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)
-        ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
-    ORDER BY l.key, l.slot
-    FOR UPDATE OF l
-),
-released AS (
-    DELETE FROM django_ultjobs_joblease WHERE id IN (SELECT id FROM release_locked)
 )
 SELECT id FROM settled;
 

@@ -25,10 +25,11 @@ ORDER BY key
 RETURNING id, visible_at, created_at;
 
 -- name: claim_caps
--- Free fleet slots per capped kind (:caps is [[name, limit], ...]), read inside the claim's write
+-- Free fleet slots per capped kind (:caps is [[name, limit, kept], ...], kept being the slots this
+-- worker kept from its last runs of the kind, free for it), read inside the claim's write
 -- transaction so nothing can take a slot between this and the claim.
 SELECT json_extract(c.value, '$[0]'),
-       json_extract(c.value, '$[1]') - (
+       json_extract(c.value, '$[1]') + json_extract(c.value, '$[2]') - (
            SELECT count(*) FROM django_ultjobs_joblease AS l
            WHERE l.key = 'job:' || json_extract(c.value, '$[0]')
              AND l.slot < json_extract(c.value, '$[1]') AND l.expires_at > {now})

@@ -356,12 +356,16 @@ class JobStore(LeaseStore):
         visibility_timeout: float,
         caps: Mapping[str, int],
         uncapped: bool = True,
+        kept: Mapping[str, int] | None = None,
     ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full.
 
         ``uncapped=False`` claims only the capped kinds of ``caps``: the scan for every other
         kind walks past each queued run of a capped kind, so a worker that just found no other
-        kind runnable may leave it out for a while (see the worker's claim loop)."""
+        kind runnable may leave it out for a while (see the worker's claim loop).
+
+        ``kept``: per capped kind, the slots this worker holds between runs; the claim may take
+        that many runs of the kind beyond the fleet's free slots (the worker hands them over)."""
 
     @abstractmethod
     def heartbeat(
@@ -371,14 +375,9 @@ class JobStore(LeaseStore):
         the runs still held. A run missing from the answer is lost (rule 2)."""
 
     @abstractmethod
-    def settle(self, settlements: Sequence[Settlement], worker_id: str,
-               release: Sequence[HeldLease] = ()) -> set[int]:
+    def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
         """Apply each settlement only under its token (rule 4), recording its attempt; return the
         ids that applied.
-
-        ``release``: fleet slots to hand back in the same transaction, fenced on holder like
-        ``release_many`` (a slot another holder took meanwhile is left alone). A run's slot then
-        goes back exactly when its outcome commits, without a round trip of its own.
 
         At most one settlement per job: the rows are matched to the batch by id."""
 

@@ -106,6 +106,7 @@ class PostgresStore(JobStore):
         visibility_timeout: float,
         caps: Mapping[str, int],
         uncapped: bool = True,
+        kept: Mapping[str, int] | None = None,
     ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one statement, skipping full kinds."""
         if limit <= 0:
@@ -114,6 +115,7 @@ class PostgresStore(JobStore):
         params = {
             "cap_names": list(caps),
             "cap_limits": list(caps.values()),
+            "cap_kept": [(kept or {}).get(name, 0) for name in caps],
             "uncapped": uncapped or not caps,
             "queues": list(queues),
             "limit": limit,
@@ -157,16 +159,13 @@ class PostgresStore(JobStore):
             cur.execute(self.sql["heartbeat"], params)
             return {row[0]: bool(row[1]) for row in cur.fetchall()}
 
-    def settle(self, settlements: Sequence[Settlement], worker_id: str,
-               release: Sequence[HeldLease] = ()) -> set[int]:
-        """Settle a batch in one statement, each row fenced on its token, attempts recorded, the
-        ``release`` slots handed back in the same statement."""
+    def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        """Settle a batch in one statement, each row fenced on its token, attempts recorded."""
         if not settlements:
             return set()
         check_one_per_job(settlements)
         batch = json.dumps([self._settlement_row(s) for s in settlements], separators=(",", ":"))
-        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param(),
-                  **self.held_params(release)}
+        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param()}
         waits = sorted({s.wait_event for s in settlements if s.wait_event})
         with self.cursor() as cur:
             if not waits:

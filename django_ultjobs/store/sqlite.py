@@ -91,6 +91,7 @@ class SQLiteStore(JobStore):
         visibility_timeout: float,
         caps: Mapping[str, int],
         uncapped: bool = True,
+        kept: Mapping[str, int] | None = None,
     ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one write transaction, skipping full kinds."""
         if limit <= 0:
@@ -111,7 +112,8 @@ class SQLiteStore(JobStore):
             others = {row[0] for row in rows}
             if caps:
                 cur.execute(self.sql["claim_caps"], {
-                    "caps": json.dumps([[name, lim] for name, lim in caps.items()]),
+                    "caps": json.dumps([[name, lim, (kept or {}).get(name, 0)]
+                                        for name, lim in caps.items()]),
                     "now": now,
                 })
                 for name, free in cur.fetchall():
@@ -169,10 +171,8 @@ class SQLiteStore(JobStore):
             cur.execute(self.sql["heartbeat"], params)
             return {row[0]: bool(row[1]) for row in cur.fetchall()}
 
-    def settle(self, settlements: Sequence[Settlement], worker_id: str,
-               release: Sequence[HeldLease] = ()) -> set[int]:
-        """Settle a batch in one write transaction, each row fenced on its token, the
-        ``release`` slots handed back in the same transaction."""
+    def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        """Settle a batch in one write transaction, each row fenced on its token."""
         if not settlements:
             return set()
         check_one_per_job(settlements)
@@ -191,8 +191,6 @@ class SQLiteStore(JobStore):
                 cur.execute(self.sql["settle_record"], {
                     "batch": batch, "settled": json.dumps(sorted(settled)),
                     "worker_id": worker_id, "now": now})
-            if release:
-                cur.execute(self.sql["lease_release"], self.held_params(release))
         return settled
 
     # -- durable steps and events --------------------------------------------------------------

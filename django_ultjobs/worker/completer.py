@@ -25,19 +25,18 @@ from .runs import Run, RunRegistry
 logger = logging.getLogger("django_ultjobs.worker")
 
 _MAX_BATCH = 500
-#: Seconds the slots are released apart from the settle after a settle carrying them failed.
-RELEASE_APART = 60.0
 
 
 class Completer:
-    """A thread that settles runs in batches, their slots released with them, and lets them go."""
+    """A thread that settles runs in batches, keeps their slots for the next runs of their
+    kinds, and lets them go."""
 
     def __init__(self, *, store: JobStore, registry: RunRegistry, slots: FleetSlots,
                  worker_id: str, on_written: Callable[[], None] | None = None) -> None:
         self.store = store
-        # Called after each batch is written: its slots are free and its hand-backs visible, so
-        # a claim loop that found every slot of a kind held should look again now, not at its
-        # next poll.
+        # Called after each batch is written: its slots are kept for the next claim and its
+        # hand-backs visible, so a claim loop waiting for either should look again now, not at
+        # its next poll.
         self.on_written = on_written
         self.registry = registry
         self.slots = slots
@@ -47,7 +46,6 @@ class Completer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._abandon_at: float | None = None
-        self._release_apart_until = 0.0
         self._thread = threading.Thread(target=self._loop, name="ultjobs-completer", daemon=True)
         #: How many settles the database refused as stale (tests and the benchmark read this).
         self.stale = 0
@@ -65,7 +63,7 @@ class Completer:
         if not run.start_settling():
             return False
         # Only the caller that decided the outcome may say the body was abandoned (its slot is
-        # then left to lapse); a body that finished first releases its slot as usual.
+        # then left to lapse); a body that finished first hands its slot on as usual.
         run.abandoned = abandoned
         self.registry.add(run)
         with self._lock:
@@ -100,18 +98,10 @@ class Completer:
                             return
                         continue
                 later = self._fill(batch, later)
-                # The slots go back in the settle's own statement, unless that failed for this
-                # batch (or lately): then the settle is retried alone and the slots released
-                # apart, so whatever broke cannot be the release keeping the outcome from being
-                # written (rule 9).
-                release_with_settle = (backoff == 0.05
-                                       and time.monotonic() >= self._release_apart_until)
-                if self._write(batch, release_with_settle=release_with_settle):
+                if self._write(batch):
                     batch = []
                     backoff = 0.05
                     continue
-                if release_with_settle:
-                    self._release_apart_until = time.monotonic() + RELEASE_APART
                 if self._abandon_at is not None and time.monotonic() > self._abandon_at:
                     self._abandon(batch)
                     batch = []
@@ -147,11 +137,10 @@ class Completer:
         deferred.extend(pending)
         return deferred
 
-    def _write(self, batch: list[tuple[Run, Settlement]], *, release_with_settle: bool) -> bool:
+    def _write(self, batch: list[tuple[Run, Settlement]]) -> bool:
         runs = [run for run, _ in batch]
-        release = self.slots.releasable(runs) if release_with_settle else []
         try:
-            applied = self.store.settle([s for _, s in batch], self.worker_id, release)
+            applied = self.store.settle([s for _, s in batch], self.worker_id)
         except Exception as exc:
             # Never drop an outcome: the runs stay registered (their leases alive) and the batch
             # is written again with backoff.
@@ -170,7 +159,7 @@ class Completer:
                 log_event(logger, logging.WARNING, "jobs.worker.settle-stale",
                           worker_id=self.worker_id, job_id=run.id, job=run.job.name,
                           attempt=settlement.attempt_no, outcome=settlement.outcome)
-        self._finish(runs, released=bool(release))
+        self._finish(runs)
         return True
 
     def _abandon(self, batch: list[tuple[Run, Settlement]]) -> None:
@@ -180,12 +169,12 @@ class Completer:
                       note="the job will be re-delivered when its lease lapses")
         self._finish([run for run, _ in batch])
 
-    def _finish(self, runs: list[Run], *, released: bool = False) -> None:
-        # Slots go back only with or after the settle (rule 6's other half: the slot is held for
-        # as long as the job is), and a failed release never fails the settle (rule 9).
-        if not released:
-            self.slots.release(runs)
+    def _finish(self, runs: list[Run]) -> None:
+        # A run's slot passes to the worker only after its settle (rule 6's other half: the slot
+        # is held for as long as the job is); the claim loop hands it to the next run of its kind
+        # or gives it back to the fleet.
         self.registry.remove_many(runs)
+        self.slots.keep(runs)
         with self._lock:
             self._pending -= len(runs)
         if self.on_written is not None:

@@ -54,7 +54,8 @@ class Ticker:
         runs = self.registry.snapshot()
         if runs:
             self._heartbeat(runs)
-            self.slots.renew(runs)
+        # Also with no run in flight: the slots the worker keeps between runs.
+        self.slots.renew(runs)
         try:
             self.store.worker_touch(self.worker_id, len(runs))
         except Exception as exc:

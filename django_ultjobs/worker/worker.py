@@ -187,12 +187,15 @@ class Worker:
                 others_checked_at = None
             uncapped = (not caps or others_checked_at is None
                         or time.monotonic() - others_checked_at >= self.options.poll_interval)
+            # The slots this worker kept from its last runs of each capped kind: the claim may
+            # take that many more runs of the kind than the fleet has free slots.
+            kept = self.slots.offer() if caps else {}
             try:
                 self.claims += 1
                 claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
                                            limit=free,
                                            visibility_timeout=self.options.visibility_timeout,
-                                           caps=caps, uncapped=uncapped)
+                                           caps=caps, uncapped=uncapped, kept=kept)
                 failures = 0
                 backlog = len(claimed) >= free
                 # A store of one's own (ULTJOBS["STORE"]) may return a plain list, or not say:
@@ -217,8 +220,12 @@ class Worker:
                           worker_id=self.worker_id, error=repr(exc), retry_in=delay)
                 self._wake.wait(delay)
                 continue
+            started = self._dispatch(claimed) if claimed else 0
+            # A kept slot that no run of this claim took goes back to the fleet: its kind has
+            # nothing runnable for this worker now, and another worker may have.
+            self.slots.give_back_unused()
             if claimed:
-                if not self._dispatch(claimed):
+                if not started:
                     # Everything claimed went straight back (slots taken by a racing worker):
                     # pause rather than claim the same rows again at once.
                     self._wake.wait(min(self.options.poll_interval, 0.05))
@@ -359,6 +366,8 @@ class Worker:
                           note="the body ignored its cancellation; handed back after the "
                                "visibility timeout, and the process exit stops it")
         self.completer.stop(timeout=max(10.0, self.options.heartbeat_interval))
+        # Settled runs' slots, kept for runs this worker will not claim now.
+        self.slots.give_back_all()
         self.ticker.stop()
         self.pool.stop(timeout=0.5)
         try:

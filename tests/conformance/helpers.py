@@ -25,9 +25,10 @@ def enqueue(store: JobStore, *jobs: NewJob) -> list[int]:
 
 def claim(store: JobStore, worker: str = "w1", *, queues: Sequence[str] = ("default",),
           limit: int = 10, timeout: float = 30.0,
-          caps: Mapping[str, int] | None = None, uncapped: bool = True) -> ClaimBatch:
+          caps: Mapping[str, int] | None = None, uncapped: bool = True,
+          kept: Mapping[str, int] | None = None) -> ClaimBatch:
     return store.claim(worker_id=worker, queues=list(queues), limit=limit,
-                       visibility_timeout=timeout, caps=caps or {}, uncapped=uncapped)
+                       visibility_timeout=timeout, caps=caps or {}, uncapped=uncapped, kept=kept)
 
 
 def settlement(job: ClaimedJob, status: str = "succeeded", *, outcome: str | None = "succeeded",

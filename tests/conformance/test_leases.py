@@ -175,27 +175,6 @@ def test_release_many_frees_every_slot_it_holds(cstore: JobStore, alias: str) ->
     assert _rows(alias) == [(2, "w1:2")]
 
 
-def test_settle_hands_back_the_slots_it_is_given_in_the_same_write(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rules 6, 9
-    # The worker's normal path: a batch's slots go back with its outcomes, so a slot is free
-    # exactly when its run's settle commits. Fenced on holder like release_many: a slot that
-    # lapsed and was taken by another holder is left alone, and the settle still applies.
-    (mine, lapsed) = enqueue(cstore, new_job("capped"), new_job("capped"))
-    jobs = claim(cstore, limit=2, timeout=30)
-    held = cstore.acquire(KEY, 3, 10, f"w1:{mine}")
-    gone = cstore.acquire(KEY, 3, 10, f"w1:{lapsed}")
-    assert held is not None and gone is not None
-    clock.advance(10)  # both lapse; another holder takes the second's slot
-    assert cstore.renew(held, 10) is False
-    held = cstore.acquire(KEY, 3, 30, f"w1:{mine}")
-    taker = cstore.acquire(KEY, 3, 30, "w2:9")
-    assert held is not None and taker is not None and {held.slot, taker.slot} == {0, 1}
-    applied = cstore.settle([settlement(j) for j in jobs], "w1", [held, gone])
-    assert applied == {mine, lapsed}
-    assert _rows(alias) == [(taker.slot, "w2:9")]
-    assert {row(alias, i).status for i in (mine, lapsed)} == {"succeeded"}
-
-
 def test_settle_refuses_two_settlements_of_one_job(cstore: JobStore, alias: str) -> None:
     # Rule 4's fence is per row: a batch holding an old and a new run of one job could apply the
     # old outcome under the new token, so the store refuses it and writes nothing.
@@ -205,20 +184,6 @@ def test_settle_refuses_two_settlements_of_one_job(cstore: JobStore, alias: str)
     older.token = "00000000-0000-0000-0000-000000000000"
     with pytest.raises(ValueError, match="same job"):
         cstore.settle([older, settlement(job)], "w1")
-    assert row(alias, job_id).status == "running"
-
-
-def test_a_stale_settle_still_hands_back_its_slot(cstore: JobStore, alias: str) -> None:
-    # The body is over whatever the row says: its slot goes back even when the token no longer
-    # owns the row (the outcome itself changes nothing, rule 4).
-    (job_id,) = enqueue(cstore, new_job("capped"))
-    (job,) = claim(cstore, limit=1)
-    held = cstore.acquire(KEY, 1, 30, f"w1:{job_id}")
-    assert held is not None
-    stale = settlement(job)
-    stale.token = "00000000-0000-0000-0000-000000000000"
-    assert cstore.settle([stale], "w1", [held]) == set()
-    assert _rows(alias) == []
     assert row(alias, job_id).status == "running"
 
 
@@ -323,6 +288,23 @@ def test_lapsed_slots_count_as_free_for_the_claim(cstore: JobStore,
     assert claim(cstore, caps={"capped": 1}) == []
     clock.advance(10)
     assert [j.id for j in claim(cstore, caps={"capped": 1})] == [job_id]
+
+
+def test_slots_a_worker_kept_count_as_free_for_it_alone(cstore: JobStore) -> None:  # rule 5
+    # The worker keeps a settled run's slot for its next run of the kind: its claim may take one
+    # run per kept slot beyond the fleet's free ones, and no other worker may take more.
+    ids = enqueue(cstore, *(new_job("capped") for _ in range(5)))
+    for holder in ("w1:1", "w1:2"):
+        assert cstore.acquire(lease_key("capped"), 3, 60, holder) is not None
+    assert [j.id for j in claim(cstore, "w2", limit=5, caps={"capped": 3})] == ids[:1]
+    assert cstore.acquire(lease_key("capped"), 3, 60, f"w2:{ids[0]}") is not None
+    # All three slots held now; w1 kept two of them.
+    assert claim(cstore, "w2", limit=5, caps={"capped": 3}) == []
+    got = claim(cstore, "w1", limit=5, caps={"capped": 3}, kept={"capped": 2})
+    assert [j.id for j in got] == ids[1:3]
+    # What it kept for one kind gives nothing of another kind.
+    assert claim(cstore, "w1", limit=5, caps={"capped": 3, "serial": 1},
+                 kept={"serial": 1}) == []
 
 
 def test_caps_of_kinds_with_nothing_queued_change_nothing(cstore: JobStore) -> None:

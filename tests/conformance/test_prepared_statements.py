@@ -76,7 +76,8 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_or_event_find(
         event_id = store.send_event(f"paid-{i}", {"order": i})
         assert store.find_event(job_id=job_id, name=f"paid-{i}", match={"order": i},
                                 after=0) == (event_id, {"order": i})
-        assert store.settle([settlement(claimed)], "w1", release=[slot]) == {job_id}
+        assert store.settle([settlement(claimed)], "w1") == {job_id}
+        store.release(slot)
         assert row(pg_alias, job_id).status == "succeeded"
         # A stale settle is still refused on a prepared, generic plan: rule 4.
         assert store.settle([settlement(claimed)], "w1") == set()

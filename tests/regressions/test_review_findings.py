@@ -143,7 +143,6 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
     # release: either would extend or free the slot the new run's body is using.
     from django_ultjobs.store import ClaimedJob, HeldLease
     from django_ultjobs.worker import Worker, WorkerOptions
-    from django_ultjobs.worker.fleet_slots import FleetSlots
     from django_ultjobs.worker.runs import Run
     from tests.testapp.jobs import capped
 
@@ -164,4 +163,6 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
     worker._dispatch([claimed("00000000-0000-0000-0000-00000000000b")])
     assert older.scope.cancelled
     assert older.slot_lost
-    assert FleetSlots.releasable([older]) == []
+    # Neither kept for a next run nor given back when its settle is written.
+    worker.slots.keep([older])
+    assert worker.slots.kept == 0

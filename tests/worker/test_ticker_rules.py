@@ -67,10 +67,18 @@ class StubLeases:
         self.release_error: Exception | None = None
         self.released: list[list[HeldLease]] = []
         self.acquired: list[tuple[str, int, float, str]] = []
+        self.acquire_error: Exception | None = None
 
-    def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
-        self.acquired.append((key, limit, ttl, holder))
-        return HeldLease(key=key, slot=0, holder=holder, expires_at=datetime.now(UTC))
+    def acquire_many(self, key: str, limit: int, ttl: float,
+                     holders: Sequence[str]) -> dict[str, HeldLease]:
+        if isinstance(self.acquire_error, Exception):
+            raise self.acquire_error
+        got = {}
+        for holder in holders:
+            self.acquired.append((key, limit, ttl, holder))
+            got[holder] = HeldLease(key=key, slot=len(self.acquired) - 1, holder=holder,
+                                    expires_at=datetime.now(UTC))
+        return got
 
     def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
         self.renew_calls.append(list(held))
@@ -184,8 +192,11 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
     assert all(lease not in call for call in leases.renew_calls[calls:])
     assert len(events(caplog, "jobs.worker.slot-lost")) == 1
 
-    # ... and a lost slot is not "released" either (it may be somebody else's row now).
-    ticker.slots.release([run])
+    # ... and a lost slot is neither kept for a next run nor given back (it may be somebody
+    # else's row now).
+    ticker.slots.keep([run])
+    assert ticker.slots.kept == 0
+    ticker.slots.give_back_all()
     assert leases.released == []
 
 
@@ -195,11 +206,15 @@ def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFi
     ticker, _, leases, _ = make_ticker()
     run = Run(job=claimed(3, "capped"), spec=get_job("capped"))
     assert ticker.slots.acquire(run)
+    ticker.slots.keep([run])
+    ticker.slots.offer()
     leases.release_error = OperationalError("deadlock detected")
-    ticker.slots.release([run])  # must not raise
-    assert len(leases.released) == 1
+    ticker.slots.give_back_unused()  # must not raise
+    assert leases.released == [[run.lease]]
     (logged,) = events(caplog, "jobs.worker.lease-release-failed")
-    assert logged["worker_id"] == WORKER and "3" in logged["job_ids"]
+    assert logged["worker_id"] == WORKER and logged["slots"] == "job:capped[0]"
+    # Not kept either: it lapses on its TTL, never renewed again.
+    assert ticker.slots.kept == 0
 
 
 def test_job_without_concurrency_never_touches_the_lease_store() -> None:
@@ -211,7 +226,10 @@ def test_job_without_concurrency_never_touches_the_lease_store() -> None:
     registry.add(run)
     store.answer = {run.id: False}
     ticker.tick()
-    ticker.slots.release([run])
+    ticker.slots.keep([run])
+    ticker.slots.offer()
+    ticker.slots.give_back_unused()
+    ticker.slots.give_back_all()
     assert (leases.acquired, leases.renew_calls, leases.released) == ([], [], [])
 
 
