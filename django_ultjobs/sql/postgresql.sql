@@ -397,7 +397,7 @@ UPDATE django_ultjobs_joblease AS l
 SET expires_at = {now_plus(%(ttl)s::float8)}
 FROM locked
 WHERE l.id = locked.id
-RETURNING l.key, l.slot, l.expires_at;
+RETURNING l.key, l.slot, l.holder;
 
 -- name: lease_release
 -- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).

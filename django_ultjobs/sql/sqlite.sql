@@ -256,7 +256,7 @@ FROM (SELECT json_extract(value, '$[0]') AS key, json_extract(value, '$[1]') AS 
              json_extract(value, '$[2]') AS holder
       FROM json_each(:held)) AS r
 WHERE l.key = r.key AND l.slot = r.slot AND l.holder = r.holder AND l.expires_at > {now}
-RETURNING key, slot, expires_at;
+RETURNING key, slot, holder;
 
 -- name: lease_release
 -- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).

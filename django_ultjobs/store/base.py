@@ -182,15 +182,17 @@ class LeaseStore(ABC):
         """Holders in this engine's parameter form (an array; SQLite: JSON)."""
         return list(holders)
 
-    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
         """Extend each lease still held by its holder and unexpired, in one statement; return the
-        ``(key, slot)``s that were renewed. A lease missing from the answer is lost (rule 7)."""
+        ``(key, slot, holder)`` of each one renewed. A lease missing from the answer is lost
+        (rule 7). The holder is part of the answer: two leases of one slot (one lapsed, then
+        taken again) must never be told apart by ``(key, slot)`` alone."""
         if not held:
             return set()
         with self.cursor() as cur:
             cur.execute(self.sql["lease_renew"], {**self.held_params(held), "ttl": float(ttl),
                                                   "now": self.now_param()})
-            return {(row[0], row[1]) for row in cur.fetchall()}
+            return {(row[0], row[1], row[2]) for row in cur.fetchall()}
 
     def release_many(self, held: Sequence[HeldLease]) -> None:
         """Hand back slots in one statement; one that another holder has taken meanwhile is left
@@ -207,7 +209,7 @@ class LeaseStore(ABC):
 
     def renew(self, held: HeldLease, ttl: float) -> bool:
         """Extend one lease: False when another holder took it OR it lapsed (rule 7)."""
-        return (held.key, held.slot) in self.renew_many([held], ttl)
+        return (held.key, held.slot, held.holder) in self.renew_many([held], ttl)
 
     def release(self, held: HeldLease) -> None:
         """Hand back one slot."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..exceptions import JobSlotLostError
@@ -34,21 +34,40 @@ def lease_key(job_name: str) -> str:
     return f"job:{job_name}"
 
 
+def _boot_clock() -> float:
+    # Seconds that go on counting while the host is suspended, unlike time.monotonic() on Linux:
+    # a worker that resumes after its slots lapsed must see them as old.
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+_CLOCK: Callable[[], float] = _boot_clock if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+
+#: A lease's identity: two holds of one slot (one lapsed, then taken again) are never confused.
+_Ident = tuple[str, int, str]
+
+
 @dataclass(eq=False)
 class _Kept:
     """A slot this worker holds between runs of its kind."""
 
     kind: str
     lease: HeldLease
+    #: When the worker took it back from its run (the clock of ``FleetSlots``).
+    kept_at: float
     #: The claim round that offered it (0: not offered yet); see ``offer``.
     offered: int = 0
 
 
 class FleetSlots:
-    """Acquire, keep, renew and give back the fleet slots of this worker's runs."""
+    """Acquire, keep, renew and give back the fleet slots of this worker's runs.
+
+    It knows every slot the worker holds: the runs' (from the moment a run gets one until its
+    settle is written) and the kept ones, so the ticker renews them all, including a run's that
+    is not under the ticker yet, in one statement.
+    """
 
     def __init__(self, leases: LeaseStore | None, worker_id: str, ttl: float, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = _CLOCK) -> None:
         self.leases = leases
         self.worker_id = worker_id
         # The worker's visibility timeout: a SIGKILLed worker gives its slot back on exactly the
@@ -57,13 +76,14 @@ class FleetSlots:
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
+        self._busy: dict[_Ident, Run] = {}
         self._kept: list[_Kept] = []
         self._round = 0
-        # When the statement that last set each held slot's expiry was SENT (monotonic): the
-        # slot is held until at least then + ttl, whatever the two clocks say. A kept slot is
-        # handed to a new run only well inside that, so a run never starts on a slot that may
-        # already have lapsed while renewals failed.
-        self._confirmed: dict[tuple[str, int], float] = {}
+        # When the statement that last set each held slot's expiry was SENT: the slot is held
+        # until at least then + ttl, whatever the two clocks say. A kept slot is handed to a new
+        # run only well inside that, so a run never starts on a slot that may already have
+        # lapsed while renewals failed.
+        self._confirmed: dict[_Ident, float] = {}
 
     # -- taking ---------------------------------------------------------------------------------
 
@@ -91,15 +111,16 @@ class FleetSlots:
         waiting = list(runs)
         reused: list[_Kept] = []
         with self._lock:
-            fresh_after = self._clock() - self.ttl / 2
             for kept in [k for k in self._kept if k.kind == spec.name]:
                 if not waiting:
                     break
-                if self._confirmed.get(_slot(kept.lease), float("-inf")) < fresh_after:
-                    continue  # left for offer() to give back: it may have lapsed
+                if not self._usable(kept, spec.concurrency):
+                    continue  # left for offer() or give_back_idle() to give back
                 self._kept.remove(kept)
                 reused.append(kept)
-                waiting.pop(0).lease = kept.lease
+                run = waiting.pop(0)
+                run.lease = kept.lease
+                self._busy[_ident(kept.lease)] = run
         if not waiting:
             return []
         holders = {f"{self.worker_id}:{run.id}": run for run in waiting}
@@ -108,21 +129,40 @@ class FleetSlots:
             held = self.leases.acquire_many(lease_key(spec.name), spec.concurrency, self.ttl,
                                             list(holders))
         except Exception:
-            # The caller hands every run of the group back; the kept slots stay kept.
+            # The caller hands every run of the group back; the kept slots stay kept, for the
+            # next claim to offer again.
             with self._lock:
-                self._kept.extend(reused)
+                for kept in reused:
+                    self._busy.pop(_ident(kept.lease), None)
+                    kept.offered = 0
+                    self._kept.append(kept)
             for run in runs:
                 run.lease = None
             raise
         missing = []
         with self._lock:
             for holder, run in holders.items():
-                run.lease = held.get(holder)
-                if run.lease is None:
+                lease = held.get(holder)
+                run.lease = lease
+                if lease is None:
                     missing.append(run)
-                else:
-                    self._confirmed[_slot(run.lease)] = sent
+                    continue
+                # The database just gave this slot to a new hold, so any hold of it this worker
+                # still kept has lapsed: forget it, or it could be handed to a second run.
+                for stale in [k for k in self._kept if _slot(k.lease) == _slot(lease)]:
+                    self._kept.remove(stale)
+                    self._confirmed.pop(_ident(stale.lease), None)
+                self._confirmed[_ident(lease)] = sent
+                self._busy[_ident(lease)] = run
         return missing
+
+    def _usable(self, kept: _Kept, limit: int | None) -> bool:
+        """Whether a kept slot may serve a new run: still under the kind's cap (a lowered cap
+        leaves the slots above it to lapse out of use), and renewed lately."""
+        if limit is None or kept.lease.slot >= limit:
+            return False
+        confirmed = self._confirmed.get(_ident(kept.lease))
+        return confirmed is not None and confirmed >= self._clock() - self.ttl / 2
 
     # -- keeping and giving back ----------------------------------------------------------------
 
@@ -131,27 +171,32 @@ class FleetSlots:
         their kinds. Called only then: a slot is held for as long as its run's job is (rule 6).
         """
         with self._lock:
+            now = self._clock()
             for run in runs:
                 lease = run.lease
                 if lease is None:
                     continue
+                ident = _ident(lease)
+                if self._busy.get(ident) is run:
+                    del self._busy[ident]
                 if run.slot_lost or run.abandoned:
                     # A lost slot is somebody else's now; an abandoned run's body may still be
                     # running, so its slot is left to lapse on its TTL (never renewed again).
-                    self._confirmed.pop(_slot(lease), None)
+                    if ident not in self._busy:
+                        self._confirmed.pop(ident, None)
                     continue
-                self._kept.append(_Kept(kind=run.job.name, lease=lease))
+                self._kept.append(_Kept(kind=run.job.name, lease=lease, kept_at=now))
 
-    def offer(self) -> dict[str, int]:
-        """The kept slots per kind a claim about to be sent may fill besides the fleet's free
-        ones; ``give_back_unused`` after the claim returns those no run took."""
+    def offer(self, caps: Mapping[str, int]) -> dict[str, int]:
+        """The kept slots per capped kind (``caps``: name -> concurrency) a claim about to be
+        sent may fill besides the fleet's free ones; ``give_back_unused`` after the claim returns
+        those no run took. Kept slots that may no longer serve (see ``_usable``) go back now."""
         stale: list[HeldLease] = []
         offered: dict[str, int] = {}
         with self._lock:
             self._round += 1
-            fresh_after = self._clock() - self.ttl / 2
             for kept in list(self._kept):
-                if self._confirmed.get(_slot(kept.lease), float("-inf")) < fresh_after:
+                if not self._usable(kept, caps.get(kept.kind)):
                     self._kept.remove(kept)
                     stale.append(kept.lease)
                     continue
@@ -169,6 +214,17 @@ class FleetSlots:
             for kept in unused:
                 self._kept.remove(kept)
         self._release([k.lease for k in unused])
+
+    def give_back_idle(self, longer_than: float) -> None:
+        """Give back slots kept for longer than ``longer_than`` seconds: the claim loop may not
+        claim for a while (every thread busy with long jobs, the completer behind, the database
+        down), and a slot no run of this worker uses must not keep other workers waiting."""
+        with self._lock:
+            before = self._clock() - longer_than
+            idle = [k for k in self._kept if k.kept_at < before]
+            for kept in idle:
+                self._kept.remove(kept)
+        self._release([k.lease for k in idle])
 
     def give_back_all(self) -> None:
         """Give back every kept slot (the worker is stopping)."""
@@ -192,7 +248,8 @@ class FleetSlots:
             return
         with self._lock:
             for lease in held:
-                self._confirmed.pop(_slot(lease), None)
+                if _ident(lease) not in self._busy:
+                    self._confirmed.pop(_ident(lease), None)
         try:
             self.leases.release_many(held)
         except Exception as exc:
@@ -203,17 +260,17 @@ class FleetSlots:
 
     # -- renewing -------------------------------------------------------------------------------
 
-    def renew(self, runs: Sequence[Run]) -> None:
-        """Renew every held slot, the runs' and the kept ones, in one statement; a slot missing
-        from the answer is lost.
+    def renew(self) -> None:
+        """Renew every slot this worker holds, its runs' and the kept ones, in one statement; a
+        slot missing from the answer is lost.
 
         A renewal that RAISES is not a lost slot (rule 2's reasoning: there is a TTL behind it and
         the tick gets several tries inside it), so the error is logged and the next tick retries.
         """
-        busy = [r for r in runs if r.lease is not None and not r.slot_lost]
         with self._lock:
-            kept = list(self._kept)
-        held = [r.lease for r in busy if r.lease is not None] + [k.lease for k in kept]
+            busy = [(ident, run) for ident, run in self._busy.items() if not run.slot_lost]
+            held = [run.lease for _, run in busy if run.lease is not None]
+            held += [k.lease for k in self._kept]
         if not held or self.leases is None:
             return
         sent = self._clock()
@@ -223,26 +280,32 @@ class FleetSlots:
             log_event(logger, logging.WARNING, "jobs.worker.slot-renew-failed",
                       worker_id=self.worker_id, slots=len(held), error=repr(exc))
             return
-        lost = {_ident(lease) for lease in held if _slot(lease) not in renewed}
+        lost = {_ident(lease) for lease in held} - renewed
+        lost_runs: list[Run] = []
         with self._lock:
-            for lease in held:
-                if _slot(lease) in renewed:
-                    self._confirmed[_slot(lease)] = sent
+            for ident in renewed:
+                self._confirmed[ident] = sent
             # Lost between runs (or kept by a settle written while this renewal ran): never
             # handed to a run, never renewed again.
             self._kept = [k for k in self._kept if _ident(k.lease) not in lost]
-        for run in busy:
-            lease = run.lease
-            assert lease is not None
-            if (lease.key, lease.slot) in renewed:
-                continue
-            # An explicit "no": another holder took the slot, or it lapsed (rule 7). Stop
-            # renewing it — extending a slot this worker no longer holds would push out
-            # somebody else's expiry — and cancel the run (rule 8).
-            run.slot_lost = True
+            for ident, run in busy:
+                if ident not in lost:
+                    continue
+                # An explicit "no": another holder took the slot, or it lapsed (rule 7). Stop
+                # renewing it — extending a slot this worker no longer holds would push out
+                # somebody else's expiry — and cancel the run (rule 8).
+                run.slot_lost = True
+                if self._busy.get(ident) is run:
+                    del self._busy[ident]
+                lost_runs.append(run)
+            held_now = set(self._busy) | {_ident(k.lease) for k in self._kept}
+            self._confirmed = {i: t for i, t in self._confirmed.items() if i in held_now}
+        for run in lost_runs:
             if run.settling:
                 # The body is over: there is nothing to cancel, and the slot is not kept.
                 continue
+            lease = run.lease
+            assert lease is not None
             log_event(logger, logging.ERROR, "jobs.worker.slot-lost",
                       worker_id=self.worker_id, job_id=run.id, lease_key=lease.key,
                       slot=lease.slot)
@@ -254,5 +317,5 @@ def _slot(lease: HeldLease) -> tuple[str, int]:
     return (lease.key, lease.slot)
 
 
-def _ident(lease: HeldLease) -> tuple[str, int, str]:
+def _ident(lease: HeldLease) -> _Ident:
     return (lease.key, lease.slot, lease.holder)

@@ -54,8 +54,9 @@ class Ticker:
         runs = self.registry.snapshot()
         if runs:
             self._heartbeat(runs)
-        # Also with no run in flight: the slots the worker keeps between runs.
-        self.slots.renew(runs)
+        # Every slot the worker holds: its runs' (one not under the ticker yet included) and the
+        # ones it keeps between runs, also with no run in flight.
+        self.slots.renew()
         try:
             self.store.worker_touch(self.worker_id, len(runs))
         except Exception as exc:

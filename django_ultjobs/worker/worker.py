@@ -159,6 +159,9 @@ class Worker:
                 # cap into the claim from the next round on.
                 generation = registry_generation()
                 caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
+            # Slots kept from settled runs that no claim has used for a poll interval: this loop
+            # may be waiting for a free thread or for the completer, and other workers for them.
+            self.slots.give_back_idle(self.options.poll_interval)
             free = self.pool.free()
             if free <= 0:
                 self.pool.wait_for_free(self.options.poll_interval)
@@ -189,7 +192,7 @@ class Worker:
                         or time.monotonic() - others_checked_at >= self.options.poll_interval)
             # The slots this worker kept from its last runs of each capped kind: the claim may
             # take that many more runs of the kind than the fleet has free slots.
-            kept = self.slots.offer() if caps else {}
+            kept = self.slots.offer(caps) if caps else {}
             try:
                 self.claims += 1
                 claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,

@@ -138,7 +138,7 @@ def test_renew_many_answers_per_slot(cstore: JobStore, clock: FakeClock) -> None
     clock.advance(5)
     forged = HeldLease(key=KEY, slot=2, holder="w1:4", expires_at=clock.now)  # never acquired
     renewed = cstore.renew_many([short, long, other_key, forged], 60)
-    assert renewed == {(KEY, 1), ("job:other", 0)}
+    assert renewed == {(KEY, 1, "w1:2"), ("job:other", 0, "w1:3")}
     assert cstore.renew_many([], 60) == set()
 
 

@@ -8,15 +8,20 @@ same on real databases.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.db import OperationalError
 
+from django_ultjobs.exceptions import JobSlotLostError
 from django_ultjobs.registry import get_job
+from django_ultjobs.store import HeldLease
 from django_ultjobs.worker.fleet_slots import FleetSlots
 from django_ultjobs.worker.runs import Run
 
 from .test_ticker_rules import WORKER, StubLeases, claimed
 
 TTL = 30.0
+CAPS = {"capped": 8, "serial": 1}
 
 
 class Clock:
@@ -42,7 +47,7 @@ def test_a_kept_slot_passes_to_the_next_run_of_its_kind_without_a_statement() ->
     assert slots.acquire_group([first]) == []
     assert len(leases.acquired) == 1
     slots.keep([first])
-    assert slots.offer() == {"capped": 1}
+    assert slots.offer(CAPS) == {"capped": 1}
     second, third = capped_run(2), capped_run(3)
     assert slots.acquire_group([second, third]) == []
     # The kept slot went to the first run of the group; only the other needed a new one.
@@ -57,7 +62,7 @@ def test_an_offered_slot_no_run_took_goes_back_to_the_fleet() -> None:  # rule 6
     run = capped_run(1)
     slots.acquire_group([run])
     slots.keep([run])
-    assert slots.offer() == {"capped": 1}
+    assert slots.offer(CAPS) == {"capped": 1}
     # The claim brought no run of the kind: its slot goes back at once.
     slots.give_back_unused()
     assert leases.released == [[run.lease]]
@@ -70,11 +75,11 @@ def test_a_slot_kept_after_the_offer_waits_for_the_next_claim() -> None:
     slots, leases, _ = make()
     run = capped_run(1)
     slots.acquire_group([run])
-    assert slots.offer() == {}
+    assert slots.offer(CAPS) == {}
     slots.keep([run])
     slots.give_back_unused()
     assert leases.released == [] and slots.kept == 1
-    assert slots.offer() == {"capped": 1}
+    assert slots.offer(CAPS) == {"capped": 1}
 
 
 def test_kept_slots_of_one_kind_never_serve_another() -> None:  # rule 5
@@ -82,7 +87,7 @@ def test_kept_slots_of_one_kind_never_serve_another() -> None:  # rule 5
     run = capped_run(1)
     slots.acquire_group([run])
     slots.keep([run])
-    slots.offer()
+    slots.offer(CAPS)
     other = capped_run(2, "serial")
     assert slots.acquire_group([other]) == []
     assert other.lease is not None and other.lease.key == "job:serial"
@@ -98,7 +103,7 @@ def test_lost_and_abandoned_runs_slots_are_not_kept() -> None:  # rules 5, 8
     lost.slot_lost = True
     abandoned.abandoned = True  # its body may still run: the slot must lapse, not pass on
     slots.keep([lost, abandoned, fine])
-    assert slots.offer() == {"capped": 1}
+    assert slots.offer(CAPS) == {"capped": 1}
     slots.give_back_all()
     assert leases.released == [[fine.lease]]
 
@@ -112,7 +117,7 @@ def test_a_kept_slot_not_confirmed_lately_is_never_handed_to_a_run() -> None:  #
     slots.acquire_group([run])
     slots.keep([run])
     clock.now += TTL / 2 + 0.1
-    assert slots.offer() == {}
+    assert slots.offer(CAPS) == {}
     assert leases.released == [[run.lease]]
     nxt = capped_run(2)
     assert slots.acquire_group([nxt]) == []
@@ -127,12 +132,12 @@ def test_the_ticker_renews_kept_slots_and_drops_one_that_lapsed() -> None:  # ru
     assert a.lease is not None and b.lease is not None
     clock.now += TTL / 2 + 0.1
     # A renewal keeps a kept slot fresh even with no run in flight ...
-    leases.renewed = {(a.lease.key, a.lease.slot)}
-    slots.renew([])
+    leases.renewed = {(a.lease.key, a.lease.slot, a.lease.holder)}
+    slots.renew()
     assert leases.renew_calls == [[a.lease, b.lease]]
     # ... and one it answered "no" for is gone: never renewed, handed on or given back again.
-    assert slots.offer() == {"capped": 1}
-    slots.renew([])
+    assert slots.offer(CAPS) == {"capped": 1}
+    slots.renew()
     assert leases.renew_calls[-1] == [a.lease]
     nxt = capped_run(3)
     assert slots.acquire_group([nxt]) == []
@@ -155,3 +160,140 @@ def test_a_failed_acquire_keeps_the_kept_slots() -> None:  # rule 9's reasoning
         raise AssertionError("the acquire error must reach the worker, which hands both back")
     assert all(r.lease is None for r in group)
     assert slots.kept == 1
+
+
+def test_a_slot_kept_while_the_claim_loop_cannot_claim_goes_back_after_a_while() -> None:
+    # Every thread busy with long jobs, or the completer behind: no claim offers the slot, so it
+    # is given back once kept for longer than the loop's poll interval (review finding).
+    slots, leases, clock = make()
+    run = capped_run(1)
+    slots.acquire_group([run])
+    slots.keep([run])
+    slots.give_back_idle(1.0)
+    assert leases.released == []
+    clock.now += 1.5
+    slots.give_back_idle(1.0)
+    assert leases.released == [[run.lease]] and slots.kept == 0
+
+
+class LeaseRows:
+    """Lease rows on the test's clock, fenced on holder and expiry as the stores fence them."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.rows: dict[tuple[str, int], tuple[str, float]] = {}
+        self.down = False
+
+    def acquire_many(self, key: str, limit: int, ttl: float,
+                     holders: list[str]) -> dict[str, HeldLease]:
+        got, waiting = {}, list(holders)
+        for slot in range(limit):
+            row = self.rows.get((key, slot))
+            if waiting and (row is None or row[1] <= self.clock()):
+                holder = waiting.pop(0)
+                self.rows[(key, slot)] = (holder, self.clock() + ttl)
+                got[holder] = HeldLease(key=key, slot=slot, holder=holder,
+                                        expires_at=datetime.now(UTC))
+        return got
+
+    def renew_many(self, held: list[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
+        if self.down:
+            raise OperationalError("the database system is starting up")
+        renewed = set()
+        for lease in held:
+            row = self.rows.get((lease.key, lease.slot))
+            if row and row[0] == lease.holder and row[1] > self.clock():
+                self.rows[(lease.key, lease.slot)] = (lease.holder, self.clock() + ttl)
+                renewed.add((lease.key, lease.slot, lease.holder))
+        return renewed
+
+    def release_many(self, held: list[HeldLease]) -> None:
+        for lease in held:
+            row = self.rows.get((lease.key, lease.slot))
+            if row and row[0] == lease.holder:
+                del self.rows[(lease.key, lease.slot)]
+
+    def holder(self, run: Run) -> str | None:
+        assert run.lease is not None
+        row = self.rows.get((run.lease.key, run.lease.slot))
+        return row[0] if row and row[1] > self.clock() else None
+
+
+def _outage_then_kept_while_the_claim_was_out() -> tuple[FleetSlots, LeaseRows, Clock, Run, Run]:
+    """Run 1's slot lapses in an outage longer than the TTL; its settle is written while a claim
+    is out (so that claim's offer did not see it), and the claim's run 2 takes the lapsed slot
+    afresh: the same slot number, another hold."""
+    clock = Clock()
+    rows = LeaseRows(clock)
+    slots = FleetSlots(rows, WORKER, ttl=TTL, clock=clock)  # type: ignore[arg-type]
+    first = capped_run(1)
+    assert slots.acquire_group([first]) == []
+    rows.down = True
+    clock.now += TTL + 1
+    slots.renew()
+    rows.down = False
+    assert slots.offer(CAPS) == {}
+    slots.keep([first])
+    second = capped_run(2)
+    assert slots.acquire_group([second]) == []
+    slots.give_back_unused()
+    return slots, rows, clock, first, second
+
+
+def test_a_lapsed_kept_slot_is_never_handed_to_a_second_run() -> None:  # rule 5
+    # Review finding: the run-2 hold made the lapsed run-1 entry look fresh (both were known by
+    # (key, slot) alone), and the next claim handed it to run 3: two runs on one slot row.
+    slots, rows, _, first, second = _outage_then_kept_while_the_claim_was_out()
+    assert second.lease is not None and first.lease is not None
+    assert (second.lease.key, second.lease.slot) == (first.lease.key, first.lease.slot)
+    assert slots.offer(CAPS) == {}
+    third = capped_run(3)
+    assert slots.acquire_group([third]) == []
+    assert third.lease is not None and third.lease.slot != second.lease.slot
+    assert rows.holder(second) == second.lease.holder
+    assert rows.holder(third) == third.lease.holder
+
+
+def test_a_run_whose_slot_is_held_by_another_hold_is_found_lost() -> None:  # rules 7, 8
+    # The renewal answers hold by hold (key, slot AND holder): a run on a row that another hold
+    # of the same slot owns is told "no", even when that other hold is renewed in the same call.
+    slots, _, clock, first, second = _outage_then_kept_while_the_claim_was_out()
+    impostor = capped_run(3)
+    impostor.lease = first.lease  # what the defect handed out
+    with slots._lock:
+        slots._busy[(first.lease.key, first.lease.slot, first.lease.holder)] = impostor
+    clock.now += 5
+    slots.renew()
+    assert impostor.slot_lost and isinstance(impostor.scope.reason, JobSlotLostError)
+    assert not second.slot_lost
+
+
+def test_kept_slots_above_a_lowered_cap_go_back() -> None:  # rule 5
+    # A cap lowered while the worker runs (a job registered again): slots at or above the new
+    # cap never serve a new run, and go back to the fleet.
+    slots, leases, _ = make()
+    runs = [capped_run(i) for i in range(1, 5)]
+    assert slots.acquire_group(runs) == []
+    slots.keep(runs)
+    assert slots.offer({"capped": 2}) == {"capped": 2}
+    assert sorted(lease.slot for batch in leases.released for lease in batch) == [2, 3]
+    new = [capped_run(i) for i in range(10, 14)]
+    assert slots.acquire_group(new) == []
+    assert sorted(r.lease.slot for r in new[:2] if r.lease) == [0, 1]
+    # The other two took new slots from the store (its own cap check decides those).
+    assert [h for *_, h in leases.acquired[-2:]] == [f"{WORKER}:12", f"{WORKER}:13"]
+
+
+def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:  # rule 6
+    # Review finding: the ticker renewed the slots of the runs in its registry, which a run joins
+    # only when its body starts; a kept slot (up to half a TTL old) handed over just before a
+    # tick could miss that tick's renewal.
+    slots, leases, _ = make()
+    first = capped_run(1)
+    slots.acquire_group([first])
+    slots.keep([first])
+    nxt = capped_run(2)
+    assert slots.acquire_group([nxt]) == [] and nxt.lease == first.lease
+    leases.renewed = {(first.lease.key, first.lease.slot, first.lease.holder)}
+    slots.renew()
+    assert leases.renew_calls == [[nxt.lease]]

@@ -62,7 +62,7 @@ class StubLeases:
     """A lease store whose every call is recorded; ``renew_many`` answers what the test sets."""
 
     def __init__(self) -> None:
-        self.renewed: set[tuple[str, int]] | Exception = set()
+        self.renewed: set[tuple[str, int, str]] | Exception = set()
         self.renew_calls: list[list[HeldLease]] = []
         self.release_error: Exception | None = None
         self.released: list[list[HeldLease]] = []
@@ -80,7 +80,7 @@ class StubLeases:
                                     expires_at=datetime.now(UTC))
         return got
 
-    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
         self.renew_calls.append(list(held))
         if isinstance(self.renewed, Exception):
             raise self.renewed
@@ -172,7 +172,7 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
     assert not run.scope.cancelled and not run.slot_lost
     assert len(events(caplog, "jobs.worker.slot-renew-failed")) == 4
 
-    leases.renewed = {(lease.key, lease.slot)}
+    leases.renewed = {(lease.key, lease.slot, lease.holder)}
     ticker.tick()
     assert not run.scope.cancelled
 
@@ -186,7 +186,7 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
 
     # Renewal stops: extending a slot this worker no longer holds would push out someone else's.
     calls = len(leases.renew_calls)
-    leases.renewed = {(lease.key, lease.slot)}
+    leases.renewed = {(lease.key, lease.slot, lease.holder)}
     for _ in range(3):
         ticker.tick()
     assert all(lease not in call for call in leases.renew_calls[calls:])
@@ -207,7 +207,7 @@ def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFi
     run = Run(job=claimed(3, "capped"), spec=get_job("capped"))
     assert ticker.slots.acquire(run)
     ticker.slots.keep([run])
-    ticker.slots.offer()
+    ticker.slots.offer({"capped": 2})
     leases.release_error = OperationalError("deadlock detected")
     ticker.slots.give_back_unused()  # must not raise
     assert leases.released == [[run.lease]]
@@ -227,7 +227,7 @@ def test_job_without_concurrency_never_touches_the_lease_store() -> None:
     store.answer = {run.id: False}
     ticker.tick()
     ticker.slots.keep([run])
-    ticker.slots.offer()
+    ticker.slots.offer({"capped": 2})
     ticker.slots.give_back_unused()
     ticker.slots.give_back_all()
     assert (leases.acquired, leases.renew_calls, leases.released) == ([], [], [])

@@ -8,6 +8,7 @@ wait is a condition with a deadline (``wait_until``), never a sleep.
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import sys
 import threading
@@ -159,7 +160,7 @@ def test_slot_renewal_that_raises_is_not_a_lost_slot(alias: str, go: Path,
     class BlippingRenewal(engine_store(alias)):  # type: ignore[misc,valid-type]
         failed = 0
 
-        def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+        def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
             if self.failed < failures:
                 self.failed += 1
                 raise OperationalError("could not serialize access")
@@ -231,9 +232,9 @@ class RecordingRenewals:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.renewals: list[tuple[list[HeldLease], set[tuple[str, int]]]] = []
+        self.renewals: list[tuple[list[HeldLease], set[tuple[str, int, str]]]] = []
 
-    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
         renewed = super().renew_many(held, ttl)  # type: ignore[misc]
         self.renewals.append((list(held), renewed))
         return renewed
@@ -253,7 +254,7 @@ def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
         assert lease is not None and (lease.key, lease.slot) == (key, 0)
         holder = f"{worker.worker_id}:{job.id}"
         leases = JobLease.objects.using(alias).filter(key=key, slot=0)
-        wait_until(lambda: any(lease in h and (key, 0) in r for h, r in store.renewals),
+        wait_until(lambda: any(lease in h and (key, 0, holder) in r for h, r in store.renewals),
                    message="one successful renewal")
         intruder_expiry = timezone.now() + timedelta(seconds=1.5)
         if how == "taken":
@@ -282,7 +283,8 @@ def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
     # Renewal stopped at the "no": no later renewal carried the lost lease.
     calls_with_lost = [i for i, (held, _) in enumerate(store.renewals)
                        if any(h is lease for h in held)]
-    refused = [i for i in calls_with_lost if (key, 0) not in store.renewals[i][1]]
+    refused = [i for i in calls_with_lost
+               if (key, 0, lease.holder) not in store.renewals[i][1]]
     assert refused and refused[0] == calls_with_lost[-1], "renewed a slot after losing it"
 
     after = row(alias, job.id)
@@ -358,8 +360,36 @@ def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kin
     assert slots == {("job:serial", 0)}
     logs = list(RunLog.objects.filter(job_id__in=ids).order_by("started_at"))
     assert len(logs) == 6
-    for before, after in zip(logs, logs[1:], strict=False):
+    for before, after in itertools.pairwise(logs):
         assert before.ended_at is not None and before.ended_at <= after.started_at
+
+
+def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: Path) -> None:
+    # rules 5-6 (review finding): the serial run's thread frees before its settle is written, so
+    # the next claim takes long job B instead; once the settle is written the slot is kept, and
+    # no claim comes while both threads are busy. It must go back to the fleet anyway.
+    go = tmp_path / "go"
+
+    class SlowSettle(engine_store(alias)):  # type: ignore[misc,valid-type]
+        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+            time.sleep(0.3)
+            return super().settle(settlements, worker_id)
+
+    store = SlowSettle(alias)
+    block_until.enqueue(str(go), "A")
+    s = serial.enqueue(0.01).id
+    b = block_until.enqueue(str(go), "B").id
+    try:
+        with running_worker(alias, store=store, threads=2, **FAST):
+            wait_until(lambda: row(alias, s).status == "succeeded", message="the serial run")
+            wait_until(lambda: row(alias, b).status == "running", message="B running")
+            wait_until(lambda: not JobLease.objects.using(alias).exists(),
+                       message="the kept slot given back while both threads are busy")
+            assert store.leases.acquire("job:serial", 1, 3.0, "other:1") is not None
+            assert row(alias, b).status == "running"
+            go.touch()
+    finally:
+        go.touch()
 
 
 # -- rule 5: a job without concurrency never touches the lease table ----------------------------
@@ -374,7 +404,7 @@ def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> No
             touched.append(f"acquire {key}")
             return super().acquire(key, limit, ttl, holder)
 
-        def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int]]:
+        def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
             touched.append(f"renew {held}")
             return super().renew_many(held, ttl)
 
