@@ -79,6 +79,7 @@ class FleetSlots:
         self._busy: dict[_Ident, Run] = {}
         self._kept: list[_Kept] = []
         self._round = 0
+        self._stopping = False
         # When the statement that last set each held slot's expiry was SENT: the slot is held
         # until at least then + ttl, whatever the two clocks say. A kept slot is handed to a new
         # run only well inside that, so a run never starts on a slot that may already have
@@ -139,7 +140,8 @@ class FleetSlots:
             for run in runs:
                 run.lease = None
             raise
-        missing = []
+        missing: list[Run] = []
+        displaced: list[Run] = []
         with self._lock:
             for holder, run in holders.items():
                 lease = held.get(holder)
@@ -147,13 +149,21 @@ class FleetSlots:
                 if lease is None:
                     missing.append(run)
                     continue
-                # The database just gave this slot to a new hold, so any hold of it this worker
-                # still kept has lapsed: forget it, or it could be handed to a second run.
+                # The database just gave this slot to a new hold, so any other hold of it this
+                # worker knew of has lapsed: a kept one is forgotten, or it could be handed to a
+                # second run; a run using one has lost its slot. The holder alone cannot tell
+                # them apart: a kept slot keeps the holder of the run that took it, and that
+                # job may be claimed again (a retry) and take the same slot afresh.
                 for stale in [k for k in self._kept if _slot(k.lease) == _slot(lease)]:
                     self._kept.remove(stale)
-                    self._confirmed.pop(_ident(stale.lease), None)
+                for ident, other in list(self._busy.items()):
+                    if ident[:2] == _slot(lease):
+                        del self._busy[ident]
+                        other.slot_lost = True
+                        displaced.append(other)
                 self._confirmed[_ident(lease)] = sent
                 self._busy[_ident(lease)] = run
+        self._cancel_lost(displaced)
         return missing
 
     def _usable(self, kept: _Kept, limit: int | None) -> bool:
@@ -170,6 +180,7 @@ class FleetSlots:
         """Keep the slots of runs whose settles are written (or given up) for the next runs of
         their kinds. Called only then: a slot is held for as long as its run's job is (rule 6).
         """
+        back: list[HeldLease] = []
         with self._lock:
             now = self._clock()
             for run in runs:
@@ -177,15 +188,21 @@ class FleetSlots:
                 if lease is None:
                     continue
                 ident = _ident(lease)
-                if self._busy.get(ident) is run:
-                    del self._busy[ident]
+                if self._busy.get(ident) is not run:
+                    # Not this run's any more (lost, or taken afresh for another run): nothing
+                    # to keep, nothing to give back.
+                    continue
+                del self._busy[ident]
                 if run.slot_lost or run.abandoned:
                     # A lost slot is somebody else's now; an abandoned run's body may still be
                     # running, so its slot is left to lapse on its TTL (never renewed again).
-                    if ident not in self._busy:
-                        self._confirmed.pop(ident, None)
+                    self._confirmed.pop(ident, None)
+                    continue
+                if self._stopping:
+                    back.append(lease)
                     continue
                 self._kept.append(_Kept(kind=run.job.name, lease=lease, kept_at=now))
+        self._release(back)
 
     def offer(self, caps: Mapping[str, int]) -> dict[str, int]:
         """The kept slots per capped kind (``caps``: name -> concurrency) a claim about to be
@@ -227,10 +244,20 @@ class FleetSlots:
         self._release([k.lease for k in idle])
 
     def give_back_all(self) -> None:
-        """Give back every kept slot (the worker is stopping)."""
+        """Give back every kept slot and keep none from now on (the worker is stopping: while it
+        drains, a run that settles gives its slot straight back to the fleet)."""
         with self._lock:
+            self._stopping = True
             kept, self._kept = self._kept, []
         self._release([k.lease for k in kept])
+
+    def give_up(self, run: Run) -> None:
+        """Stop renewing ``run``'s slot and never keep it: the worker claimed the run's job
+        again after its lease lapsed, and the new run's slot may be the same hold."""
+        with self._lock:
+            run.slot_lost = True
+            if run.lease is not None and self._busy.get(_ident(run.lease)) is run:
+                del self._busy[_ident(run.lease)]
 
     @property
     def kept(self) -> int:
@@ -300,9 +327,13 @@ class FleetSlots:
                 lost_runs.append(run)
             held_now = set(self._busy) | {_ident(k.lease) for k in self._kept}
             self._confirmed = {i: t for i, t in self._confirmed.items() if i in held_now}
-        for run in lost_runs:
+        self._cancel_lost(lost_runs)
+
+    def _cancel_lost(self, runs: Sequence[Run]) -> None:
+        """Cancel runs whose slot is lost (rule 8); a run whose body is over has nothing to
+        cancel, and its slot is not kept."""
+        for run in runs:
             if run.settling:
-                # The body is over: there is nothing to cancel, and the slot is not kept.
                 continue
             lease = run.lease
             assert lease is not None

@@ -216,7 +216,9 @@ class Worker:
                     # 4 ms of a 5 ms claim at 20,000 queued, on every claim.)
                     others_checked_at = time.monotonic()
             except Exception as exc:
-                # A dead database is an outage to wait out, with backoff, not a crash.
+                # A dead database is an outage to wait out, with backoff, not a crash; the kept
+                # slots it offered go back (or lapse, if the database is down).
+                self.slots.give_back_unused()
                 failures += 1
                 delay = min(30.0, 0.2 * 2 ** min(failures, 8))
                 log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
@@ -262,7 +264,7 @@ class Worker:
                 # database outage longer than the timeout). It is another claim now. Its slot is
                 # given up too: the new run's slot has the same holder, so renewing or releasing
                 # the old one could extend or free the new run's slot while its body runs.
-                older.slot_lost = True
+                self.slots.give_up(older)
                 older.scope.cancel(LeaseLostError(
                     f"job {job.name!r} (id {job.id}) lost its lease: it was claimed again "
                     "after the lease lapsed"))
@@ -347,6 +349,9 @@ class Worker:
 
     def _drain(self) -> None:
         """Let runs finish within the grace period, cancel the rest, hand back what remains."""
+        # No run will be claimed any more: the kept slots go back now, and every slot whose run
+        # settles from here on goes straight back, not to be kept for the grace period.
+        self.slots.give_back_all()
         grace = 0.0 if self._forced.is_set() else self.options.grace_period
         if self.pool.busy:
             log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,

@@ -310,7 +310,8 @@ def test_fleet_slots_hold_fleet_wide_while_workers_are_killed(
     queue's contract), so such a run is accounted for rather than forbidden.
 
     Why the "at no instant" check is sound. Each run stamps its start after its slot was taken
-    and its end before its slot is released (both on the database's clock), so its logged
+    and its end before its slot is released or passed on to the worker's next run (both on the
+    database's clock; the slot passes only once the settle is written), so its logged
     interval lies inside the time it held the slot; a run SIGKILLed mid-body never stamps an
     end, and its interval is closed at the kill time read from the database right after the
     process was reaped: the body had stopped by then, and its slot stays held (until its TTL

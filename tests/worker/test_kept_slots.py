@@ -297,3 +297,52 @@ def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:
     leases.renewed = {(first.lease.key, first.lease.slot, first.lease.holder)}
     slots.renew()
     assert leases.renew_calls == [[nxt.lease]]
+
+
+def test_a_job_claimed_again_never_shares_its_old_slot_with_the_run_it_passed_to() -> None:
+    # rule 5 (second review's finding): a kept slot keeps the holder of the run that took it
+    # (W:1). Here run 2 uses that slot when an outage lapses it, and job 1 is claimed again: its
+    # fresh hold of the same slot has the same holder. Run 2 has lost its slot and must be
+    # cancelled, not silently renewed as run 3's and kept when it settles.
+    clock = Clock()
+    rows = LeaseRows(clock)
+    slots = FleetSlots(rows, WORKER, ttl=TTL, clock=clock)  # type: ignore[arg-type]
+    first = capped_run(1, "serial")
+    assert slots.acquire_group([first]) == []
+    slots.keep([first])  # job 1 settled as a retry
+    assert slots.offer(CAPS) == {"serial": 1}
+    second = capped_run(2, "serial")
+    assert slots.acquire_group([second]) == [] and second.lease == first.lease
+    slots.give_back_unused()
+    rows.down = True
+    clock.now += TTL + 1
+    slots.renew()
+    rows.down = False
+    assert slots.offer(CAPS) == {}
+    again = capped_run(1, "serial")  # job 1's retry, claimed before the next tick
+    assert slots.acquire_group([again]) == []
+    assert again.lease is not None and again.lease.holder == first.lease.holder
+    assert second.slot_lost and isinstance(second.scope.reason, JobSlotLostError)
+    # When run 2 settles, its slot is not kept: run 3 alone holds it.
+    second.settling = True
+    slots.keep([second])
+    assert slots.kept == 0
+    assert slots.offer(CAPS) == {}
+    fourth = capped_run(4, "serial")
+    assert slots.acquire_group([fourth]) == [fourth]  # the only slot is run 3's
+    clock.now += 5
+    slots.renew()
+    assert not again.slot_lost and rows.holder(again) == again.lease.holder
+
+
+def test_a_stopping_worker_keeps_no_slot() -> None:  # rule 6
+    # Draining: no run will be claimed any more, so kept slots go back at once and a run that
+    # settles during the grace period gives its slot straight back.
+    slots, leases, _ = make()
+    done, running = capped_run(1), capped_run(2)
+    slots.acquire_group([done, running])
+    slots.keep([done])
+    slots.give_back_all()
+    assert leases.released == [[done.lease]]
+    slots.keep([running])
+    assert leases.released == [[done.lease], [running.lease]] and slots.kept == 0

@@ -47,6 +47,7 @@ from tests.testapp.jobs import (
     add,
     block_until,
     capped,
+    capped_clocked,
     flaky,
     ignore_cancel,
     record,
@@ -388,6 +389,30 @@ def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: 
             assert store.leases.acquire("job:serial", 1, 3.0, "other:1") is not None
             assert row(alias, b).status == "running"
             go.touch()
+    finally:
+        go.touch()
+
+
+def test_a_draining_worker_gives_back_the_slot_of_a_run_that_settles_meanwhile(
+        alias: str, tmp_path: Path) -> None:
+    # rule 6 (second review's finding): once the worker stops claiming, a slot it would keep for
+    # a next run only keeps other workers out for the grace period. A run that settles while a
+    # longer one drains gives its slot straight back.
+    go = tmp_path / "go"
+    long = capped_clocked.enqueue(label="long", seconds=0.0, path=str(go)).id
+    short = capped_clocked.enqueue(label="short", seconds=0.6).id
+    leases = JobLease.objects.using(alias).filter(key="job:capped_clocked")
+    try:
+        with running_worker(alias, threads=2, grace_period=30.0, **FAST) as worker:
+            wait_until(lambda: leases.count() == 2, message="both runs holding their slots")
+            worker.request_stop()
+            wait_until(lambda: row(alias, short).status == "succeeded", message="the short run")
+            wait_until(lambda: leases.count() == 1,
+                       message="the short run's slot given back while the long one drains")
+            assert row(alias, long).status == "running"
+            go.touch()
+        assert not leases.exists()
+        assert row(alias, long).status == "succeeded"
     finally:
         go.touch()
 
