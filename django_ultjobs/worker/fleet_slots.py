@@ -196,7 +196,6 @@ class FleetSlots:
                 if run.slot_lost or run.abandoned:
                     # A lost slot is somebody else's now; an abandoned run's body may still be
                     # running, so its slot is left to lapse on its TTL (never renewed again).
-                    self._confirmed.pop(ident, None)
                     continue
                 if self._stopping:
                     back.append(lease)
@@ -273,10 +272,6 @@ class FleetSlots:
         """
         if not held or self.leases is None:
             return
-        with self._lock:
-            for lease in held:
-                if _ident(lease) not in self._busy:
-                    self._confirmed.pop(_ident(lease), None)
         try:
             self.leases.release_many(held)
         except Exception as exc:
@@ -325,6 +320,8 @@ class FleetSlots:
                 if self._busy.get(ident) is run:
                     del self._busy[ident]
                 lost_runs.append(run)
+            # The one place confirmations of holds no longer held are dropped: only kept holds
+            # are ever judged by theirs, and a hold taken again is confirmed afresh.
             held_now = set(self._busy) | {_ident(k.lease) for k in self._kept}
             self._confirmed = {i: t for i, t in self._confirmed.items() if i in held_now}
         self._cancel_lost(lost_runs)

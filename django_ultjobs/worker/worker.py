@@ -218,7 +218,8 @@ class Worker:
             except Exception as exc:
                 # A dead database is an outage to wait out, with backoff, not a crash; the kept
                 # slots it offered go back (or lapse, if the database is down).
-                self.slots.give_back_unused()
+                if kept:
+                    self.slots.give_back_unused()
                 failures += 1
                 delay = min(30.0, 0.2 * 2 ** min(failures, 8))
                 log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
@@ -226,9 +227,10 @@ class Worker:
                 self._wake.wait(delay)
                 continue
             started = self._dispatch(claimed) if claimed else 0
-            # A kept slot that no run of this claim took goes back to the fleet: its kind has
-            # nothing runnable for this worker now, and another worker may have.
-            self.slots.give_back_unused()
+            if kept:
+                # A kept slot that no run of this claim took goes back to the fleet: its kind
+                # has nothing runnable for this worker now, and another worker may have.
+                self.slots.give_back_unused()
             if claimed:
                 if not started:
                     # Everything claimed went straight back (slots taken by a racing worker):
@@ -374,8 +376,6 @@ class Worker:
                           note="the body ignored its cancellation; handed back after the "
                                "visibility timeout, and the process exit stops it")
         self.completer.stop(timeout=max(10.0, self.options.heartbeat_interval))
-        # Settled runs' slots, kept for runs this worker will not claim now.
-        self.slots.give_back_all()
         self.ticker.stop()
         self.pool.stop(timeout=0.5)
         try:
