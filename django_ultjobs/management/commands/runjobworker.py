@@ -57,6 +57,10 @@ class Command(BaseCommand):
         parser.add_argument("--grace-period", type=float, default=30.0,
                             help="Seconds to let runs finish on SIGTERM before cancelling "
                                  "them (default: %(default)s).")
+        parser.add_argument("--connect-timeout", type=float, default=60.0,
+                            help="Seconds to wait at start for a database that is down or "
+                                 "refusing connections, retrying with backoff; 0 fails at "
+                                 "once (default: %(default)s).")
         parser.add_argument("--no-listen", action="store_true",
                             help="On PostgreSQL, do not LISTEN for enqueues; only poll.")
         parser.add_argument("--database", default=None,
@@ -84,6 +88,7 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 burst=options["burst"],
                 grace_period=options["grace_period"],
+                connect_timeout=options["connect_timeout"],
                 database=options["database"],
                 listen=not options["no_listen"],
                 **extra,
