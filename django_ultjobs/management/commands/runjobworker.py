@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_ultjobs.conf import get_settings
-from django_ultjobs.exceptions import JobConfigurationError
+from django_ultjobs.exceptions import DatabaseUnavailableError, JobConfigurationError
 from django_ultjobs.worker import Worker, WorkerOptions
 
 
@@ -98,5 +98,6 @@ class Command(BaseCommand):
                 worker.check()  # refused before anything process-wide changes (rule 10)
                 tune_the_process()
             worker.run()
-        except JobConfigurationError as exc:
+        except (JobConfigurationError, DatabaseUnavailableError) as exc:
+            # One line, no traceback: what is wrong and what to do is the whole message.
             raise CommandError(str(exc)) from exc
