@@ -10,6 +10,7 @@ transaction on while the worker wants to switch it to WAL.
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -132,6 +133,16 @@ def test_nothing_listening_is_retried_then_refused_in_one_line() -> None:
     lines = tries(result.stderr)
     assert len(lines) >= 2, result.stderr  # waited, one line per try
     assert all("tries=" in line and "retry_in=" in line for line in lines), lines
+
+
+def test_sigterm_during_the_wait_stops_the_worker_cleanly(worker_processes: Any) -> None:
+    proc = worker_processes.start("postgres", "--connect-timeout", "600",
+                                  env={"ULTJOBS_PG_PORT": str(free_port())})
+    wait_until(lambda: tries(worker_processes.logs()) or proc.poll() is not None,
+               timeout=30, message="a failed try")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, worker_processes.logs()
+    assert "Traceback" not in worker_processes.logs()
 
 
 def test_connect_timeout_zero_fails_at_once() -> None:
