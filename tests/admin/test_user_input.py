@@ -25,12 +25,13 @@ IN_FLIGHT = reverse("admin:django_ultjobs_inflightjob_changelist")
 NOT_NUMBERS = ("²", "1²", "⑦", "99999999999999999999999")
 
 
-def in_flight_change(object_id: str) -> str:
-    return f"{IN_FLIGHT}{object_id}/change/"
+#: Every jobs page's change view, under its URL name.
+PAGES = ("job", "inflightjob", "heldslot", "lostslotcancellation", "worker")
 
 
-def job_change(object_id: str) -> str:
-    return f"{JOBS}{object_id}/change/"
+def every_change_view(object_id: str) -> list[str]:
+    return [reverse(f"admin:django_ultjobs_{page}_changelist") + f"{object_id}/change/"
+            for page in PAGES]
 
 
 @pytest.fixture
@@ -48,8 +49,7 @@ def superuser() -> User:
 def test_a_user_without_permissions_is_refused_before_anything_is_parsed(
         alias: str, nobody: User, value: str) -> None:
     client = client_for(nobody)
-    for url in (in_flight_change(value), job_change(value), f"{JOBS}?q={value}",
-                f"{IN_FLIGHT}?q={value}"):
+    for url in (*every_change_view(value), f"{JOBS}?q={value}", f"{IN_FLIGHT}?q={value}"):
         response = client.get(url)
         assert response.status_code in (302, 403), (url, response.status_code)
         if response.status_code == 302:
@@ -67,7 +67,13 @@ def test_a_superuser_gets_an_empty_list_or_no_such_job(
         response = client.get(JOBS, {"q": search})
         assert response.status_code == 200, (search, response.status_code)
         assert 'class="field-job_id"' not in response.content.decode()
-    for url in (in_flight_change(value), job_change(value)):
+    for page in PAGES:
+        # Pagination, ordering and search on every list.
+        changelist = reverse(f"admin:django_ultjobs_{page}_changelist")
+        for param in ("p", "o", "q"):
+            response = client.get(changelist, {param: value})
+            assert response.status_code in (200, 302, 404), (page, param, response.status_code)
+    for url in every_change_view(value):
         response = client.get(url)
         assert response.status_code in (302, 404), (url, response.status_code)
         if response.status_code == 302:
