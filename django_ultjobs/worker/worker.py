@@ -116,6 +116,7 @@ class Worker:
         return 0
 
     def _serve(self) -> None:
+        """Start the threads, claim until stopped, then drain."""
         self.pool.start()
         self.ticker.start()
         self.completer.start()
