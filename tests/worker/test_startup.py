@@ -104,10 +104,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_worker(alias: str, *flags: str, env: dict[str, str], timeout: float = 120
+def run_worker(alias: str, *flags: str, env: dict[str, str], tmp_path: Path
                ) -> subprocess.CompletedProcess[str]:
+    # Its own directory for SQLite files, so a suffix of a test's own leaves none behind.
+    env = {"ULTJOBS_TEST_TMP": str(tmp_path), **env}
     return subprocess.run(worker_command(alias, *flags), env={**worker_env(alias), **env},
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 def assert_one_line_refusal(result: subprocess.CompletedProcess[str]) -> str:
@@ -123,10 +125,10 @@ def tries(output: str) -> list[str]:
     return [line for line in output.splitlines() if UNAVAILABLE in line]
 
 
-def test_nothing_listening_is_retried_then_refused_in_one_line() -> None:
+def test_nothing_listening_is_retried_then_refused_in_one_line(tmp_path: Path) -> None:
     port = free_port()
     result = run_worker("postgres", "--burst", "--connect-timeout", "2",
-                        env={"ULTJOBS_PG_PORT": str(port)})
+                        env={"ULTJOBS_PG_PORT": str(port)}, tmp_path=tmp_path)
     error = assert_one_line_refusal(result)
     assert "'postgres'" in error and "--connect-timeout" in error, error
     assert str(port) in error  # the driver's own reason, on the same line
@@ -145,16 +147,16 @@ def test_sigterm_during_the_wait_stops_the_worker_cleanly(worker_processes: Any)
     assert "Traceback" not in worker_processes.logs()
 
 
-def test_connect_timeout_zero_fails_at_once() -> None:
+def test_connect_timeout_zero_fails_at_once(tmp_path: Path) -> None:
     result = run_worker("postgres", "--burst", "--connect-timeout", "0",
-                        env={"ULTJOBS_PG_PORT": str(free_port())})
+                        env={"ULTJOBS_PG_PORT": str(free_port())}, tmp_path=tmp_path)
     assert_one_line_refusal(result)
     assert tries(result.stderr) == []
 
 
-def test_a_misnamed_database_is_named_and_waited_for() -> None:
+def test_a_misnamed_database_is_named_and_waited_for(tmp_path: Path) -> None:
     result = run_worker("postgres", "--burst", "--connect-timeout", "1",
-                        env={"ULTJOBS_TEST_DB_SUFFIX": "_hstartup_missing"})
+                        env={"ULTJOBS_TEST_DB_SUFFIX": "_hstartup_missing"}, tmp_path=tmp_path)
     error = assert_one_line_refusal(result)
     assert 'database "test_ultjobs_hstartup_missing" does not exist' in error, error
     assert tries(result.stderr), result.stderr
@@ -191,7 +193,7 @@ def test_an_unmigrated_database_says_run_migrate_at_once(
         # A file no one migrated (SQLite creates it empty on connect).
         env = {"ULTJOBS_TEST_TMP": str(tmp_path), "ULTJOBS_TEST_DB_SUFFIX": "_hstartup_empty"}
         alias = "default"
-    result = run_worker(alias, "--burst", "--connect-timeout", "30", env=env)
+    result = run_worker(alias, "--burst", "--connect-timeout", "30", env=env, tmp_path=tmp_path)
     error = assert_one_line_refusal(result)
     assert "tables do not exist" in error and "manage.py migrate" in error, error
     assert f"'{alias}'" in error, error
