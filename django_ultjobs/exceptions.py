@@ -25,6 +25,10 @@ class JobConfigurationError(UltJobsError, ImproperlyConfigured):
     """The jobs, the settings or the database cannot give the guarantees that were asked for."""
 
 
+class DatabaseUnavailableError(UltJobsError):
+    """A starting worker's database stayed unreachable for its whole ``--connect-timeout``."""
+
+
 class JobCancelledError(UltJobsError):
     """The run was cancelled; raised by ``ctx.raise_if_cancelled()`` and every durable write.
 

@@ -61,6 +61,11 @@ if os.environ.get("ULTJOBS_TEST_PREPARE_THRESHOLD"):
         "options": "-c plan_cache_mode=force_generic_plan",
     }
 
+# A worker process of the start-up tests, on an SQLite file of their own: no init_command (the
+# worker's own switch to WAL is what is tried) and a short busy timeout.
+if os.environ.get("ULTJOBS_TEST_SQLITE_BARE"):
+    DATABASES["default"]["OPTIONS"] = {"timeout": 0.1}
+
 # Worker processes started by the tests connect straight to the test databases.
 if os.environ.get("ULTJOBS_USE_TEST_DATABASES"):
     for _db in DATABASES.values():

@@ -114,7 +114,20 @@ def split_holder(holder: str) -> tuple[str, int | None]:
     The worker id has colons of its own (``host:pid:random``), so the job id is what follows
     the last one. A holder written by something else comes back whole, with no job.
     """
-    worker_id, sep, job_id = holder.rpartition(":")
-    if not sep or not job_id.isdigit():
+    worker_id, sep, job_text = holder.rpartition(":")
+    job_id = parse_job_id(job_text) if sep else None
+    if job_id is None:
         return holder, None
-    return worker_id, int(job_id)
+    return worker_id, job_id
+
+
+def parse_job_id(text: str) -> int | None:
+    """Return the job id ``text`` spells in ASCII digits, or None if it is not one.
+
+    Not ``str.isdigit()``: it is true for ``"²"`` and other Unicode digits that ``int()``
+    refuses, and a URL or a form that carries one must get "no such job", never a server error.
+    Past 18 digits no bigint id matches (and SQLite refuses the parameter).
+    """
+    if text.isascii() and text.isdecimal() and len(text) < 19:
+        return int(text)
+    return None

@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -23,6 +24,7 @@ from .display import (
     MAX_SHOWN_INLINE,
     duration,
     job_link,
+    parse_job_id,
     pre,
     pretty_json,
     seconds_between,
@@ -87,6 +89,20 @@ class JobListMixin:
         """Use a changelist that does not fetch payloads."""
         return LightChangeList
 
+    def response_action(self, request: HttpRequest, queryset: QuerySet[Any],
+                        *args: Any, **kwargs: Any) -> HttpResponse | None:
+        """Refuse an action whose posted selection holds something that is not a job id."""
+        # Django filters the primary key by the posted strings as they are, and a "²" (or an id
+        # past a bigint, on SQLite) raises there: a server error instead of an answer.
+        selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+        bad = [value for value in selected if parse_job_id(value) is None]
+        if bad:
+            message = f"Nothing was done: {bad[0]!r} is not a job id."
+            self.message_user(request, message, messages.WARNING)  # type: ignore[attr-defined]
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_action(  # type: ignore[misc]
+            request, queryset, *args, **kwargs)
+
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
                            search_term: str) -> tuple[QuerySet[Job], bool]:
         """Search a job id (the primary key), else names containing the term, by index.
@@ -99,8 +115,9 @@ class JobListMixin:
         term = search_term.strip().removeprefix("#")
         if not term:
             return queryset, False
-        if term.isdigit() and len(term) < 19:  # fits a bigint
-            return queryset.filter(id=int(term)), False
+        job_id = parse_job_id(term)
+        if job_id is not None:
+            return queryset.filter(id=job_id), False
         folded = term.casefold()
         names = {name for name in registered_jobs() if folded in name.casefold()}
         return queryset.filter(name__in=sorted(names | {term})), False
@@ -174,10 +191,10 @@ def _plural(n: int, word: str) -> str:
 def _back_to_detail(request: HttpRequest) -> HttpResponse | None:
     """Return to the job's page when the action was a button there, else to the list."""
     selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
-    if request.POST.get(FROM_DETAIL) and len(selected) == 1 and selected[0].isdigit():
+    job_id = parse_job_id(selected[0]) if len(selected) == 1 else None
+    if request.POST.get(FROM_DETAIL) and job_id is not None:
         # Built from the job id, never from a posted URL: no open redirect.
-        return HttpResponseRedirect(
-            reverse("admin:django_ultjobs_job_change", args=[int(selected[0])]))
+        return HttpResponseRedirect(reverse("admin:django_ultjobs_job_change", args=[job_id]))
     return None
 
 
@@ -313,6 +330,8 @@ class JobAdmin(JobListMixin, JobsAdmin):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """Show the job read-only, with cancel/retry buttons for users who may act."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied  # before the id is read, as on every jobs page
         context = {
             "ultjobs_can_act": self.has_change_permission(request),
             "ultjobs_from_detail": FROM_DETAIL,
@@ -364,7 +383,11 @@ class InFlightJobAdmin(JobListMixin, JobsAdmin):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """Show the job's own page: one detail page per job, whichever list led there."""
-        if not object_id.isdigit():
+        # Refused before the id is read: a staff user without permissions learns nothing from
+        # this URL, not even that it parses.
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        job_id = parse_job_id(object_id)
+        if job_id is None:
             return HttpResponseRedirect(reverse("admin:django_ultjobs_inflightjob_changelist"))
-        return HttpResponseRedirect(
-            reverse("admin:django_ultjobs_job_change", args=[int(object_id)]))
+        return HttpResponseRedirect(reverse("admin:django_ultjobs_job_change", args=[job_id]))

@@ -284,6 +284,11 @@ class JobStore(LeaseStore):
         though it still answers (engines override)."""
         return False
 
+    def schema_missing(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says a table or column of this package does not exist in the
+        database: a database nobody migrated, which no wait will fix (engines override)."""
+        return False
+
     def _raw_cursor(self, raw: Any) -> Any:
         """A DB-API cursor on ``raw`` (engines override to pick a faster kind)."""
         return raw.cursor()

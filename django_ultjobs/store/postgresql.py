@@ -29,6 +29,8 @@ _LOST_PREPARED_STATEMENT = "26000"
 #: SQLSTATE feature_not_supported, and the message of the one case of it that concerns us.
 _FEATURE_NOT_SUPPORTED = "0A000"
 _STALE_PLAN = "cached plan must not change result type"
+#: SQLSTATE undefined_table and undefined_column: the tables are not migrated (to this version).
+_UNMIGRATED = ("42P01", "42703")
 
 #: Seconds before a run put to wait on an event whose lock a sender held re-checks for it.
 BUSY_EVENT_RECHECK = 1.0
@@ -78,6 +80,10 @@ class PostgresStore(JobStore):
         # event_find's walks the events in id order instead of taking its name's index (9-13 ms
         # instead of 0.25 at 100,000 events). Planning afresh costs 0.1-0.3 ms a statement.
         cur.execute(self.sql[name], params, prepare=False)
+
+    def schema_missing(self, exc: BaseException) -> bool:
+        return any(getattr(error, "sqlstate", None) in _UNMIGRATED
+                   for error in (exc, exc.__cause__))
 
     def spoils_connection(self, exc: BaseException) -> bool:
         # A prepared statement that fails the same way at every later run on this connection,

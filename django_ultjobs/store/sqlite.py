@@ -31,6 +31,12 @@ class SQLiteStore(JobStore):
     vendor = "sqlite"
     dialect = "sqlite"
 
+    def schema_missing(self, exc: BaseException) -> bool:
+        # SQLite has no error codes for these: its messages are the only sign.
+        text = str(exc)
+        return any(sign in text for sign in ("no such table", "no such column",
+                                             "has no column named"))
+
     @staticmethod
     def format_time(value: datetime) -> str:
         """Django's SQLite text form: UTC, no offset, microseconds."""

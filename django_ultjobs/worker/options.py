@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
 from dataclasses import dataclass, field
 
 from ..exceptions import JobConfigurationError
+
+#: The longest any of the worker's durations may be: one day. Past it a value is a typo, and far
+#: enough past it (1e12 s) a sleep or a lease's timedelta overflows after the worker started.
+MAX_SECONDS = 86_400.0
 
 
 def default_worker_id() -> str:
@@ -34,12 +39,16 @@ class WorkerOptions:
     grace_period: float = 30.0
     #: Seconds a cancelled run gets to unwind before its job is handed back regardless.
     cancel_wait: float = 5.0
+    #: Seconds a starting worker waits for its database (down, restarting, refusing
+    #: connections) before it gives up; 0 fails at the first error.
+    connect_timeout: float = 60.0
     database: str | None = None
     #: On PostgreSQL, LISTEN for enqueues so an idle worker claims at once (polling remains).
     listen: bool = True
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:
+        self._check_seconds()
         if not self.queues or any(not q for q in self.queues):
             raise JobConfigurationError("--queue needs at least one non-empty queue name")
         if self.threads < 1:
@@ -60,3 +69,20 @@ class WorkerOptions:
             raise JobConfigurationError("--poll-interval must be positive")
         if self.grace_period < 0 or self.cancel_wait < 0:
             raise JobConfigurationError("--grace-period and --cancel-wait cannot be negative")
+
+    def _check_seconds(self) -> None:
+        """Refuse a duration that is not a number, is infinite, or is past ``MAX_SECONDS``.
+
+        ``nan`` passes every comparison the checks below make (each is False), so it would be
+        accepted and then fail every claim; ``inf`` overflows the first sleep.
+        """
+        positive = ("visibility_timeout", "heartbeat_interval", "poll_interval")
+        for name in (*positive, "grace_period", "cancel_wait", "connect_timeout"):
+            value = getattr(self, name)
+            low = "more than 0" if name in positive else "0"
+            if not (isinstance(value, int | float) and math.isfinite(value)
+                    and 0 <= value <= MAX_SECONDS) or (name in positive and value == 0):
+                raise JobConfigurationError(
+                    f"--{name.replace('_', '-')} must be a number of seconds from {low} to "
+                    f"{MAX_SECONDS:g} (one day), not {value!r}"
+                )

@@ -17,9 +17,14 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, InterfaceError, connections
 
-from ..exceptions import JobConfigurationError, LeaseLostError, WorkerShutdownError
+from ..exceptions import (
+    DatabaseUnavailableError,
+    JobConfigurationError,
+    LeaseLostError,
+    WorkerShutdownError,
+)
 from ..logs import log_event
 from ..models import AttemptOutcome
 from ..registry import get_job, registered_jobs, registry_generation
@@ -44,6 +49,10 @@ logger = logging.getLogger("django_ultjobs.worker")
 #: Finished runs whose settles are not written yet, beyond which the claim loop stops claiming:
 #: a completer that falls behind must slow claiming down, not let unsettled runs pile up.
 MAX_UNSETTLED = 1000
+#: Seconds between a starting worker's tries for its database: doubling from the first, at most
+#: the second (a database back from a restart is used within that long).
+START_BACKOFF_FIRST = 0.25
+START_BACKOFF_MAX = 5.0
 
 
 class Worker:
@@ -95,10 +104,19 @@ class Worker:
     def run(self, *, install_signals: bool = True) -> int:
         """Claim and run jobs until stopped (or, with ``burst``, until none is runnable)."""
         self.check()
-        self._prepare_database()
-        self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
-                                 self.options.threads, self.options.queues)
+        # Before the start-up wait, so a SIGTERM during it stops the worker cleanly.
         restore = self._install_signals() if install_signals else None
+        try:
+            if self._start():
+                self._serve()
+        finally:
+            if restore is not None:
+                restore()
+            connections.close_all()
+        return 0
+
+    def _serve(self) -> None:
+        """Start the threads, claim until stopped, then drain."""
         self.pool.start()
         self.ticker.start()
         self.completer.start()
@@ -116,11 +134,7 @@ class Worker:
             if self.listener is not None:
                 self.listener.stop()
             self._drain()
-            if restore is not None:
-                restore()
             log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
-            connections.close_all()
-        return 0
 
     def request_stop(self, *, force: bool = False) -> None:
         """Stop claiming and drain (thread- and signal-safe); ``force`` skips the grace period."""
@@ -396,10 +410,64 @@ class Worker:
         with self._executing_lock:
             return list(self._executing)
 
+    # -- starting -------------------------------------------------------------------------------
+
+    def _start(self) -> bool:
+        """Prepare the database and register this worker, waiting for a database that is not
+        there yet; return False if the worker was stopped while it waited.
+
+        A database that is down, restarting, full or refusing connections is waited out with
+        backoff, one log line per try, for at most ``connect_timeout`` seconds (then one line
+        says why): a worker started with its database (a deploy, a reboot) must not crash-loop.
+        Tables that do not exist are refused at once: no wait creates them.
+        """
+        deadline = time.monotonic() + self.options.connect_timeout
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                self._prepare_database()
+                self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
+                                         self.options.threads, self.options.queues)
+                return True
+            except (DatabaseError, InterfaceError) as exc:
+                if self.store.schema_missing(exc):
+                    raise JobConfigurationError(self._unmigrated_message()) from exc
+                delay = min(START_BACKOFF_MAX, START_BACKOFF_FIRST * 2 ** min(tries - 1, 8),
+                            deadline - time.monotonic())
+                if delay <= 0:
+                    raise DatabaseUnavailableError(self._unavailable_message(exc, tries)) \
+                        from exc
+                log_event(logger, logging.WARNING, "jobs.worker.database-unavailable",
+                          worker_id=self.worker_id, database=self.store.alias, tries=tries,
+                          error=_one_line(exc), retry_in=round(delay, 2))
+            if self._stopping.wait(delay):
+                log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
+                return False
+
+    def _unmigrated_message(self) -> str:
+        alias = self.store.alias
+        name = connections[alias].settings_dict.get("NAME")
+        flag = "" if alias == "default" else f" --database {alias}"
+        return (f"the django_ultjobs tables do not exist in database {alias!r} ({name}), or "
+                f"are older than this version of django_ultjobs: run "
+                f"`python manage.py migrate{flag}`")
+
+    def _unavailable_message(self, exc: BaseException, tries: int) -> str:
+        alias = self.store.alias
+        timeout = self.options.connect_timeout
+        if not timeout:
+            return (f"database {alias!r} is unavailable (not retried: --connect-timeout is 0): "
+                    f"{_one_line(exc)}")
+        return (f"database {alias!r} is still unavailable after {tries} tries in {timeout:g} s "
+                f"(--connect-timeout): {_one_line(exc)}")
+
     def _prepare_database(self) -> None:
         if self.store.vendor != "sqlite":
             return
-        # WAL lets the web process read while the worker writes; it persists in the file.
+        # WAL lets the web process read while the worker writes; it persists in the file. The
+        # switch fails with "database is locked" while another connection holds a read
+        # transaction: a start-up wait like any other (_start retries it).
         with self.store.cursor() as cur:
             cur.execute("PRAGMA journal_mode")
             mode = cur.fetchone()[0]
@@ -437,6 +505,11 @@ class Worker:
                 signal.signal(signum, handler)
 
         return restore
+
+
+def _one_line(exc: BaseException) -> str:
+    """The driver's message on one line (psycopg adds a hint on a second)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _reset_connections() -> None:

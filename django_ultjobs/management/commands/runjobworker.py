@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_ultjobs.conf import get_settings
-from django_ultjobs.exceptions import JobConfigurationError
+from django_ultjobs.exceptions import DatabaseUnavailableError, JobConfigurationError
 from django_ultjobs.worker import Worker, WorkerOptions
 
 
@@ -57,6 +57,10 @@ class Command(BaseCommand):
         parser.add_argument("--grace-period", type=float, default=30.0,
                             help="Seconds to let runs finish on SIGTERM before cancelling "
                                  "them (default: %(default)s).")
+        parser.add_argument("--connect-timeout", type=float, default=60.0,
+                            help="Seconds to wait at start for a database that is down or "
+                                 "refusing connections, retrying with backoff; 0 fails at "
+                                 "once (default: %(default)s).")
         parser.add_argument("--no-listen", action="store_true",
                             help="On PostgreSQL, do not LISTEN for enqueues; only poll.")
         parser.add_argument("--database", default=None,
@@ -84,6 +88,7 @@ class Command(BaseCommand):
                 poll_interval=options["poll_interval"],
                 burst=options["burst"],
                 grace_period=options["grace_period"],
+                connect_timeout=options["connect_timeout"],
                 database=options["database"],
                 listen=not options["no_listen"],
                 **extra,
@@ -93,5 +98,6 @@ class Command(BaseCommand):
                 worker.check()  # refused before anything process-wide changes (rule 10)
                 tune_the_process()
             worker.run()
-        except JobConfigurationError as exc:
+        except (JobConfigurationError, DatabaseUnavailableError) as exc:
+            # One line, no traceback: what is wrong and what to do is the whole message.
             raise CommandError(str(exc)) from exc
