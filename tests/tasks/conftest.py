@@ -22,7 +22,7 @@ from django_ultjobs.tasks_backend.compat import (
     task_started,
 )
 from tests.conftest import ALIASES, running_worker, wait_until
-from tests.tasks.settings import TASKS
+from tests.tasks.settings import JOB_MODULES, TASKS
 
 # The task module is imported under its TASKS: a Task is validated by its backend when defined.
 with override_settings(TASKS=TASKS):
@@ -56,7 +56,7 @@ def _engine(engine: str, database: str) -> Any:
 def alias(request: pytest.FixtureRequest) -> Iterator[str]:
     """The database alias under test, once per engine (tests/conftest's, with its database)."""
     database = ALIASES[request.param]
-    with override_settings(ULTJOBS={"DATABASE": database}):
+    with override_settings(ULTJOBS={"DATABASE": database, "JOB_MODULES": JOB_MODULES}):
         yield database
 
 
@@ -118,7 +118,8 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         return
     database = ALIASES[kind.removeprefix("ultjobs-")]
     with ExitStack() as stack:
-        stack.enter_context(override_settings(TASKS=TASKS, ULTJOBS={"DATABASE": database}))
+        stack.enter_context(override_settings(
+            TASKS=TASKS, ULTJOBS={"DATABASE": database, "JOB_MODULES": JOB_MODULES}))
         stack.enter_context(running_worker(database, queues=("default", "emails")))
         yield Harness(kind, "default", database)
 

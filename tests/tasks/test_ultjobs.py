@@ -25,6 +25,7 @@ from django_ultjobs.tasks_backend.runner import TaskRunner
 from tests.conftest import REPO, running_worker, wait_until, worker_env
 from tests.tasks import taskdefs
 from tests.tasks.conftest import SignalLog
+from tests.tasks.settings import JOB_MODULES
 from tests.tasks.taskdefs import (
     add,
     context_info,
@@ -184,7 +185,7 @@ def test_a_path_that_is_not_a_task_is_parked_not_run(alias: str) -> None:
 
 @pytest.fixture
 def pg_tasks() -> Iterator[str]:
-    with override_settings(ULTJOBS={"DATABASE": "postgres"}):
+    with override_settings(ULTJOBS={"DATABASE": "postgres", "JOB_MODULES": JOB_MODULES}):
         yield "postgres"
 
 
