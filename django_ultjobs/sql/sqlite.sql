@@ -165,7 +165,9 @@ WHERE a.id = c.extends AND a.job_id = c.id;
 -- For each job an unknown-job park is about (rule 12): its latest attempt row (highest attempt,
 -- then newest, through the (job, attempt) index) when that row is such a park, with whether
 -- its episode began the timeout ago or more.
-SELECT ids.value, a.id, a.attempt, a.started_at <= {now_plus(-:timeout)}
+-- started_at is cut to the clock's milliseconds first: as text, '…00.100000' > '…00.100'.
+SELECT ids.value, a.id, a.attempt,
+       strftime('%Y-%m-%d %H:%M:%f', a.started_at) <= {now_plus(-:timeout)}
 FROM json_each(:ids) AS ids
 JOIN django_ultjobs_jobattempt AS a ON a.id = (
     SELECT l.id FROM django_ultjobs_jobattempt AS l
