@@ -177,7 +177,8 @@ class Worker:
                 # cap into the claim from the next round on.
                 generation = registry_generation()
                 caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
-                self._record_known_jobs(generation)
+            # Outside the branch above: a write that failed is tried again next round.
+            self._record_known_jobs(generation)
             # Slots kept from settled runs that no claim has used for a poll interval: this loop
             # may be waiting for a free thread or for the completer, and other workers for them.
             self.slots.give_back_idle(self.options.poll_interval)
