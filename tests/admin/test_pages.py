@@ -220,6 +220,15 @@ def test_app_index_flags_queued_jobs_no_running_worker_knows(alias: str, viewer)
     assert 'id="ultjobs-unknown-jobs"' not in page(client_for(viewer), APP_INDEX)
 
 
+def test_a_park_episode_shows_its_claims_on_the_job_page(alias: str, viewer) -> None:
+    # rule 12: one row for many parks, and how many.
+    job = make_job(alias, name="gone_job")
+    JobAttempt.objects.using(alias).create(job_id=job.id, attempt=1, outcome="suspended",
+                                           claims=2880, error='no job registered as "gone_job"')
+    html = page(client_for(viewer), reverse("admin:django_ultjobs_job_change", args=[job.id]))
+    assert re.search(r'class="field-claims_count">\s*<p>2880</p>', html)
+
+
 def test_app_index_flags_nothing_while_a_worker_has_not_said_what_it_knows(
         alias: str, viewer) -> None:
     # A worker of an older version (no list) may know anything: no flag is better than a
