@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test.utils import override_settings
 
 from django_ultjobs.registry import registered_jobs, unregister
@@ -31,8 +32,10 @@ with override_settings(TASKS=TASKS):
 
 @pytest.fixture(autouse=True)
 def tasks_settings() -> Iterator[None]:
-    """TASKS for every test here (and only here: the rest of the suite runs without it)."""
-    with override_settings(TASKS=TASKS):
+    """TASKS for every test here (and only here: the rest of the suite runs without it), and
+    the test tasks' package in JOB_MODULES, so a worker may import them by path (rule 15)."""
+    with override_settings(TASKS=TASKS,
+                           ULTJOBS={**settings.ULTJOBS, "JOB_MODULES": JOB_MODULES}):
         yield
 
 
