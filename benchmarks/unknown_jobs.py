@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.unknown_jobs [--legacy 20000] [--repeat 200]
 
 Creates a throwaway database (``ultjobs_unknown_bench``, or $BENCH_PG_NAME), migrates it, and
-times the two statements a park adds or changes, median of ``--repeat``: ``park_episodes`` for
+times the statements a park adds or changes, median of ``--repeat`` (and one round trip): ``park_episodes`` for
 one orphan whose history is one episode row (this version) and for one with ``--legacy`` park
 rows of one attempt (what a version before episodes left behind: 2,880 a day), and the settle
 of one park that extends its episode. The database is dropped at the end.
@@ -91,6 +91,7 @@ def _run(legacy: int, repeat: int) -> None:
     with connections["postgres"].cursor() as cur:
         cur.execute(LEGACY, {"job": old, "rows": legacy})
         cur.execute("ANALYZE django_ultjobs_jobattempt")
+    trip = _median_ms(store.db_now, repeat)  # one round trip, for scale
     one = _median_ms(lambda: store.park_episodes([fresh], UNKNOWN_JOB_PREFIX, 604800), repeat)
     many = _median_ms(lambda: store.park_episodes([old], UNKNOWN_JOB_PREFIX, 604800), repeat)
     (episode,) = store.park_episodes([fresh], UNKNOWN_JOB_PREFIX, 604800).values()
@@ -111,6 +112,7 @@ def _run(legacy: int, repeat: int) -> None:
         cur.execute("SELECT count(*), max(claims) FROM django_ultjobs_jobattempt "
                     "WHERE job_id = %s", [fresh])
         rows, claims = cur.fetchone()
+    print(f"one round trip (SELECT now()):             {trip:.3f} ms")
     print(f"park_episodes, one episode row:            {one:.3f} ms")
     print(f"park_episodes, {legacy:,} legacy park rows: {many:.3f} ms")
     print(f"claim + extending settle of one park:      {cycle:.3f} ms")
