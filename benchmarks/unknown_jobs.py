@@ -3,9 +3,9 @@
     .venv/bin/python -m benchmarks.unknown_jobs [--legacy 20000] [--repeat 200]
 
 Creates a throwaway database (``ultjobs_unknown_bench``, or $BENCH_PG_NAME), migrates it, and
-times the statements a park adds or changes, median of ``--repeat`` (and one round trip): ``park_episodes`` for
-one orphan whose history is one episode row (this version) and for one with ``--legacy`` park
-rows of one attempt (what a version before episodes left behind: 2,880 a day), and the settle
+times, median of ``--repeat``: one round trip (for scale); ``park_episodes`` for one orphan
+whose history is one episode row (this version) and for one with ``--legacy`` park rows of one
+attempt (what a version before episodes left behind: 2,880 a day); and a claim plus the settle
 of one park that extends its episode. The database is dropped at the end.
 """
 
