@@ -47,7 +47,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 
 def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:
-    """The settings of unknown jobs (rules 12 and 15): a bad one would wedge or widen them."""
+    """The settings of unknown jobs (rules 12 and 40): a bad one would wedge or widen them."""
     messages: list[CheckMessage] = []
     for key, allow_none in (("UNKNOWN_JOB_TIMEOUT", True), ("UNKNOWN_JOB_DELAY", False)):
         value = getattr(conf, key)

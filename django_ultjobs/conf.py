@@ -41,7 +41,7 @@ class UltJobsSettings:
     UNKNOWN_JOB_TIMEOUT: float | None = 7 * 24 * 3600.0
     UNKNOWN_JOB_DELAY: float = 30.0
     # Dotted module prefixes, beyond the installed apps' packages, whose jobs a worker may import
-    # by name (rule 15): e.g. ["myproject.tasks"] for django.tasks tasks defined outside an app.
+    # by name (rule 40): e.g. ["myproject.tasks"] for django.tasks tasks defined outside an app.
     JOB_MODULES: tuple[str, ...] | list[str] = ()
 
 

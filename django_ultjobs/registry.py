@@ -289,7 +289,7 @@ def get_job(name: str) -> JobSpec | None:
     """Return the job registered as ``name``, or None.
 
     A dotted name that is not registered is imported, if its module lies inside an installed
-    app's package or ``ULTJOBS["JOB_MODULES"]`` (rule 15): importing its module may register it
+    app's package or ``ULTJOBS["JOB_MODULES"]`` (rule 40): importing its module may register it
     (as importing a ``jobs.py`` does), or the object there may offer a ``job_spec()`` naming
     itself ``name``. This is how a worker runs a ``django.tasks`` task, which is named by its
     module path, with no registration of its own (Django finds a task from its path the same
@@ -303,7 +303,7 @@ def get_job(name: str) -> JobSpec | None:
 
 
 def importable(name: str) -> bool:
-    """Whether a worker may import ``name``'s module to find the job (rule 15): a dotted name
+    """Whether a worker may import ``name``'s module to find the job (rule 40): a dotted name
     whose module is an installed app's package or inside one, or inside ``JOB_MODULES``."""
     module = name.rpartition(".")[0]
     if not module or not all(part.isidentifier() for part in name.split(".")):

@@ -165,7 +165,7 @@ class UltJobsBackend(BaseTaskBackend):
         if not importable(path):
             raise InvalidTask(
                 f"a worker finds a task by its module path, and imports only modules inside an "
-                f"installed app or ULTJOBS['JOB_MODULES'] (rule 15); {path} is in neither. Move "
+                f"installed app or ULTJOBS['JOB_MODULES'] (rule 40); {path} is in neither. Move "
                 f"the task into an installed app, or add {path.rpartition('.')[0]!r} (or a "
                 "package holding it) to ULTJOBS['JOB_MODULES']."
             )

@@ -206,7 +206,7 @@ def test_the_result_of_a_task_whose_code_is_gone(alias: str, backend: UltJobsBac
 
 
 def test_a_task_outside_the_apps_and_job_modules_is_refused_at_enqueue(alias: str) -> None:
-    # rule 15: a worker would not import its module, so it could never run.
+    # rule 40: a worker would not import its module, so it could never run.
     with override_settings(ULTJOBS={"DATABASE": alias}), \
             pytest.raises(InvalidTask, match=r"ULTJOBS\['JOB_MODULES'\]"):
         add.enqueue(1, 2)

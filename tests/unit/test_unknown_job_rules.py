@@ -1,4 +1,4 @@
-"""Which dotted names a worker may import (rule 15), and the settings of unknown jobs (rule 12),
+"""Which dotted names a worker may import (rule 40), and the settings of unknown jobs (rule 12),
 checked without a database."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from django_ultjobs.registry import get_job, importable, unregister
     "tests.testapp.deep.module.thing",   # any depth inside an app's package
     "django.contrib.auth.models.User",   # a third-party installed app
 ])
-def test_names_inside_installed_apps_are_importable(name: str) -> None:  # rule 15
+def test_names_inside_installed_apps_are_importable(name: str) -> None:  # rule 40
     assert importable(name)
 
 
@@ -30,11 +30,11 @@ def test_names_inside_installed_apps_are_importable(name: str) -> None:  # rule 
     "tests.testapp",             # an app's package itself names no job in it
     "plain", "", ".tests.testapp.jobs.add", "tests.testapp..add", "tests.testapp.jobs.a-b",
 ])
-def test_names_outside_the_apps_are_not_importable(name: str) -> None:  # rule 15
+def test_names_outside_the_apps_are_not_importable(name: str) -> None:  # rule 40
     assert not importable(name)
 
 
-def test_job_modules_allows_more_modules() -> None:  # rule 15
+def test_job_modules_allows_more_modules() -> None:  # rule 40
     with override_settings(ULTJOBS={"JOB_MODULES": ["myproject.tasks", "tools"]}):
         assert importable("myproject.tasks.send")
         assert importable("myproject.tasks.mail.send")
@@ -55,13 +55,13 @@ def probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     sys.modules.pop("ultjobs_unit_probe", None)
 
 
-def test_get_job_imports_nothing_outside_the_apps(probe: Path) -> None:  # rule 15
+def test_get_job_imports_nothing_outside_the_apps(probe: Path) -> None:  # rule 40
     assert get_job("ultjobs_unit_probe.job") is None
     assert not probe.exists() and "ultjobs_unit_probe" not in sys.modules
     assert get_job("this.zen") is None and "this" not in sys.modules
 
 
-def test_get_job_imports_a_module_job_modules_lists(probe: Path) -> None:  # rule 15
+def test_get_job_imports_a_module_job_modules_lists(probe: Path) -> None:  # rule 40
     with override_settings(ULTJOBS={"JOB_MODULES": ["ultjobs_unit_probe"]}):
         assert get_job("ultjobs_unit_probe.job") is None  # imported, but no job there
     assert probe.exists()
@@ -86,5 +86,5 @@ def test_sound_unknown_job_settings_pass() -> None:  # rule 12
 
 
 @pytest.mark.parametrize("value", ["myproject.tasks", ["my project"], [1], ["a..b"], None])
-def test_bad_job_modules_are_e021(value: object) -> None:  # rule 15
+def test_bad_job_modules_are_e021(value: object) -> None:  # rule 40
     assert _ids(JOB_MODULES=value) == ["django_ultjobs.E021"]

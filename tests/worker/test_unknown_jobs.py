@@ -1,4 +1,4 @@
-"""Jobs no worker knows, with real ``runjobworker`` processes on both engines (rules 12, 15).
+"""Jobs no worker knows, with real ``runjobworker`` processes on both engines (rules 12, 40).
 
 An orphaned row (its job's code removed or renamed) is parked again and again without growing the
 attempts table, fails once ``UNKNOWN_JOB_TIMEOUT`` has passed, and can then be pruned; a row whose
@@ -108,7 +108,7 @@ def greet(name):
 
 def test_a_worker_imports_no_module_outside_the_apps_and_job_modules(
         alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
-    # rule 15: a stored name is data; only the project's own modules are imported for it.
+    # rule 40: a stored name is data; only the project's own modules are imported for it.
     (tmp_path / "ultjobs_probe_import.py").write_text(PROBE)
     (tmp_path / "ultjobs_probe_allowed.py").write_text(ALLOWED)
     names = ["this.zen", "ultjobs_probe_import.anything", "os.system"]
