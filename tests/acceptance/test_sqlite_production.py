@@ -7,7 +7,7 @@ applies). The library's own transactions must not do that (rules 21 and 22); wha
 for a caller's own transaction, the system check (django_ultjobs.W010) tells the site to fix with
 ``OPTIONS["transaction_mode"] = "IMMEDIATE"``, and the last test holds that the fix is enough.
 
-Failure counts measured before and after the fix are in docs/performance.md (item 19).
+Failure counts measured before and after the fix are in docs/performance.md (SQLite).
 """
 
 from __future__ import annotations
