@@ -52,18 +52,19 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 #: The busy timeout below which a worker fleet and a web process on one SQLite file give up on
 #: each other's writes ("database is locked") in ordinary bursts; Python's default is 5 s.
 _MIN_SQLITE_TIMEOUT = 5.0
-_WRITER_MODES = {"IMMEDIATE", "EXCLUSIVE"}
 
 
 def _check_sqlite_writers(alias: str) -> list[CheckMessage]:
     """Warn when the SQLite jobs database lets a transaction fail instead of waiting its turn."""
+    from .store.sqlite import WRITER_MODES, transaction_mode
+
     connection = connections[alias]
     if connection.is_in_memory_db():
         return []
     options = connection.settings_dict.get("OPTIONS") or {}
     messages: list[CheckMessage] = []
-    mode = str(options.get("transaction_mode") or "DEFERRED").upper()
-    if mode not in _WRITER_MODES:
+    mode = transaction_mode(alias)
+    if mode not in WRITER_MODES:
         messages.append(Warning(
             f"DATABASES[{alias!r}] is SQLite in {mode.lower()} transaction mode: a transaction "
             "of yours that reads before it enqueues a job (or writes anything) fails with "

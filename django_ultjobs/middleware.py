@@ -9,6 +9,7 @@ from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponse
 
 from .conf import get_settings
+from .store.sqlite import WRITER_MODES, transaction_mode
 from .tracing import acting_as
 
 
@@ -16,12 +17,14 @@ class EnqueuedByMiddleware:
     """Attribute jobs enqueued while handling a request to its user (``Job.enqueued_by``).
 
     Place it after ``AuthenticationMiddleware``. Anonymous requests are attributed to
-    ``anonymous``. On PostgreSQL the user is only looked up if a job is actually enqueued, so
-    requests that enqueue nothing pay nothing for it. On SQLite a request that carries a session
-    cookie has its user looked up here, before the view opens a transaction (rule 22): looked up
-    at the enqueue, inside the view's ``atomic()``, those reads would come before the job's
-    insert, and a deferred SQLite transaction that reads before it writes fails with "database
-    is locked" when another connection wrote in between.
+    ``anonymous``. The user is looked up only if a job is actually enqueued, so requests that
+    enqueue nothing pay nothing for it — except on SQLite in Django's default (deferred)
+    transaction mode, where a request that carries a session cookie has its user looked up
+    here, before the view opens a transaction (rule 22): looked up at the enqueue, inside the
+    view's ``atomic()``, those reads would come before the job's insert, and a deferred SQLite
+    transaction that reads before it writes fails with "database is locked" when another
+    connection wrote in between. A transaction begun as the writer (``IMMEDIATE``) has no such
+    window.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -34,9 +37,9 @@ class EnqueuedByMiddleware:
 
 def _actor_for(request: HttpRequest) -> str:
     """The request's actor: resolved now when a later lookup could read inside the caller's
-    transaction on SQLite, else a lazy one."""
+    deferred transaction on SQLite, else a lazy one."""
     lazy = _LazyRequestActor(request)
-    if settings.SESSION_COOKIE_NAME not in request.COOKIES or not _jobs_on_sqlite():
+    if settings.SESSION_COOKIE_NAME not in request.COOKIES or not _reads_could_go_stale():
         # Without a session there is nothing to read: the user is anonymous at no cost.
         return lazy
     try:
@@ -47,9 +50,13 @@ def _actor_for(request: HttpRequest) -> str:
         return lazy
 
 
-def _jobs_on_sqlite() -> bool:
+def _reads_could_go_stale() -> bool:
+    """Whether a read before the job's insert could make the insert fail: the jobs database is
+    SQLite and its transactions do not begin as the writer."""
     alias = get_settings().DATABASE
-    return alias in connections.settings and connections[alias].vendor == "sqlite"
+    if alias not in connections.settings or connections[alias].vendor != "sqlite":
+        return False
+    return transaction_mode(alias) not in WRITER_MODES
 
 
 class _LazyRequestActor(str):

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from .base import (
     ClaimBatch,
@@ -25,6 +25,17 @@ from .base import (
     Settlement,
     check_one_per_job,
 )
+
+#: Django's SQLite transaction modes that begin a transaction as the writer (in WAL the two are
+#: one: EXCLUSIVE takes the same lock as IMMEDIATE).
+WRITER_MODES = frozenset({"IMMEDIATE", "EXCLUSIVE"})
+
+
+def transaction_mode(alias: str) -> str:
+    """How the project's transactions on SQLite alias ``alias`` begin (``DEFERRED`` unless
+    ``OPTIONS["transaction_mode"]`` says otherwise), upper case."""
+    options = connections[alias].settings_dict.get("OPTIONS") or {}
+    return str(options.get("transaction_mode") or "DEFERRED").upper()
 
 
 class SQLiteStore(JobStore):

@@ -146,6 +146,20 @@ def test_on_sqlite_a_session_users_actor_is_read_before_the_view(alias: str) -> 
     assert Job.objects.using(alias).get(pk=response["job_id"]).enqueued_by == "user:ada"
 
 
+@pytest.mark.django_db
+@override_settings(ROOT_URLCONF=__name__)
+def test_on_sqlite_begun_as_the_writer_the_actor_stays_lazy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule 22: an IMMEDIATE transaction has no window for a stale read, so the lookup waits for
+    # the enqueue, as on PostgreSQL (the mode is read from the settings on each request).
+    client = _logged_in("linus")
+    monkeypatch.setitem(connections[SQLITE].settings_dict["OPTIONS"], "transaction_mode",
+                        "IMMEDIATE")
+    response = client.post("/enqueue/").json()
+    assert response["loaded_before_view"] is False
+    assert Job.objects.get(pk=response["job_id"]).enqueued_by == "user:linus"
+
+
 @pytest.mark.django_db(databases="__all__")
 @override_settings(ROOT_URLCONF=__name__)
 def test_a_request_without_a_session_pays_nothing(alias: str) -> None:
