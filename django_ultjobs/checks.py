@@ -68,7 +68,7 @@ def _check_sqlite_writers(alias: str) -> list[CheckMessage]:
         messages.append(Warning(
             f"DATABASES[{alias!r}] is SQLite in {mode.lower()} transaction mode: a transaction "
             "of yours that reads before it enqueues a job (or writes anything) fails with "
-            "\"database is locked\" whenever another process wrote in between, instead of "
+            "\"database is locked\" whenever another connection wrote in between, instead of "
             "waiting for its turn",
             hint=_transaction_mode_hint(connection, alias),
             id="django_ultjobs.W010",
