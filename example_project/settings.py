@@ -74,7 +74,10 @@ DATABASES = {
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"}
+        # SQLite in production (docs/deployment.md): wait up to 30 s for the single writer,
+        # begin every transaction as the writer, and let readers run beside it (WAL).
+        {"timeout": 30, "transaction_mode": "IMMEDIATE",
+         "init_command": "PRAGMA journal_mode=WAL;"}
     )
 
 ULTJOBS = {"DATABASE": "default"}
