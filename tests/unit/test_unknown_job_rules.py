@@ -69,8 +69,11 @@ def test_get_job_imports_a_module_job_modules_lists(probe: Path) -> None:  # rul
 
 
 def _ids(**ultjobs: object) -> list[str]:
+    """The ids of the unknown-job checks ``check_settings`` reports (the others, about the test
+    database, are not this file's)."""
     with override_settings(ULTJOBS=ultjobs):
-        return [m.id for m in check_settings()]
+        return [m.id for m in check_settings()
+                if m.id in ("django_ultjobs.E020", "django_ultjobs.E021")]
 
 
 @pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), "7d", True])
