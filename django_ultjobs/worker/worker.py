@@ -117,11 +117,7 @@ class Worker:
 
     def _serve(self) -> None:
         """Start the threads, claim until stopped, then drain."""
-        self.pool.start()
-        self.ticker.start()
-        self.completer.start()
-        if self.listener is not None:
-            self.listener.start()
+        self._start_threads()
         log_event(logger, logging.INFO, "jobs.worker.started", worker_id=self.worker_id,
                   queues=",".join(self.options.queues), threads=self.options.threads,
                   visibility_timeout=self.options.visibility_timeout,
@@ -444,6 +440,37 @@ class Worker:
             if self._stopping.wait(delay):
                 log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
                 return False
+
+    def _start_threads(self) -> None:
+        """Start the pool, ticker, completer and listener; if the system refuses a thread, stop
+        what started and mark this worker's row stopped, which would otherwise show as a
+        silent worker for ever (rule 28)."""
+        # The pool stops even the part of it that started before a thread was refused.
+        stops: list[Callable[[], None]] = [lambda: self.pool.stop(timeout=0.5)]
+        parts: list[tuple[Callable[[], None], Callable[[], None]]] = [
+            (self.ticker.start, self.ticker.stop),
+            (self.completer.start, lambda: self.completer.stop(timeout=0.0)),
+        ]
+        if self.listener is not None:
+            parts.append((self.listener.start, self.listener.stop))
+        try:
+            self.pool.start()
+            for start, stop in parts:
+                start()
+                stops.append(stop)
+        except RuntimeError as exc:  # "can't start new thread": the process's thread limit
+            for stop in reversed(stops):
+                stop()
+            try:
+                self.store.worker_stop(self.worker_id)
+            except Exception as stop_exc:
+                log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
+                          worker_id=self.worker_id, error=repr(stop_exc))
+            raise JobConfigurationError(
+                f"could not start the worker's {self.options.threads} executor threads "
+                f"({exc}): lower --threads, or raise the system's limit on threads "
+                "(ulimit -u, a container's pids limit)"
+            ) from exc
 
     def _unmigrated_message(self) -> str:
         alias = self.store.alias
