@@ -14,6 +14,7 @@ from django.db import connections
 from django_ultjobs.conf import get_settings
 from django_ultjobs.exceptions import DatabaseUnavailableError
 from django_ultjobs.logs import LOG_FORMATS, configure_console, project_configures_logging
+from django_ultjobs.management.messages import one_line, unknown_alias
 from django_ultjobs.worker import Worker, WorkerOptions
 from django_ultjobs.worker.options import MAX_THREADS
 
@@ -95,17 +96,14 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             # A bad flag, a misconfigured DATABASES entry (an ENGINE that does not import), an
             # unmigrated database: what is wrong and what to do is the whole message (rule 27).
-            raise CommandError(_one_line(exc)) from exc
+            raise CommandError(one_line(exc)) from exc
         except DatabaseUnavailableError as exc:
             raise CommandError(str(exc)) from exc
 
     def _run(self, options: dict[str, Any]) -> None:
         database = options["database"]
         if database is not None and database not in connections.settings:
-            raise CommandError(
-                f"--database {database!r} is not in settings.DATABASES "
-                f"(there: {', '.join(connections.settings) or 'none'})"
-            )
+            raise CommandError(unknown_alias(database))
         extra: dict[str, Any] = {}
         if options["worker_id"]:
             extra["worker_id"] = options["worker_id"]
@@ -140,13 +138,3 @@ class Command(BaseCommand):
         configure_console(verbosity=options["verbosity"],
                           log_format=options["log_format"] or "text", stream=sys.stderr)
 
-
-def _one_line(exc: BaseException) -> str:
-    """The error on one line, with its cause's when it points there ("Check the above
-    exception": Django's message for an ENGINE that does not import)."""
-    text = " ".join(str(exc).split())
-    cause = exc.__cause__
-    if cause is not None and "above exception" in text:
-        text = text.replace("Check the above exception.",
-                            f"({type(cause).__name__}: {' '.join(str(cause).split())})")
-    return text
