@@ -444,7 +444,7 @@ class Worker:
     def _start_threads(self) -> None:
         """Start the pool, ticker, completer and listener; if the system refuses a thread, stop
         what started and mark this worker's row stopped, which would otherwise show as a
-        silent worker for ever (rule 28)."""
+        silent worker for ever (rule 15)."""
         # The pool stops even the part of it that started before a thread was refused.
         stops: list[Callable[[], None]] = [lambda: self.pool.stop(timeout=0.5)]
         parts: list[tuple[Callable[[], None], Callable[[], None]]] = [

@@ -193,3 +193,9 @@ def test_an_unreachable_database_is_one_line_for_prunejobs() -> None:
     assert error.startswith("CommandError: database 'default' cannot be pruned now:"), error
     assert "port 1 failed" in error, error
 
+
+
+def test_getting_started_shows_the_middleware_and_logging() -> None:
+    text = (REPO / "docs" / "getting-started.md").read_text()
+    assert '"django_ultjobs.middleware.EnqueuedByMiddleware"' in text
+    assert "LOGGING = {" in text and "--log-format json" in text

@@ -95,7 +95,7 @@ class Command(BaseCommand):
             self._run(options)
         except ImproperlyConfigured as exc:
             # A bad flag, a misconfigured DATABASES entry (an ENGINE that does not import), an
-            # unmigrated database: what is wrong and what to do is the whole message (rule 27).
+            # unmigrated database: what is wrong and what to do is the whole message (rule 16).
             raise CommandError(one_line(exc)) from exc
         except DatabaseUnavailableError as exc:
             raise CommandError(str(exc)) from exc
