@@ -422,9 +422,11 @@ class Worker:
         while True:
             tries += 1
             try:
-                self._prepare_database()
+                # Registering first: a database nobody migrated is refused before the worker
+                # changes anything in it (the WAL switch).
                 self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
                                          self.options.threads, self.options.queues)
+                self._prepare_database()
                 return True
             except (DatabaseError, InterfaceError) as exc:
                 if self.store.schema_missing(exc):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ from django_ultjobs.exceptions import JobConfigurationError
 from django_ultjobs.models import Worker
 from django_ultjobs.worker import WorkerOptions
 from django_ultjobs.worker.options import MAX_THREADS
-from tests.conftest import REPO
+from tests.conftest import REPO, worker_command, worker_env
 
 WORKER_MD = (REPO / "docs" / "worker.md").read_text()
 #: Flags every Django command has; Django documents them.
@@ -199,3 +200,17 @@ def test_getting_started_shows_the_middleware_and_logging() -> None:
     text = (REPO / "docs" / "getting-started.md").read_text()
     assert '"django_ultjobs.middleware.EnqueuedByMiddleware"' in text
     assert "LOGGING = {" in text and "--log-format json" in text
+
+
+def test_a_forgotten_migrate_in_a_new_project_is_the_only_line(tmp_path: Path) -> None:
+    """A new project's SQLite file (no WAL set up, no LOGGING): the refusal is the one line the
+    worker prints, and the file is left as it was (not switched to WAL first)."""
+    env = {**worker_env("default"), "ULTJOBS_TEST_TMP": str(tmp_path),
+           "ULTJOBS_TEST_DB_SUFFIX": "_never_migrated", "ULTJOBS_TEST_SQLITE_BARE": "1",
+           "ULTJOBS_TEST_LOGGING": "none"}
+    result = subprocess.run(worker_command("default", "--burst"), env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    error = one_line_error(result)
+    assert error.startswith("CommandError: the django_ultjobs tables do not exist"), error
+    with sqlite3.connect(tmp_path / "test_ultjobs_never_migrated.sqlite3") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
