@@ -419,6 +419,7 @@ class Worker:
         """
         deadline = time.monotonic() + self.options.connect_timeout
         tries = 0
+        registered = False
         while True:
             tries += 1
             try:
@@ -426,6 +427,7 @@ class Worker:
                 # changes anything in it (the WAL switch).
                 self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
                                          self.options.threads, self.options.queues)
+                registered = True
                 self._prepare_database()
                 return True
             except (DatabaseError, InterfaceError) as exc:
@@ -434,12 +436,16 @@ class Worker:
                 delay = min(START_BACKOFF_MAX, START_BACKOFF_FIRST * 2 ** min(tries - 1, 8),
                             deadline - time.monotonic())
                 if delay <= 0:
+                    if registered:
+                        self._mark_stopped()
                     raise DatabaseUnavailableError(self._unavailable_message(exc, tries)) \
                         from exc
                 log_event(logger, logging.WARNING, "jobs.worker.database-unavailable",
                           worker_id=self.worker_id, database=self.store.alias, tries=tries,
                           error=_one_line(exc), retry_in=round(delay, 2))
             if self._stopping.wait(delay):
+                if registered:
+                    self._mark_stopped()
                 log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
                 return False
 
@@ -463,16 +469,21 @@ class Worker:
         except RuntimeError as exc:  # "can't start new thread": the process's thread limit
             for stop in reversed(stops):
                 stop()
-            try:
-                self.store.worker_stop(self.worker_id)
-            except Exception as stop_exc:
-                log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
-                          worker_id=self.worker_id, error=repr(stop_exc))
+            self._mark_stopped()
             raise JobConfigurationError(
                 f"could not start the worker's {self.options.threads} executor threads "
                 f"({exc}): lower --threads, or raise the system's limit on threads "
                 "(ulimit -u, a container's pids limit)"
             ) from exc
+
+    def _mark_stopped(self) -> None:
+        """Mark this worker's row stopped (a start that failed after registering), or log why
+        not: the row must not read as a worker gone silent (rule 15)."""
+        try:
+            self.store.worker_stop(self.worker_id)
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
+                      worker_id=self.worker_id, error=repr(exc))
 
     def _unmigrated_message(self) -> str:
         alias = self.store.alias

@@ -94,8 +94,9 @@ class Command(BaseCommand):
         try:
             self._run(options)
         except ImproperlyConfigured as exc:
-            # A bad flag, a misconfigured DATABASES entry (an ENGINE that does not import), an
-            # unmigrated database: what is wrong and what to do is the whole message (rule 16).
+            # A bad flag, a database the jobs cannot run on, an unmigrated database, a job that
+            # promises what the store cannot keep: what is wrong and what to do is the whole
+            # message, one line (rule 16).
             raise CommandError(one_line(exc)) from exc
         except DatabaseUnavailableError as exc:
             raise CommandError(str(exc)) from exc
@@ -137,4 +138,3 @@ class Command(BaseCommand):
             return
         configure_console(verbosity=options["verbosity"],
                           log_format=options["log_format"] or "text", stream=sys.stderr)
-
