@@ -113,3 +113,16 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_ultjobs": {"handlers": ["console"], "level": "INFO"}},
 }
+
+# Worker processes of the console-log tests run as in a new project: no LOGGING at all, or one
+# that configures the root logger only.
+if os.environ.get("ULTJOBS_TEST_LOGGING") == "none":
+    del LOGGING
+elif os.environ.get("ULTJOBS_TEST_LOGGING") == "root":
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"tagged": {"format": "PROJECT %(levelname)s %(message)s"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "tagged"}},
+        "root": {"handlers": ["console"], "level": "INFO"},
+    }
