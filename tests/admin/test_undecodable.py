@@ -11,7 +11,7 @@ from django.db import connections
 from django.urls import reverse
 
 from tests.admin.conftest import client_for
-from tests.raw_rows import nested, write_raw_args
+from tests.hostile import nested, write_raw_args
 from tests.testapp.jobs import add
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

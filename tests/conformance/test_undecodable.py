@@ -6,7 +6,7 @@ import pytest
 from django.db import connections
 
 from django_ultjobs.store import JobStore
-from tests.raw_rows import nested, write_raw_args
+from tests.hostile import nested, write_raw_args
 
 from .helpers import claim, enqueue, new_job, row
 

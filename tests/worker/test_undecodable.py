@@ -16,7 +16,7 @@ from django.db import connections
 
 from django_ultjobs.models import Job, JobAttempt
 from tests.conftest import running_worker, wait_until
-from tests.raw_rows import nested, write_raw_args
+from tests.hostile import nested, write_raw_args
 from tests.testapp.jobs import add
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

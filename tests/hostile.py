@@ -1,12 +1,23 @@
-"""Rows written as another producer could write them: raw SQL that bypasses enqueue's checks."""
+"""Values and rows as a careless or hostile producer makes them (raw SQL bypasses enqueue)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.db import connections
 
 
 def nested(depth: int) -> str:
+    """JSON text of a list ``depth`` levels deep."""
     return "[" * depth + "]" * depth
+
+
+def nested_list(depth: int) -> list[Any]:
+    """A list ``depth`` levels deep, built without recursion."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
 
 
 def write_raw_args(alias: str, job_id: int, text: str | None = None, *,
