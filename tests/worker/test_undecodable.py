@@ -9,13 +9,14 @@ heartbeat until it lapsed, so "they ran" within the test's wait means "they ran 
 from __future__ import annotations
 
 import logging
+import subprocess
 from typing import Any
 
 import pytest
 from django.db import connections
 
 from django_ultjobs.models import Job, JobAttempt
-from tests.conftest import running_worker, wait_until
+from tests.conftest import REPO, running_worker, wait_until, worker_command, worker_env
 from tests.hostile import nested, write_raw_args
 from tests.testapp.jobs import add
 
@@ -71,3 +72,22 @@ def test_an_undecodable_row_fails_alone_and_the_rest_of_its_claim_runs_at_once(
     logged = {getattr(r, "ultjobs", {}).get("job_id") for r in caplog.records
               if getattr(r, "ultjobs_event", None) == "jobs.worker.undecodable"}
     assert logged == set(bad)
+
+
+def test_a_runjobworker_process_fails_the_undecodable_row_and_drains_the_rest(
+        pg_alias: str) -> None:
+    # rule 15, in a real worker process: its first claim takes the 3,000-deep row with three
+    # good ones. Before, that claim raised, --burst found nothing more runnable (the four rows
+    # held for the 60 s lease) and exited with three good jobs still "running".
+    bad = add.enqueue(0, 0).id
+    write_raw_args(pg_alias, bad, nested(3000))
+    good = [add.enqueue(i, 1).id for i in range(3)]
+    proc = subprocess.run(
+        worker_command(pg_alias, "--burst", "--threads", "4", "--visibility-timeout", "60"),
+        env=worker_env(pg_alias), cwd=REPO, capture_output=True, text=True, timeout=120,
+        check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    statuses = dict(Job.objects.using(pg_alias).values_list("id", "status"))
+    assert statuses == {bad: "failed", **dict.fromkeys(good, "succeeded")}, proc.stderr
+    assert "jobs.worker.undecodable" in proc.stderr + proc.stdout
+    assert "claim-failed" not in proc.stderr + proc.stdout
