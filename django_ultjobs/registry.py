@@ -11,12 +11,12 @@ from datetime import datetime, timedelta
 from functools import cache, cached_property
 from typing import Any, overload
 
-from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import jsonargs
 from .conf import get_settings
 from .exceptions import JobConfigurationError, UnknownJobError
+from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
 from .store import EnqueuedJob, NewJob, get_store
@@ -70,12 +70,10 @@ class JobSpec:
     def __post_init__(self) -> None:
         if not callable(self.func):
             raise JobConfigurationError(f"job {self.name!r}: {self.func!r} is not callable")
-        if not self.name or len(self.name) > 200:
+        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
             raise JobConfigurationError("a job name must be 1 to 200 characters long")
-        if not self.queue or len(self.queue) > 100:
-            raise JobConfigurationError(f"job {self.name!r}: queue must be 1 to 100 characters")
-        if self.max_attempts < 1:
-            raise JobConfigurationError(f"job {self.name!r}: max_attempts must be at least 1")
+        # Queue, priority, max_attempts, delay and run_at: each must fit its column (rule 16).
+        check_options(self)
         if self.concurrency is not None and (
             isinstance(self.concurrency, bool) or self.concurrency < 1
         ):
@@ -90,12 +88,6 @@ class JobSpec:
             )
         if self.backoff < 0 or self.max_backoff < 0:
             raise JobConfigurationError(f"job {self.name!r}: backoff cannot be negative")
-        if self.delay < 0:
-            raise JobConfigurationError(f"job {self.name!r}: delay cannot be negative")
-        if self.run_at is not None and timezone.is_naive(self.run_at):
-            raise JobConfigurationError(
-                f"job {self.name!r}: run_at must be timezone-aware (use django.utils.timezone)"
-            )
 
     # -- configuring ----------------------------------------------------------------------------
 

@@ -81,8 +81,19 @@ def pre(text: str, limit: int = MAX_SHOWN) -> SafeString | str:
 
 def pretty_json(value: Any, limit: int = MAX_SHOWN) -> SafeString | str:
     """Return a JSON value indented, escaped and cut to ``limit`` characters."""
-    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError) as exc:
+        # Indenting recurses in Python: a value the database holds (and json could read) may
+        # nest too deep to be written out again. Its page must still render (rule 15).
+        return undecodable(f"{type(exc).__name__}: {exc}", "shown")
     return pre(text, limit)
+
+
+def undecodable(reason: str, what: str = "decoded") -> SafeString:
+    """Say that a stored value cannot be decoded (or shown), and why, instead of a server error."""
+    return format_html('<p class="ultjobs-flag">The stored value cannot be {} ({}); it is left '
+                       "in the database as it is.</p>", what, reason)
 
 
 def admin_link(viewname: str, pk: Any, label: str) -> SafeString | str:

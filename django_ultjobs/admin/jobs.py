@@ -29,6 +29,7 @@ from .display import (
     pretty_json,
     seconds_between,
     stamp,
+    undecodable,
     worker_link,
 )
 from .filters import JobNameFilter, LeaseFilter, QueueFilter
@@ -36,6 +37,10 @@ from .filters import JobNameFilter, LeaseFilter, QueueFilter
 #: Columns a list never shows and a page of 50 rows must not fetch: a job called with a 5 MB
 #: document would otherwise cost 5 MB per row on every page view.
 HEAVY_FIELDS = ("args", "kwargs", "result", "last_error", "wait_match")
+#: The JSON columns a job's page reads one at a time, each surviving a value it cannot decode: a
+#: row written by raw SQL or another producer (too deep, an integer too long, not UTF-8) must not
+#: take the page that shows why it failed down with it (rule 15).
+JSON_FIELDS = ("args", "kwargs", "result", "wait_match")
 #: Ids per LogEntry batch when an action touched many jobs.
 LOG_CHUNK = 500
 #: Posted by the buttons on a job's page: the action then returns to that page.
@@ -339,25 +344,40 @@ class JobAdmin(JobListMixin, JobsAdmin):
         }
         return super().change_view(request, object_id, form_url, context)
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """The jobs without their JSON columns: a job's page reads each on its own (rule 15)."""
+        return super().get_queryset(request).defer(*JSON_FIELDS)
+
     @admin.display(description="args")
     def args_display(self, obj: Job) -> SafeString | str:
         """Positional arguments, escaped and cut past 10,000 characters."""
-        return pretty_json(obj.args)
+        return _json_column(obj, "args")
 
     @admin.display(description="kwargs")
     def kwargs_display(self, obj: Job) -> SafeString | str:
         """Keyword arguments, escaped and cut past 10,000 characters."""
-        return pretty_json(obj.kwargs)
+        return _json_column(obj, "kwargs")
 
     @admin.display(description="result")
     def result_display(self, obj: Job) -> SafeString | str:
         """The stored result (after success), escaped and cut."""
-        return EMPTY if obj.result is None else pretty_json(obj.result)
+        return _json_column(obj, "result")
 
     @admin.display(description="last error")
     def last_error_display(self, obj: Job) -> SafeString | str:
         """The last traceback, pre-formatted."""
         return pre(obj.last_error)
+
+
+def _json_column(job: Job, field: str) -> SafeString | str:
+    """A deferred JSON column of ``job``, loaded now: shown, or why it cannot be decoded."""
+    try:
+        value = getattr(job, field)
+    # Exception: the reader raises RecursionError, ValueError (an integer past Python's digit
+    # limit), or the driver a DatabaseError (SQLite text that is not UTF-8).
+    except Exception as exc:
+        return undecodable(f"{type(exc).__name__}: {exc}")
+    return EMPTY if value is None else pretty_json(value)
 
 
 @admin.register(InFlightJob)

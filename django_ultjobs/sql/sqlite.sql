@@ -60,7 +60,9 @@ LIMIT :limit;
 
 -- name: claim
 -- Claim the candidates: a conditional UPDATE ... RETURNING that re-checks runnability, so it can
--- never take a row that stopped being runnable.
+-- never take a row that stopped being runnable. The arguments come back as bytes, decoded in
+-- Python row by row: SQLite stores whatever bytes a writer gave it, and one argument text that
+-- is not UTF-8 would make the driver fail the whole claim, every time (rule 15).
 UPDATE django_ultjobs_job
 SET status = 'running',
     attempt = attempt + CASE WHEN status = 'waiting' THEN 0 ELSE 1 END,
@@ -72,8 +74,8 @@ SET status = 'running',
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND status IN ('queued', 'running', 'waiting')
   AND visible_at <= {now}
-RETURNING id, name, queue, priority, args, kwargs, attempt, max_attempts, traceparent,
-          tracestate, enqueued_by, cancel_requested, claimed_at;
+RETURNING id, name, queue, priority, CAST(args AS BLOB), CAST(kwargs AS BLOB), attempt,
+          max_attempts, traceparent, tracestate, enqueued_by, cancel_requested, claimed_at;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds, fenced on each run's claim token. A run missing

@@ -78,6 +78,9 @@ class ClaimedJob:
     previous_claimed_at: datetime | None = None
     #: True when the row was waiting (a durable sleep or event wait) and woke: not a new attempt.
     woke: bool = False
+    #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
+    #: the worker fails such a job at once instead of running it (rule 15).
+    undecodable: str | None = None
 
 
 class ClaimBatch(list[ClaimedJob]):
@@ -326,25 +329,6 @@ class JobStore(LeaseStore):
     def parse_json(value: Any) -> Any:
         """Turn a returned JSON column into Python."""
         return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-    @classmethod
-    def parse_json_columns(cls, rows: Sequence[Sequence[Any]], first: int, count: int
-                           ) -> list[list[Any]]:
-        """Parse ``count`` JSON columns from ``first`` on, of every row, in ONE ``json.loads``.
-
-        A claim returns two JSON texts (args, kwargs) per job; parsed one at a time they were
-        13 of the 20 us the claim loop spent on each claimed row, nearly all of it the call, not
-        the (C) decoding. Texts the driver already decoded are taken as they are."""
-        columns = range(first, first + count)
-        if all(isinstance(row[i], str) for row in rows for i in columns):
-            try:
-                return json.loads("[" + ",".join(
-                    "[" + ",".join(row[i] for i in columns) + "]" for row in rows) + "]")
-            except (ValueError, RecursionError):
-                # Two levels of nesting more than each text has: a value just inside json's
-                # depth limit on its own (PostgreSQL stored it) is parsed on its own.
-                pass
-        return [[cls.parse_json(row[i]) for i in columns] for row in rows]
 
     # -- jobs ---------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from .base import (
     Settlement,
     check_one_per_job,
 )
+from .decoding import decode_arguments
 
 #: SQLSTATE invalid_sql_statement_name: a prepared statement the server does not have.
 _LOST_PREPARED_STATEMENT = "26000"
@@ -136,15 +137,15 @@ class PostgresStore(JobStore):
         token_text = str(token)
         claimed = ClaimBatch((
             ClaimedJob(
-                id=r[0], name=r[1], queue=r[2], priority=r[3], args=arguments[0],
-                kwargs=arguments[1],
-                attempt=r[6], max_attempts=r[7], token=token_text, traceparent=r[8],
+                id=r[0], name=r[1], queue=r[2], priority=r[3], args=args, kwargs=kwargs,
+                undecodable=undecodable, attempt=r[6], max_attempts=r[7], token=token_text,
+                traceparent=r[8],
                 tracestate=r[9], enqueued_by=r[10], cancel_requested=r[11], claimed_at=r[12],
                 redelivered_from=r[14] if r[13] == "running" else None,
                 previous_claimed_at=r[15] if r[13] == "running" else None,
                 woke=r[13] == "waiting",
             )
-            for r, arguments in zip(rows, self.parse_json_columns(rows, 4, 2), strict=True)
+            for r, (args, kwargs, undecodable) in zip(rows, decode_arguments(rows, 4), strict=True)
         ), others_left=bool(rows) and bool(rows[0][16]))
         claimed.sort(key=lambda job: (-job.priority, job.id))
         return claimed

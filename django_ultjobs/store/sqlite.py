@@ -25,6 +25,7 @@ from .base import (
     Settlement,
     check_one_per_job,
 )
+from .decoding import decode_arguments
 
 #: Django's SQLite transaction modes that begin a transaction as the writer (in WAL the two are
 #: one: EXCLUSIVE takes the same lock as IMMEDIATE).
@@ -189,11 +190,12 @@ class SQLiteStore(JobStore):
             rows = cur.fetchall()
         claimed = ClaimBatch(others_left=others_left)
         token_text = str(token)
-        for r, (args, kwargs) in zip(rows, self.parse_json_columns(rows, 4, 2), strict=True):
+        for r, (args, kwargs, undecodable) in zip(rows, decode_arguments(rows, 4), strict=True):
             _, _, _, prev_status, prev_worker, prev_claimed_at = candidates[r[0]]
             claimed.append(ClaimedJob(
                 id=r[0], name=r[1], queue=r[2], priority=r[3], args=args,
-                kwargs=kwargs, attempt=r[6], max_attempts=r[7], token=token_text,
+                kwargs=kwargs, undecodable=undecodable, attempt=r[6], max_attempts=r[7],
+                token=token_text,
                 traceparent=r[8] or "", tracestate=r[9] or "", enqueued_by=r[10] or "",
                 cancel_requested=bool(r[11]), claimed_at=self.parse_time(r[12]),
                 redelivered_from=prev_worker if prev_status == "running" else None,

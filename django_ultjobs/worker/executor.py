@@ -61,6 +61,8 @@ def settle(run: Run, status: str, outcome: str | None, **fields: Any) -> Settlem
 def decide_before_run(run: Run) -> Settlement | None:
     """Settle a claimed job that must not run at all; None when it should run."""
     job = run.job
+    if job.undecodable is not None:
+        return _undecodable(run, job.undecodable)
     if run.spec is None:
         # Park it, do not burn attempts: almost always a deploy skew, and the job may be
         # registered by the worker next to this one (rule 12).
@@ -119,6 +121,23 @@ def _unstarted_span(run: Run, outcome: str, event: str, event_attributes: dict[s
 def slot_unavailable(run: Run) -> Settlement:
     """Hand a job that could not get a fleet slot back at once, without burning an attempt."""
     return settle(run, JobStatus.QUEUED, None, attempt_delta=-1, delay=0.0)
+
+
+def _undecodable(run: Run, problem: str) -> Settlement:
+    """Fail a job whose stored arguments cannot be decoded, without running it (rule 15).
+
+    No retry: the same bytes would fail the same way on every attempt (and on every worker of
+    this version). The attempt is recorded, so the admin shows when and where it failed.
+    """
+    job = run.job
+    error = (f"arguments cannot be decoded: {problem}. The row was not written by enqueue() "
+             "of this version (raw SQL, or another producer); it can never run as stored, so "
+             "it failed without a retry")
+    log_event(logger, logging.ERROR, "jobs.worker.undecodable", job_id=job.id, job=job.name,
+              attempt=job.attempt, error=problem)
+    _unstarted_span(run, AttemptOutcome.FAILED, "job.undecodable", {"message": error},
+                    error=error)
+    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
 
 
 def describe(exc: BaseException) -> str:
