@@ -452,7 +452,7 @@ class Worker:
     def _start_threads(self) -> None:
         """Start the pool, ticker, completer and listener; if the system refuses a thread, stop
         what started and mark this worker's row stopped, which would otherwise show as a
-        silent worker for ever (rule 15)."""
+        silent worker for ever (rule 17)."""
         # The pool stops even the part of it that started before a thread was refused.
         stops: list[Callable[[], None]] = [lambda: self.pool.stop(timeout=0.5)]
         parts: list[tuple[Callable[[], None], Callable[[], None]]] = [
@@ -478,7 +478,7 @@ class Worker:
 
     def _mark_stopped(self) -> None:
         """Mark this worker's row stopped (a start that failed after registering), or log why
-        not: the row must not read as a worker gone silent (rule 15)."""
+        not: the row must not read as a worker gone silent (rule 17)."""
         try:
             self.store.worker_stop(self.worker_id)
         except Exception as exc:
