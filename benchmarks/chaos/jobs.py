@@ -13,6 +13,7 @@ from typing import Any
 
 from django_ultjobs import job
 from django_ultjobs.context import JobContext
+from django_ultjobs.exceptions import JobConfigurationError
 
 #: How a run ended, in the file: the body returned, or it stopped on its cancel signal.
 COMPLETED, CANCELLED = "completed", "cancelled"
@@ -66,6 +67,21 @@ def refused_outcome(ctx: JobContext) -> str:
     """Return a value PostgreSQL refuses to store as jsonb (a NUL escape)."""
     _run(ctx, "refused_outcome", 0.0)
     return "refused \u0000 outcome"
+
+
+def _infinite_backoff(ctx: JobContext) -> None:
+    """Fail, so the retry policy computes an infinite delay."""
+    _run(ctx, "infinite_backoff", 0.0)
+    raise RuntimeError("failing on purpose, to be retried after an infinite backoff")
+
+
+try:
+    infinite_backoff = job(takes_context=True, max_attempts=2, backoff=float("inf"),
+                           max_backoff=float("inf"))(_infinite_backoff)
+except (JobConfigurationError, ValueError, TypeError):
+    # Refused when declared: no infinite delay can reach SQL, and the scenario has one bad row
+    # fewer to try.
+    infinite_backoff = None
 
 
 @job(max_attempts=1)

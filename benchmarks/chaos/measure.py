@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,12 +85,15 @@ class Faults:
                    for start, end in self.windows)
 
 
-def ran_twice(runs: Iterable[RunRecord], faults: Faults) -> int:
+def ran_twice(runs: Iterable[RunRecord], faults: Faults,
+              only: Collection[int] | None = None) -> int:
     """Jobs whose body returned more than once where the documented window does not cover it:
-    every completed run but the last must be excused by a fault."""
+    every completed run but the last must be excused by a fault. ``only`` limits the count to
+    jobs meant to succeed (a job whose outcome is refused is retried by its policy, which is
+    no double run)."""
     completed: dict[int, list[RunRecord]] = defaultdict(list)
     for run in runs:
-        if run.completed:
+        if run.completed and (only is None or run.job in only):
             completed[run.job].append(run)
     twice = 0
     for job_runs in completed.values():
