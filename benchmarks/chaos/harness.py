@@ -95,26 +95,32 @@ class Harness:
 
     # -- workers -----------------------------------------------------------------------------
 
-    def worker_env(self) -> dict[str, str]:
-        return {**os.environ, **self.cluster.env(DATABASE),
-                "DJANGO_SETTINGS_MODULE": "benchmarks.chaos.settings",
-                "PYTHONPATH": str(REPO), "CHAOS_RUNS_DIR": str(self.runs_dir)}
+    def worker_env(self, port: int | None = None) -> dict[str, str]:
+        env = {**os.environ, **self.cluster.env(DATABASE),
+               "DJANGO_SETTINGS_MODULE": "benchmarks.chaos.settings",
+               "PYTHONPATH": str(REPO), "CHAOS_RUNS_DIR": str(self.runs_dir)}
+        if port is not None:
+            env["CHAOS_PG_PORT"] = str(port)
+        return env
 
-    def start_worker(self, *flags: str, threads: int = 4, defaults: bool = True) -> WorkerProcess:
-        """Start one ``runjobworker`` process (its output to a log file of its own)."""
+    def start_worker(self, *flags: str, threads: int = 4, defaults: bool = True,
+                     port: int | None = None) -> WorkerProcess:
+        """Start one ``runjobworker`` process (its output to a log file of its own), connected
+        to the cluster or to ``port`` (a proxy in front of it)."""
         worker_id = f"chaos-{uuid4().hex[:8]}"
         log = self.scenario_dir / f"{worker_id}.log"
         cmd = [sys.executable, "-m", "django", "runjobworker", "--worker-id", worker_id,
                "--threads", str(threads), *(WORKER_FLAGS if defaults else ()), *flags]
         with open(log, "wb") as out:
-            popen = subprocess.Popen(cmd, cwd=REPO, env=self.worker_env(), stdout=out,
+            popen = subprocess.Popen(cmd, cwd=REPO, env=self.worker_env(port), stdout=out,
                                      stderr=subprocess.STDOUT)
         worker = WorkerProcess(worker_id, popen, log)
         self.workers.append(worker)
         return worker
 
-    def start_fleet(self, count: int, threads: int = 4) -> list[WorkerProcess]:
-        fleet = [self.start_worker(threads=threads) for _ in range(count)]
+    def start_fleet(self, count: int, threads: int = 4,
+                    port: int | None = None) -> list[WorkerProcess]:
+        fleet = [self.start_worker(threads=threads, port=port) for _ in range(count)]
         self.wait_registered(fleet)
         return fleet
 
