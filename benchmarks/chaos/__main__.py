@@ -49,9 +49,8 @@ def format_table(results: list[ScenarioResult]) -> str:
     """The results as a Markdown table, notes under it."""
     rows = [COLUMNS, tuple("---" for _ in COLUMNS)]
     for r in results:
-        recover = "—" if r.recover_seconds is None else f"{r.recover_seconds:.1f}"
         rows.append((r.scenario, str(r.jobs), str(r.lost), str(r.ran_twice), str(r.stuck),
-                     str(r.cap_violations), recover,
+                     str(r.cap_violations), r.recovery_text(),
                      "pass" if r.passed else "FAIL: " + ", ".join(r.failures)))
     lines = ["| " + " | ".join(row) + " |" for row in rows]
     lines += [f"* {r.scenario}: {'; '.join(r.notes)}" for r in results if r.notes]

@@ -73,9 +73,9 @@ def refused_outcome(h: Harness, rng: random.Random) -> ScenarioResult:
     h.begin("refused-outcome")
     first = h.start_fleet(1, threads=2)[0]
     since = time.time()
-    bad = [h.db(lambda: refused.enqueue().id)]
+    bad = {"NUL in the result": h.db(lambda: refused.enqueue().id)}
     if infinite_backoff is not None:
-        bad.append(h.db(lambda: infinite_backoff.enqueue().id))
+        bad["infinite backoff"] = h.db(lambda: infinite_backoff.enqueue().id)
     good = h.db(lambda: bulk_enqueue([work.call(seconds=0.02)
                                       for _ in range(40 if h.short else 200)]))
     result = ScenarioResult("refused-outcome")
@@ -89,9 +89,9 @@ def refused_outcome(h: Harness, rng: random.Random) -> ScenarioResult:
         result.notes.append("the first worker ignored SIGTERM (SIGKILLed)")
         first.popen.kill()
     h.start_fleet(1, threads=2)
-    h.wait_final(good, _deadline(h))
-    result.notes += [f"bad job {_error_of(h, job_id)}" for job_id in bad]
-    return _judge(h, result, good, bad, Faults(), bad_may_wait=True)
+    h.wait_final([*bad.values(), *good], _deadline(h))
+    result.notes += [f"{what}: {_error_of(h, job_id)}" for what, job_id in bad.items()]
+    return _judge(h, result, good, list(bad.values()), Faults(), bad_may_wait=True)
 
 
 def _nested(depth: int) -> str:
@@ -165,7 +165,7 @@ def unknown_job(h: Harness, rng: random.Random) -> ScenarioResult:
         h.db(lambda: Job.objects.filter(id=orphan, status="queued").update(visible_at=Now()))
     h.wait(lambda: _parked(h, orphan), 20, "the orphan to be parked")
     rows = h.db(lambda: JobAttempt.objects.filter(job_id=orphan).count())
-    result = ScenarioResult("unknown-job", jobs=1)
+    result = ScenarioResult("unknown-job", jobs=1, timed=False)
     result.notes.append(f"attempt rows after {parks + 1} parks in one episode: {rows}")
     result.fail_if(rows > 1, f"attempt rows per episode={rows}")
     h.end()
@@ -184,7 +184,7 @@ def dotted_import(h: Harness, rng: random.Random) -> ScenarioResult:
     h.start_fleet(1)
     h.wait(lambda: _parked(h, job_id), 20, "the job to be parked or finished")
     imported = ZEN in h.logs()
-    result = ScenarioResult("dotted-import", jobs=1)
+    result = ScenarioResult("dotted-import", jobs=1, timed=False)
     result.notes.append(f"`this` imported: {'yes' if imported else 'no'}; job "
                         f"{_error_of(h, job_id)}")
     result.fail_if(imported, "imported `this`")

@@ -97,7 +97,8 @@ def bad_enqueue(h: Harness, rng: random.Random) -> ScenarioResult:
     differ = [n for n, per in answers.items() if len(set(per.values())) > 1]
     raw = sorted({a[4:] for per in answers.values() for a in per.values()
                   if a.startswith("raw")})
-    result = ScenarioResult("bad-enqueue", jobs=len(answers) * len(ENGINES))
+    result = ScenarioResult("bad-enqueue", jobs=len(answers) * len(ENGINES), timed=False)
+    result.details["answers"] = answers
     result.notes.append(f"clear {tally['clear']}, raw {tally['raw']} ({', '.join(raw) or '-'}), "
                         f"accepted {tally['accepted']}, transaction broken {broken}, "
                         f"engines differ on {len(differ)}")
@@ -149,7 +150,7 @@ def admin_digits(h: Harness, rng: random.Random) -> ScenarioResult:
                 errors[user.username] += 1
             if user is staff and status not in (302, 403):
                 past_permissions += 1
-    result = ScenarioResult("admin-digits", jobs=2 * len(urls))
+    result = ScenarioResult("admin-digits", jobs=2 * len(urls), timed=False)
     result.notes.append(f"HTTP 500: {sum(errors.values())} of {2 * len(urls)} "
                         f"({dict(errors) or 'none'}); staff without permissions let past: "
                         f"{past_permissions}")
@@ -167,6 +168,7 @@ def worker_flags(h: Harness, rng: random.Random) -> ScenarioResult:
     """Start a worker with each non-finite flag: each must exit non-zero at once, with one
     line naming the flag and no traceback."""
     h.begin("worker-flags")
+    result = ScenarioResult("worker-flags", jobs=len(BAD_FLAGS), timed=False)
     started = [(flag, value, h.start_worker(flag, value)) for flag, value in BAD_FLAGS]
     deadline = time.monotonic() + 30
     refused = []
@@ -178,8 +180,9 @@ def worker_flags(h: Harness, rng: random.Random) -> ScenarioResult:
         out = worker.log.read_text(errors="replace")
         if code not in (None, 0) and flag in out and "Traceback" not in out:
             refused.append(f"{flag} {value}")
+        else:
+            result.details[f"{flag} {value}"] = {"exit": code, "output": out[-300:]}
     h.end()
-    result = ScenarioResult("worker-flags", jobs=len(BAD_FLAGS))
     result.notes.append(f"refused cleanly: {len(refused)} of {len(BAD_FLAGS)}")
     result.fail_if(len(refused) < len(BAD_FLAGS),
                    f"accepted or crashed={len(BAD_FLAGS) - len(refused)}")

@@ -198,8 +198,13 @@ class ScenarioResult:
     stuck: int = 0
     cap_violations: int = 0
     recover_seconds: float | None = None
+    #: False for a scenario with nothing to recover from (a bad input answered at once): its
+    #: recovery prints "n/a", where None otherwise means the queue never recovered.
+    timed: bool = True
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    #: More than the table shows (for ``--json``): say, the answer to each bad input.
+    details: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -216,10 +221,16 @@ class ScenarioResult:
         if condition:
             self.failures.append(why)
 
+    def recovery_text(self) -> str:
+        if not self.timed:
+            return "n/a"
+        return "never" if self.recover_seconds is None else f"{self.recover_seconds:.1f}"
+
     def as_dict(self) -> dict:
         return {"scenario": self.scenario, "jobs": self.jobs, "lost": self.lost,
                 "ran_twice": self.ran_twice, "stuck": self.stuck,
                 "cap_violations": self.cap_violations,
                 "recover_seconds": (None if self.recover_seconds is None
                                     else round(self.recover_seconds, 2)),
-                "passed": self.passed, "notes": self.notes, "failures": self.failures}
+                "passed": self.passed, "notes": self.notes, "failures": self.failures,
+                "details": self.details}

@@ -131,8 +131,11 @@ def test_a_scenario_fails_its_bar_on_any_count_and_the_table_says_why() -> None:
     assert dirty.failures == ["lost=1", "stuck=2", "imported `this`"]
     table = format_table([clean, dirty])
     assert "| a | 3 | 0 | 0 | 0 | 0 | 0.2 | pass |" in table
-    assert "| b | 3 | 1 | 0 | 2 | 0 | — | FAIL: lost=1, stuck=2, imported `this` |" in table
+    assert "| b | 3 | 1 | 0 | 2 | 0 | never | FAIL: lost=1, stuck=2, imported `this` |" in table
     assert dirty.as_dict()["passed"] is False
+    # A bad input answered at once has nothing to recover from: not "never".
+    assert "| c | 1 | 0 | 0 | 0 | 0 | n/a | pass |" in format_table(
+        [ScenarioResult("c", jobs=1, timed=False).judge()])
 
 
 def test_unknown_scenarios_are_refused() -> None:
