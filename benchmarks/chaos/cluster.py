@@ -58,7 +58,11 @@ class PrivateCluster:
     def _service_account(self) -> list[str]:
         if os.geteuid() != 0:
             return []
-        entry = pwd.getpwnam(SERVICE_ACCOUNT)
+        try:
+            entry = pwd.getpwnam(SERVICE_ACCOUNT)
+        except KeyError:
+            raise RuntimeError(f"initdb refuses root and there is no {SERVICE_ACCOUNT!r} "
+                               "account to run the cluster as; run as another user") from None
         os.chmod(self.root, 0o755)
         os.chown(self.root, entry.pw_uid, entry.pw_gid)
         return ["runuser", "-u", SERVICE_ACCOUNT, "--"]

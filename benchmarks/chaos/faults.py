@@ -66,9 +66,13 @@ def churn(h: Harness, rng: random.Random) -> ScenarioResult:
 
     def fault(h: Harness, fleet: list[WorkerProcess], faults: Faults,
               rng: random.Random) -> None:
+        from django_ultjobs.models import Job
+
         alive = list(fleet)
         for _ in range(kills):
             time.sleep(rng.uniform(0.8, 1.6))
+            if not h.db(lambda: Job.objects.filter(status__in=measure.LIVE).exists()):
+                break  # the queue is drained: a kill now tries nothing
             victim = alive.pop(rng.randrange(len(alive)))
             faults.killed[victim.pid] = h.kill(victim)
             alive.append(h.start_worker())

@@ -151,11 +151,16 @@ def cap_violations(runs: Iterable[RunRecord], name: str, cap: int, faults: Fault
 
 def recovery_seconds(fault_ends: Iterable[float], runs: Iterable[RunRecord]) -> float | None:
     """The longest wait, over the faults, from a fault's end to the end of the first run that
-    started after it and returned: how long the queue stood still. None if, after some fault,
-    no run ever returned."""
+    started after it and returned: how long the queue stood still. A fault after which no run
+    started at all had nothing left to run (jobs left behind show as stuck); None if, after
+    some fault, runs started but none returned."""
+    runs = list(runs)
     completed = sorted((r.start, r.end) for r in runs if r.completed and r.end is not None)
+    last_start = max((r.start for r in runs), default=float("-inf"))
     worst = 0.0
     for fault_end in fault_ends:
+        if fault_end > last_start:
+            continue
         after = [end for start, end in completed if start >= fault_end]
         if not after:
             return None

@@ -105,7 +105,10 @@ def test_recovery_is_the_longest_standstill_after_a_fault() -> None:
             run(4, 10, 5.5, 9.0, how="cancelled")]
     assert measure.recovery_seconds([2.0, 5.0], runs) == pytest.approx(2.0)
     assert measure.recovery_seconds([], runs) == 0.0
-    assert measure.recovery_seconds([7.0], runs) is None
+    # After 5.5 only a cancelled run started: the queue never moved again.
+    assert measure.recovery_seconds([5.0], runs[:2] + runs[3:]) is None
+    # Nothing started after the last fault: nothing was left to run.
+    assert measure.recovery_seconds([2.0, 7.0], runs) == pytest.approx(2.0)
 
 
 def test_a_settle_stale_line_for_a_settle_that_landed_is_false() -> None:
