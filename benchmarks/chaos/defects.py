@@ -14,11 +14,7 @@ import time
 
 from benchmarks.chaos import measure
 from benchmarks.chaos.harness import Harness
-from benchmarks.chaos.inputs import admin_digits, bad_enqueue, worker_flags
 from benchmarks.chaos.measure import Faults, ScenarioResult
-
-__all__ = ["admin_digits", "bad_enqueue", "db_down_start", "dotted_import", "refused_outcome",
-           "undecodable_row", "unknown_job", "worker_flags"]
 
 SUCCEEDED = frozenset({"succeeded"})
 #: A bad row is settled failed (it may not run at all).

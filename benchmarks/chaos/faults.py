@@ -1,6 +1,6 @@
 """Scenarios of infrastructure faults under a running workload: SIGKILL churn of workers,
 ``pg_ctl restart`` (fast and immediate), ``pg_terminate_backend`` of the workers' backends, and
-the lost COMMIT reply of an immediate restart.
+settle replies lost after PostgreSQL committed them (``proxy``).
 
 Each runs a fleet of real workers on a queue of jobs (some capped at two runs fleet-wide),
 applies its fault while they run, waits for every job to finish, and judges the outcome from
@@ -29,6 +29,7 @@ def run_workload(h: Harness, name: str, fault: Fault, rng: random.Random, *, job
     """Queue ``jobs`` (a third capped), start ``workers`` (on ``port``, a proxy, if given),
     apply ``fault``, judge."""
     from benchmarks.chaos.jobs import CAP, capped_work, work
+    from django_ultjobs.registry import bulk_enqueue
 
     h.begin(name)
     fleet = h.start_fleet(workers, port=port)
@@ -36,8 +37,6 @@ def run_workload(h: Harness, name: str, fault: Fault, rng: random.Random, *, job
     calls = [capped_work.call(seconds=seconds) for _ in range(capped)]
     calls += [work.call(seconds=seconds) for _ in range(jobs - capped)]
     rng.shuffle(calls)
-    from django_ultjobs.registry import bulk_enqueue
-
     ids = h.db(lambda: bulk_enqueue(calls))
     faults = Faults(visibility_timeout=VISIBILITY_TIMEOUT)
     fault(h, fleet, faults, rng)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from benchmarks.chaos import defects, faults
+from benchmarks.chaos import defects, faults, inputs
 from benchmarks.chaos.harness import Harness
 from benchmarks.chaos.measure import ScenarioResult
 
@@ -18,9 +18,9 @@ SCENARIOS: dict[str, Scenario] = {
     "terminate": faults.terminate,
     "refused-outcome": defects.refused_outcome,
     "undecodable-row": defects.undecodable_row,
-    "bad-enqueue": defects.bad_enqueue,
-    "admin-digits": defects.admin_digits,
-    "worker-flags": defects.worker_flags,
+    "bad-enqueue": inputs.bad_enqueue,
+    "admin-digits": inputs.admin_digits,
+    "worker-flags": inputs.worker_flags,
     "db-down-start": defects.db_down_start,
     "unknown-job": defects.unknown_job,
     "dotted-import": defects.dotted_import,
