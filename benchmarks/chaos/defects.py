@@ -22,7 +22,8 @@ FAILED = frozenset({"failed", "unrun"})
 
 
 def _deadline(h: Harness) -> float:
-    return 10.0 if h.short else 30.0
+    # Generous: the CI machine may be busy; a wedged queue stays wedged however long we wait.
+    return 20.0 if h.short else 30.0
 
 
 def _wait_recovered(h: Harness, ids: list[int], since: float) -> float | None:
