@@ -33,6 +33,8 @@ PASSING = [
     "admin-digits",
     "worker-flags",
     "db-down-start",
+    "undecodable-row",
+    "bad-enqueue",
 ]
 
 
