@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 
 from ..models import InFlightJob, Job, JobAttempt, JobStatus, JobStep
 from ..operations import cancel_jobs, retry_jobs
@@ -198,6 +200,44 @@ def _back_to_detail(request: HttpRequest) -> HttpResponse | None:
     return None
 
 
+#: Why a cancel leaves a job alone, by the status it was found in (worded for any count).
+CANCEL_SKIPPED = {
+    JobStatus.SUCCEEDED: "already succeeded",
+    JobStatus.FAILED: "already failed",
+    JobStatus.CANCELLED: "already cancelled",
+    JobStatus.RUNNING: "running and already asked to stop",
+}
+#: Why a retry leaves a job alone, by the status it was found in.
+RETRY_SKIPPED = {
+    JobStatus.SUCCEEDED: "succeeded",
+    JobStatus.QUEUED: "still queued",
+    JobStatus.WAITING: "waiting",
+    JobStatus.RUNNING: "still running",
+}
+
+
+def _skipped(request: HttpRequest, changed: tuple[int, ...], reasons: dict[str, str]) -> str:
+    """Say which selected jobs an action left alone and why: ``1 already succeeded, 1 ...``.
+
+    Counted only over the ids the user ticked (a page at most). "Select all" over a filtered
+    million rows is not counted (that would read them all): the rest is named without a number.
+    """
+    if request.POST.get("select_across") == "1":
+        return "the other selected jobs" if changed else "every selected job"
+    selected = {job_id for value in request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+                if (job_id := parse_job_id(value)) is not None}
+    left = selected - set(changed)
+    if not left:
+        return ""
+    by_status = Counter(Job.objects.using(jobs_database()).filter(id__in=left)
+                        .values_list("status", flat=True))
+    parts = [f"{n} {reasons.get(status, status)}" for status, n in sorted(by_status.items())]
+    gone = len(left) - sum(by_status.values())
+    if gone:
+        parts.append(f"{gone} no longer in the database")
+    return f"{_plural(len(left), 'job')} ({', '.join(parts)})"
+
+
 @admin.action(permissions=["change"],
               description="Cancel selected jobs (queued now, running at their next heartbeat)")
 def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
@@ -209,17 +249,16 @@ def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
     _log(request, result.requested_ids,
          "Cancel requested from the admin while running: its worker cancels the run at its next "
          "heartbeat.")
+    done = []
     if result.cancelled:
-        modeladmin.message_user(request, f"Cancelled {_plural(result.cancelled, 'job')} "
-                                         "that had not started.", messages.SUCCESS)
+        done.append(f"Cancelled {_plural(result.cancelled, 'job')} that had not started.")
     if result.requested:
-        modeladmin.message_user(
-            request, f"Asked {_plural(result.requested, 'running job')} to stop: each is "
-                     "cancelled at its worker's next heartbeat.", messages.SUCCESS)
-    if not result.cancelled and not result.requested:
-        modeladmin.message_user(
-            request, "Nothing to cancel: only queued, waiting or running jobs can be cancelled "
-                     "(a running one once).", messages.WARNING)
+        done.append(f"Asked {_plural(result.requested, 'running job')} to stop: each is "
+                    "cancelled at its worker's next heartbeat.")
+    skipped = _skipped(request, result.cancelled_ids + result.requested_ids,
+                       CANCEL_SKIPPED)
+    _report(modeladmin, request, done, skipped, "Nothing was cancelled.",
+            "only queued, waiting or running jobs can be cancelled, a running one once")
     return _back_to_detail(request)
 
 
@@ -231,14 +270,23 @@ def retry_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
     result = retry_jobs(queryset, using=jobs_database())
     _log(request, result.retried_ids,
          "Retried from the admin: queued again, runnable now, one more attempt allowed.")
-    if result.retried:
-        modeladmin.message_user(request, f"Queued {_plural(result.retried, 'job')} again.",
-                                messages.SUCCESS)
-    else:
-        modeladmin.message_user(
-            request, "Nothing to retry: only failed or cancelled jobs can be retried.",
-            messages.WARNING)
+    done = [f"Queued {_plural(result.retried, 'job')} again."] if result.retried else []
+    skipped = _skipped(request, result.retried_ids, RETRY_SKIPPED)
+    _report(modeladmin, request, done, skipped, "Nothing was retried.",
+            "only failed or cancelled jobs can be retried")
     return _back_to_detail(request)
+
+
+def _report(modeladmin: admin.ModelAdmin, request: HttpRequest, done: list[str], skipped: str,
+            nothing: str, rule: str) -> None:
+    """Say what an action changed, then what it skipped and why (a warning, never silent)."""
+    for message in done:
+        modeladmin.message_user(request, message, messages.SUCCESS)
+    if skipped:
+        lead = "" if done else f"{nothing} "
+        modeladmin.message_user(request, f"{lead}Skipped {skipped}: {rule}.", messages.WARNING)
+    elif not done:
+        modeladmin.message_user(request, f"{nothing} {capfirst(rule)}.", messages.WARNING)
 
 
 # -- the detail page's history --------------------------------------------------------------------

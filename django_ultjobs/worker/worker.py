@@ -427,8 +427,10 @@ class Worker:
             tries += 1
             try:
                 self._prepare_database()
-                self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
-                                         self.options.threads, self.options.queues)
+                self.store.worker_upsert(
+                    self.worker_id, socket.gethostname(), os.getpid(), self.options.threads,
+                    self.options.queues, visibility_timeout=self.options.visibility_timeout,
+                    heartbeat_interval=self.options.heartbeat_interval)
                 return True
             except (DatabaseError, InterfaceError) as exc:
                 if self.store.schema_missing(exc):
