@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 
-from ..models import InFlightJob, Job, JobAttempt, JobStatus, JobStep
+from ..models import LIVE_STATUSES, InFlightJob, Job, JobAttempt, JobStatus, JobStep
 from ..operations import cancel_jobs, retry_jobs
 from ..registry import jobs_database, registered_jobs
 from .base import JobsAdmin, ReadOnlyInline
@@ -25,9 +25,9 @@ from .display import (
     EMPTY,
     MAX_SHOWN_INLINE,
     duration,
+    error_block,
     job_link,
     parse_job_id,
-    pre,
     pretty_json,
     seconds_between,
     stamp,
@@ -319,8 +319,8 @@ class AttemptInline(ReadOnlyInline):
 
     @admin.display(description="error")
     def error_display(self, obj: JobAttempt) -> SafeString | str:
-        """The run's error or traceback, escaped and cut."""
-        return pre(obj.error, MAX_SHOWN_INLINE)
+        """The run's exception line, its traceback expandable (escaped and cut)."""
+        return error_block(obj.error, MAX_SHOWN_INLINE)
 
 
 class StepInline(ReadOnlyInline):
@@ -357,23 +357,36 @@ class JobAdmin(JobListMixin, JobsAdmin):
     sortable_by = ("job_id",)
     actions = (cancel_selected, retry_selected)
     inlines = (AttemptInline, StepInline)
-    fieldsets = (
-        (None, {"fields": ("id", "name", "queue", "priority", "status_display", "attempt_of_max",
-                           "cancel_requested")}),
-        ("Lease", {"fields": ("worker", "claimed", "lease", "visible", "wait_event")}),
-        ("Call", {"fields": ("args_display", "kwargs_display", "result_display")}),
-        ("Origin", {"fields": ("enqueued_by", "traceparent", "tracestate", "created", "updated",
-                               "finished")}),
-        ("Last error", {"fields": ("last_error_display",)}),
-    )
     readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
                        "kwargs_display", "result_display", "last_error_display", "claimed",
-                       "visible", "created", "updated", "finished")
+                       "visible", "created", "updated", "finished", "outcome")
     claimed = stamp_field("claimed_at", "claimed")
     visible = stamp_field("visible_at", "visible at (the lease clock)")
     created = stamp_field("created_at", "enqueued")
     updated = stamp_field("updated_at", "updated")
     finished = stamp_field("finished_at", "finished")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        """Lay out a job's page with what an operator looks for first: state, outcome, error.
+
+        The lease clock (``visible_at``) is shown only while it means something: when a queued
+        job may run, when a running job's lease expires, when a waiting one wakes. On a finished
+        job it is the last heartbeat's leftover, and "in 17 s" would read as a run to come.
+        """
+        live = obj is None or obj.status in LIVE_STATUSES
+        state = ["status_display", "outcome", "attempt_of_max", "name", "queue", "id"]
+        if obj is not None and obj.last_error:
+            state.insert(2, "last_error_display")
+        lease = ("worker", "claimed", "lease", "visible", "wait_event") if live else \
+            ("worker", "claimed", "finished")
+        return (
+            (None, {"fields": state}),
+            ("Lease" if live else "Last run", {"fields": lease}),
+            ("Call", {"fields": ("args_display", "kwargs_display", "priority",
+                                 "cancel_requested")}),
+            ("Origin", {"fields": ("enqueued_by", "traceparent", "tracestate", "created",
+                                   "updated")}),
+        )
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
@@ -402,10 +415,21 @@ class JobAdmin(JobListMixin, JobsAdmin):
         """The stored result (after success), escaped and cut."""
         return EMPTY if obj.result is None else pretty_json(obj.result)
 
+    @admin.display(description="outcome")
+    def outcome(self, obj: Job) -> SafeString | str:
+        """What became of the job, in words: its result, why it stopped, or what comes next."""
+        if obj.status == JobStatus.SUCCEEDED:
+            return self.result_display(obj)
+        if obj.status == JobStatus.FAILED:
+            return f"failed after {_plural(obj.attempt, 'attempt')}: no retry left"
+        if obj.status == JobStatus.CANCELLED:
+            return "cancelled" + (" on request" if obj.cancel_requested else "")
+        return lease_text(obj)
+
     @admin.display(description="last error")
     def last_error_display(self, obj: Job) -> SafeString | str:
-        """The last traceback, pre-formatted."""
-        return pre(obj.last_error)
+        """The exception line of the last error, the traceback expandable."""
+        return error_block(obj.last_error)
 
 
 @admin.register(InFlightJob)

@@ -36,6 +36,7 @@ class HeldSlotAdmin(JobsAdmin):
     """Every lease row: one held (or lapsed, not yet taken over) fleet slot (rule 5)."""
 
     permission_model = JobLease
+    rows_have_pages = False
     list_display = ("key", "cap", "slot", "holder_worker", "holder_job", "acquired", "expires",
                     "lapsed", "runs_waiting")
     list_display_links = None
@@ -119,6 +120,7 @@ class LostSlotCancellationAdmin(JobsAdmin):
     """Runs cancelled because they lost their fleet slot (rule 8), and what became of the job."""
 
     permission_model = Job
+    rows_have_pages = False
     list_display = ("when", "job_display", "worker", "slot_held", "attempt", "then")
     list_display_links = None
     list_filter = (LostSlotSinceFilter, SlotKeyFilter)
