@@ -384,9 +384,19 @@ class JobAdmin(JobListMixin, JobsAdmin):
             ("Lease" if live else "Last run", {"fields": lease}),
             ("Call", {"fields": ("args_display", "kwargs_display", "priority",
                                  "cancel_requested")}),
-            ("Origin", {"fields": ("enqueued_by", "traceparent", "tracestate", "created",
+            # Folded (a <details>): who enqueued it and under which trace is looked up, not
+            # read first, and it made the page a screen longer.
+            ("Origin", {"classes": ("collapse",),
+                        "fields": ("enqueued_by", "traceparent", "tracestate", "created",
                                    "updated")}),
         )
+
+    def get_inlines(self, request: HttpRequest, obj: Job | None) -> Any:
+        """The attempts, and the steps only for a job that has some (most have none)."""
+        if obj is not None and not JobStep.objects.using(jobs_database()).filter(
+                job_id=obj.pk).exists():
+            return (AttemptInline,)
+        return self.inlines
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
