@@ -62,13 +62,18 @@ class WorkerAdmin(JobsAdmin):
         if obj.visibility_timeout is None:
             return (f"not recorded (judged by ULTJOBS[\"VISIBILITY_TIMEOUT\"], "
                     f"{get_settings().VISIBILITY_TIMEOUT:g} s)")
-        return (f"visibility timeout {obj.visibility_timeout:g} s, heartbeat every "
-                f"{obj.heartbeat_interval or 0:g} s")
+        return (f"visibility timeout {every(obj.visibility_timeout)}, heartbeat every "
+                f"{every(obj.heartbeat_interval or 0.0)}")
 
     @admin.display(description="state")
     def state(self, obj: Worker) -> SafeString | str:
         """``running``; ``late``; ``stopped``; or ``silent`` past its own visibility timeout."""
         return worker_state(obj, getattr(obj, "db_now", None))
+
+
+def every(seconds: float) -> str:
+    """Return a worker's flag value in seconds as it was given: ``0.2 s``, ``120 s``."""
+    return f"{seconds:g} s"
 
 
 def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
@@ -93,5 +98,5 @@ def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
     interval = worker.heartbeat_interval
     if interval and silent > 2 * interval:
         return format_html('running <span class="ultjobs-flag">late: no heartbeat for {} '
-                           '(every {})</span>', duration(silent), duration(interval))
+                           '(every {})</span>', duration(silent), every(interval))
     return "running"

@@ -49,6 +49,7 @@ if not CHROMIUM.exists() and not IN_CI:
 # Imported only once the browser is known to be there; selenium itself is a test dependency
 # (pyproject's "test" extra), so a missing one is an error, not a reason to skip.
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
@@ -204,7 +205,8 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
                 By.CSS_SELECTOR, f"input[name=_selected_action][value='{job_id}']").click()
         Select(browser.find_element(By.NAME, "action")).select_by_value("cancel_selected")
         browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
-        WebDriverWait(browser, 10).until(
+        # The old page's body goes stale when the action's answer replaces it: look again.
+        WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda d: "Asked 1 running job to stop" in body_text(d))
         assert "Skipped 1 job (1 already succeeded)" in body_text(browser)
 
