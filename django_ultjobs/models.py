@@ -223,6 +223,11 @@ class Worker(models.Model):
     last_seen_at = models.DateTimeField(db_default=Now())
     in_flight = models.PositiveIntegerField(default=0)
     stopped_at = models.DateTimeField(null=True, blank=True)
+    #: The worker's own ``--visibility-timeout`` and ``--heartbeat-interval`` (seconds): whether it
+    #: is late or silent is judged by its own clock, not the web process's setting. Null on rows
+    #: written before these were kept.
+    visibility_timeout = models.FloatField(null=True, blank=True)
+    heartbeat_interval = models.FloatField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.id

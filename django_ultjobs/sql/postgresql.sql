@@ -415,11 +415,15 @@ DELETE FROM django_ultjobs_joblease WHERE id IN (SELECT id FROM locked);
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.
 INSERT INTO django_ultjobs_worker
-    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at)
-VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queues)s::jsonb, {now}, {now}, 0, NULL)
+    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
+     visibility_timeout, heartbeat_interval)
+VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queues)s::jsonb, {now}, {now}, 0, NULL,
+        %(visibility_timeout)s::float8, %(heartbeat_interval)s::float8)
 ON CONFLICT (id) DO UPDATE
     SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, threads = EXCLUDED.threads,
-        queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL;
+        queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL,
+        visibility_timeout = EXCLUDED.visibility_timeout,
+        heartbeat_interval = EXCLUDED.heartbeat_interval;
 
 -- name: worker_touch
 -- Keep this worker's row fresh (once per ticker tick).

@@ -272,11 +272,15 @@ WHERE EXISTS (
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.
 INSERT INTO django_ultjobs_worker
-    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at)
-VALUES (:id, :hostname, :pid, :threads, :queues, {now}, {now}, 0, NULL)
+    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
+     visibility_timeout, heartbeat_interval)
+VALUES (:id, :hostname, :pid, :threads, :queues, {now}, {now}, 0, NULL,
+        :visibility_timeout, :heartbeat_interval)
 ON CONFLICT (id) DO UPDATE
     SET hostname = excluded.hostname, pid = excluded.pid, threads = excluded.threads,
-        queues = excluded.queues, last_seen_at = excluded.last_seen_at, stopped_at = NULL;
+        queues = excluded.queues, last_seen_at = excluded.last_seen_at, stopped_at = NULL,
+        visibility_timeout = excluded.visibility_timeout,
+        heartbeat_interval = excluded.heartbeat_interval;
 
 -- name: worker_touch
 -- Keep this worker's row fresh (once per ticker tick).

@@ -461,12 +461,15 @@ class JobStore(LeaseStore):
     # -- workers ------------------------------------------------------------------------------
 
     def worker_upsert(self, worker_id: str, hostname: str, pid: int, threads: int,
-                      queues: Sequence[str]) -> None:
-        """Register this worker process."""
+                      queues: Sequence[str], *, visibility_timeout: float | None = None,
+                      heartbeat_interval: float | None = None) -> None:
+        """Register this worker process, with the lease timings it runs under."""
         with self.cursor() as cur:
             cur.execute(self.sql["worker_upsert"], {
                 "id": worker_id, "hostname": hostname, "pid": pid, "threads": threads,
-                "queues": json.dumps(list(queues)), "now": self.now_param()})
+                "queues": json.dumps(list(queues)), "now": self.now_param(),
+                "visibility_timeout": visibility_timeout,
+                "heartbeat_interval": heartbeat_interval})
 
     def worker_touch(self, worker_id: str, in_flight: int) -> None:
         """Keep this worker's row fresh."""

@@ -425,8 +425,10 @@ class Worker:
             try:
                 # Registering first: a database nobody migrated is refused before the worker
                 # changes anything in it (the WAL switch).
-                self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
-                                         self.options.threads, self.options.queues)
+                self.store.worker_upsert(
+                    self.worker_id, socket.gethostname(), os.getpid(), self.options.threads,
+                    self.options.queues, visibility_timeout=self.options.visibility_timeout,
+                    heartbeat_interval=self.options.heartbeat_interval)
                 registered = True
                 self._prepare_database()
                 return True
