@@ -11,6 +11,9 @@ from django.db import connections
 from .conf import get_settings
 from .exceptions import JobConfigurationError
 
+#: The largest JSON string PostgreSQL's jsonb holds (2**28 - 1 bytes).
+MAX_STORABLE_RESULT = 268_435_455
+
 
 @register("django_ultjobs")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -33,6 +36,21 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             f"DATABASES[{conf.DATABASE!r}] is {vendor}; django_ultjobs runs on PostgreSQL "
             "and SQLite",
             id="django_ultjobs.E003",
+        ))
+    limit = conf.MAX_RESULT_BYTES
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        messages.append(Error(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit!r}; it must be a whole number of bytes, "
+            "at least 1",
+            hint="Leave it out for the default, 4 MiB (4194304).",
+            id="django_ultjobs.E010",
+        ))
+    elif limit > MAX_STORABLE_RESULT:
+        messages.append(Error(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL cannot store a JSON string "
+            f"over {MAX_STORABLE_RESULT} bytes, so such results would fail anyway",
+            hint="Keep big data out of results: store it elsewhere and return a reference.",
+            id="django_ultjobs.E011",
         ))
     if conf.HEARTBEAT_INTERVAL * 2 > conf.VISIBILITY_TIMEOUT:
         messages.append(Warning(
