@@ -292,6 +292,11 @@ class JobStore(LeaseStore):
         waited out (rule 30). Engines add their own codes."""
         return isinstance(exc, (ValueError, TypeError, OverflowError, RecursionError))
 
+    def refusal_reason(self, exc: BaseException) -> str:
+        """The database's own words for a refusal, in one line (engines add their detail)."""
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
     def schema_missing(self, exc: BaseException) -> bool:
         """Whether ``exc`` says a table or column of this package does not exist in the
         database: a database nobody migrated, which no wait will fix (engines override)."""

@@ -105,6 +105,14 @@ class PostgresStore(JobStore):
                 return True
         return False
 
+    def refusal_reason(self, exc: BaseException) -> str:
+        # The DETAIL line says what was refused ("\u0000 cannot be converted to text", "jsonb
+        # strings cannot exceed 268435455 bytes"); the CONTEXT lines repeat the parameter.
+        reason = super().refusal_reason(exc)
+        diag = getattr(exc.__cause__, "diag", None)
+        detail = getattr(diag, "message_detail", None)
+        return f"{reason} ({detail.strip()})" if detail else reason
+
     def spoils_connection(self, exc: BaseException) -> bool:
         # A prepared statement that fails the same way at every later run on this connection,
         # where a new connection prepares afresh: "prepared statement "_pg3_0" does not exist"

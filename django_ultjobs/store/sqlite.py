@@ -204,7 +204,8 @@ class SQLiteStore(JobStore):
             row["token"] = uuid.UUID(row["token"]).hex
             # Stored as JSON text, as Django's JSONField keeps it on SQLite.
             if row["wait_match"] is not None:
-                row["wait_match"] = json.dumps(row["wait_match"], separators=(",", ":"))
+                row["wait_match"] = json.dumps(row["wait_match"], separators=(",", ":"),
+                                               allow_nan=False)
         batch = dumps_batch(rows)
         now = self.now_param()
         with self._write() as cur:

@@ -25,7 +25,7 @@ from django.db import connections
 from ..logs import log_event
 from ..store import JobStore, Settlement
 from ..store.base import settlement_size
-from .executor import describe, unstorable
+from .executor import unstorable
 from .fleet_slots import FleetSlots
 from .runs import Run, RunRegistry
 
@@ -203,7 +203,7 @@ class Completer:
         if len(batch) == 1:
             return self._replace(batch[0], exc)
         log_event(logger, logging.DEBUG, "jobs.worker.settle-split", worker_id=self.worker_id,
-                  runs=len(batch), error=_first_line(exc))
+                  runs=len(batch), error=self.store.refusal_reason(exc))
         half = len(batch) // 2
         left = self._write(batch[:half])
         if left:
@@ -216,7 +216,7 @@ class Completer:
 
         Its replacement holds nothing but the run's own fields and a short error; should even
         that be refused, the run is left to its lease, as a dead worker's would be."""
-        reason = _first_line(exc)
+        reason = self.store.refusal_reason(exc)
         if item.refused >= 2:
             log_event(logger, logging.ERROR, "jobs.worker.settle-abandoned",
                       worker_id=self.worker_id, job_id=item.run.id, error=reason,
@@ -293,8 +293,3 @@ class Completer:
         if self.on_written is not None:
             self.on_written()
 
-
-def _first_line(exc: BaseException) -> str:
-    """The database's own words for a refusal, without the driver's context lines."""
-    lines = describe(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
