@@ -46,11 +46,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             id="django_ultjobs.E010",
         ))
     elif limit > MAX_STORABLE_RESULT:
-        messages.append(Error(
-            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL cannot store a JSON string "
-            f"over {MAX_STORABLE_RESULT} bytes, so such results would fail anyway",
+        # A warning: such a result still ends well, failed by the database's refusal (rule 30),
+        # only later and dearer than the worker's own check would have.
+        messages.append(Warning(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL refuses a JSON string over "
+            f"{MAX_STORABLE_RESULT} bytes, so a result that large fails all the same",
             hint="Keep big data out of results: store it elsewhere and return a reference.",
-            id="django_ultjobs.E011",
+            id="django_ultjobs.W010",
         ))
     if conf.HEARTBEAT_INTERVAL * 2 > conf.VISIBILITY_TIMEOUT:
         messages.append(Warning(
