@@ -187,3 +187,25 @@ def test_postgresql_refusing_a_jsonb_string_over_256_mb_fails_that_job_alone(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0, worker_processes.logs()
     assert RunLog.objects.using("postgres").filter(job_id__in=[*good, later]).count() == 21
+
+
+def test_a_refused_outcome_then_sigterm_runs_no_body_twice(
+        worker_processes: WorkerProcesses) -> None:
+    # The deploy after a refusal: before rule 30 the completer retried the refused batch for
+    # ever, the claim loop ran bodies until 1,000 outcomes waited (or the drain came first), and SIGTERM dropped them; the
+    # next worker ran every one of those bodies again. Now the refused run fails alone, every
+    # other outcome is written, and a drain loses nothing.
+    flags = ("--threads", "8", "--poll-interval", "0.05", "--visibility-timeout", "2",
+             "--heartbeat-interval", "0.5")
+    env = {"ULTJOBS_TEST_SQLITE_MAX_LENGTH": "1000000"}
+    bad = sized_result.using(max_attempts=1).enqueue(1_200_000).id
+    good = record.bulk_enqueue([()] * 600)
+    first = worker_processes.start("default", *flags, env=env)
+    wait_until(lambda: RunLog.objects.filter(job_id__in=good).count() >= 500, timeout=120,
+               message="most bodies ran")
+    first.send_signal(signal.SIGTERM)
+    first.wait(60)
+    worker_processes.start("default", *flags, env=env)
+    wait_until(_settled_all("default", good, bad), timeout=120, message="every job settled")
+    runs = RunLog.objects.filter(job_id__in=good).count()
+    assert runs == len(good), f"{runs - len(good)} bodies ran twice"
