@@ -192,9 +192,9 @@ def test_postgresql_refusing_a_jsonb_string_over_256_mb_fails_that_job_alone(
 def test_a_refused_outcome_then_sigterm_runs_no_body_twice(
         worker_processes: WorkerProcesses) -> None:
     # The deploy after a refusal: before rule 30 the completer retried the refused batch for
-    # ever, the claim loop ran bodies until 1,000 outcomes waited (or the drain came first), and SIGTERM dropped them; the
-    # next worker ran every one of those bodies again. Now the refused run fails alone, every
-    # other outcome is written, and a drain loses nothing.
+    # ever, the claim loop ran bodies until 1,000 outcomes waited, and SIGTERM dropped every
+    # outcome not written; the next worker ran each of those bodies again (here 499 of 600).
+    # Now the refused run fails alone, every other outcome is written, and a drain loses nothing.
     flags = ("--threads", "8", "--poll-interval", "0.05", "--visibility-timeout", "2",
              "--heartbeat-interval", "0.5")
     env = {"ULTJOBS_TEST_SQLITE_MAX_LENGTH": "1000000"}
@@ -209,3 +209,33 @@ def test_a_refused_outcome_then_sigterm_runs_no_body_twice(
     wait_until(_settled_all("default", good, bad), timeout=120, message="every job settled")
     runs = RunLog.objects.filter(job_id__in=good).count()
     assert runs == len(good), f"{runs - len(good)} bodies ran twice"
+
+
+def test_many_large_results_are_written_in_batches_postgresql_accepts(
+        pg_alias: str) -> None:
+    # 60 results of 5 MB waiting together (a settle outage held them): in one batch, 300 MB,
+    # past the 256 MB PostgreSQL allows a jsonb array ("total size of jsonb array elements
+    # exceeds the maximum"), and refused whole. Batches are bounded by bytes (rule 31), and the
+    # backlog too (claiming stops at 128 MB), so each batch is written as it is.
+    outage = threading.Event()
+    outage.set()
+
+    class SettleOutage(engine_store(pg_alias)):  # type: ignore[misc,valid-type]
+        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+            if outage.is_set():
+                raise OperationalError("the database system is starting up")
+            return super().settle(settlements, worker_id)
+
+    ids = sized_result.bulk_enqueue([(5_000_000,)] * 60)
+    with override_settings(ULTJOBS={"DATABASE": pg_alias, "MAX_RESULT_BYTES": 6_000_000}), \
+            running_worker(pg_alias, store=SettleOutage(pg_alias), threads=8,
+                           visibility_timeout=30.0) as worker:
+        # As many outcomes as the worker lets wait: all 60 without a byte bound.
+        wait_until(lambda: worker.completer.pending == 60 or (
+            worker.pool.busy == 0 and worker.completer.pending >= 20), timeout=120)
+        time.sleep(0.5)
+        outage.clear()
+        wait_until(lambda: Job.objects.using(pg_alias).filter(id__in=ids, status="succeeded")
+                   .count() == len(ids), timeout=120, message="every job succeeded")
+        assert worker.completer.unstorable == 0
+    assert JobAttempt.objects.using(pg_alias).filter(job_id__in=ids).count() == len(ids)
