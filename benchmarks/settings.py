@@ -19,7 +19,9 @@ DATABASES = {
     "sqlite": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(_TMP / "ultjobs-bench.sqlite3"),
-        "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+        # As docs/deployment.md recommends for SQLite in production.
+        "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE",
+                    "init_command": "PRAGMA journal_mode=WAL;"},
     },
     "postgres": {
         "ENGINE": "django.db.backends.postgresql",

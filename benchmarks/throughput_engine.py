@@ -68,16 +68,22 @@ def single_enqueue_ms(count: int, in_transaction: bool) -> float:
     return statistics.median(timings) * 1000
 
 
-def drain(threads: int) -> float:
-    """Drain every queued job with one real worker process; jobs/s from first claim to last
-    settle (the database's own timestamps), so process start-up is not counted."""
+def drain(threads: int, processes: int) -> float:
+    """Drain every queued job with ``processes`` real worker processes at once; jobs/s from first
+    claim to last settle (the database's own timestamps), so process start-up is not counted."""
     queued = Job.objects.using(ALIAS).filter(status="queued").count()
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    subprocess.run(
-        [sys.executable, "-m", "django", "runjobworker", "--database", ALIAS, "--burst",
-         "--threads", str(threads), "--visibility-timeout", "60", "--heartbeat-interval", "10"],
-        env=env, cwd=REPO, check=True,
-    )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "django", "runjobworker", "--database", ALIAS, "--burst",
+             "--threads", str(threads), "--visibility-timeout", "60",
+             "--heartbeat-interval", "10"],
+            env=env, cwd=REPO)
+        for _ in range(processes)
+    ]
+    failed = [w.args for w in workers if w.wait() != 0]
+    if failed:
+        raise SystemExit(f"{len(failed)} worker process(es) failed")
     done = Job.objects.using(ALIAS).filter(status="succeeded")
     if done.count() != queued:
         raise SystemExit(f"drain left {queued - done.count()} jobs unfinished")
@@ -125,12 +131,12 @@ def naive_baseline(jobs: int) -> float:
 
 
 def main() -> None:
-    jobs, threads, baseline_jobs = (int(a) for a in sys.argv[1:4])
+    jobs, threads, baseline_jobs, processes = (int(a) for a in sys.argv[1:5])
     reset_database()
     bulk = bulk_enqueue(jobs)
     commit_ms = single_enqueue_ms(300, in_transaction=False)
     txn_ms = single_enqueue_ms(300, in_transaction=True)
-    rate = drain(threads)
+    rate = drain(threads, processes)
     baseline = naive_baseline(baseline_jobs)
     print(f"bulk={bulk}")
     print(f"single_commit_ms={commit_ms}")

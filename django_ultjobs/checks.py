@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -37,23 +38,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             "and SQLite",
             id="django_ultjobs.E003",
         ))
-    limit = conf.MAX_RESULT_BYTES
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        messages.append(Error(
-            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit!r}; it must be a whole number of bytes, "
-            "at least 1",
-            hint="Leave it out for the default, 4 MiB (4194304).",
-            id="django_ultjobs.E010",
-        ))
-    elif limit > MAX_STORABLE_RESULT:
-        # A warning: such a result still ends well, failed by the database's refusal (rule 30),
-        # only later and dearer than the worker's own check would have.
-        messages.append(Warning(
-            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL refuses a JSON string over "
-            f"{MAX_STORABLE_RESULT} bytes, so a result that large fails all the same",
-            hint="Keep big data out of results: store it elsewhere and return a reference.",
-            id="django_ultjobs.W010",
-        ))
+    messages.extend(_check_result_bound(conf.MAX_RESULT_BYTES))
+    if vendor == "sqlite":
+        messages.extend(_check_sqlite_writers(conf.DATABASE))
     if conf.HEARTBEAT_INTERVAL * 2 > conf.VISIBILITY_TIMEOUT:
         messages.append(Warning(
             "ULTJOBS HEARTBEAT_INTERVAL is more than half of VISIBILITY_TIMEOUT: one failed "
@@ -62,6 +49,86 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             id="django_ultjobs.W001",
         ))
     return messages
+
+
+def _check_result_bound(limit: object) -> list[CheckMessage]:
+    """``MAX_RESULT_BYTES``: a positive whole number; past what PostgreSQL can store, a warning
+    (such a result still ends well, failed by the database's refusal (rule 30), only later and
+    dearer than the worker's own check would have)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return [Error(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit!r}; it must be a whole number of bytes, "
+            "at least 1",
+            hint="Leave it out for the default, 4 MiB (4194304).",
+            id="django_ultjobs.E020",
+        )]
+    if limit > MAX_STORABLE_RESULT:
+        return [Warning(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL refuses a JSON string over "
+            f"{MAX_STORABLE_RESULT} bytes, so a result that large fails all the same",
+            hint="Keep big data out of results: store it elsewhere and return a reference.",
+            id="django_ultjobs.W020",
+        )]
+    return []
+
+
+# -- SQLite in production --------------------------------------------------------------------------
+
+#: The busy timeout below which a worker fleet and a web process on one SQLite file give up on
+#: each other's writes ("database is locked") in ordinary bursts; Python's default is 5 s.
+_MIN_SQLITE_TIMEOUT = 5.0
+
+
+def _check_sqlite_writers(alias: str) -> list[CheckMessage]:
+    """Warn when the SQLite jobs database lets a transaction fail instead of waiting its turn."""
+    from .store.sqlite import WRITER_MODES, transaction_mode
+
+    connection = connections[alias]
+    if connection.is_in_memory_db():
+        return []
+    options = connection.settings_dict.get("OPTIONS") or {}
+    messages: list[CheckMessage] = []
+    mode = transaction_mode(alias)
+    if mode not in WRITER_MODES:
+        messages.append(Warning(
+            f"DATABASES[{alias!r}] is SQLite in {mode.lower()} transaction mode: a transaction "
+            "of yours that reads before it enqueues a job (or writes anything) fails with "
+            "\"database is locked\" whenever another connection wrote in between, instead of "
+            "waiting for its turn",
+            hint=_transaction_mode_hint(connection, alias),
+            id="django_ultjobs.W010",
+        ))
+    timeout = _busy_timeout(options)
+    if timeout < _MIN_SQLITE_TIMEOUT:
+        messages.append(Warning(
+            f"DATABASES[{alias!r}] is SQLite with a busy timeout of {timeout:g} s: a write "
+            "that waits longer than that for the workers' writes fails with \"database is "
+            "locked\"",
+            hint=f"Set DATABASES[{alias!r}]['OPTIONS']['timeout'] = 30 (seconds).",
+            id="django_ultjobs.W011",
+        ))
+    return messages
+
+
+def _transaction_mode_hint(connection: Any, alias: str) -> str:
+    if "IMMEDIATE" in getattr(connection, "transaction_modes", ()):
+        return (f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE': every "
+                "transaction then begins as the writer and waits out the busy timeout.")
+    return ("This Django has no OPTIONS['transaction_mode'] (Django 5.1 added it): upgrade "
+            "Django, or make the first statement of each transaction that enqueues a write.")
+
+
+def _busy_timeout(options: dict[str, Any]) -> float:
+    """The busy timeout in seconds: a ``PRAGMA busy_timeout`` in ``init_command`` wins (it runs
+    after Python's ``timeout`` is set), else ``timeout``, else Python's default of 5 s."""
+    pragma = re.search(r"busy_timeout\s*=\s*(\d+)", str(options.get("init_command") or ""),
+                       re.IGNORECASE)
+    if pragma:
+        return int(pragma.group(1)) / 1000
+    try:
+        return float(options.get("timeout", 5.0))
+    except (TypeError, ValueError):
+        return 0.0
 
 
 # -- the django.tasks backend ---------------------------------------------------------------------

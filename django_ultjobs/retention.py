@@ -7,10 +7,10 @@ long lock or a long transaction against the claim.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Min, Q
+from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
 from .models import FINISHED_STATUSES, LIVE_STATUSES, Job, JobAttempt, JobEvent, JobStep, Worker
@@ -27,14 +27,25 @@ class Pruned:
     workers: int = 0
 
 
-def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000) -> Pruned:
-    """Delete what finished more than ``older_than`` ago; return the counts."""
+def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
+          dry_run: bool = False) -> Pruned:
+    """Delete what finished more than ``older_than`` ago; return the counts.
+
+    With ``dry_run`` nothing is deleted: the counts are of what would be.
+    """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     cutoff = timezone.now() - older_than
+    finished = _finished_jobs(using, cutoff)
+    if dry_run:
+        return Pruned(
+            jobs=finished.count(),
+            attempts=JobAttempt.objects.using(using).filter(job__in=finished).count(),
+            steps=JobStep.objects.using(using).filter(job__in=finished).count(),
+            events=_old_events(using, cutoff).count(),
+            workers=_dead_workers(using, cutoff).count(),
+        )
     jobs = attempts = steps = 0
-    finished = Job.objects.using(using).filter(status__in=FINISHED_STATUSES,
-                                               finished_at__lt=cutoff)
     while True:
         ids = list(finished.order_by("finished_at").values_list("id", flat=True)[:batch_size])
         if not ids:
@@ -44,12 +55,23 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000) -> Prun
             steps += JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
             _, deleted = Job.objects.using(using).filter(id__in=ids).delete()
             jobs += deleted.get(Job._meta.label, 0)
+    events = _old_events(using, cutoff).delete()[0]
+    workers = _dead_workers(using, cutoff).delete()[0]
+    return Pruned(jobs=jobs, attempts=attempts, steps=steps, events=events, workers=workers)
+
+
+def _finished_jobs(using: str, cutoff: datetime) -> QuerySet[Job]:
+    return Job.objects.using(using).filter(status__in=FINISHED_STATUSES, finished_at__lt=cutoff)
+
+
+def _old_events(using: str, cutoff: datetime) -> QuerySet[JobEvent]:
     # An event counts for every job enqueued before it that has not finished (a queued or
     # running job may reach its wait later), so keep every event newer than the oldest of them.
     oldest_waiting = Job.objects.using(using).filter(status__in=LIVE_STATUSES).aggregate(
         oldest=Min("created_at"))["oldest"]
     event_cutoff = cutoff if oldest_waiting is None else min(cutoff, oldest_waiting)
-    events = JobEvent.objects.using(using).filter(created_at__lt=event_cutoff).delete()[0]
-    workers = Worker.objects.using(using).filter(
-        Q(stopped_at__lt=cutoff) | Q(last_seen_at__lt=cutoff)).delete()[0]
-    return Pruned(jobs=jobs, attempts=attempts, steps=steps, events=events, workers=workers)
+    return JobEvent.objects.using(using).filter(created_at__lt=event_cutoff)
+
+
+def _dead_workers(using: str, cutoff: datetime) -> QuerySet[Worker]:
+    return Worker.objects.using(using).filter(Q(stopped_at__lt=cutoff) | Q(last_seen_at__lt=cutoff))

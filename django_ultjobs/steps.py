@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import transaction
-
 from . import jsonargs
 from .cancel import CancelScope
 from .exceptions import EventTimeoutError, JobArgumentError, LeaseLostError, StepError
@@ -132,8 +130,9 @@ class StepLedger:
     def _run_step(self, name: str, fn: Callable[[], T], atomic: bool) -> T:
         if atomic:
             # The function's writes to the jobs database and the step's record commit together
-            # or not at all; a fence that fails rolls both back.
-            with transaction.atomic(using=self.store.alias):
+            # or not at all; a fence that fails rolls both back. Begun as a writer: ``fn`` may
+            # read before it writes (rule 21).
+            with self.store.write_transaction():
                 result = fn()
                 self._check_result(name, result)
                 self._save(name, "done", result)

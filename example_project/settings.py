@@ -13,6 +13,8 @@ from pathlib import Path
 
 import environ
 
+from example_project.database_url import database_from_env
+
 BASE_DIR = Path(__file__).resolve().parent  # example_project/
 REPO_DIR = BASE_DIR.parent
 
@@ -65,16 +67,16 @@ TEMPLATES = [
 # SQLite by default: the job tables live beside the shop's own, so enqueueing joins the view's
 # transaction. WAL lets the web process read while a worker writes; the timeout lets writers
 # queue for the lock instead of failing with "database is locked".
-DATABASES = {
-    "default": env.db(
-        "DATABASE_URL",
-        default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
-    ),
-}
+# A DATABASE_URL that cannot be read, or names an engine the jobs do not run on, stops here with
+# one line saying what to write instead (example_project/database_url.py).
+DATABASES = {"default": database_from_env(env, default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"}
+        # SQLite in production (docs/deployment.md): wait up to 30 s for the single writer,
+        # begin every transaction as the writer, and let readers run beside it (WAL).
+        {"timeout": 30, "transaction_mode": "IMMEDIATE",
+         "init_command": "PRAGMA journal_mode=WAL;"}
     )
 
 ULTJOBS = {"DATABASE": "default"}

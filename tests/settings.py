@@ -66,6 +66,13 @@ if os.environ.get("ULTJOBS_TEST_PREPARE_THRESHOLD"):
 if os.environ.get("ULTJOBS_TEST_SQLITE_BARE"):
     DATABASES["default"]["OPTIONS"] = {"timeout": 0.1}
 
+# The suite runs SQLite in Django's default (deferred) transaction mode, the mode the library's
+# own transactions must hold under (rule 21). ULTJOBS_TEST_SQLITE_TRANSACTION_MODE=IMMEDIATE runs
+# it (or a worker process of a test) as the deployment docs recommend.
+if os.environ.get("ULTJOBS_TEST_SQLITE_TRANSACTION_MODE"):
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = (
+        os.environ["ULTJOBS_TEST_SQLITE_TRANSACTION_MODE"])
+
 # Worker processes started by the tests connect straight to the test databases.
 if os.environ.get("ULTJOBS_USE_TEST_DATABASES"):
     for _db in DATABASES.values():
@@ -107,3 +114,16 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_ultjobs": {"handlers": ["console"], "level": "INFO"}},
 }
+
+# Worker processes of the console-log tests run as in a new project: no LOGGING at all, or one
+# that configures the root logger only.
+if os.environ.get("ULTJOBS_TEST_LOGGING") == "none":
+    del LOGGING
+elif os.environ.get("ULTJOBS_TEST_LOGGING") == "root":
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"tagged": {"format": "PROJECT %(levelname)s %(message)s"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "tagged"}},
+        "root": {"handlers": ["console"], "level": "INFO"},
+    }

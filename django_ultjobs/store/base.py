@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
@@ -269,6 +269,15 @@ class JobStore(LeaseStore):
             elif not conn.is_usable():
                 conn.close()
             raise
+
+    def write_transaction(self) -> AbstractContextManager[Any]:
+        """``transaction.atomic()`` on the jobs database, for a block that reads, then writes.
+
+        Engines whose default transaction cannot do that under contention override it (SQLite
+        begins it as the writer). Inside an open ``atomic`` block this is a savepoint of the
+        caller's transaction, which began the way the caller's began.
+        """
+        return transaction.atomic(using=self.alias)
 
     def in_callers_transaction(self, conn: BaseDatabaseWrapper) -> bool:
         """Whether the caller has a transaction open on ``conn`` (an ``atomic`` block, engines

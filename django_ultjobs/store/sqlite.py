@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db import connections, transaction
+
 from .base import (
     ClaimBatch,
     ClaimedJob,
@@ -28,6 +30,17 @@ from .base import (
 
 #: SQLITE_TOOBIG, SQLITE_CONSTRAINT, SQLITE_MISMATCH: a statement refused for its values.
 _REFUSED_CODES = (sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH)
+
+#: Django's SQLite transaction modes that begin a transaction as the writer (in WAL the two are
+#: one: EXCLUSIVE takes the same lock as IMMEDIATE).
+WRITER_MODES = frozenset({"IMMEDIATE", "EXCLUSIVE"})
+
+
+def transaction_mode(alias: str) -> str:
+    """How the project's transactions on SQLite alias ``alias`` begin (``DEFERRED`` unless
+    ``OPTIONS["transaction_mode"]`` says otherwise), upper case."""
+    options = connections[alias].settings_dict.get("OPTIONS") or {}
+    return str(options.get("transaction_mode") or "DEFERRED").upper()
 
 
 class SQLiteStore(JobStore):
@@ -104,6 +117,37 @@ class SQLiteStore(JobStore):
                 cur.execute("ROLLBACK")
                 raise
             cur.execute("COMMIT")
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        """``atomic()`` begun as the writer (``BEGIN IMMEDIATE``), whatever the project's
+        ``OPTIONS["transaction_mode"]`` (rule 21).
+
+        Under Django's default (deferred) mode, a transaction that reads first holds a snapshot;
+        if another connection commits before its first write, that write fails at once with
+        "database is locked" (SQLite cannot move a snapshot forward, so its busy timeout never
+        applies). Begun as the writer, it waits its turn under the busy timeout instead, and
+        nobody can write between its reads and its writes.
+
+        Inside an ``atomic`` block already open on this connection it is a savepoint: the
+        transaction began as the caller's did, and the mode cannot change after ``BEGIN``.
+        """
+        conn = self.connection
+        if conn.in_atomic_block:
+            with transaction.atomic(using=self.alias):
+                yield
+            return
+        # Connected first: connecting sets ``transaction_mode`` from the settings again.
+        conn.ensure_connection()
+        project_mode = conn.transaction_mode
+        conn.transaction_mode = "IMMEDIATE"
+        try:
+            with transaction.atomic(using=self.alias):
+                # BEGIN has run; savepoints and later transactions are the project's again.
+                conn.transaction_mode = project_mode
+                yield
+        finally:
+            conn.transaction_mode = project_mode
 
     def claim(
         self,

@@ -13,6 +13,10 @@ from ..exceptions import JobConfigurationError
 #: The longest any of the worker's durations may be: one day. Past it a value is a typo, and far
 #: enough past it (1e12 s) a sleep or a lease's timedelta overflows after the worker started.
 MAX_SECONDS = 86_400.0
+#: The most executor threads one process may run. Each thread costs a stack (8 MB reserved) and,
+#: once its body touches the ORM, a database connection; far past this count a process hits the
+#: system's thread limit after starting hundreds of them. Run more processes instead.
+MAX_THREADS = 1024
 
 
 def default_worker_id() -> str:
@@ -51,8 +55,11 @@ class WorkerOptions:
         self._check_seconds()
         if not self.queues or any(not q for q in self.queues):
             raise JobConfigurationError("--queue needs at least one non-empty queue name")
-        if self.threads < 1:
-            raise JobConfigurationError(f"--threads must be at least 1, not {self.threads}")
+        if not 1 <= self.threads <= MAX_THREADS:
+            raise JobConfigurationError(
+                f"--threads must be from 1 to {MAX_THREADS}, not {self.threads}; for more jobs "
+                "at once, run more worker processes"
+            )
         if self.visibility_timeout <= 0 or self.heartbeat_interval <= 0:
             raise JobConfigurationError(
                 "--visibility-timeout and --heartbeat-interval must be positive"
@@ -67,8 +74,6 @@ class WorkerOptions:
             )
         if self.poll_interval <= 0:
             raise JobConfigurationError("--poll-interval must be positive")
-        if self.grace_period < 0 or self.cancel_wait < 0:
-            raise JobConfigurationError("--grace-period and --cancel-wait cannot be negative")
 
     def _check_seconds(self) -> None:
         """Refuse a duration that is not a number, is infinite, or is past ``MAX_SECONDS``.

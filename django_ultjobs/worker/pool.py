@@ -144,7 +144,8 @@ class ExecutorPool:
             self._freed.notify_all()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.ident is not None:  # not those a failed start never started
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _next(self) -> Run | None:
         """The next queued run, or None once the pool stops and nothing is queued."""

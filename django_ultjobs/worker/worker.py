@@ -119,11 +119,7 @@ class Worker:
 
     def _serve(self) -> None:
         """Start the threads, claim until stopped, then drain."""
-        self.pool.start()
-        self.ticker.start()
-        self.completer.start()
-        if self.listener is not None:
-            self.listener.start()
+        self._start_threads()
         log_event(logger, logging.INFO, "jobs.worker.started", worker_id=self.worker_id,
                   queues=",".join(self.options.queues), threads=self.options.threads,
                   visibility_timeout=self.options.visibility_timeout,
@@ -431,12 +427,16 @@ class Worker:
         """
         deadline = time.monotonic() + self.options.connect_timeout
         tries = 0
+        registered = False
         while True:
             tries += 1
             try:
-                self._prepare_database()
+                # Registering first: a database nobody migrated is refused before the worker
+                # changes anything in it (the WAL switch).
                 self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
                                          self.options.threads, self.options.queues)
+                registered = True
+                self._prepare_database()
                 return True
             except (DatabaseError, InterfaceError) as exc:
                 if self.store.schema_missing(exc):
@@ -444,14 +444,54 @@ class Worker:
                 delay = min(START_BACKOFF_MAX, START_BACKOFF_FIRST * 2 ** min(tries - 1, 8),
                             deadline - time.monotonic())
                 if delay <= 0:
+                    if registered:
+                        self._mark_stopped()
                     raise DatabaseUnavailableError(self._unavailable_message(exc, tries)) \
                         from exc
                 log_event(logger, logging.WARNING, "jobs.worker.database-unavailable",
                           worker_id=self.worker_id, database=self.store.alias, tries=tries,
                           error=_one_line(exc), retry_in=round(delay, 2))
             if self._stopping.wait(delay):
+                if registered:
+                    self._mark_stopped()
                 log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
                 return False
+
+    def _start_threads(self) -> None:
+        """Start the pool, ticker, completer and listener; if the system refuses a thread, stop
+        what started and mark this worker's row stopped, which would otherwise show as a
+        silent worker for ever (rule 15)."""
+        # The pool stops even the part of it that started before a thread was refused.
+        stops: list[Callable[[], None]] = [lambda: self.pool.stop(timeout=0.5)]
+        parts: list[tuple[Callable[[], None], Callable[[], None]]] = [
+            (self.ticker.start, self.ticker.stop),
+            (self.completer.start, lambda: self.completer.stop(timeout=0.0)),
+        ]
+        if self.listener is not None:
+            parts.append((self.listener.start, self.listener.stop))
+        try:
+            self.pool.start()
+            for start, stop in parts:
+                start()
+                stops.append(stop)
+        except RuntimeError as exc:  # "can't start new thread": the process's thread limit
+            for stop in reversed(stops):
+                stop()
+            self._mark_stopped()
+            raise JobConfigurationError(
+                f"could not start the worker's {self.options.threads} executor threads "
+                f"({exc}): lower --threads, or raise the system's limit on threads "
+                "(ulimit -u, a container's pids limit)"
+            ) from exc
+
+    def _mark_stopped(self) -> None:
+        """Mark this worker's row stopped (a start that failed after registering), or log why
+        not: the row must not read as a worker gone silent (rule 15)."""
+        try:
+            self.store.worker_stop(self.worker_id)
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
+                      worker_id=self.worker_id, error=repr(exc))
 
     def _unmigrated_message(self) -> str:
         alias = self.store.alias

@@ -53,3 +53,39 @@ def test_prune_keeps_recent_and_live_jobs(alias: str) -> None:
 def test_prune_refuses_nonsense(alias: str) -> None:
     with pytest.raises(CommandError):
         call_command("prunejobs", days=-1, database=alias)
+
+
+def test_dry_run_counts_what_prune_deletes_and_deletes_nothing(alias: str) -> None:
+    _job(alias, "succeeded", 30)
+    _job(alias, "failed", 20)
+    _job(alias, "succeeded", 1)
+    Worker.objects.using(alias).create(id="gone", hostname="h", pid=1, threads=1,
+                                       last_seen_at=timezone.now() - timedelta(days=30))
+    before = (Job.objects.using(alias).count(), JobAttempt.objects.using(alias).count(),
+              Worker.objects.using(alias).count())
+    dry = StringIO()
+    call_command("prunejobs", "--dry-run", "--days", "14", "--database", alias, stdout=dry)
+    assert (Job.objects.using(alias).count(), JobAttempt.objects.using(alias).count(),
+            Worker.objects.using(alias).count()) == before
+    assert dry.getvalue().startswith("would prune 2 jobs (2 attempts, 2 steps), 0 events, "
+                                     "1 workers"), dry.getvalue()
+    assert "nothing was deleted" in dry.getvalue()
+    real = StringIO()
+    call_command("prunejobs", "--days", "14", "--database", alias, stdout=real)
+    assert real.getvalue().startswith("pruned 2 jobs (2 attempts, 2 steps), 0 events, 1 workers")
+
+
+@pytest.mark.parametrize("days", ["nan", "inf", "-inf", "-1", "1e9"])
+def test_days_that_are_not_a_sane_number_are_refused_by_name(alias: str, days: str) -> None:
+    _job(alias, "succeeded", 30)
+    with pytest.raises(CommandError) as refused:
+        call_command("prunejobs", f"--days={days}", "--database", alias)
+    assert str(refused.value).startswith("--days must be a number of days from 0 to"), \
+        str(refused.value)
+    assert Job.objects.using(alias).count() == 1
+
+
+@pytest.mark.parametrize("size", ["0", "-5"])
+def test_a_batch_size_below_one_is_refused_by_name(alias: str, size: str) -> None:
+    with pytest.raises(CommandError, match=r"^--batch-size must be"):
+        call_command("prunejobs", f"--batch-size={size}", "--database", alias)

@@ -104,3 +104,16 @@ def wait_paid(ctx: JobContext) -> dict:
 @job(takes_context=True, max_attempts=1)
 def nested_match(ctx: JobContext) -> None:
     ctx.wait_for_event("x", match={"addr": {"city": "X"}})
+
+
+@job(takes_context=True, max_attempts=1)
+def atomic_read_then_write(ctx: JobContext) -> int:
+    """An atomic step whose function reads, then writes (one attempt: any error fails the job)."""
+
+    def count_then_log() -> int:
+        seen = RunLog.objects.filter(job_id=ctx.job_id).count()
+        RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label="fn:atomic",
+                              pid=os.getpid())
+        return seen
+
+    return ctx.step("read-then-write", count_then_log, atomic=True)

@@ -2,37 +2,85 @@
 
 from __future__ import annotations
 
+import math
 from argparse import ArgumentParser
 from datetime import timedelta
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, InterfaceError, connections
 
 from django_ultjobs.conf import get_settings
+from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
 from django_ultjobs.retention import prune
+from django_ultjobs.store import get_store
+
+#: The longest retention ``--days`` takes: a hundred years. Far past it the cut-off date falls
+#: before year 1 and the date arithmetic overflows.
+MAX_DAYS = 36_500
 
 
 class Command(BaseCommand):
     help = ("Delete jobs that finished more than ULTJOBS['RETENTION_DAYS'] days ago, with their "
-            "attempts and steps, plus old events and workers not seen since.")
+            "attempts and steps, plus old events and workers not seen since. Queued, running "
+            "and waiting jobs are never touched.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--days", type=float, default=None,
-                            help="Keep this many days (default: ULTJOBS['RETENTION_DAYS']).")
-        parser.add_argument("--batch-size", type=int, default=5_000)
-        parser.add_argument("--database", default=None)
+                            help="Keep what finished within this many days, 0 to "
+                                 f"{MAX_DAYS} (default: ULTJOBS['RETENTION_DAYS']).")
+        parser.add_argument("--batch-size", type=int, default=5_000,
+                            help="Jobs deleted per transaction; each is short, so the claim "
+                                 "is never held up for long (default: %(default)s).")
+        parser.add_argument("--database", default=None,
+                            help="Database alias of the job tables (default: ULTJOBS "
+                                 "DATABASE).")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="Say what would be deleted; delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         conf = get_settings()
-        days = options["days"] if options["days"] is not None else conf.RETENTION_DAYS
-        if days is None:
-            raise CommandError("retention is off (ULTJOBS['RETENTION_DAYS'] is None); pass --days")
-        if days < 0:
-            raise CommandError("--days cannot be negative")
-        pruned = prune(older_than=timedelta(days=days), using=options["database"] or conf.DATABASE,
-                       batch_size=options["batch_size"])
+        days = self._days(options["days"], conf.RETENTION_DAYS)
+        batch_size = options["batch_size"]
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise CommandError(f"--batch-size must be a whole number from 1, not {batch_size!r}")
+        alias = options["database"]
+        if alias is not None and alias not in connections.settings:
+            raise CommandError(unknown_alias(alias))
+        alias = alias or conf.DATABASE
+        dry_run = options["dry_run"]
+        try:
+            pruned = prune(older_than=timedelta(days=days), using=alias, batch_size=batch_size,
+                           dry_run=dry_run)
+        except (DatabaseError, InterfaceError) as exc:
+            raise CommandError(_database_error(alias, exc)) from exc
+        except ImproperlyConfigured as exc:  # a DATABASES entry whose ENGINE does not import
+            raise CommandError(one_line(exc)) from exc
+        verb = "would prune" if dry_run else "pruned"
         self.stdout.write(
-            f"pruned {pruned.jobs} jobs ({pruned.attempts} attempts, {pruned.steps} steps), "
+            f"{verb} {pruned.jobs} jobs ({pruned.attempts} attempts, {pruned.steps} steps), "
             f"{pruned.events} events, {pruned.workers} workers finished or last seen more than "
-            f"{days:g} days ago"
+            f"{days:g} days ago" + (" (dry run: nothing was deleted)" if dry_run else "")
         )
+
+    @staticmethod
+    def _days(flag: Any, setting: Any) -> float:
+        """The retention in days, from ``--days`` or the setting; refused by name when it is
+        not a finite number from 0 to ``MAX_DAYS`` (``nan`` passes every comparison)."""
+        if flag is None and setting is None:
+            raise CommandError("retention is off (ULTJOBS['RETENTION_DAYS'] is None); pass --days")
+        name, days = ("--days", flag) if flag is not None else (
+            "ULTJOBS['RETENTION_DAYS']", setting)
+        if isinstance(days, bool) or not isinstance(days, int | float) \
+                or not math.isfinite(days) or not 0 <= days <= MAX_DAYS:
+            raise CommandError(f"{name} must be a number of days from 0 to {MAX_DAYS}, "
+                               f"not {days!r}")
+        return float(days)
+
+
+def _database_error(alias: str, exc: BaseException) -> str:
+    """One line saying what is wrong with the database and what to do about it."""
+    if get_store(alias).schema_missing(exc):
+        return unmigrated(alias)
+    return f"database {alias!r} cannot be pruned now: {one_line(exc)}"

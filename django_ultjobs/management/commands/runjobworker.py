@@ -7,11 +7,16 @@ import sys
 from argparse import ArgumentParser
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 
 from django_ultjobs.conf import get_settings
-from django_ultjobs.exceptions import DatabaseUnavailableError, JobConfigurationError
+from django_ultjobs.exceptions import DatabaseUnavailableError
+from django_ultjobs.logs import LOG_FORMATS, configure_console, project_configures_logging
+from django_ultjobs.management.messages import one_line, unknown_alias
 from django_ultjobs.worker import Worker, WorkerOptions
+from django_ultjobs.worker.options import MAX_THREADS
 
 
 def tune_the_process() -> None:
@@ -41,7 +46,8 @@ class Command(BaseCommand):
         parser.add_argument("--queue", "-q", action="append", dest="queues", metavar="NAME",
                             help="Queue to run (repeat for several; default: default).")
         parser.add_argument("--threads", "-t", type=int, default=4,
-                            help="Jobs run at once by this process (default: 4).")
+                            help=f"Jobs run at once by this process, 1 to {MAX_THREADS} "
+                                 "(default: 4).")
         parser.add_argument("--visibility-timeout", type=float,
                             default=conf.VISIBILITY_TIMEOUT,
                             help="Seconds a claimed job stays invisible without a heartbeat; "
@@ -57,6 +63,10 @@ class Command(BaseCommand):
         parser.add_argument("--grace-period", type=float, default=30.0,
                             help="Seconds to let runs finish on SIGTERM before cancelling "
                                  "them (default: %(default)s).")
+        parser.add_argument("--cancel-wait", type=float, default=5.0,
+                            help="Seconds cancelled runs get to unwind after the grace period "
+                                 "before their jobs are handed back regardless "
+                                 "(default: %(default)s).")
         parser.add_argument("--connect-timeout", type=float, default=60.0,
                             help="Seconds to wait at start for a database that is down or "
                                  "refusing connections, retrying with backoff; 0 fails at "
@@ -67,6 +77,11 @@ class Command(BaseCommand):
                             help="Database alias of the job tables (default: ULTJOBS DATABASE).")
         parser.add_argument("--worker-id", default=None,
                             help="Stable name of this worker (default: host:pid:random).")
+        parser.add_argument("--log-format", choices=LOG_FORMATS, default=None,
+                            help="Format of the console log the worker sets up when the "
+                                 "project's LOGGING configures none for django_ultjobs: text "
+                                 "(default) or json, one object per line. -v 2 adds a line per "
+                                 "settled job.")
 
     #: Set when the command runs as its own process (from the command line), not from code.
     owns_the_process = False
@@ -76,28 +91,50 @@ class Command(BaseCommand):
         super().run_from_argv(argv)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            self._run(options)
+        except ImproperlyConfigured as exc:
+            # A bad flag, a database the jobs cannot run on, an unmigrated database, a job that
+            # promises what the store cannot keep: what is wrong and what to do is the whole
+            # message, one line (rule 16).
+            raise CommandError(one_line(exc)) from exc
+        except DatabaseUnavailableError as exc:
+            raise CommandError(str(exc)) from exc
+
+    def _run(self, options: dict[str, Any]) -> None:
+        database = options["database"]
+        if database is not None and database not in connections.settings:
+            raise CommandError(unknown_alias(database))
         extra: dict[str, Any] = {}
         if options["worker_id"]:
             extra["worker_id"] = options["worker_id"]
-        try:
-            worker_options = WorkerOptions(
-                queues=tuple(options["queues"] or ["default"]),
-                threads=options["threads"],
-                visibility_timeout=options["visibility_timeout"],
-                heartbeat_interval=options["heartbeat_interval"],
-                poll_interval=options["poll_interval"],
-                burst=options["burst"],
-                grace_period=options["grace_period"],
-                connect_timeout=options["connect_timeout"],
-                database=options["database"],
-                listen=not options["no_listen"],
-                **extra,
-            )
-            worker = Worker(worker_options)
-            if self.owns_the_process:
-                worker.check()  # refused before anything process-wide changes (rule 10)
-                tune_the_process()
-            worker.run()
-        except (JobConfigurationError, DatabaseUnavailableError) as exc:
-            # One line, no traceback: what is wrong and what to do is the whole message.
-            raise CommandError(str(exc)) from exc
+        worker_options = WorkerOptions(
+            queues=tuple(options["queues"] or ["default"]),
+            threads=options["threads"],
+            visibility_timeout=options["visibility_timeout"],
+            heartbeat_interval=options["heartbeat_interval"],
+            poll_interval=options["poll_interval"],
+            burst=options["burst"],
+            grace_period=options["grace_period"],
+            cancel_wait=options["cancel_wait"],
+            connect_timeout=options["connect_timeout"],
+            database=options["database"],
+            listen=not options["no_listen"],
+            **extra,
+        )
+        worker = Worker(worker_options)
+        if self.owns_the_process:
+            worker.check()  # refused before anything process-wide changes (rule 10)
+            self._set_up_logging(options)
+            tune_the_process()
+        worker.run()
+
+    def _set_up_logging(self, options: dict[str, Any]) -> None:
+        """Log to the console unless the project's LOGGING already covers our loggers."""
+        if project_configures_logging():
+            if options["log_format"] is not None:
+                self.stderr.write("--log-format is ignored: the project's LOGGING configures "
+                                  "the django_ultjobs loggers")
+            return
+        configure_console(verbosity=options["verbosity"],
+                          log_format=options["log_format"] or "text", stream=sys.stderr)

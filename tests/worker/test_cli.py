@@ -1,0 +1,216 @@
+"""The management commands as a new user meets them: every flag documented and explained, every
+refusal naming a flag that exists, and the first mistakes (no ``migrate``, a bad ``DATABASE_URL``,
+a misnamed alias, an absurd thread count) reported in one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command, load_command_class
+from django.core.management.base import CommandError
+
+from django_ultjobs.exceptions import JobConfigurationError
+from django_ultjobs.models import Worker
+from django_ultjobs.worker import WorkerOptions
+from django_ultjobs.worker.options import MAX_THREADS
+from tests.conftest import REPO, worker_command, worker_env
+
+WORKER_MD = (REPO / "docs" / "worker.md").read_text()
+#: Flags every Django command has; Django documents them.
+DJANGO_FLAGS = {"-h", "--help", "--version", "-v", "--verbosity", "--settings", "--pythonpath",
+                "--traceback", "--no-color", "--force-color", "--skip-checks"}
+
+
+def parser_of(name: str) -> ArgumentParser:
+    return load_command_class("django_ultjobs", name).create_parser("manage.py", name)
+
+
+def own_actions(name: str) -> list[Any]:
+    return [action for action in parser_of(name)._actions
+            if not DJANGO_FLAGS & set(action.option_strings)]
+
+
+def own_flags(name: str) -> set[str]:
+    return {flag for action in own_actions(name) for flag in action.option_strings}
+
+
+# -- every flag documented and explained ----------------------------------------------------------
+
+
+def flag_table(text: str) -> set[str]:
+    """The flags in the first column of the markdown tables in ``text``."""
+    return {flag for line in text.splitlines() if line.startswith("| `-")
+            for flag in re.findall(r"`(--?[a-z][a-z-]*)`", line.split("|")[1])}
+
+
+def test_every_runjobworker_flag_is_in_the_flag_table_of_worker_md() -> None:
+    assert own_flags("runjobworker") == flag_table(WORKER_MD.split("## Retention", 1)[0])
+
+
+def test_every_runjobworker_long_flag_is_in_the_synopsis_of_worker_md() -> None:
+    synopsis = WORKER_MD.split("```sh", 1)[1].split("```", 1)[0]
+    missing = {f for f in own_flags("runjobworker") if f.startswith("--") and f not in synopsis}
+    assert not missing
+
+
+def test_every_prunejobs_flag_is_in_the_retention_table_of_worker_md() -> None:
+    assert own_flags("prunejobs") == flag_table(WORKER_MD.split("## Retention", 1)[1])
+
+
+@pytest.mark.parametrize("name", ["runjobworker", "prunejobs"])
+def test_every_flag_has_a_help_text(name: str) -> None:
+    assert all(action.help for action in own_actions(name)), name
+
+
+# -- refusals name flags that exist ---------------------------------------------------------------
+
+
+#: A bad value for each WorkerOptions field that has a flag.
+BAD_OPTIONS = {
+    "queues": ("",), "threads": 0, "visibility_timeout": -1.0, "heartbeat_interval": -1.0,
+    "poll_interval": 0.0, "grace_period": -5.0, "cancel_wait": -1.0, "connect_timeout": -1.0,
+}
+
+
+@pytest.mark.parametrize("field", sorted(BAD_OPTIONS))
+def test_a_refused_option_names_only_flags_that_exist(field: str) -> None:
+    with pytest.raises(JobConfigurationError) as refused:
+        WorkerOptions(**{field: BAD_OPTIONS[field]})
+    named = set(re.findall(r"--[a-z][a-z-]+", str(refused.value)))
+    assert named, str(refused.value)
+    assert named <= own_flags("runjobworker"), str(refused.value)
+
+
+def test_grace_period_minus_5_names_only_grace_period() -> None:
+    with pytest.raises(CommandError) as refused:
+        call_command("runjobworker", "--grace-period=-5")
+    assert re.findall(r"--[a-z][a-z-]+", str(refused.value)) == ["--grace-period"]
+
+
+@pytest.mark.parametrize("command", ["runjobworker", "prunejobs"])
+def test_an_unknown_database_alias_names_the_flag(command: str) -> None:
+    with pytest.raises(CommandError) as refused:
+        call_command(command, "--database", "nope")
+    message = str(refused.value)
+    assert message.startswith("--database 'nope' is not in settings.DATABASES"), message
+    assert "(there: default, postgres)" in message, message
+    assert "ULTJOBS" not in message
+
+
+@pytest.mark.parametrize("threads", [MAX_THREADS + 1, 100_000])
+def test_an_absurd_thread_count_is_refused_before_anything_starts(threads: int) -> None:
+    with pytest.raises(CommandError, match=rf"--threads must be from 1 to {MAX_THREADS}"):
+        call_command("runjobworker", "--threads", str(threads))
+
+
+def test_the_maximum_thread_count_is_accepted() -> None:
+    assert WorkerOptions(threads=MAX_THREADS).threads == MAX_THREADS
+
+
+# -- a worker whose threads cannot start ----------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_a_worker_whose_threads_cannot_start_is_marked_stopped(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system's thread limit, reached half-way through the pool: the worker says so in one
+    line, stops the threads it started, and its row reads stopped, not silent (rule 15)."""
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "ultjobs-exec-3":
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(CommandError) as refused:
+        call_command("runjobworker", "--database", alias, "--threads", "8",
+                     "--worker-id", "thread-limit")
+    message = str(refused.value)
+    assert "can't start new thread" in message and "--threads" in message, message
+    row = Worker.objects.using(alias).get(pk="thread-limit")
+    assert row.stopped_at is not None
+    monkeypatch.undo()
+    assert not [t for t in threading.enumerate() if t.name.startswith("ultjobs-")]
+
+
+# -- database mistakes in one line, from real processes --------------------------------------------
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python manage.py ...`` of the example project, as a new user runs it."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "example_project.settings", **env}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["runjobworker", "prunejobs"])
+def test_a_forgotten_migrate_says_run_migrate(command: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'never-migrated.sqlite3'}"
+    flags = ["--burst"] if command == "runjobworker" else []
+    error = one_line_error(manage(command, *flags, env={"DATABASE_URL": url}))
+    assert "tables do not exist" in error and "python manage.py migrate" in error, error
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("postgress://shop:secret@127.0.0.1/shop", "'postgress' is not a database"),
+    ("postgres://shop:secret@127.0.0.1:port/shop", "Port could not be cast"),
+    ("postgres://127.0.0.1:5432/", "names no database"),
+    ("mysql://shop@127.0.0.1/shop", "'mysql' is not a database"),
+    ("not a url", "is not a database"),
+    ("", "is set but empty"),
+])
+@pytest.mark.parametrize("command", ["runjobworker", "prunejobs"])
+def test_a_bad_database_url_is_one_line_that_says_what_to_write(
+        command: str, url: str, says: str) -> None:
+    error = one_line_error(manage(command, env={"DATABASE_URL": url}))
+    assert error.startswith("DATABASE_URL") and says in error, error
+    assert "postgres://USER:PASSWORD@HOST:5432/NAME" in error or "empty" in error, error
+    assert "secret" not in error  # the password is never echoed
+
+
+def test_an_unreachable_database_is_one_line_for_prunejobs() -> None:
+    # runjobworker waits for it first (tests/worker/test_startup.py); prunejobs runs from cron.
+    error = one_line_error(manage("prunejobs", env={
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:1/shop"}))
+    assert error.startswith("CommandError: database 'default' cannot be pruned now:"), error
+    assert "port 1 failed" in error, error
+
+
+
+def test_getting_started_shows_the_middleware_and_logging() -> None:
+    text = (REPO / "docs" / "getting-started.md").read_text()
+    assert '"django_ultjobs.middleware.EnqueuedByMiddleware"' in text
+    assert "LOGGING = {" in text and "--log-format json" in text
+
+
+def test_a_forgotten_migrate_in_a_new_project_is_the_only_line(tmp_path: Path) -> None:
+    """A new project's SQLite file (no WAL set up, no LOGGING): the refusal is the one line the
+    worker prints, and the file is left as it was (not switched to WAL first)."""
+    env = {**worker_env("default"), "ULTJOBS_TEST_TMP": str(tmp_path),
+           "ULTJOBS_TEST_DB_SUFFIX": "_never_migrated", "ULTJOBS_TEST_SQLITE_BARE": "1",
+           "ULTJOBS_TEST_LOGGING": "none"}
+    result = subprocess.run(worker_command("default", "--burst"), env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    error = one_line_error(result)
+    assert error.startswith("CommandError: the django_ultjobs tables do not exist"), error
+    with sqlite3.connect(tmp_path / "test_ultjobs_never_migrated.sqlite3") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
