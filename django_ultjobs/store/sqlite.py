@@ -63,7 +63,7 @@ class SQLiteStore(JobStore):
             return True
         for error in (exc, exc.__cause__):
             code = getattr(error, "sqlite_errorcode", None)
-            if code is not None and code & 0xFF in _REFUSED_CODES:
+            if code is not None and (code & 0xFF) in _REFUSED_CODES:
                 return True
         return False
 
