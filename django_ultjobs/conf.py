@@ -4,6 +4,7 @@
 ULTJOBS = {
     "DATABASE": "default",          # the alias the job tables live in (and enqueue joins)
     "STORE": None,                  # dotted path to a custom JobStore class (tests, new engines)
+    "MAX_RESULT_BYTES": 4 * 1024 * 1024,  # a job's result larger than this as JSON fails it
 }
 ```
 """
@@ -33,6 +34,10 @@ class UltJobsSettings:
     POLL_INTERVAL: float = 1.0
     # How long finished jobs are kept before ``prunejobs`` removes them (None keeps them).
     RETENTION_DAYS: float | None = 14.0
+    # The largest result a job may return, in bytes of its JSON: a larger one fails the attempt
+    # in the worker before any SQL (rule 31). A result is a row in the database, copied at every
+    # read; PostgreSQL refuses a JSON string over 256 MB outright.
+    MAX_RESULT_BYTES: int = 4 * 1024 * 1024
 
 
 _lock = threading.Lock()

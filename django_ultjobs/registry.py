@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -19,6 +20,7 @@ from .exceptions import JobConfigurationError, UnknownJobError
 from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
+from .retry import MAX_DELAY
 from .store import EnqueuedJob, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
@@ -86,8 +88,8 @@ class JobSpec:
                 f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most 196 "
                 "characters"
             )
-        if self.backoff < 0 or self.max_backoff < 0:
-            raise JobConfigurationError(f"job {self.name!r}: backoff cannot be negative")
+        for option in ("backoff", "max_backoff"):
+            _check_seconds(self.name, option, getattr(self, option))
 
     # -- configuring ----------------------------------------------------------------------------
 
@@ -339,3 +341,17 @@ def registry_generation() -> int:
 def jobs_database() -> str:
     """The database alias the job tables live in."""
     return get_settings().DATABASE
+
+
+def _check_seconds(job_name: str, option: str, value: Any) -> None:
+    """Refuse a seconds option no settle could store: not a real number, negative, NaN or
+    infinite, or longer than a hundred years (rule 31). At import time, naming the option: a
+    bad value found later would fail every retry of the job instead."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise JobConfigurationError(
+            f"job {job_name!r}: {option} must be a number of seconds, not "
+            f"{type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < 0 or value > MAX_DELAY:
+        raise JobConfigurationError(
+            f"job {job_name!r}: {option} is {value!r}; it must be a finite number of seconds "
+            f"from 0 to {MAX_DELAY:.0f} (a hundred years)")

@@ -79,6 +79,10 @@ if os.environ.get("ULTJOBS_USE_TEST_DATABASES"):
         _db["NAME"] = _db["TEST"]["NAME"]
 
 ULTJOBS = {"DATABASE": os.environ.get("ULTJOBS_TEST_ALIAS", "default")}
+# A worker process of the refused-settle tests, allowed results past the default bound so the
+# database's own refusal is what they meet.
+if os.environ.get("ULTJOBS_TEST_MAX_RESULT_BYTES"):
+    ULTJOBS["MAX_RESULT_BYTES"] = int(os.environ["ULTJOBS_TEST_MAX_RESULT_BYTES"])
 DATABASE_ROUTERS = ["tests.routers.FollowJobsDatabase"]
 
 MIDDLEWARE = [

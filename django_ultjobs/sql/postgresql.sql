@@ -259,6 +259,20 @@ recorded AS (
 )
 SELECT id FROM settled;
 
+-- name: settle_landed
+-- Which settles of a batch this worker already wrote, though it never heard back (the connection
+-- died during the commit): their attempts are recorded under this worker with the same attempt
+-- number, start time, outcome and error (rule 32). An attempt a re-claimer records for a lapsed
+-- lease has another outcome or error, so a stale settle never passes for a landed one.
+SELECT c.id
+FROM jsonb_to_recordset(%(batch)s::jsonb) AS c(
+    id bigint, attempt_no int, outcome text, error text, started_at timestamptz)
+WHERE EXISTS (
+    SELECT 1 FROM django_ultjobs_jobattempt AS a
+    WHERE a.job_id = c.id AND a.attempt = c.attempt_no AND a.worker_id = %(worker_id)s::text
+      AND a.outcome = c.outcome AND a.error = c.error
+      AND a.started_at IS NOT DISTINCT FROM c.started_at);
+
 -- name: record_attempts
 -- Record attempts that ended without their worker reporting back (a lapsed lease found by the
 -- next claim), so the admin shows every run, including the ones whose process died.

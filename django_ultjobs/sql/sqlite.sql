@@ -149,6 +149,20 @@ FROM json_each(:batch)
 WHERE json_extract(value, '$.outcome') IS NOT NULL
   AND json_extract(value, '$.id') IN (SELECT value FROM json_each(:settled));
 
+-- name: settle_landed
+-- Which settles of a batch this worker already wrote, though it never heard back: their attempts
+-- are recorded under this worker with the same attempt number, start time, outcome and error
+-- (rule 32). An attempt a re-claimer records for a lapsed lease has another outcome or error.
+SELECT json_extract(c.value, '$.id')
+FROM json_each(:batch) AS c
+WHERE EXISTS (
+    SELECT 1 FROM django_ultjobs_jobattempt AS a
+    WHERE a.job_id = json_extract(c.value, '$.id')
+      AND a.attempt = json_extract(c.value, '$.attempt_no') AND a.worker_id = :worker_id
+      AND a.outcome = json_extract(c.value, '$.outcome')
+      AND a.error = json_extract(c.value, '$.error')
+      AND a.started_at IS json_extract(c.value, '$.started_at'));
+
 -- name: record_attempts
 -- Record attempts that ended without their worker reporting back (a lapsed lease).
 INSERT INTO django_ultjobs_jobattempt

@@ -16,10 +16,12 @@ from typing import Any
 from opentelemetry.trace import Span, Status, StatusCode
 
 from .. import jsonargs
+from ..conf import get_settings
 from ..context import JobContext
 from ..exceptions import (
     CancelRequestedError,
     JobCancelledError,
+    JobResultTooLargeError,
     JobSlotLostError,
     LeaseLostError,
     WorkerShutdownError,
@@ -56,6 +58,35 @@ def settle(run: Run, status: str, outcome: str | None, **fields: Any) -> Settlem
         slot=run.lease.slot if run.lease else None,
         **fields,
     )
+
+
+def check_result_size(job_name: str, result_json: str) -> None:
+    """Refuse a result over ``ULTJOBS["MAX_RESULT_BYTES"]`` before any SQL (rule 31): raised in
+    the body's place, so the attempt fails and is retried like any error of the job's."""
+    limit = get_settings().MAX_RESULT_BYTES
+    # The encoder escapes everything outside ASCII, so characters are bytes.
+    if len(result_json) > limit:
+        raise JobResultTooLargeError(
+            f"the return value of {job_name}() is {len(result_json):,} bytes as JSON, over "
+            f'ULTJOBS["MAX_RESULT_BYTES"] ({limit:,}); store large data elsewhere (a file, a '
+            "row of your own) and return a reference to it")
+
+
+def unstorable(run: Run, refused: Settlement, reason: str) -> Settlement:
+    """The settlement of a run whose outcome the database refused to store (rule 30): a failed
+    attempt saying why, retried by the job's own policy, keeping what was true of the run."""
+    error = _trim(f"the outcome could not be stored: {reason}\n(the run ended "
+                  f"{refused.status}/{refused.outcome}; the database refused to write that)")
+    log_event(logger, logging.ERROR, "jobs.worker.outcome-unstorable", job_id=run.id,
+              job=run.job.name, attempt=run.job.attempt, error=reason)
+    fields: dict[str, Any] = {"steps_run": refused.steps_run,
+                              "steps_replayed": refused.steps_replayed}
+    job, spec = run.job, run.spec
+    if spec is not None and job.attempt < job.max_attempts:
+        delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
+        return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error,
+                      **fields)
+    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error, **fields)
 
 
 def decide_before_run(run: Run) -> Settlement | None:
@@ -205,6 +236,7 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
                     result = spec.func(*call_args, **kwargs)
             jsonargs.check_result(job.name, result)
             result_json = jsonargs.dumps(result)
+            check_result_size(job.name, result_json)
         except Suspend as suspend:
             # Not an error: the job waits without holding this thread, and its next run
             # replays up to here. Waking does not burn an attempt.

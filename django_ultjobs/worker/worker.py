@@ -49,6 +49,8 @@ logger = logging.getLogger("django_ultjobs.worker")
 #: Finished runs whose settles are not written yet, beyond which the claim loop stops claiming:
 #: a completer that falls behind must slow claiming down, not let unsettled runs pile up.
 MAX_UNSETTLED = 1000
+#: ...and beyond this many bytes of their outcomes (results, errors) held in memory (rule 31).
+MAX_UNSETTLED_BYTES = 128 * 1024 * 1024
 #: Seconds between a starting worker's tries for its database: doubling from the first, at most
 #: the second (a database back from a restart is used within that long).
 START_BACKOFF_FIRST = 0.25
@@ -151,6 +153,12 @@ class Worker:
 
     # -- claiming -------------------------------------------------------------------------------
 
+    def _unsettled_full(self) -> bool:
+        """Whether the outcomes waiting for the completer are too many, or too big, to claim
+        more runs: memory stays bounded however large the results (rule 31)."""
+        return (self.completer.pending >= MAX_UNSETTLED
+                or self.completer.pending_bytes >= MAX_UNSETTLED_BYTES)
+
     def _claim_loop(self) -> None:
         caps: dict[str, int] = {}
         generation = -1
@@ -176,12 +184,12 @@ class Worker:
             if free <= 0:
                 self.pool.wait_for_free(self.options.poll_interval)
                 continue
-            if self.completer.pending >= MAX_UNSETTLED:
+            if self._unsettled_full():
                 # The completer has fallen behind (a slow or failing settle): claiming on would
                 # only grow the runs waiting for it, each heartbeated and held in memory. Wait for
                 # a batch to be written (it wakes this loop).
                 self._wake.clear()
-                if self.completer.pending >= MAX_UNSETTLED:
+                if self._unsettled_full():
                     self._wake.wait(self.options.poll_interval)
                 continue
             if backlog and free < batch:
