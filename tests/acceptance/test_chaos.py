@@ -35,6 +35,8 @@ PASSING = [
     "db-down-start",
     "undecodable-row",
     "bad-enqueue",
+    "refused-outcome",
+    "lost-commit",
 ]
 
 
