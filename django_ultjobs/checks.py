@@ -13,6 +13,9 @@ from django.db import connections
 from .conf import get_settings
 from .exceptions import JobConfigurationError
 
+#: The largest JSON string PostgreSQL's jsonb holds (2**28 - 1 bytes).
+MAX_STORABLE_RESULT = 268_435_455
+
 
 @register("django_ultjobs")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -36,6 +39,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             "and SQLite",
             id="django_ultjobs.E003",
         ))
+    messages.extend(_check_result_bound(conf.MAX_RESULT_BYTES))
     if vendor == "sqlite":
         messages.extend(_check_sqlite_writers(conf.DATABASE))
     if conf.HEARTBEAT_INTERVAL * 2 > conf.VISIBILITY_TIMEOUT:
@@ -75,6 +79,27 @@ def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:
             id="django_ultjobs.E021",
         ))
     return messages
+
+
+def _check_result_bound(limit: object) -> list[CheckMessage]:
+    """``MAX_RESULT_BYTES``: a positive whole number; past what PostgreSQL can store, a warning
+    (such a result still ends well, failed by the database's refusal (rule 30), only later and
+    dearer than the worker's own check would have)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return [Error(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit!r}; it must be a whole number of bytes, "
+            "at least 1",
+            hint="Leave it out for the default, 4 MiB (4194304).",
+            id="django_ultjobs.E020",
+        )]
+    if limit > MAX_STORABLE_RESULT:
+        return [Warning(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL refuses a JSON string over "
+            f"{MAX_STORABLE_RESULT} bytes, so a result that large fails all the same",
+            hint="Keep big data out of results: store it elsewhere and return a reference.",
+            id="django_ultjobs.W020",
+        )]
+    return []
 
 
 # -- SQLite in production --------------------------------------------------------------------------

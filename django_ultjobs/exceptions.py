@@ -17,12 +17,25 @@ class JobArgumentError(UltJobsError, TypeError):
     """
 
 
+class JobResultTooLargeError(UltJobsError, ValueError):
+    """A job returned a result larger than ``ULTJOBS["MAX_RESULT_BYTES"]`` (rule 31)."""
+
+
 class UnknownJobError(UltJobsError, LookupError):
     """No job is registered under a name."""
 
 
 class JobConfigurationError(UltJobsError, ImproperlyConfigured):
     """The jobs, the settings or the database cannot give the guarantees that were asked for."""
+
+
+class JobOptionError(JobConfigurationError, ValueError):
+    """A job option (queue, priority, max_attempts, delay, run_at, …) has a value the queue
+    cannot keep as given, on ``@job(...)`` or on a ``.using(...)`` copy; the message names it.
+
+    A ``JobConfigurationError``, as a bad option always was, and a ``ValueError``, which is what
+    a caller passing a bad value to ``.using()`` at enqueue time expects to catch.
+    """
 
 
 class DatabaseUnavailableError(UltJobsError):

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .exceptions import JobArgumentError
 
 _SCALARS = (str, int, bool, type(None))
 _FLOAT_LIMIT = 1e16
+#: Levels of lists and objects an argument (or a result) may nest. Python's JSON reader gives up
+#: near 1,000 (less on a deep stack, as a worker's claim has), SQLite's JSON functions refuse
+#: past 1,000 or 2,000 by version; well below all of them, a value is read back on every engine.
+MAX_DEPTH = 100
+#: Decimal digits an int may have: Python's default ``sys.get_int_max_str_digits()``. A longer
+#: one cannot be written as JSON text here, nor read back by a worker with the default limit.
+MAX_INT_DIGITS = 4300
+#: Below this many bits an int has fewer than MAX_INT_DIGITS digits (4300 * log2(10) = 14284.3),
+#: so the digits are counted only for the rare int this long.
+_INT_BITS_SURELY_SHORT = 14_284
 
 
 #: One encoder for every call: ``json.dumps`` with options builds a new ``JSONEncoder`` each
@@ -29,21 +40,62 @@ def dumps(value: Any) -> str:
 
 
 def check_arguments(job_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Raise ``JobArgumentError`` (a ``TypeError``) naming the first argument that is not JSON."""
+    """Raise ``JobArgumentError`` (a ``TypeError``) naming the first argument that is not JSON
+    the queue keeps unchanged on every engine, and the path to the bad value inside it."""
     for index, value in enumerate(args):
-        _check(value, f"argument {index} of {job_name}()", "")
+        _check(value, f"argument {index} of {job_name}()", "", 0)
     for key, value in kwargs.items():
-        _check(value, f"argument {key!r} of {job_name}()", "")
+        what = f"argument {key!r} of {job_name}()"
+        # Stored as a JSON object's key: the same text rules as any string.
+        _check_text(key, what, "", "has a name that")
+        _check(value, what, "", 0)
 
 
 def check_result(job_name: str, value: Any) -> None:
     """Raise ``JobArgumentError`` when a job's return value is not JSON."""
-    _check(value, f"the return value of {job_name}()", "")
+    _check(value, f"the return value of {job_name}()", "", 0)
 
 
-def _check(value: Any, what: str, path: str) -> None:
+def check_nesting(job_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Raise ``JobArgumentError`` for arguments nested deeper than ``MAX_DEPTH``, whatever their
+    types: for code that walks them recursively before ``check_arguments`` does (Django's
+    ``normalize_json`` would raise ``RecursionError`` on 10,000 levels)."""
+    for index, value in enumerate(args):
+        _check_depth(value, f"argument {index} of {job_name}()", "", 0)
+    for key, value in kwargs.items():
+        _check_depth(value, f"argument {key!r} of {job_name}()", "", 0)
+
+
+def _check_depth(value: Any, what: str, path: str, depth: int) -> None:
+    if isinstance(value, (str, bytes, bytearray)):
+        return
+    if isinstance(value, Mapping):
+        items: Any = value.items()
+    elif isinstance(value, Sequence):
+        items = enumerate(value)
+    else:
+        return
+    if depth >= MAX_DEPTH:
+        _too_deep(what, path)
+    for key, item in items:
+        _check_depth(item, what, f"{path}[{key!r}]", depth + 1)
+
+
+def _too_deep(what: str, path: str) -> None:
+    raise JobArgumentError(
+        f"{what}{_at(path)} nests lists or objects deeper than {MAX_DEPTH} levels; a worker "
+        "could not read it back on every engine. Flatten it, or pass it as a JSON string.")
+
+
+def _check(value: Any, what: str, path: str, depth: int) -> None:
     if isinstance(value, str):
         _check_text(value, what, path, "is a string that")
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > _INT_BITS_SURELY_SHORT and _digits(value) > MAX_INT_DIGITS:
+            raise JobArgumentError(
+                f"{what}{_at(path)} is an int of more than {MAX_INT_DIGITS} digits, which "
+                "Python does not write as (or read from) JSON text. Pass it as a string.")
         return
     if isinstance(value, _SCALARS):
         return
@@ -59,9 +111,11 @@ def _check(value: Any, what: str, path: str) -> None:
                 "survive PostgreSQL's JSON storage as floats. Pass an int or a string."
             )
         return
+    if isinstance(value, (list, tuple, dict)) and depth >= MAX_DEPTH:
+        _too_deep(what, path)
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            _check(item, what, f"{path}[{index}]")
+            _check(item, what, f"{path}[{index}]", depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
@@ -71,7 +125,7 @@ def _check(value: Any, what: str, path: str) -> None:
                     "keys are strings, so it would arrive as a different value. Use str keys."
                 )
             _check_text(key, what, path, "has a key that")
-            _check(item, what, f"{path}[{key!r}]")
+            _check(item, what, f"{path}[{key!r}]", depth + 1)
         return
     hint = ""
     if hasattr(value, "pk") and hasattr(value, "_meta"):
@@ -97,6 +151,13 @@ def _check_text(text: str, what: str, path: str, subject: str) -> None:
         f"{what}{_at(path)} {subject} {problem}; the database cannot store it as JSON text. "
         "Pass binary data as base64 (or the text with that character removed)."
     )
+
+
+def _digits(value: int) -> int:
+    """Decimal digits of ``value`` without converting it to text (which is what fails)."""
+    magnitude = abs(value)
+    digits = int(magnitude.bit_length() * 0.30102999566398120)  # log10(2): a lower bound
+    return digits + 1 if magnitude >= 10 ** digits else digits
 
 
 def _is_unicode(text: str) -> bool:

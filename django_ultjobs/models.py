@@ -231,6 +231,11 @@ class Worker(models.Model):
     #: The job names this worker knows (registered, or resolved since it started), so the admin
     #: can flag queued jobs no running worker knows; None from a worker that did not say.
     jobs = models.JSONField(null=True, blank=True)
+    #: The worker's own ``--visibility-timeout`` and ``--heartbeat-interval`` (seconds): whether it
+    #: is late or silent is judged by its own clock, not the web process's setting. Null on rows
+    #: written before these were kept.
+    visibility_timeout = models.FloatField(null=True, blank=True)
+    heartbeat_interval = models.FloatField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.id

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -12,14 +13,15 @@ from functools import cache, cached_property
 from typing import Any, overload
 
 from django.apps import apps
-from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from . import jsonargs
 from .conf import get_settings
 from .exceptions import JobConfigurationError, UnknownJobError
+from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
+from .retry import MAX_DELAY
 from .store import EnqueuedJob, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
@@ -73,12 +75,10 @@ class JobSpec:
     def __post_init__(self) -> None:
         if not callable(self.func):
             raise JobConfigurationError(f"job {self.name!r}: {self.func!r} is not callable")
-        if not self.name or len(self.name) > 200:
+        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
             raise JobConfigurationError("a job name must be 1 to 200 characters long")
-        if not self.queue or len(self.queue) > 100:
-            raise JobConfigurationError(f"job {self.name!r}: queue must be 1 to 100 characters")
-        if self.max_attempts < 1:
-            raise JobConfigurationError(f"job {self.name!r}: max_attempts must be at least 1")
+        # Queue, priority, max_attempts, delay and run_at: each must fit its column (rule 16).
+        check_options(self)
         if self.concurrency is not None and (
             isinstance(self.concurrency, bool) or self.concurrency < 1
         ):
@@ -91,14 +91,8 @@ class JobSpec:
                 f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most 196 "
                 "characters"
             )
-        if self.backoff < 0 or self.max_backoff < 0:
-            raise JobConfigurationError(f"job {self.name!r}: backoff cannot be negative")
-        if self.delay < 0:
-            raise JobConfigurationError(f"job {self.name!r}: delay cannot be negative")
-        if self.run_at is not None and timezone.is_naive(self.run_at):
-            raise JobConfigurationError(
-                f"job {self.name!r}: run_at must be timezone-aware (use django.utils.timezone)"
-            )
+        for option in ("backoff", "max_backoff"):
+            _check_seconds(self.name, option, getattr(self, option))
 
     # -- configuring ----------------------------------------------------------------------------
 
@@ -372,3 +366,17 @@ def registry_generation() -> int:
 def jobs_database() -> str:
     """The database alias the job tables live in."""
     return get_settings().DATABASE
+
+
+def _check_seconds(job_name: str, option: str, value: Any) -> None:
+    """Refuse a seconds option no settle could store: not a real number, negative, NaN or
+    infinite, or longer than a hundred years (rule 31). At import time, naming the option: a
+    bad value found later would fail every retry of the job instead."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise JobConfigurationError(
+            f"job {job_name!r}: {option} must be a number of seconds, not "
+            f"{type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < 0 or value > MAX_DELAY:
+        raise JobConfigurationError(
+            f"job {job_name!r}: {option} is {value!r}; it must be a finite number of seconds "
+            f"from 0 to {MAX_DELAY:.0f} (a hundred years)")

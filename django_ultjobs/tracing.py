@@ -27,6 +27,8 @@ _actor: ContextVar[str | None] = ContextVar("ultjobs_actor", default=None)
 # The W3C trace-context header, version 00 form; anything else is not ours to interpret.
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _MAX_HEADER = 512
+#: The ``enqueued_by`` column's length.
+_MAX_ACTOR = 200
 
 
 def capture_trace_context() -> tuple[str, str]:
@@ -35,9 +37,12 @@ def capture_trace_context() -> tuple[str, str]:
     propagate.inject(carrier)
     traceparent = carrier.get("traceparent", "")
     tracestate = carrier.get("tracestate", "")
-    if len(traceparent) > _MAX_HEADER:
-        traceparent = ""
-    if len(tracestate) > _MAX_HEADER:
+    # A propagator of the site's own may write anything: a header no worker would read is
+    # dropped here rather than stored (rule 16), and one the columns cannot hold (too long, a
+    # NUL or a lone surrogate PostgreSQL refuses) must not fail the enqueue.
+    if not _TRACEPARENT.fullmatch(traceparent):
+        return "", ""
+    if len(tracestate) > _MAX_HEADER or _storable(tracestate) != tracestate:
         tracestate = ""
     return traceparent, tracestate
 
@@ -116,12 +121,23 @@ def acting_as(actor: str) -> Iterator[None]:
 
 
 def current_actor() -> str:
-    """Who is enqueueing: the innermost ``acting_as``, else this process."""
+    """Who is enqueueing: the innermost ``acting_as``, else this process.
+
+    Cut to the column's 200 characters, and what PostgreSQL's text refuses spelt out as escapes:
+    a name given to ``acting_as`` must never fail the enqueue it labels (rule 16)."""
     actor = _actor.get()
     if actor is None:
-        return _process_actor()
+        # (A command-line argument may hold a lone surrogate: bytes that were not UTF-8.)
+        return _storable(_process_actor())[:_MAX_ACTOR]
     resolve = getattr(actor, "resolve", None)
-    return resolve() if resolve is not None else actor
+    return _storable(str(resolve() if resolve is not None else actor))[:_MAX_ACTOR]
+
+
+def _storable(text: str) -> str:
+    """``text`` with a NUL or a lone surrogate written as an escape (PostgreSQL refuses both)."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _process_actor() -> str:

@@ -10,6 +10,7 @@ from django.contrib.auth import get_permission_codename
 from django.db import models
 from django.db.models.functions import Now
 from django.http import HttpRequest
+from django.utils.text import capfirst
 
 from ..registry import jobs_database
 from .display import EMPTY
@@ -37,9 +38,28 @@ class JobsAdmin(admin.ModelAdmin):
     #: no permissions of their own, so "can view job" is enough to see every jobs page.
     permission_model: type[models.Model] | None = None
 
+    #: Whether a row links to a page of its own: the list is then titled "Select job to view",
+    #: as Django titles a view-only model's list; else by what it lists ("Held slots").
+    rows_have_pages = True
+
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
         """Read from the jobs database, with the database's clock on every row."""
         return super().get_queryset(request).using(jobs_database()).annotate(db_now=Now())
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> Any:
+        """Title the list for what it is: no row is ever changed through a form here."""
+        # Django says "Select job to change" to anyone allowed the actions (which need the
+        # change permission), though every page of a row is read-only.
+        opts = self.model._meta
+        title = (f"Select {opts.verbose_name} to view" if self.rows_have_pages
+                 else capfirst(opts.verbose_name_plural))
+        return super().changelist_view(request, {"title": title, **(extra_context or {})})
+
+    def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
+        """Report no change permission to the index, so it links the pages as "View"."""
+        # Only the index and the sidebar read this; the actions check has_change_permission.
+        return {**super().get_model_perms(request), "change": False}
 
     # -- permissions -----------------------------------------------------------------------------
 

@@ -79,10 +79,55 @@ def pre(text: str, limit: int = MAX_SHOWN) -> SafeString | str:
     return format_html('<pre class="ultjobs-pre">{}</pre>', shown)
 
 
+def exception_line(text: str) -> str:
+    """Return what a traceback ends with: the exception and its message (and any notes).
+
+    A traceback's frames, source lines and ``^^^`` markers are indented; the exception that
+    was raised is the unindented text after the last of them. An error that is not a traceback
+    (``no job registered as "x"``) is its own line.
+    """
+    lines = text.strip().splitlines()
+    if not lines:
+        return ""
+    if not lines[0].startswith("Traceback"):
+        return lines[0]
+    last_indented = max((i for i, line in enumerate(lines) if line[:1].isspace()), default=0)
+    return "\n".join(lines[last_indented + 1:]).strip() or lines[-1].strip()
+
+
+def error_block(text: str, limit: int = MAX_SHOWN) -> SafeString | str:
+    """Return an error with its exception line first and the full traceback expandable.
+
+    The line an operator looks for is the last of a traceback, so a box showing its top hid
+    it; here it comes first, and the traceback (escaped, cut to ``limit``) is one click away.
+    """
+    if not text.strip():
+        return EMPTY
+    line = exception_line(text)
+    if line.strip() == text.strip():
+        return format_html('<div class="ultjobs-error"><p class="ultjobs-exception">{}</p></div>',
+                           line)
+    return format_html(
+        '<div class="ultjobs-error"><p class="ultjobs-exception">{}</p>'
+        '<details class="ultjobs-traceback"><summary>traceback</summary>{}</details></div>',
+        truncated(line, 1000)[0], pre(text, limit))
+
+
 def pretty_json(value: Any, limit: int = MAX_SHOWN) -> SafeString | str:
     """Return a JSON value indented, escaped and cut to ``limit`` characters."""
-    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError) as exc:
+        # Indenting recurses in Python: a value the database holds (and json could read) may
+        # nest too deep to be written out again. Its page must still render (rule 15).
+        return undecodable(f"{type(exc).__name__}: {exc}", "shown")
     return pre(text, limit)
+
+
+def undecodable(reason: str, what: str = "decoded") -> SafeString:
+    """Say that a stored value cannot be decoded (or shown), and why, instead of a server error."""
+    return format_html('<p class="ultjobs-flag">The stored value cannot be {} ({}); it is left '
+                       "in the database as it is.</p>", what, reason)
 
 
 def admin_link(viewname: str, pk: Any, label: str) -> SafeString | str:

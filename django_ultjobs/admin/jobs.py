@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -14,8 +15,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 
-from ..models import InFlightJob, Job, JobAttempt, JobStatus, JobStep
+from ..models import LIVE_STATUSES, InFlightJob, Job, JobAttempt, JobStatus, JobStep
 from ..operations import cancel_jobs, retry_jobs
 from ..registry import jobs_database, registered_jobs
 from .base import JobsAdmin, ReadOnlyInline
@@ -23,12 +25,13 @@ from .display import (
     EMPTY,
     MAX_SHOWN_INLINE,
     duration,
+    error_block,
     job_link,
     parse_job_id,
-    pre,
     pretty_json,
     seconds_between,
     stamp,
+    undecodable,
     worker_link,
 )
 from .filters import JobNameFilter, LeaseFilter, QueueFilter
@@ -36,6 +39,10 @@ from .filters import JobNameFilter, LeaseFilter, QueueFilter
 #: Columns a list never shows and a page of 50 rows must not fetch: a job called with a 5 MB
 #: document would otherwise cost 5 MB per row on every page view.
 HEAVY_FIELDS = ("args", "kwargs", "result", "last_error", "wait_match")
+#: The JSON columns a job's page reads one at a time, each surviving a value it cannot decode: a
+#: row written by raw SQL or another producer (too deep, an integer too long, not UTF-8) must not
+#: take the page that shows why it failed down with it (rule 15).
+JSON_FIELDS = ("args", "kwargs", "result", "wait_match")
 #: Ids per LogEntry batch when an action touched many jobs.
 LOG_CHUNK = 500
 #: Posted by the buttons on a job's page: the action then returns to that page.
@@ -198,6 +205,44 @@ def _back_to_detail(request: HttpRequest) -> HttpResponse | None:
     return None
 
 
+#: Why a cancel leaves a job alone, by the status it was found in (worded for any count).
+CANCEL_SKIPPED = {
+    JobStatus.SUCCEEDED: "already succeeded",
+    JobStatus.FAILED: "already failed",
+    JobStatus.CANCELLED: "already cancelled",
+    JobStatus.RUNNING: "running and already asked to stop",
+}
+#: Why a retry leaves a job alone, by the status it was found in.
+RETRY_SKIPPED = {
+    JobStatus.SUCCEEDED: "succeeded",
+    JobStatus.QUEUED: "still queued",
+    JobStatus.WAITING: "waiting",
+    JobStatus.RUNNING: "still running",
+}
+
+
+def _skipped(request: HttpRequest, changed: tuple[int, ...], reasons: dict[str, str]) -> str:
+    """Say which selected jobs an action left alone and why: ``1 already succeeded, 1 ...``.
+
+    Counted only over the ids the user ticked (a page at most). "Select all" over a filtered
+    million rows is not counted (that would read them all): the rest is named without a number.
+    """
+    if request.POST.get("select_across") == "1":
+        return "the other selected jobs" if changed else "every selected job"
+    selected = {job_id for value in request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+                if (job_id := parse_job_id(value)) is not None}
+    left = selected - set(changed)
+    if not left:
+        return ""
+    by_status = Counter(Job.objects.using(jobs_database()).filter(id__in=left)
+                        .values_list("status", flat=True))
+    parts = [f"{n} {reasons.get(status, status)}" for status, n in sorted(by_status.items())]
+    gone = len(left) - sum(by_status.values())
+    if gone:
+        parts.append(f"{gone} no longer in the database")
+    return f"{_plural(len(left), 'job')} ({', '.join(parts)})"
+
+
 @admin.action(permissions=["change"],
               description="Cancel selected jobs (queued now, running at their next heartbeat)")
 def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
@@ -209,17 +254,16 @@ def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
     _log(request, result.requested_ids,
          "Cancel requested from the admin while running: its worker cancels the run at its next "
          "heartbeat.")
+    done = []
     if result.cancelled:
-        modeladmin.message_user(request, f"Cancelled {_plural(result.cancelled, 'job')} "
-                                         "that had not started.", messages.SUCCESS)
+        done.append(f"Cancelled {_plural(result.cancelled, 'job')} that had not started.")
     if result.requested:
-        modeladmin.message_user(
-            request, f"Asked {_plural(result.requested, 'running job')} to stop: each is "
-                     "cancelled at its worker's next heartbeat.", messages.SUCCESS)
-    if not result.cancelled and not result.requested:
-        modeladmin.message_user(
-            request, "Nothing to cancel: only queued, waiting or running jobs can be cancelled "
-                     "(a running one once).", messages.WARNING)
+        done.append(f"Asked {_plural(result.requested, 'running job')} to stop: each is "
+                    "cancelled at its worker's next heartbeat.")
+    skipped = _skipped(request, result.cancelled_ids + result.requested_ids,
+                       CANCEL_SKIPPED)
+    _report(modeladmin, request, done, skipped, "Nothing was cancelled.",
+            "only queued, waiting or running jobs can be cancelled, a running one once")
     return _back_to_detail(request)
 
 
@@ -231,14 +275,23 @@ def retry_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
     result = retry_jobs(queryset, using=jobs_database())
     _log(request, result.retried_ids,
          "Retried from the admin: queued again, runnable now, one more attempt allowed.")
-    if result.retried:
-        modeladmin.message_user(request, f"Queued {_plural(result.retried, 'job')} again.",
-                                messages.SUCCESS)
-    else:
-        modeladmin.message_user(
-            request, "Nothing to retry: only failed or cancelled jobs can be retried.",
-            messages.WARNING)
+    done = [f"Queued {_plural(result.retried, 'job')} again."] if result.retried else []
+    skipped = _skipped(request, result.retried_ids, RETRY_SKIPPED)
+    _report(modeladmin, request, done, skipped, "Nothing was retried.",
+            "only failed or cancelled jobs can be retried")
     return _back_to_detail(request)
+
+
+def _report(modeladmin: admin.ModelAdmin, request: HttpRequest, done: list[str], skipped: str,
+            nothing: str, rule: str) -> None:
+    """Say what an action changed, then what it skipped and why (a warning, never silent)."""
+    for message in done:
+        modeladmin.message_user(request, message, messages.SUCCESS)
+    if skipped:
+        lead = "" if done else f"{nothing} "
+        modeladmin.message_user(request, f"{lead}Skipped {skipped}: {rule}.", messages.WARNING)
+    elif not done:
+        modeladmin.message_user(request, f"{nothing} {capfirst(rule)}.", messages.WARNING)
 
 
 # -- the detail page's history --------------------------------------------------------------------
@@ -276,8 +329,8 @@ class AttemptInline(ReadOnlyInline):
 
     @admin.display(description="error")
     def error_display(self, obj: JobAttempt) -> SafeString | str:
-        """The run's error or traceback, escaped and cut."""
-        return pre(obj.error, MAX_SHOWN_INLINE)
+        """The run's exception line, its traceback expandable (escaped and cut)."""
+        return error_block(obj.error, MAX_SHOWN_INLINE)
 
 
 class StepInline(ReadOnlyInline):
@@ -314,23 +367,46 @@ class JobAdmin(JobListMixin, JobsAdmin):
     sortable_by = ("job_id",)
     actions = (cancel_selected, retry_selected)
     inlines = (AttemptInline, StepInline)
-    fieldsets = (
-        (None, {"fields": ("id", "name", "queue", "priority", "status_display", "attempt_of_max",
-                           "cancel_requested")}),
-        ("Lease", {"fields": ("worker", "claimed", "lease", "visible", "wait_event")}),
-        ("Call", {"fields": ("args_display", "kwargs_display", "result_display")}),
-        ("Origin", {"fields": ("enqueued_by", "traceparent", "tracestate", "created", "updated",
-                               "finished")}),
-        ("Last error", {"fields": ("last_error_display",)}),
-    )
     readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
                        "kwargs_display", "result_display", "last_error_display", "claimed",
-                       "visible", "created", "updated", "finished")
+                       "visible", "created", "updated", "finished", "outcome")
     claimed = stamp_field("claimed_at", "claimed")
     visible = stamp_field("visible_at", "visible at (the lease clock)")
     created = stamp_field("created_at", "enqueued")
     updated = stamp_field("updated_at", "updated")
     finished = stamp_field("finished_at", "finished")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        """Lay out a job's page with what an operator looks for first: state, outcome, error.
+
+        The lease clock (``visible_at``) is shown only while it means something: when a queued
+        job may run, when a running job's lease expires, when a waiting one wakes. On a finished
+        job it is the last heartbeat's leftover, and "in 17 s" would read as a run to come.
+        """
+        live = obj is None or obj.status in LIVE_STATUSES
+        state = ["status_display", "outcome", "attempt_of_max", "name", "queue", "id"]
+        if obj is not None and obj.last_error:
+            state.insert(2, "last_error_display")
+        lease = ("worker", "claimed", "lease", "visible", "wait_event") if live else \
+            ("worker", "claimed", "finished")
+        return (
+            (None, {"fields": state}),
+            ("Lease" if live else "Last run", {"fields": lease}),
+            ("Call", {"fields": ("args_display", "kwargs_display", "priority",
+                                 "cancel_requested")}),
+            # Folded (a <details>): who enqueued it and under which trace is looked up, not
+            # read first, and it made the page a screen longer.
+            ("Origin", {"classes": ("collapse",),
+                        "fields": ("enqueued_by", "traceparent", "tracestate", "created",
+                                   "updated")}),
+        )
+
+    def get_inlines(self, request: HttpRequest, obj: Job | None) -> Any:
+        """The attempts, and the steps only for a job that has some (most have none)."""
+        if obj is not None and not JobStep.objects.using(jobs_database()).filter(
+                job_id=obj.pk).exists():
+            return (AttemptInline,)
+        return self.inlines
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
@@ -344,25 +420,51 @@ class JobAdmin(JobListMixin, JobsAdmin):
         }
         return super().change_view(request, object_id, form_url, context)
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """The jobs without their JSON columns: a job's page reads each on its own (rule 15)."""
+        return super().get_queryset(request).defer(*JSON_FIELDS)
+
     @admin.display(description="args")
     def args_display(self, obj: Job) -> SafeString | str:
         """Positional arguments, escaped and cut past 10,000 characters."""
-        return pretty_json(obj.args)
+        return _json_column(obj, "args")
 
     @admin.display(description="kwargs")
     def kwargs_display(self, obj: Job) -> SafeString | str:
         """Keyword arguments, escaped and cut past 10,000 characters."""
-        return pretty_json(obj.kwargs)
+        return _json_column(obj, "kwargs")
 
     @admin.display(description="result")
     def result_display(self, obj: Job) -> SafeString | str:
         """The stored result (after success), escaped and cut."""
-        return EMPTY if obj.result is None else pretty_json(obj.result)
+        return _json_column(obj, "result")
+
+    @admin.display(description="outcome")
+    def outcome(self, obj: Job) -> SafeString | str:
+        """What became of the job, in words: its result, why it stopped, or what comes next."""
+        if obj.status == JobStatus.SUCCEEDED:
+            return self.result_display(obj)
+        if obj.status == JobStatus.FAILED:
+            return f"failed after {_plural(obj.attempt, 'attempt')}: no retry left"
+        if obj.status == JobStatus.CANCELLED:
+            return "cancelled" + (" on request" if obj.cancel_requested else "")
+        return lease_text(obj)
 
     @admin.display(description="last error")
     def last_error_display(self, obj: Job) -> SafeString | str:
-        """The last traceback, pre-formatted."""
-        return pre(obj.last_error)
+        """The exception line of the last error, the traceback expandable."""
+        return error_block(obj.last_error)
+
+
+def _json_column(job: Job, field: str) -> SafeString | str:
+    """A deferred JSON column of ``job``, loaded now: shown, or why it cannot be decoded."""
+    try:
+        value = getattr(job, field)
+    # Exception: the reader raises RecursionError, ValueError (an integer past Python's digit
+    # limit), or the driver a DatabaseError (SQLite text that is not UTF-8).
+    except Exception as exc:
+        return undecodable(f"{type(exc).__name__}: {exc}")
+    return EMPTY if value is None else pretty_json(value)
 
 
 @admin.register(InFlightJob)

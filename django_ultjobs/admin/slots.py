@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.db.models import (
@@ -16,12 +17,15 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Coalesce, Now, Substr
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ..models import HeldSlot, Job, JobAttempt, JobLease, LostSlotCancellation
+from ..models import HeldSlot, Job, JobAttempt, JobLease, JobStatus, LostSlotCancellation
+from ..registry import registered_jobs
+from ..worker.fleet_slots import lease_key
 from .base import JobsAdmin
 from .display import EMPTY, ago, duration, job_link, seconds_between, split_holder, worker_link
 from .filters import LapsedFilter, SinceFilter, SlotKeyFilter
@@ -32,8 +36,9 @@ class HeldSlotAdmin(JobsAdmin):
     """Every lease row: one held (or lapsed, not yet taken over) fleet slot (rule 5)."""
 
     permission_model = JobLease
-    list_display = ("key", "slot", "holder_worker", "holder_job", "acquired", "expires",
-                    "lapsed")
+    rows_have_pages = False
+    list_display = ("key", "cap", "slot", "holder_worker", "holder_job", "acquired", "expires",
+                    "lapsed", "runs_waiting")
     list_display_links = None
     list_filter = (LapsedFilter, "key")
     ordering = ("key", "slot")
@@ -42,10 +47,33 @@ class HeldSlotAdmin(JobsAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         """Every lease row, with whether it lapsed by the database's clock."""
+        # Runnable queued runs of the key's job: with every slot held, they wait for one. An
+        # index lookup on (name, status) per row of the page.
+        waiting = (Job.objects.filter(name=Substr(OuterRef("key"), len(lease_key("")) + 1),
+                                      status=JobStatus.QUEUED, visible_at__lte=Now())
+                   .order_by().values("name").annotate(n=Count("id")).values("n")[:1])
         # Lapsed by the database's clock, the one the renewal is fenced on (rule 7).
-        return super().get_queryset(request).annotate(is_lapsed=Case(
-            When(expires_at__lte=Now(), then=Value(True)),
-            default=Value(False), output_field=BooleanField()))
+        return super().get_queryset(request).annotate(
+            is_lapsed=Case(When(expires_at__lte=Now(), then=Value(True)),
+                           default=Value(False), output_field=BooleanField()),
+            waiting=Coalesce(Subquery(waiting), 0))
+
+    @admin.display(description="cap")
+    def cap(self, obj: JobLease) -> str:
+        """The key's ``concurrency``, as this process registers its job."""
+        name = obj.key.removeprefix(lease_key(""))
+        spec = registered_jobs().get(name) if name != obj.key else None
+        return str(spec.concurrency) if spec is not None and spec.concurrency else EMPTY
+
+    @admin.display(description="runs waiting")
+    def runs_waiting(self, obj: JobLease) -> SafeString | str:
+        """How many runs of the key's job are runnable now: with every slot held, they wait."""
+        count = getattr(obj, "waiting", 0) or 0
+        if not count:
+            return "0"
+        url = reverse("admin:django_ultjobs_job_changelist")
+        query = urlencode({"name": obj.key.removeprefix(lease_key("")), "lease": "runnable"})
+        return format_html('<a href="{}?{}">{}</a>', url, query, count)
 
     @admin.display(description="holder (worker)")
     def holder_worker(self, obj: JobLease) -> SafeString | str:
@@ -92,6 +120,7 @@ class LostSlotCancellationAdmin(JobsAdmin):
     """Runs cancelled because they lost their fleet slot (rule 8), and what became of the job."""
 
     permission_model = Job
+    rows_have_pages = False
     list_display = ("when", "job_display", "worker", "slot_held", "attempt", "then")
     list_display_links = None
     list_filter = (LostSlotSinceFilter, SlotKeyFilter)

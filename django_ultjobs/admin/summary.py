@@ -24,6 +24,8 @@ from ..models import (
     JobStatus,
     Worker,
 )
+from ..registry import registered_jobs
+from ..worker.fleet_slots import lease_key
 from .display import duration, seconds_between
 from .paginator import EstimatedCountPaginator
 
@@ -52,12 +54,24 @@ class QueueCounts:
 
 
 @dataclass(frozen=True)
+class SlotWait:
+    """A capped job's key, its cap, and how many of its slots are held now."""
+
+    key: str
+    cap: int
+    held: int
+
+
+@dataclass(frozen=True)
 class OldestRunnable:
     """The job that has been runnable the longest, and for how long (database clock)."""
 
     job_id: int
     name: str
     seconds: float
+    #: Set when the job is capped and every slot of its key is held: it waits for a slot, not
+    #: for a worker.
+    slot_wait: SlotWait | None = None
 
     @property
     def age(self) -> str:
@@ -93,6 +107,31 @@ def _count_or_estimate(alias: str, status: str) -> StatusCount:
     return StatusCount(status, paginator.count, paginator.estimated, paginator.lower_bound)
 
 
+def slot_wait(alias: str, name: str) -> SlotWait | None:
+    """Return the slots of a capped job when all are held (it waits for one), else None."""
+    spec = registered_jobs().get(name)
+    if spec is None or not spec.concurrency:
+        return None
+    key = lease_key(name)
+    held = JobLease.objects.using(alias).filter(key=key, expires_at__gt=Now()).count()
+    return SlotWait(key, spec.concurrency, held) if held >= spec.concurrency else None
+
+
+def _running_workers(alias: str) -> list[object]:
+    """The job names each running worker knows (None from one that did not say); running: not
+    stopped and heard from within its own visibility timeout."""
+    # Each row is judged by its worker's own timeout (rows from before it was kept: by the
+    # setting), in Python: the arithmetic differs per engine, and the candidates are few (not
+    # stopped, seen in the last day).
+    default = get_settings().VISIBILITY_TIMEOUT
+    rows = (Worker.objects.using(alias)
+            .filter(stopped_at__isnull=True, last_seen_at__gte=Now() - timedelta(days=1))
+            .annotate(db_now=Now())
+            .values_list("last_seen_at", "visibility_timeout", "db_now", "jobs"))
+    return [jobs for seen, timeout, now, jobs in rows
+            if (seconds_between(seen, now) or 0.0) <= (timeout or default)]
+
+
 def jobs_summary(alias: str) -> Summary:
     """Return the summary of the jobs in ``alias``, in a handful of index-backed queries."""
     due = Q(visible_at__lte=Now())
@@ -125,16 +164,15 @@ def jobs_summary(alias: str) -> Summary:
     oldest_runnable = None
     if oldest is not None:
         waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
-        oldest_runnable = OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0))
+        oldest_runnable = OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
+                                         slot_wait(alias, oldest["name"]))
 
     slots = JobLease.objects.using(alias).aggregate(
         held=Count("id", filter=Q(expires_at__gt=Now())),
         lapsed=Count("id", filter=Q(expires_at__lte=Now())))
     lost = JobAttempt.objects.using(alias).filter(
         outcome="slot_lost", finished_at__gte=Now() - timedelta(hours=24)).count()
-    timeout = timedelta(seconds=get_settings().VISIBILITY_TIMEOUT)
-    known = list(Worker.objects.using(alias).filter(
-        stopped_at__isnull=True, last_seen_at__gte=Now() - timeout).values_list("jobs", flat=True))
+    known = _running_workers(alias)
     unknown = _unknown_job_names(alias, known)
     return Summary(
         statuses=statuses,

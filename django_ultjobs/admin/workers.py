@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.contrib import admin
@@ -25,9 +26,11 @@ class WorkerAdmin(JobsAdmin):
     list_filter = (WorkerSeenFilter,)
     ordering = ("-last_seen_at",)
     search_fields = ("id", "hostname")
-    fields = ("id", "hostname", "pid", "threads", "queue_list", "started_at", "started",
-              "last_seen_at", "last_heartbeat", "runs_in_flight", "state", "stopped_at")
-    readonly_fields = ("queue_list", "started", "last_heartbeat", "runs_in_flight", "state")
+    fields = ("state", "id", "hostname", "pid", "threads", "queue_list", "timings",
+              "started_at", "started", "last_seen_at", "last_heartbeat", "runs_in_flight",
+              "stopped_at")
+    readonly_fields = ("queue_list", "timings", "started", "last_heartbeat", "runs_in_flight",
+                       "state")
 
     @admin.display(description="queues")
     def queue_list(self, obj: Worker) -> str:
@@ -53,16 +56,47 @@ class WorkerAdmin(JobsAdmin):
         return format_html('<a href="{}?{}">{}</a>', url,
                            urlencode({"worker_id__exact": obj.id}), obj.in_flight)
 
+    @admin.display(description="lease timings")
+    def timings(self, obj: Worker) -> str:
+        """The worker's own ``--visibility-timeout`` and ``--heartbeat-interval``."""
+        if obj.visibility_timeout is None:
+            return (f"not recorded (judged by ULTJOBS[\"VISIBILITY_TIMEOUT\"], "
+                    f"{get_settings().VISIBILITY_TIMEOUT:g} s)")
+        return (f"visibility timeout {every(obj.visibility_timeout)}, heartbeat every "
+                f"{every(obj.heartbeat_interval or 0.0)}")
+
     @admin.display(description="state")
     def state(self, obj: Worker) -> SafeString | str:
-        """``running``; ``stopped``; or ``silent`` once it missed a visibility timeout of ticks."""
-        now = getattr(obj, "db_now", None)
-        if obj.stopped_at is not None:
-            return f"stopped {ago(obj.stopped_at, now)}"
-        silent = seconds_between(obj.last_seen_at, now)
-        # A worker silent for a whole visibility timeout has lost every lease it held: its jobs
-        # are re-delivered and its slots lapse (rules 1 and 5). It is gone, or cut off.
-        if silent is not None and silent > get_settings().VISIBILITY_TIMEOUT:
-            return format_html('<span class="ultjobs-flag">silent for {}</span>',
-                               duration(silent))
+        """``running``; ``late``; ``stopped``; or ``silent`` past its own visibility timeout."""
+        return worker_state(obj, getattr(obj, "db_now", None))
+
+
+def every(seconds: float) -> str:
+    """Return a worker's flag value in seconds as it was given: ``0.2 s``, ``120 s``."""
+    return f"{seconds:g} s"
+
+
+def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
+    """Judge a worker by its own timings: running, late, silent, or stopped.
+
+    By the worker's own ``--visibility-timeout``, not this process's setting: a worker started
+    with 120 s is healthy 50 s after a tick, and one started with 10 s has lost its leases 26 s
+    after its last one. Rows from before the timings were kept fall back to the setting.
+    """
+    if worker.stopped_at is not None:
+        return f"stopped {ago(worker.stopped_at, now)}"
+    silent = seconds_between(worker.last_seen_at, now)
+    if silent is None:
         return "running"
+    timeout = worker.visibility_timeout or get_settings().VISIBILITY_TIMEOUT
+    # Silent for a whole visibility timeout, it has lost every lease it held: its jobs are
+    # re-delivered and its slots lapse (rules 1 and 5). It is gone, or cut off.
+    if silent > timeout:
+        return format_html('<span class="ultjobs-flag">silent for {}</span>', duration(silent))
+    # Two missed ticks: a heartbeat failing and retried (rule 2), or a stalled process. Its
+    # leases still hold, for now.
+    interval = worker.heartbeat_interval
+    if interval and silent > 2 * interval:
+        return format_html('running <span class="ultjobs-flag">late: no heartbeat for {} '
+                           '(every {})</span>', duration(silent), every(interval))
+    return "running"

@@ -267,6 +267,20 @@ extended AS (
 )
 SELECT id FROM settled;
 
+-- name: settle_landed
+-- Which settles of a batch this worker already wrote, though it never heard back (the connection
+-- died during the commit): their attempts are recorded under this worker with the same attempt
+-- number, start time, outcome and error (rule 32). An attempt a re-claimer records for a lapsed
+-- lease has another outcome or error, so a stale settle never passes for a landed one.
+SELECT c.id
+FROM jsonb_to_recordset(%(batch)s::jsonb) AS c(
+    id bigint, attempt_no int, outcome text, error text, started_at timestamptz)
+WHERE EXISTS (
+    SELECT 1 FROM django_ultjobs_jobattempt AS a
+    WHERE a.job_id = c.id AND a.attempt = c.attempt_no AND a.worker_id = %(worker_id)s::text
+      AND a.outcome = c.outcome AND a.error = c.error
+      AND a.started_at IS NOT DISTINCT FROM c.started_at);
+
 -- name: record_attempts
 -- Record attempts that ended without their worker reporting back (a lapsed lease found by the
 -- next claim), so the admin shows every run, including the ones whose process died.
@@ -438,12 +452,15 @@ DELETE FROM django_ultjobs_joblease WHERE id IN (SELECT id FROM locked);
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.
 INSERT INTO django_ultjobs_worker
-    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at, jobs)
-VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queues)s::jsonb, {now}, {now}, 0, NULL, %(jobs)s::jsonb)
+    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
+     visibility_timeout, heartbeat_interval, jobs)
+VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queues)s::jsonb, {now}, {now}, 0, NULL,
+        %(visibility_timeout)s::float8, %(heartbeat_interval)s::float8, %(jobs)s::jsonb)
 ON CONFLICT (id) DO UPDATE
     SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, threads = EXCLUDED.threads,
         queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL,
-        jobs = EXCLUDED.jobs;
+        visibility_timeout = EXCLUDED.visibility_timeout,
+        heartbeat_interval = EXCLUDED.heartbeat_interval, jobs = EXCLUDED.jobs;
 
 -- name: worker_jobs
 -- Record the job names this worker knows now: it resolved more since it registered.

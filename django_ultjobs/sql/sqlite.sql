@@ -60,7 +60,9 @@ LIMIT :limit;
 
 -- name: claim
 -- Claim the candidates: a conditional UPDATE ... RETURNING that re-checks runnability, so it can
--- never take a row that stopped being runnable.
+-- never take a row that stopped being runnable. The arguments come back as bytes, decoded in
+-- Python row by row: SQLite stores whatever bytes a writer gave it, and one argument text that
+-- is not UTF-8 would make the driver fail the whole claim, every time (rule 15).
 UPDATE django_ultjobs_job
 SET status = 'running',
     attempt = attempt + CASE WHEN status = 'waiting' THEN 0 ELSE 1 END,
@@ -72,8 +74,8 @@ SET status = 'running',
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND status IN ('queued', 'running', 'waiting')
   AND visible_at <= {now}
-RETURNING id, name, queue, priority, args, kwargs, attempt, max_attempts, traceparent,
-          tracestate, enqueued_by, cancel_requested, claimed_at;
+RETURNING id, name, queue, priority, CAST(args AS BLOB), CAST(kwargs AS BLOB), attempt,
+          max_attempts, traceparent, tracestate, enqueued_by, cancel_requested, claimed_at;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds, fenced on each run's claim token. A run missing
@@ -175,6 +177,20 @@ JOIN django_ultjobs_jobattempt AS a ON a.id = (
     ORDER BY l.attempt DESC, l.id DESC
     LIMIT 1)
 WHERE a.outcome = 'suspended' AND substr(a.error, 1, length(:prefix)) = :prefix;
+
+-- name: settle_landed
+-- Which settles of a batch this worker already wrote, though it never heard back: their attempts
+-- are recorded under this worker with the same attempt number, start time, outcome and error
+-- (rule 32). An attempt a re-claimer records for a lapsed lease has another outcome or error.
+SELECT json_extract(c.value, '$.id')
+FROM json_each(:batch) AS c
+WHERE EXISTS (
+    SELECT 1 FROM django_ultjobs_jobattempt AS a
+    WHERE a.job_id = json_extract(c.value, '$.id')
+      AND a.attempt = json_extract(c.value, '$.attempt_no') AND a.worker_id = :worker_id
+      AND a.outcome = json_extract(c.value, '$.outcome')
+      AND a.error = json_extract(c.value, '$.error')
+      AND a.started_at IS json_extract(c.value, '$.started_at'));
 
 -- name: record_attempts
 -- Record attempts that ended without their worker reporting back (a lapsed lease).
@@ -299,12 +315,15 @@ WHERE EXISTS (
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.
 INSERT INTO django_ultjobs_worker
-    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at, jobs)
-VALUES (:id, :hostname, :pid, :threads, :queues, {now}, {now}, 0, NULL, :jobs)
+    (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
+     visibility_timeout, heartbeat_interval, jobs)
+VALUES (:id, :hostname, :pid, :threads, :queues, {now}, {now}, 0, NULL,
+        :visibility_timeout, :heartbeat_interval, :jobs)
 ON CONFLICT (id) DO UPDATE
     SET hostname = excluded.hostname, pid = excluded.pid, threads = excluded.threads,
         queues = excluded.queues, last_seen_at = excluded.last_seen_at, stopped_at = NULL,
-        jobs = excluded.jobs;
+        visibility_timeout = excluded.visibility_timeout,
+        heartbeat_interval = excluded.heartbeat_interval, jobs = excluded.jobs;
 
 -- name: worker_jobs
 -- Record the job names this worker knows now: it resolved more since it registered.

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..retry import clamp_delay
 from ..sql import queries
 
 #: A clock the store reads instead of the database's, for tests only; None means the database's.
@@ -78,6 +79,9 @@ class ClaimedJob:
     previous_claimed_at: datetime | None = None
     #: True when the row was waiting (a durable sleep or event wait) and woke: not a new attempt.
     woke: bool = False
+    #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
+    #: the worker fails such a job at once instead of running it (rule 15).
+    undecodable: str | None = None
 
 
 class ClaimBatch(list[ClaimedJob]):
@@ -309,6 +313,18 @@ class JobStore(LeaseStore):
         though it still answers (engines override)."""
         return False
 
+    def refuses(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the database (or the encoding before it) refusing the *values* of
+        a statement, which no retry will change: a string too long, a value out of range, a
+        constraint broken. Not an outage: a lost connection, a locked database, a full disk are
+        waited out (rule 30). Engines add their own codes."""
+        return isinstance(exc, (ValueError, TypeError, OverflowError, RecursionError))
+
+    def refusal_reason(self, exc: BaseException) -> str:
+        """The database's own words for a refusal, in one line (engines add their detail)."""
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
     def schema_missing(self, exc: BaseException) -> bool:
         """Whether ``exc`` says a table or column of this package does not exist in the
         database: a database nobody migrated, which no wait will fix (engines override)."""
@@ -342,25 +358,6 @@ class JobStore(LeaseStore):
     def parse_json(value: Any) -> Any:
         """Turn a returned JSON column into Python."""
         return json.loads(value) if isinstance(value, (str, bytes)) else value
-
-    @classmethod
-    def parse_json_columns(cls, rows: Sequence[Sequence[Any]], first: int, count: int
-                           ) -> list[list[Any]]:
-        """Parse ``count`` JSON columns from ``first`` on, of every row, in ONE ``json.loads``.
-
-        A claim returns two JSON texts (args, kwargs) per job; parsed one at a time they were
-        13 of the 20 us the claim loop spent on each claimed row, nearly all of it the call, not
-        the (C) decoding. Texts the driver already decoded are taken as they are."""
-        columns = range(first, first + count)
-        if all(isinstance(row[i], str) for row in rows for i in columns):
-            try:
-                return json.loads("[" + ",".join(
-                    "[" + ",".join(row[i] for i in columns) + "]" for row in rows) + "]")
-            except (ValueError, RecursionError):
-                # Two levels of nesting more than each text has: a value just inside json's
-                # depth limit on its own (PostgreSQL stored it) is parsed on its own.
-                pass
-        return [[cls.parse_json(row[i]) for i in columns] for row in rows]
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -412,6 +409,23 @@ class JobStore(LeaseStore):
         ids that applied.
 
         At most one settlement per job: the rows are matched to the batch by id."""
+
+    def settle_landed(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        """The ids of ``settlements`` (each with an outcome) whose attempt this worker already
+        recorded: a settle that committed though its reply was lost (rule 32). Matched on job,
+        attempt, worker, start time, outcome and error, so the attempt a re-claimer records for a
+        lapsed lease never passes for it."""
+        if not settlements:
+            return set()
+        batch = dumps_batch([
+            {"id": s.job_id, "attempt_no": s.attempt_no, "outcome": s.outcome,
+             "error": "" if s.error is None else _storable_text(s.error),
+             "started_at": None if s.started_at is None else self._json_time(s.started_at)}
+            for s in settlements if s.outcome is not None
+        ])
+        with self.cursor() as cur:
+            cur.execute(self.sql["settle_landed"], {"batch": batch, "worker_id": worker_id})
+            return {row[0] for row in cur.fetchall()}
 
     def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
         """Record attempts that ended without a report from their worker."""
@@ -514,13 +528,17 @@ class JobStore(LeaseStore):
     # -- workers ------------------------------------------------------------------------------
 
     def worker_upsert(self, worker_id: str, hostname: str, pid: int, threads: int,
-                      queues: Sequence[str], jobs: Sequence[str] = ()) -> None:
-        """Register this worker process, with the job names it knows."""
+                      queues: Sequence[str], *, visibility_timeout: float | None = None,
+                      heartbeat_interval: float | None = None, jobs: Sequence[str] = ()
+                      ) -> None:
+        """Register this worker process, with the lease timings it runs under and the job
+        names it knows."""
         with self.cursor() as cur:
             cur.execute(self.sql["worker_upsert"], {
                 "id": worker_id, "hostname": hostname, "pid": pid, "threads": threads,
-                "queues": json.dumps(list(queues)), "jobs": json.dumps(sorted(jobs)),
-                "now": self.now_param()})
+                "queues": json.dumps(list(queues)), "now": self.now_param(),
+                "visibility_timeout": visibility_timeout,
+                "heartbeat_interval": heartbeat_interval, "jobs": json.dumps(sorted(jobs))})
 
     def worker_jobs(self, worker_id: str, jobs: Sequence[str]) -> None:
         """Record the job names this worker knows now (it resolved more since it started)."""
@@ -547,7 +565,9 @@ class JobStore(LeaseStore):
             "token": s.token,
             "status": s.status,
             "attempt_delta": s.attempt_delta,
-            "delay": float(s.delay),
+            # Finite and within a century: an infinite or huge delay would overflow the
+            # timestamp arithmetic and refuse the whole batch (rule 31).
+            "delay": clamp_delay(float(s.delay)),
             "error": None if s.error is None else _storable_text(s.error),
             "result_json": s.result_json,
             "outcome": s.outcome,
@@ -581,6 +601,19 @@ class JobStore(LeaseStore):
     def _json_time(self, value: datetime) -> str:
         """A time inside a JSON batch parameter, in the form this engine compares."""
         return value.isoformat()
+
+
+def dumps_batch(rows: list[dict[str, Any]]) -> str:
+    """A settle batch as one JSON parameter. ``allow_nan=False``: Python would write ``NaN`` or
+    ``Infinity``, which is no JSON, and PostgreSQL would refuse the whole batch; raised here, it
+    is a refusal of one row's values that the completer isolates (rules 30, 31)."""
+    return json.dumps(rows, separators=(",", ":"), allow_nan=False)
+
+
+def settlement_size(s: Settlement) -> int:
+    """Roughly the bytes ``s`` adds to a settle batch: its result and error, plus the rest of
+    its row. The completer bounds batches, and the worker its backlog, by this."""
+    return 400 + len(s.result_json or "") + len(s.error or "")
 
 
 def check_one_per_job(settlements: Sequence[Settlement]) -> None:

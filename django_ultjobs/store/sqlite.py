@@ -8,6 +8,7 @@ Batches travel as one JSON parameter (``json_each``), so no batch is ever more t
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,7 +25,12 @@ from .base import (
     NewJob,
     Settlement,
     check_one_per_job,
+    dumps_batch,
 )
+from .decoding import decode_arguments
+
+#: SQLITE_TOOBIG, SQLITE_CONSTRAINT, SQLITE_MISMATCH: a statement refused for its values.
+_REFUSED_CODES = (sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH)
 
 #: Django's SQLite transaction modes that begin a transaction as the writer (in WAL the two are
 #: one: EXCLUSIVE takes the same lock as IMMEDIATE).
@@ -49,6 +55,18 @@ class SQLiteStore(JobStore):
         text = str(exc)
         return any(sign in text for sign in ("no such table", "no such column",
                                              "has no column named"))
+
+    def refuses(self, exc: BaseException) -> bool:
+        # SQLITE_TOOBIG (a string or the batch over SQLITE_LIMIT_LENGTH), SQLITE_CONSTRAINT,
+        # SQLITE_MISMATCH; extended codes keep the primary one in their low byte. BUSY, LOCKED,
+        # FULL and IOERR are outages to wait out (rule 30).
+        if super().refuses(exc):
+            return True
+        for error in (exc, exc.__cause__):
+            code = getattr(error, "sqlite_errorcode", None)
+            if code is not None and (code & 0xFF) in _REFUSED_CODES:
+                return True
+        return False
 
     @staticmethod
     def format_time(value: datetime) -> str:
@@ -189,11 +207,12 @@ class SQLiteStore(JobStore):
             rows = cur.fetchall()
         claimed = ClaimBatch(others_left=others_left)
         token_text = str(token)
-        for r, (args, kwargs) in zip(rows, self.parse_json_columns(rows, 4, 2), strict=True):
+        for r, (args, kwargs, undecodable) in zip(rows, decode_arguments(rows, 4), strict=True):
             _, _, _, prev_status, prev_worker, prev_claimed_at = candidates[r[0]]
             claimed.append(ClaimedJob(
                 id=r[0], name=r[1], queue=r[2], priority=r[3], args=args,
-                kwargs=kwargs, attempt=r[6], max_attempts=r[7], token=token_text,
+                kwargs=kwargs, undecodable=undecodable, attempt=r[6], max_attempts=r[7],
+                token=token_text,
                 traceparent=r[8] or "", tracestate=r[9] or "", enqueued_by=r[10] or "",
                 cancel_requested=bool(r[11]), claimed_at=self.parse_time(r[12]),
                 redelivered_from=prev_worker if prev_status == "running" else None,
@@ -231,8 +250,9 @@ class SQLiteStore(JobStore):
             row["token"] = uuid.UUID(row["token"]).hex
             # Stored as JSON text, as Django's JSONField keeps it on SQLite.
             if row["wait_match"] is not None:
-                row["wait_match"] = json.dumps(row["wait_match"], separators=(",", ":"))
-        batch = json.dumps(rows, separators=(",", ":"))
+                row["wait_match"] = json.dumps(row["wait_match"], separators=(",", ":"),
+                                               allow_nan=False)
+        batch = dumps_batch(rows)
         now = self.now_param()
         with self._write() as cur:
             cur.execute(self.sql["settle"], {"batch": batch, "now": now})

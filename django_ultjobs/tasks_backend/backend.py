@@ -16,6 +16,7 @@ from django.core.checks import CheckMessage
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from .. import jsonargs
 from ..exceptions import JobConfigurationError
 from .compat import (
     BaseTaskBackend,
@@ -124,10 +125,15 @@ class UltJobsBackend(BaseTaskBackend):
         """Queue ``task`` in the caller's transaction (a rollback un-queues it); return its result.
 
         Arguments are normalised as Django's ``TaskResult`` does (tuples become lists), then
-        must be JSON the database keeps unchanged: otherwise ``TypeError``, and nothing written.
+        must be JSON the database keeps unchanged: otherwise ``JobArgumentError`` (a
+        ``TypeError``, as Django's backends raise), and nothing written. The task's options were
+        checked when it was built: ``InvalidTask``, as Django's API defines.
         """
         self.validate_task(task)
         self._check_findable(task)
+        # Before normalize_json, which walks the arguments recursively: 10,000 levels would
+        # raise RecursionError there instead of JobArgumentError naming the argument (rule 16).
+        jsonargs.check_nesting(task.module_path, args, kwargs)
         args = normalize_json(list(args))
         kwargs = normalize_json(dict(kwargs))
         spec = self.job_spec(task)

@@ -21,6 +21,7 @@ from ..context import JobContext
 from ..exceptions import (
     CancelRequestedError,
     JobCancelledError,
+    JobResultTooLargeError,
     JobSlotLostError,
     LeaseLostError,
     WorkerShutdownError,
@@ -59,12 +60,43 @@ def settle(run: Run, status: str, outcome: str | None, **fields: Any) -> Settlem
     )
 
 
+def check_result_size(job_name: str, result_json: str) -> None:
+    """Refuse a result over ``ULTJOBS["MAX_RESULT_BYTES"]`` before any SQL (rule 31): raised in
+    the body's place, so the attempt fails and is retried like any error of the job's."""
+    limit = get_settings().MAX_RESULT_BYTES
+    # The encoder escapes everything outside ASCII, so characters are bytes.
+    if len(result_json) > limit:
+        raise JobResultTooLargeError(
+            f"the return value of {job_name}() is {len(result_json):,} bytes as JSON, over "
+            f'ULTJOBS["MAX_RESULT_BYTES"] ({limit:,}); store large data elsewhere (a file, a '
+            "row of your own) and return a reference to it")
+
+
+def unstorable(run: Run, refused: Settlement, reason: str) -> Settlement:
+    """The settlement of a run whose outcome the database refused to store (rule 30): a failed
+    attempt saying why, retried by the job's own policy, keeping what was true of the run."""
+    error = _trim(f"the outcome could not be stored: {reason}\n(the run ended "
+                  f"{refused.status}/{refused.outcome}; the database refused to write that)")
+    log_event(logger, logging.ERROR, "jobs.worker.outcome-unstorable", job_id=run.id,
+              job=run.job.name, attempt=run.job.attempt, error=reason)
+    fields: dict[str, Any] = {"steps_run": refused.steps_run,
+                              "steps_replayed": refused.steps_replayed}
+    job, spec = run.job, run.spec
+    if spec is not None and job.attempt < job.max_attempts:
+        delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
+        return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error,
+                      **fields)
+    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error, **fields)
+
+
 def decide_before_run(run: Run, episode: ParkEpisode | None = None) -> Settlement | None:
     """Settle a claimed job that must not run at all; None when it should run.
 
     ``episode``: for a job this worker does not know, the park episode its latest attempt row
     records, if any (``JobStore.park_episodes``)."""
     job = run.job
+    if job.undecodable is not None:
+        return _undecodable(run, job.undecodable)
     if run.spec is None:
         return park_unknown(run, episode)
     if job.cancel_requested:
@@ -161,6 +193,23 @@ def slot_unavailable(run: Run) -> Settlement:
     return settle(run, JobStatus.QUEUED, None, attempt_delta=-1, delay=0.0)
 
 
+def _undecodable(run: Run, problem: str) -> Settlement:
+    """Fail a job whose stored arguments cannot be decoded, without running it (rule 15).
+
+    No retry: the same bytes would fail the same way on every attempt (and on every worker of
+    this version). The attempt is recorded, so the admin shows when and where it failed.
+    """
+    job = run.job
+    error = (f"arguments cannot be decoded: {problem}. The row was not written by enqueue() "
+             "of this version (raw SQL, or another producer); it can never run as stored, so "
+             "it failed without a retry")
+    log_event(logger, logging.ERROR, "jobs.worker.undecodable", job_id=job.id, job=job.name,
+              attempt=job.attempt, error=problem)
+    _unstarted_span(run, AttemptOutcome.FAILED, "job.undecodable", {"message": error},
+                    error=error)
+    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+
+
 def describe(exc: BaseException) -> str:
     """``Type: message`` for logs and spans, even for an exception whose ``__str__`` raises."""
     try:
@@ -226,6 +275,7 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
                     result = spec.func(*call_args, **kwargs)
             jsonargs.check_result(job.name, result)
             result_json = jsonargs.dumps(result)
+            check_result_size(job.name, result_json)
         except Suspend as suspend:
             # Not an error: the job waits without holding this thread, and its next run
             # replays up to here. Waking does not burn an attempt.

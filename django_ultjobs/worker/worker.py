@@ -51,6 +51,8 @@ logger = logging.getLogger("django_ultjobs.worker")
 #: Finished runs whose settles are not written yet, beyond which the claim loop stops claiming:
 #: a completer that falls behind must slow claiming down, not let unsettled runs pile up.
 MAX_UNSETTLED = 1000
+#: ...and beyond this many bytes of their outcomes (results, errors) held in memory (rule 31).
+MAX_UNSETTLED_BYTES = 128 * 1024 * 1024
 #: Seconds between a starting worker's tries for its database: doubling from the first, at most
 #: the second (a database back from a restart is used within that long).
 START_BACKOFF_FIRST = 0.25
@@ -155,6 +157,12 @@ class Worker:
 
     # -- claiming -------------------------------------------------------------------------------
 
+    def _unsettled_full(self) -> bool:
+        """Whether the outcomes waiting for the completer are too many, or too big, to claim
+        more runs: memory stays bounded however large the results (rule 31)."""
+        return (self.completer.pending >= MAX_UNSETTLED
+                or self.completer.pending_bytes >= MAX_UNSETTLED_BYTES)
+
     def _claim_loop(self) -> None:
         caps: dict[str, int] = {}
         generation = -1
@@ -182,12 +190,12 @@ class Worker:
             if free <= 0:
                 self.pool.wait_for_free(self.options.poll_interval)
                 continue
-            if self.completer.pending >= MAX_UNSETTLED:
+            if self._unsettled_full():
                 # The completer has fallen behind (a slow or failing settle): claiming on would
                 # only grow the runs waiting for it, each heartbeated and held in memory. Wait for
                 # a batch to be written (it wakes this loop).
                 self._wake.clear()
-                if self.completer.pending >= MAX_UNSETTLED:
+                if self._unsettled_full():
                     self._wake.wait(self.options.poll_interval)
                 continue
             if backlog and free < batch:
@@ -459,9 +467,11 @@ class Worker:
                 # Registering first: a database nobody migrated is refused before the worker
                 # changes anything in it (the WAL switch).
                 generation = registry_generation()
-                self.store.worker_upsert(self.worker_id, socket.gethostname(), os.getpid(),
-                                         self.options.threads, self.options.queues,
-                                         list(registered_jobs()))
+                self.store.worker_upsert(
+                    self.worker_id, socket.gethostname(), os.getpid(), self.options.threads,
+                    self.options.queues, visibility_timeout=self.options.visibility_timeout,
+                    heartbeat_interval=self.options.heartbeat_interval,
+                    jobs=list(registered_jobs()))
                 self._known_generation = generation
                 registered = True
                 self._prepare_database()
@@ -488,7 +498,7 @@ class Worker:
     def _start_threads(self) -> None:
         """Start the pool, ticker, completer and listener; if the system refuses a thread, stop
         what started and mark this worker's row stopped, which would otherwise show as a
-        silent worker for ever (rule 15)."""
+        silent worker for ever (rule 17)."""
         # The pool stops even the part of it that started before a thread was refused.
         stops: list[Callable[[], None]] = [lambda: self.pool.stop(timeout=0.5)]
         parts: list[tuple[Callable[[], None], Callable[[], None]]] = [
@@ -514,7 +524,7 @@ class Worker:
 
     def _mark_stopped(self) -> None:
         """Mark this worker's row stopped (a start that failed after registering), or log why
-        not: the row must not read as a worker gone silent (rule 15)."""
+        not: the row must not read as a worker gone silent (rule 17)."""
         try:
             self.store.worker_stop(self.worker_id)
         except Exception as exc:

@@ -34,9 +34,10 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 #: Flags for a quiet, reproducible headless browser: no sandbox (containers), no GPU, no
 #: background traffic or updates, and /tmp instead of a small /dev/shm.
+#: 1440 px wide, with the navigation sidebar open (Django's default): a laptop's admin.
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-first-run", "--window-size=1600,900", "--force-device-scale-factor=1")
+         "--no-first-run", "--window-size=1440,900", "--force-device-scale-factor=1")
 #: Quick ticks, so the cancel shows within a fraction of a second; a lease long enough that a
 #: loaded machine (CI beside other suites) never loses one by being slow.
 FAST = {"visibility_timeout": 10.0, "heartbeat_interval": 0.2, "threads": 4}
@@ -48,6 +49,7 @@ if not CHROMIUM.exists() and not IN_CI:
 # Imported only once the browser is known to be there; selenium itself is a test dependency
 # (pyproject's "test" extra), so a missing one is an error, not a reason to skip.
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
@@ -96,15 +98,51 @@ def open_until(driver: Any, url: str, text: str, timeout: float = 15.0) -> None:
     WebDriverWait(driver, timeout, poll_frequency=0.2).until(shown)
 
 
+def body_text(driver: Any) -> str:
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def assert_column_visible(driver: Any, cell_css: str) -> None:
+    """Fail if a list's cells in ``cell_css`` are cut off or pushed out of sight.
+
+    Neither the page nor the list's own scrolling box (Django's ``.results``, which scrolls
+    sideways and hides what does not fit) may be wider than it shows, and each cell must end
+    inside that box and fit its text (a clipped ``runnin`` is wider than its cell).
+    """
+    page_width, window_width = driver.execute_script(
+        "return [document.documentElement.scrollWidth, window.innerWidth]")
+    assert page_width <= window_width, (driver.current_url, page_width, window_width)
+    box_scroll, box_client, box_right = driver.execute_script(
+        "const b = document.querySelector('#changelist-form .results');"
+        "return [b.scrollWidth, b.clientWidth, b.getBoundingClientRect().right]")
+    assert box_scroll <= box_client, (driver.current_url, box_scroll, box_client)
+    cells = driver.find_elements(By.CSS_SELECTOR, cell_css)
+    assert cells, cell_css
+    for cell in cells:
+        right, scroll, client = driver.execute_script(
+            "const r = arguments[0].getBoundingClientRect();"
+            "return [r.right, arguments[0].scrollWidth, arguments[0].clientWidth]", cell)
+        assert right <= box_right + 0.5 and scroll <= client, (
+            cell_css, cell.text, right, box_right, scroll, client)
+
+
+def top_of(driver: Any, css: str) -> float:
+    """The distance from the top of the page to the first element matching ``css``."""
+    return driver.execute_script(
+        "return arguments[0].getBoundingClientRect().top + window.scrollY",
+        driver.find_element(By.CSS_SELECTOR, css))
+
+
 def test_watch_in_flight_and_cancel_in_a_real_browser(
         pg_alias: str, live_server: Any, browser: Any, operator: Any, tmp_path: Path,
         screenshots: Path) -> None:
     base = live_server.url
     jobs = Job.objects.using(pg_alias)
     # Some history for the pages to show: a success, a failure with its traceback, hostile
-    # arguments, and a concurrency=1 job that will lose its fleet slot once.
-    record.enqueue(label="<script>alert('admin')</script>")
-    flaky.using(max_attempts=1).enqueue(1)
+    # arguments, and a concurrency=1 job that will lose its fleet slot once, with a second run
+    # of its kind waiting for that slot.
+    done = record.enqueue(label="<script>alert('admin')</script>")
+    failed = flaky.using(max_attempts=1).enqueue(1)
     slot_release = tmp_path / "slot-release"
     capped = worker_serial_block_until.enqueue(str(slot_release))
     report = block_until.enqueue(str(tmp_path / "never"), label="nightly-report")
@@ -119,6 +157,10 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
             job_id=capped.id, outcome="slot_lost").exists(), message="slot lost")
         wait_until(lambda: JobLease.objects.using(pg_alias).exists(), message="slot again")
         wait_until(lambda: jobs.filter(status="failed").exists(), message="flaky failed")
+        wait_until(lambda: jobs.get(id=done.id).status == "succeeded", message="record done")
+        capped_waiting = worker_serial_block_until.enqueue(str(slot_release))
+        # A real site's enqueuer is longer than "pytest" (the column must still fit).
+        jobs.filter(id=report.id).update(enqueued_by="user:night-operator@shop.example.com")
 
         # Log in.
         browser.get(f"{base}/admin/login/?next=/admin/django_ultjobs/")
@@ -127,51 +169,90 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
         browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
         WebDriverWait(browser, 10).until(
             lambda d: d.find_elements(By.ID, "ultjobs-summary"))
-        # The pages without the navigation sidebar, so the screenshots show whole tables.
-        browser.execute_script(
-            "localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
-        browser.refresh()
         assert "Runs in flight" in browser.find_element(By.ID, "ultjobs-summary").text
+        # Read-only pages are linked as "View", never "Change", even for an operator.
+        links = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#content-main td a")]
+        assert "View" in links and "Change" not in links, links
+        open_until(browser, f"{base}/admin/django_ultjobs/", "waiting for a fleet slot")
         shoot(browser, screenshots, "app-index")
 
         browser.get(f"{base}/admin/django_ultjobs/job/")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Select job to view"
         shoot(browser, screenshots, "jobs")
 
-        # Watch the long job appear in flight.
+        # Watch the long job appear in flight; at 1440 px with the sidebar open, every column
+        # (the last is "enqueued by") is in the window.
         in_flight = f"{base}/admin/django_ultjobs/inflightjob/"
         open_until(browser, in_flight, f"#{report.id}")
+        assert_column_visible(browser, "#result_list th.column-enqueued_by")
+        assert_column_visible(browser, "#result_list td.field-enqueued_by")
         shoot(browser, screenshots, "in-flight")
 
         browser.get(f"{base}/admin/django_ultjobs/heldslot/")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Held slots"
         assert "job:worker_serial_block_until" in browser.page_source
+        # Its cap, and the second run of its kind waiting for the one slot.
+        assert [browser.find_element(By.CSS_SELECTOR, f"#result_list td.field-{c}").text
+                for c in ("cap", "runs_waiting")] == ["1", "1"]
+        assert "to change" not in browser.title
         shoot(browser, screenshots, "held-slots")
 
-        # Cancel it through the action.
-        browser.get(in_flight)
-        browser.find_element(
-            By.CSS_SELECTOR, f"input[name=_selected_action][value='{report.id}']").click()
+        # Cancel it through the action, with a finished job selected too: the message says
+        # what was skipped and why.
+        browser.get(f"{base}/admin/django_ultjobs/job/")
+        for job_id in (report.id, done.id):
+            browser.find_element(
+                By.CSS_SELECTOR, f"input[name=_selected_action][value='{job_id}']").click()
         Select(browser.find_element(By.NAME, "action")).select_by_value("cancel_selected")
         browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
-        WebDriverWait(browser, 10).until(
-            lambda d: "Asked 1 running job to stop" in d.find_element(By.TAG_NAME, "body").text)
+        # The old page's body goes stale when the action's answer replaces it: look again.
+        WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: "Asked 1 running job to stop" in body_text(d))
+        assert "Skipped 1 job (1 already succeeded)" in body_text(browser)
 
         # See the cancellation recorded: the worker cancels the run at its next heartbeat.
         detail = f"{base}/admin/django_ultjobs/job/{report.id}/change/"
         open_until(browser, detail, "cancelled on request")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "View job"
         status = browser.find_element(By.CSS_SELECTOR, ".field-status_display .readonly").text
         outcomes = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "td.field-outcome")]
         assert (status, outcomes) == ("cancelled", ["cancelled"])
+        # No lease clock on a finished job: "visible at ... (in 17 s)" would promise a run.
+        assert "visible at" not in body_text(browser).lower()
+
+        # A failed job: its state, outcome and exception line come first, above the attempts
+        # and the call; the traceback opens on a click.
+        browser.get(f"{base}/admin/django_ultjobs/job/{failed.id}/change/")
+        error = browser.find_element(By.CSS_SELECTOR, ".field-last_error_display")
+        assert error.find_element(By.CSS_SELECTOR, ".ultjobs-exception").text == \
+            "RuntimeError: flaky failure on attempt 1"
+        traceback = error.find_element(By.CSS_SELECTOR, "details .ultjobs-pre")
+        assert not traceback.is_displayed()
+        cell = browser.find_element(By.CSS_SELECTOR, "td.field-error_display")
+        assert cell.find_element(By.CSS_SELECTOR, ".ultjobs-exception").text == \
+            "RuntimeError: flaky failure on attempt 1"
+        assert top_of(browser, ".field-status_display") < top_of(browser, ".field-outcome") \
+            < top_of(browser, ".field-last_error_display") < top_of(browser, ".inline-group") \
+            < top_of(browser, ".field-args_display")
+        assert top_of(browser, ".field-last_error_display") < 600  # in the first screen
+        error.find_element(By.CSS_SELECTOR, "summary").click()
+        assert traceback.is_displayed() and "Traceback" in traceback.text
+        error.find_element(By.CSS_SELECTOR, "summary").click()
         shoot(browser, screenshots, "job-detail")
 
-        slot_release.touch()  # let the capped job finish: the lost-slot page says what came next
+        slot_release.touch()  # let the capped jobs finish: the lost-slot page says what came next
         wait_until(lambda: jobs.get(id=capped.id).status == "succeeded", message="capped done")
+        wait_until(lambda: jobs.get(id=capped_waiting.id).status == "succeeded",
+                   message="the second capped job done")
         browser.get(f"{base}/admin/django_ultjobs/lostslotcancellation/")
         assert "job is succeeded; 1 later attempt, the next one succeeded" in browser.find_element(
             By.ID, "result_list").text
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Lost-slot cancellations"
         shoot(browser, screenshots, "lost-slot-cancellations")
 
         browser.get(f"{base}/admin/django_ultjobs/worker/")
         assert "running" in browser.find_element(By.ID, "result_list").text
+        assert_column_visible(browser, "#result_list td.field-state")
         shoot(browser, screenshots, "workers")
 
     job = jobs.get(id=report.id)

@@ -113,8 +113,8 @@ def test_a_failing_job_records_the_exception_and_error_status(alias: str, spans:
 
 
 def test_a_row_whose_arguments_cannot_be_read_fails_on_its_span(alias: str, spans: Spans) -> None:
-    # rule 14, DESIGN "Bad input" (a row written by hand): the run fails before the body, and
-    # the span says why.
+    # rules 14 and 15 (a row written by hand): the run fails before the body, and the span
+    # says why.
     job = jobs.noop.enqueue()
     Job.objects.using(alias).filter(pk=job.id).update(args={"not": "a list"})
     with running_worker(alias):
@@ -122,7 +122,9 @@ def test_a_row_whose_arguments_cannot_be_read_fails_on_its_span(alias: str, span
     (span,) = spans.of_job(job.id)
     assert span.status.status_code == StatusCode.ERROR
     assert (span.attributes or {})["job.outcome"] == "failed"
-    assert event_names(span) == ["exception"]
+    assert event_names(span) == ["job.undecodable"]
+    assert (span.events[0].attributes or {})["message"].startswith(
+        "arguments cannot be decoded: the stored args are a JSON object, not an array")
 
 
 def test_a_run_cancelled_from_outside_shows_the_cancelled_event(alias: str, spans: Spans) -> None:

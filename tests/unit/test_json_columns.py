@@ -1,10 +1,16 @@
-"""The claim's JSON columns, parsed for a whole batch in one call."""
+"""The claim's JSON columns, decoded for a whole batch in one call, each row's failure its own."""
 
 from __future__ import annotations
 
 import json
 
-from django_ultjobs.store.base import JobStore
+import pytest
+
+from django_ultjobs.store.decoding import decode_arguments
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
 
 
 def test_every_rows_columns_come_back_as_their_own_values() -> None:
@@ -12,26 +18,23 @@ def test_every_rows_columns_come_back_as_their_own_values() -> None:
         ([1, "a,b]", {"x": [None, True]}], {"k": "}{,"}),
         ([], {}),
         (["é ✓ \\u00e9", 2.5e-3], {"nested": {"deep": ["[", "]"]}}),
-        (None, 7),  # any JSON text, not only arrays and objects
     ]
     rows = [(i, "name", json.dumps(a), json.dumps(k), "tail") for i, (a, k) in enumerate(values)]
-    assert JobStore.parse_json_columns(rows, 2, 2) == [[a, k] for a, k in values]
+    assert decode_arguments(rows, 2) == [(a, k, None) for a, k in values]
 
 
-def test_no_rows_and_values_the_driver_already_decoded() -> None:
-    assert JobStore.parse_json_columns([], 4, 2) == []
+def test_no_rows_bytes_and_values_the_driver_already_decoded() -> None:
+    assert decode_arguments([], 4) == []
     # One decoded value (a driver with its own JSON loader) and the batch falls back to one
-    # value at a time, leaving decoded values as they are.
-    rows = [(1, "[1]", {"a": 1}), (2, "[]", "{}"), (3, b"[2]", "{}")]
-    assert JobStore.parse_json_columns(rows, 1, 2) == [[[1], {"a": 1}], [[], {}], [[2], {}]]
+    # value at a time, leaving decoded values as they are; bytes are UTF-8 text (SQLite).
+    rows = [(1, "[1]", {"a": 1}), (2, "[]", "{}"), (3, b"[2]", b'{"\xc3\xa9":1}')]
+    assert decode_arguments(rows, 1) == [([1], {"a": 1}, None), ([], {}, None),
+                                         ([2], {"é": 1}, None)]
 
 
 def test_a_value_nested_just_inside_the_json_depth_limit_is_still_parsed() -> None:
     # Batching wraps each text two levels deeper; a value the database stored and json parses on
-    # its own must not fail the whole claim for that.
-    def nested(depth: int) -> str:
-        return "[" * depth + "]" * depth
-
+    # its own must not fail for that.
     low, high = 1, 100_000
     while low < high:  # the deepest text json.loads accepts here
         mid = (low + high + 1) // 2
@@ -40,10 +43,31 @@ def test_a_value_nested_just_inside_the_json_depth_limit_is_still_parsed() -> No
             low = mid
         except RecursionError:
             high = mid - 1
-    [[args, kwargs]] = JobStore.parse_json_columns([(1, nested(low), "{}")], 1, 2)
-    assert kwargs == {}
+    [(args, kwargs, problem)] = decode_arguments([(1, nested(low), "{}")], 1)
+    assert (kwargs, problem) == ({}, None)
     depth = 0
     while args != []:  # (== on the whole value would itself recurse too deep)
         [args] = args
         depth += 1
     assert depth == low - 1
+
+
+@pytest.mark.parametrize(("args", "kwargs", "problem"), [
+    # rule 15: each of these used to raise out of the claim, stranding the whole batch.
+    (nested(3000), "{}", "the stored args nest deeper than this Python's JSON reader allows"),
+    ("[]", '{"a":' + nested(3000) + "}", "the stored kwargs nest deeper"),
+    ("[" + "9" * 5000 + "]", "{}", "the stored args are not JSON this Python can read "
+                                   "(ValueError: Exceeds the limit (4300 digits)"),
+    ("[1,", "{}", "the stored args are not JSON this Python can read (JSONDecodeError"),
+    (b'["\xff"]', "{}", "the stored args are not UTF-8 text"),
+    ('{"a":1}', "{}", "the stored args are a JSON object, not an array"),
+    ("[]", "[1]", "the stored kwargs are a JSON array, not an object"),
+    ("null", "{}", "the stored args are a JSON null, not an array"),
+    ("[]", '"x"', "the stored kwargs are a JSON string, not an object"),
+])
+def test_a_row_that_cannot_be_decoded_comes_back_with_why_and_the_others_decoded(
+        args: str | bytes, kwargs: str, problem: str) -> None:
+    rows = [(1, "[1]", "{}"), (2, args, kwargs), (3, "[3]", '{"k":3}')]
+    first, bad, last = decode_arguments(rows, 1)
+    assert first == ([1], {}, None) and last == ([3], {"k": 3}, None)
+    assert bad[:2] == ([], {}) and bad[2] is not None and bad[2].startswith(problem), bad[2]

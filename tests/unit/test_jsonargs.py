@@ -149,3 +149,41 @@ def test_every_json_value_passes_and_round_trips(value: Any) -> None:
         return
     check_arguments("j", (value,), {"k": value})
     assert json.loads(dumps(value)) == value
+
+
+# -- rule 16: depth, long ints, keyword names ------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [10**4300 - 1, -(10**4300 - 1), 2**14284, 2**14283],
+                         ids=["10**4300-1", "-(10**4300-1)", "2**14284", "2**14283"])
+def test_an_int_of_at_most_4300_digits_passes(value: int) -> None:
+    check_arguments("j", (value,), {})
+
+
+@pytest.mark.parametrize("value", [10**4300, -(10**4300), 2**14285, 10**100_000],
+                         ids=["10**4300", "-(10**4300)", "2**14285", "10**100_000"])
+def test_an_int_past_4300_digits_is_refused_without_converting_it(value: int) -> None:
+    assert "is an int of more than 4300 digits" in _refusal((value,))
+
+
+def test_nesting_is_refused_past_max_depth_with_its_path() -> None:
+    from django_ultjobs.jsonargs import MAX_DEPTH, check_nesting
+
+    deep: Any = "leaf"
+    for _ in range(MAX_DEPTH):
+        deep = {"a": deep}
+    check_arguments("j", (deep,), {})
+    message = _refusal(({"top": deep},))
+    assert message.startswith("argument 0 of send_receipt() at ['top']" + "['a']" * 99
+                              + f" nests lists or objects deeper than {MAX_DEPTH} levels")
+    # The pre-check for code that walks arguments itself: any Mapping or Sequence counts.
+    check_nesting("j", (deep,), {})
+    with pytest.raises(JobArgumentError, match=f"nests lists or objects deeper than {MAX_DEPTH}"):
+        check_nesting("j", (), {"k": ((deep,),)})
+
+
+@pytest.mark.parametrize(("name", "problem"), [("a\x00", "contains a NUL character"),
+                                               ("k\udfff", "contains a lone surrogate")])
+def test_a_keyword_name_the_database_cannot_store_is_refused(name: str, problem: str) -> None:
+    assert _refusal(kwargs={name: 1}).startswith(
+        f"argument {name!r} of send_receipt() has a name that {problem}")

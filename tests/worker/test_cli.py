@@ -124,7 +124,7 @@ def test_the_maximum_thread_count_is_accepted() -> None:
 def test_a_worker_whose_threads_cannot_start_is_marked_stopped(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The system's thread limit, reached half-way through the pool: the worker says so in one
-    line, stops the threads it started, and its row reads stopped, not silent (rule 15)."""
+    line, stops the threads it started, and its row reads stopped, not silent (rule 17)."""
     real_start = threading.Thread.start
 
     def start(thread: threading.Thread) -> None:

@@ -536,7 +536,8 @@ def test_bad_stored_args_fail_cleanly_before_the_run_starts(alias: str,
     assert started_runs == [good.id]
     failed = row(alias, bad.id)
     assert (failed.status, failed.attempt) == ("failed", 1)
-    assert "TypeError: the stored args of this job are a dict" in failed.last_error
+    assert failed.last_error.startswith(
+        "arguments cannot be decoded: the stored args are a JSON object, not an array")
     assert attempts(alias, bad.id) == [(1, "failed")]
     assert row(alias, good.id).status == "succeeded"
 

@@ -96,7 +96,7 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             # A bad flag, a database the jobs cannot run on, an unmigrated database, a job that
             # promises what the store cannot keep: what is wrong and what to do is the whole
-            # message, one line (rule 16).
+            # message, one line (rule 18).
             raise CommandError(one_line(exc)) from exc
         except DatabaseUnavailableError as exc:
             raise CommandError(str(exc)) from exc

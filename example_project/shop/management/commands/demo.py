@@ -1,15 +1,19 @@
 """``manage.py demo``: queue a few jobs, run a worker in this process until they finish, and show
-what happened to each (status, attempts, result) in one short table.
+what happened to each (status, attempts, result) in one short table: the receipts, the
+``charge_card`` job each receipt queues, a flaky export, a slow report, and a cancellable slow
+report that is cancelled while it runs (as the admin's Cancel action does).
 
-It does not migrate: run ``manage.py migrate`` first. It exits non-zero if any of its jobs did not
-succeed, so it doubles as a smoke test of the whole path (enqueue in a transaction, claim, run,
-retry with backoff, settle, attempt records).
+It does not migrate: run ``manage.py migrate`` first. It exits non-zero if any of its jobs ended
+otherwise than planned (all succeed but the cancelled report), so it doubles as a smoke test of
+the whole path (enqueue in a transaction, claim, run, retry with backoff, durable steps, cancel,
+settle, attempt records).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from argparse import ArgumentParser
 from collections.abc import Iterator
@@ -22,16 +26,22 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from django_ultjobs.conf import get_settings
-from django_ultjobs.models import FINISHED_STATUSES, Job, JobAttempt, JobStatus
-from example_project.shop.jobs import flaky_export, send_receipt, slow_report
+from django_ultjobs.models import FINISHED_STATUSES, Job, JobAttempt, JobStatus, JobStep
+from django_ultjobs.operations import cancel_jobs
+from example_project.shop.jobs import charge_card, flaky_export, send_receipt, slow_report
 from example_project.shop.models import Order
 
 CUSTOMERS = [("ada@example.com", 4200), ("grace@example.com", 1999), ("linus@example.com", 250)]
 RESULT_WIDTH = 52
+#: How long the cancellable report would run if nobody cancelled it.
+CANCELLABLE_SECONDS = 600.0
+#: The worker's heartbeat during the demo: a cancel is seen at the next one (rule 3).
+HEARTBEAT = 0.2
 
 
 class Command(BaseCommand):
-    help = ("Queue demo jobs (3 receipts, a flaky export, a slow report), run a burst worker "
+    help = ("Queue demo jobs (3 receipts, each queueing a charge_card, a flaky export, a slow "
+            "report and a cancellable one that is cancelled while it runs), run a burst worker "
             "until they finish, and print what happened.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -47,15 +57,21 @@ class Command(BaseCommand):
         alias = get_settings().DATABASE
         self._require_tables(alias)
 
-        job_ids = self._enqueue(options["report_seconds"])
+        job_ids, cancellable = self._enqueue(options["report_seconds"])
         self.stdout.write(f"Queued {len(job_ids)} jobs on {self._describe(alias)}; running a "
                           f"burst worker ({options['threads']} threads)...")
 
         started = time.monotonic()
+        canceller = threading.Thread(target=self._cancel_when_running,
+                                     args=(cancellable, options["timeout"]), daemon=True)
+        canceller.start()
         with _worker_logging(verbosity):
             passes = self._run_until_finished(job_ids, options["threads"], options["timeout"])
+        canceller.join()
         elapsed = time.monotonic() - started
 
+        # The charge_card jobs the receipts queued (each from a durable step) belong in the table.
+        job_ids += self._charges(job_ids)
         jobs = list(Job.objects.filter(id__in=job_ids).order_by("id"))
         attempts: dict[int, list[JobAttempt]] = {j: [] for j in job_ids}
         for attempt in JobAttempt.objects.filter(job_id__in=job_ids).order_by("attempt", "id"):
@@ -75,11 +91,17 @@ class Command(BaseCommand):
         ).count()
         self.stdout.write(f"\nOrders with their receipt sent: {sent} of {len(order_ids)}.")
 
-        bad = [j for j in jobs if j.status != JobStatus.SUCCEEDED]
-        if bad or sent != len(order_ids):
-            names = ", ".join(f"{j.name}#{j.id} ({j.status})" for j in bad) or "orders not marked"
+        expected = {j.id: JobStatus.CANCELLED if j.id == cancellable else JobStatus.SUCCEEDED
+                    for j in jobs}
+        bad = [j for j in jobs if j.status != expected[j.id]]
+        charges = sum(1 for j in jobs if j.name == charge_card.name)
+        if bad or sent != len(order_ids) or charges != len(order_ids):
+            names = ", ".join(f"{j.name}#{j.id} ({j.status}, expected {expected[j.id]})"
+                              for j in bad) or "orders not marked, or charges not queued"
             raise CommandError(f"demo failed: {names}")
-        self.stdout.write(self.style.SUCCESS(f"All {len(jobs)} demo jobs succeeded."))
+        self.stdout.write(self.style.SUCCESS(
+            f"All {len(jobs) - 1} demo jobs succeeded, and the cancellable report "
+            f"{slow_report.name}#{cancellable} was cancelled while it ran."))
 
     # -- steps ----------------------------------------------------------------------------------
 
@@ -92,8 +114,11 @@ class Command(BaseCommand):
                 "run `python manage.py migrate` first"
             )
 
-    def _enqueue(self, report_seconds: float) -> list[int]:
-        """Create the orders and queue their jobs, all in one transaction (as a view would)."""
+    def _enqueue(self, report_seconds: float) -> tuple[list[int], int]:
+        """Create the orders and queue their jobs, all in one transaction (as a view would).
+
+        Return the ids queued, and the id of the report that will be cancelled.
+        """
         with transaction.atomic():
             orders = [Order.objects.create(email=email, total_cents=cents)
                       for email, cents in CUSTOMERS]
@@ -104,8 +129,34 @@ class Command(BaseCommand):
                 send_receipt.enqueue(orders[2].id),
                 flaky_export.enqueue(orders[0].id),
                 slow_report.enqueue(report_seconds),
+                # Would run for ten minutes: cancelled while it runs (_cancel_when_running).
+                slow_report.enqueue(CANCELLABLE_SECONDS),
             ]
-        return [j.id for j in queued]
+        return [j.id for j in queued], queued[-1].id
+
+    def _cancel_when_running(self, job_id: int, timeout: float) -> None:
+        """Cancel the cancellable report once a worker runs it, as the admin's action does."""
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if Job.objects.filter(id=job_id, status=JobStatus.RUNNING).exists():
+                    # A running job is asked to stop; its worker cancels the run at its next
+                    # heartbeat, and the body's ctx.raise_if_cancelled() ends it.
+                    cancel_jobs([job_id])
+                    self.stdout.write(f"Cancelling {slow_report.name}#{job_id} while it runs "
+                                      "(the admin's Cancel action does the same)...")
+                    return
+                if Job.objects.filter(id=job_id, status__in=FINISHED_STATUSES).exists():
+                    return
+                time.sleep(0.05)
+        finally:
+            connections.close_all()
+
+    @staticmethod
+    def _charges(job_ids: list[int]) -> list[int]:
+        """The charge_card jobs the receipts queued: what their ``queue_charge`` steps recorded."""
+        steps = JobStep.objects.filter(job_id__in=job_ids, name="queue_charge")
+        return sorted(int(step.result) for step in steps if step.result is not None)
 
     def _run_until_finished(self, job_ids: list[int], threads: int, timeout: float) -> int:
         """Run burst workers until every demo job is finished; return how many passes it took.
@@ -118,8 +169,10 @@ class Command(BaseCommand):
         while True:
             passes += 1
             call_command("runjobworker", burst=True, threads=threads, poll_interval=0.1,
-                         grace_period=5.0)
-            live = Job.objects.filter(id__in=job_ids).exclude(status__in=FINISHED_STATUSES)
+                         grace_period=5.0, heartbeat_interval=HEARTBEAT,
+                         visibility_timeout=10.0)
+            ids = job_ids + self._charges(job_ids)
+            live = Job.objects.filter(id__in=ids).exclude(status__in=FINISHED_STATUSES)
             if not live.exists():
                 return passes
             if time.monotonic() >= deadline:
@@ -148,7 +201,9 @@ class Command(BaseCommand):
                 self.stdout.write(self.style.MIGRATE_HEADING(line))
                 continue
             status = row[3]
-            style = self.style.SUCCESS if status == JobStatus.SUCCEEDED else self.style.ERROR
+            style = (self.style.SUCCESS if status == JobStatus.SUCCEEDED
+                     else self.style.WARNING if status == JobStatus.CANCELLED
+                     else self.style.ERROR)
             self.stdout.write(line.replace(status, style(status), 1))
 
     def _print_attempt_errors(self, jobs: list[Job], attempts: dict[int, list[JobAttempt]]

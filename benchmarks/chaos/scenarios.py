@@ -1,0 +1,28 @@
+"""Every scenario of the chaos run, by name, in the order the table prints them."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from benchmarks.chaos import defects, faults, inputs
+from benchmarks.chaos.harness import Harness
+from benchmarks.chaos.measure import ScenarioResult
+
+Scenario = Callable[[Harness, random.Random], ScenarioResult]
+
+SCENARIOS: dict[str, Scenario] = {
+    "churn": faults.churn,
+    "restart-fast": faults.restart_fast,
+    "restart-immediate": faults.restart_immediate,
+    "terminate": faults.terminate,
+    "refused-outcome": defects.refused_outcome,
+    "undecodable-row": defects.undecodable_row,
+    "bad-enqueue": inputs.bad_enqueue,
+    "admin-digits": inputs.admin_digits,
+    "worker-flags": inputs.worker_flags,
+    "db-down-start": defects.db_down_start,
+    "unknown-job": defects.unknown_job,
+    "dotted-import": defects.dotted_import,
+    "lost-commit": faults.lost_commit,
+}
