@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection
 from typing import Any
@@ -47,6 +48,35 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             "heartbeat could cost a running job its lease",
             hint="Use a heartbeat interval of a third of the timeout or less.",
             id="django_ultjobs.W001",
+        ))
+    messages.extend(_check_unknown_jobs(conf))
+    return messages
+
+
+def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:
+    """The settings of unknown jobs (rules 12 and 40): a bad one would wedge or widen them."""
+    messages: list[CheckMessage] = []
+    for key, allow_none in (("UNKNOWN_JOB_TIMEOUT", True), ("UNKNOWN_JOB_DELAY", False)):
+        value = getattr(conf, key)
+        if value is None and allow_none:
+            continue
+        if not _positive_seconds(value):
+            messages.append(Error(
+                f"ULTJOBS[{key!r}] is {value!r}; it must be a positive, finite number of "
+                f"seconds{' or None' if allow_none else ''}",
+                hint=("UNKNOWN_JOB_TIMEOUT is how long a job no worker knows stays parked before "
+                      "it fails (default 7 days); UNKNOWN_JOB_DELAY how long each parking lasts "
+                      "(default 30 s)."),
+                id="django_ultjobs.E020",
+            ))
+    modules = conf.JOB_MODULES
+    if isinstance(modules, str) or not isinstance(modules, (list, tuple)) or not all(
+            isinstance(m, str) and _is_dotted_name(m) for m in modules):
+        messages.append(Error(
+            f"ULTJOBS['JOB_MODULES'] is {modules!r}; it must be a list of dotted module names",
+            hint=("List the packages or modules outside INSTALLED_APPS whose jobs a worker may "
+                  "import, e.g. ['myproject.tasks']."),
+            id="django_ultjobs.E021",
         ))
     return messages
 
@@ -108,6 +138,15 @@ def _check_sqlite_writers(alias: str) -> list[CheckMessage]:
             id="django_ultjobs.W011",
         ))
     return messages
+
+
+def _positive_seconds(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def _is_dotted_name(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
 
 
 def _transaction_mode_hint(connection: Any, alias: str) -> str:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from functools import cache, cached_property
 from typing import Any, overload
 
+from django.apps import apps
 from django.utils.module_loading import import_string
 
 from . import jsonargs
@@ -28,6 +29,8 @@ _registry: dict[str, JobSpec] = {}
 # Bumped on every (un)registration, so the worker recomputes its fleet caps only when a job (a
 # django.tasks task resolved on first claim, say) appears or goes.
 _generation = 0
+# Names refused by the import rule, logged once per process rather than at every park.
+_refused: set[str] = set()
 logger = logging.getLogger(__name__)
 
 
@@ -279,11 +282,13 @@ def _origin(func: Callable[..., Any]) -> str:
 def get_job(name: str) -> JobSpec | None:
     """Return the job registered as ``name``, or None.
 
-    A dotted name that is not registered is imported: importing its module may register it
+    A dotted name that is not registered is imported, if its module lies inside an installed
+    app's package or ``ULTJOBS["JOB_MODULES"]`` (rule 40): importing its module may register it
     (as importing a ``jobs.py`` does), or the object there may offer a ``job_spec()`` naming
     itself ``name``. This is how a worker runs a ``django.tasks`` task, which is named by its
     module path, with no registration of its own (Django finds a task from its path the same
-    way).
+    way). Any other name is unknown and nothing is imported: a row is data anyone with write
+    access to the table may have written, and ``this.zen`` must not import ``this``.
     """
     spec = _registry.get(name)
     if spec is None and "." in name:
@@ -291,7 +296,27 @@ def get_job(name: str) -> JobSpec | None:
     return spec
 
 
+def importable(name: str) -> bool:
+    """Whether a worker may import ``name``'s module to find the job (rule 40): a dotted name
+    whose module is an installed app's package or inside one, or inside ``JOB_MODULES``."""
+    module = name.rpartition(".")[0]
+    if not module or not all(part.isidentifier() for part in name.split(".")):
+        return False
+    modules = get_settings().JOB_MODULES
+    allowed = [app.name for app in apps.get_app_configs()]
+    if isinstance(modules, (list, tuple)):  # anything else is django_ultjobs.E021
+        allowed += [m for m in modules if isinstance(m, str) and m]
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
+
+
 def _resolve_path(name: str) -> JobSpec | None:
+    if not importable(name):
+        if name not in _refused:
+            _refused.add(name)
+            log_event(logger, logging.WARNING, "jobs.registry.not-importable", job=name,
+                      note="its module is in no installed app nor ULTJOBS['JOB_MODULES']; "
+                           "not imported")
+        return None
     try:
         found = import_string(name)
         spec = _registry.get(name)

@@ -125,6 +125,22 @@ class Settlement:
     wait_after: int = 0
     steps_run: tuple[str, ...] = ()
     steps_replayed: tuple[str, ...] = ()
+    #: The id of an attempt row this settle adds a claim to instead of recording a new one:
+    #: the park of a job no worker knows, continuing its episode (rule 12). Recorded anew if
+    #: that row is gone.
+    extends: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParkEpisode:
+    """The latest attempt row of a claimed job, when it is an unknown-job park (rule 12)."""
+
+    job_id: int
+    #: The attempt row, and the attempt number it recorded.
+    attempt_id: int
+    attempt: int
+    #: Whether the episode began (its row's ``started_at``) at least the timeout ago.
+    expired: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,6 +445,27 @@ class JobStore(LeaseStore):
         with self.cursor() as cur:
             cur.execute(self.sql["record_attempts"], {"batch": batch, "now": self.now_param()})
 
+    def park_episodes(self, job_ids: Sequence[int], prefix: str, timeout: float
+                      ) -> dict[int, ParkEpisode]:
+        """The park episode each of ``job_ids`` is in, in one statement: its latest attempt row
+        (highest attempt, then newest), when that row is a ``suspended`` one whose error starts
+        with ``prefix``; whether it began ``timeout`` seconds ago or more (database clock)."""
+        if not job_ids:
+            return {}
+        with self.cursor() as cur:
+            cur.execute(self.sql["park_episodes"], {
+                "ids": self.ids_param(job_ids), "prefix": prefix, "timeout": float(timeout),
+                "now": self.now_param()})
+            rows = cur.fetchall()
+        return {row[0]: ParkEpisode(job_id=row[0], attempt_id=row[1], attempt=row[2],
+                                    expired=bool(row[3]))
+                for row in rows}
+
+    @staticmethod
+    def ids_param(ids: Sequence[int]) -> Any:
+        """Job ids in this engine's parameter form (an array; SQLite: JSON)."""
+        return list(ids)
+
     # -- durable steps and events --------------------------------------------------------------
 
     def save_step(self, *, job_id: int, token: str, attempt: int, name: str, status: str,
@@ -492,14 +529,22 @@ class JobStore(LeaseStore):
 
     def worker_upsert(self, worker_id: str, hostname: str, pid: int, threads: int,
                       queues: Sequence[str], *, visibility_timeout: float | None = None,
-                      heartbeat_interval: float | None = None) -> None:
-        """Register this worker process, with the lease timings it runs under."""
+                      heartbeat_interval: float | None = None, jobs: Sequence[str] = ()
+                      ) -> None:
+        """Register this worker process, with the lease timings it runs under and the job
+        names it knows."""
         with self.cursor() as cur:
             cur.execute(self.sql["worker_upsert"], {
                 "id": worker_id, "hostname": hostname, "pid": pid, "threads": threads,
                 "queues": json.dumps(list(queues)), "now": self.now_param(),
                 "visibility_timeout": visibility_timeout,
-                "heartbeat_interval": heartbeat_interval})
+                "heartbeat_interval": heartbeat_interval, "jobs": json.dumps(sorted(jobs))})
+
+    def worker_jobs(self, worker_id: str, jobs: Sequence[str]) -> None:
+        """Record the job names this worker knows now (it resolved more since it started)."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["worker_jobs"], {"id": worker_id,
+                                                  "jobs": json.dumps(sorted(jobs))})
 
     def worker_touch(self, worker_id: str, in_flight: int) -> None:
         """Keep this worker's row fresh."""
@@ -535,6 +580,7 @@ class JobStore(LeaseStore):
             "wait_after": s.wait_after,
             "steps_run": list(s.steps_run),
             "steps_replayed": list(s.steps_replayed),
+            "extends": s.extends,
         }
 
     def _new_job_row(self, job: NewJob) -> dict[str, Any]:

@@ -258,9 +258,11 @@ class SQLiteStore(JobStore):
             cur.execute(self.sql["settle"], {"batch": batch, "now": now})
             settled = {row[0] for row in cur.fetchall()}
             if settled:
-                cur.execute(self.sql["settle_record"], {
-                    "batch": batch, "settled": json.dumps(sorted(settled)),
-                    "worker_id": worker_id, "now": now})
+                record = {"batch": batch, "settled": json.dumps(sorted(settled)),
+                          "worker_id": worker_id, "now": now}
+                if any(s.extends is not None for s in settlements):
+                    cur.execute(self.sql["settle_extend"], record)
+                cur.execute(self.sql["settle_record"], record)
         return settled
 
     # -- durable steps and events --------------------------------------------------------------
@@ -270,6 +272,10 @@ class SQLiteStore(JobStore):
     @staticmethod
     def holders_param(holders: Sequence[str]) -> Any:
         return json.dumps(list(holders))
+
+    @staticmethod
+    def ids_param(ids: Sequence[int]) -> Any:
+        return json.dumps(list(ids))
 
     @staticmethod
     def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:

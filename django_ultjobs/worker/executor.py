@@ -30,14 +30,14 @@ from ..logs import log_event
 from ..models import AttemptOutcome, JobStatus
 from ..retry import backoff_delay
 from ..steps import StepLedger, Suspend
-from ..store import ClaimedJob, JobStore, Settlement
+from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement
 from ..tracing import acting_as, job_span
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")
 
-#: An unknown job goes back for this long: the pod next to this one may well know it (rule 12).
-UNKNOWN_JOB_DELAY = 30.0
+#: How the error of an unknown job's park begins: the park episodes are found by it (rule 12).
+UNKNOWN_JOB_PREFIX = "no job registered as "
 #: Tracebacks are kept whole up to this many characters (the head and the tail beyond it).
 MAX_ERROR = 32_000
 
@@ -89,21 +89,16 @@ def unstorable(run: Run, refused: Settlement, reason: str) -> Settlement:
     return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error, **fields)
 
 
-def decide_before_run(run: Run) -> Settlement | None:
-    """Settle a claimed job that must not run at all; None when it should run."""
+def decide_before_run(run: Run, episode: ParkEpisode | None = None) -> Settlement | None:
+    """Settle a claimed job that must not run at all; None when it should run.
+
+    ``episode``: for a job this worker does not know, the park episode its latest attempt row
+    records, if any (``JobStore.park_episodes``)."""
     job = run.job
     if job.undecodable is not None:
         return _undecodable(run, job.undecodable)
     if run.spec is None:
-        # Park it, do not burn attempts: almost always a deploy skew, and the job may be
-        # registered by the worker next to this one (rule 12).
-        error = f'no job registered as "{job.name}"'
-        log_event(logger, logging.WARNING, "jobs.worker.unknown-job", job_id=job.id,
-                  job=job.name, delay=UNKNOWN_JOB_DELAY)
-        _unstarted_span(run, AttemptOutcome.SUSPENDED, "job.parked",
-                        {"reason": error, "job.park_seconds": UNKNOWN_JOB_DELAY})
-        return settle(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,
-                      delay=UNKNOWN_JOB_DELAY, error=error)
+        return park_unknown(run, episode)
     if job.cancel_requested:
         error = "cancelled on request before this attempt started"
         _unstarted_span(run, AttemptOutcome.CANCELLED, "job.cancelled",
@@ -118,6 +113,50 @@ def decide_before_run(run: Run) -> Settlement | None:
                         error=error)
         return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
     return None
+
+
+def park_unknown(run: Run, episode: ParkEpisode | None) -> Settlement:
+    """Park a job no worker here knows (rule 12), or fail it once its parking has lasted
+    ``ULTJOBS["UNKNOWN_JOB_TIMEOUT"]``.
+
+    Parked, no attempt is burned: almost always a deploy skew, and the job may be registered by
+    the worker next to this one. One attempt row stands for a whole episode of parks (its
+    ``claims`` counts them), not one row per ``UNKNOWN_JOB_DELAY``: an orphaned row must not
+    grow the attempts table for ever. The episode goes on while the job's latest attempt row is
+    a park of this same attempt number; anything else recorded since (a run by a worker that
+    knew it, a hand-back) starts a new one.
+    """
+    job = run.job
+    conf = get_settings()
+    timeout = conf.UNKNOWN_JOB_TIMEOUT
+    ongoing = episode if episode is not None and episode.attempt == job.attempt else None
+    if ongoing is not None and ongoing.expired and timeout is not None:
+        error = (f'no worker knows job "{job.name}": it was parked as unknown for '
+                 f"{_seconds(timeout)} (ULTJOBS[\"UNKNOWN_JOB_TIMEOUT\"]), by every worker that "
+                 "claimed it. Was its code removed or renamed? Deploy it (or a job registered "
+                 "under this name) and retry the job, or delete it.")
+        log_event(logger, logging.ERROR, "jobs.worker.unknown-job-failed", job_id=job.id,
+                  job=job.name, timeout=timeout)
+        _unstarted_span(run, AttemptOutcome.FAILED, "job.gave_up", {"message": error},
+                        error=error)
+        return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+    delay = conf.UNKNOWN_JOB_DELAY
+    error = f'{UNKNOWN_JOB_PREFIX}"{job.name}"'
+    log_event(logger, logging.WARNING, "jobs.worker.unknown-job", job_id=job.id,
+              job=job.name, delay=delay, episode=ongoing.attempt_id if ongoing else "new")
+    _unstarted_span(run, AttemptOutcome.SUSPENDED, "job.parked",
+                    {"reason": error, "job.park_seconds": delay})
+    return settle(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,
+                  delay=delay, error=error,
+                  extends=ongoing.attempt_id if ongoing is not None else None)
+
+
+def _seconds(value: float) -> str:
+    """``7 days``, ``2 h``, ``90 s``: a timeout as the error message shows it."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g} {unit}"
+    return f"{value:g} s"
 
 
 def _span_attributes(job: ClaimedJob) -> dict[str, Any]:
