@@ -37,6 +37,8 @@ PASSING = [
     "bad-enqueue",
     "refused-outcome",
     "lost-commit",
+    "unknown-job",
+    "dotted-import",
 ]
 
 
