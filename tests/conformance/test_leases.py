@@ -10,7 +10,7 @@ import pytest
 from django_ultjobs.models import JobLease
 from django_ultjobs.store import HeldLease, JobStore
 from django_ultjobs.worker.fleet_slots import lease_key
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
 

@@ -17,19 +17,11 @@ from django_ultjobs.registry import get_job
 from django_ultjobs.store import HeldLease
 from django_ultjobs.worker.fleet_slots import FleetSlots
 from django_ultjobs.worker.runs import Run
-
-from .test_ticker_rules import WORKER, StubLeases, claimed
+from tests.doubles import WORKER, StubLeases, claimed
+from tests.doubles import MonotonicClock as Clock
 
 TTL = 30.0
 CAPS = {"capped": 8, "serial": 1}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make() -> tuple[FleetSlots, StubLeases, Clock]:

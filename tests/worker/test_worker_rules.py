@@ -42,6 +42,7 @@ from django_ultjobs.worker import Worker, WorkerOptions
 from django_ultjobs.worker import worker as worker_module
 from django_ultjobs.worker.runs import Run
 from tests.conftest import running_worker, wait_until
+from tests.doubles import no_lease_store_path
 from tests.testapp import jobs as testjobs
 from tests.testapp.jobs import (
     add,
@@ -58,7 +59,6 @@ from tests.testapp.jobs import (
     worker_weakref_probe,
 )
 from tests.testapp.models import RunLog
-from tests.worker.stores import no_lease_store_path
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
