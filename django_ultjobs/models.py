@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
 
 
 class JobStatus(models.TextChoices):
-    QUEUED = "queued", "queued"
-    RUNNING = "running", "running"
-    WAITING = "waiting", "waiting"
-    SUCCEEDED = "succeeded", "succeeded"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
+    QUEUED = "queued", _("queued")
+    RUNNING = "running", _("running")
+    WAITING = "waiting", _("waiting")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
 
 
 #: Statuses a worker may still claim (a running row whose lease lapsed is re-delivered).
@@ -26,16 +27,16 @@ FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 class AttemptOutcome(models.TextChoices):
-    SUCCEEDED = "succeeded", "succeeded"
-    RETRYING = "retrying", "retrying"
-    FAILED = "failed", "failed"
-    CANCELLED = "cancelled", "cancelled"
-    SLOT_LOST = "slot_lost", "slot lost"
-    LEASE_LOST = "lease_lost", "lease lost"
-    SUSPENDED = "suspended", "suspended"
+    SUCCEEDED = "succeeded", _("succeeded")
+    RETRYING = "retrying", _("retrying")
+    FAILED = "failed", _("failed")
+    CANCELLED = "cancelled", _("cancelled")
+    SLOT_LOST = "slot_lost", _("slot lost")
+    LEASE_LOST = "lease_lost", _("lease lost")
+    SUSPENDED = "suspended", _("suspended")
     # Beyond the reference: a graceful shutdown hands the job back without burning an attempt;
     # calling that "cancelled" would tell an operator somebody cancelled it.
-    INTERRUPTED = "interrupted", "interrupted"
+    INTERRUPTED = "interrupted", _("interrupted")
 
 
 class Job(models.Model):
@@ -44,12 +45,12 @@ class Job(models.Model):
     id = models.BigAutoField(primary_key=True)
     name = models.CharField(max_length=200)
     queue = models.CharField(max_length=100, default="default")
-    priority = models.IntegerField(default=0, help_text="Higher runs first.")
+    priority = models.IntegerField(default=0, help_text=_("Higher runs first."))
     args = models.JSONField(default=list)
     kwargs = models.JSONField(default=dict)
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
     attempt = models.PositiveIntegerField(
-        default=0, help_text="Runs started so far; 1 while the first run is in flight."
+        default=0, help_text=_("Runs started so far; 1 while the first run is in flight.")
     )
     max_attempts = models.PositiveIntegerField(default=3)
     # The one clock of a job: when a queued job may run, when a running job's lease lapses, when a
@@ -253,8 +254,8 @@ class InFlightJob(Job):
     class Meta:
         proxy = True
         default_permissions = ()
-        verbose_name = "in-flight job"
-        verbose_name_plural = "in-flight jobs"
+        verbose_name = _("in-flight job")
+        verbose_name_plural = _("in-flight jobs")
 
 
 class HeldSlot(JobLease):
@@ -263,8 +264,8 @@ class HeldSlot(JobLease):
     class Meta:
         proxy = True
         default_permissions = ()
-        verbose_name = "held slot"
-        verbose_name_plural = "held slots"
+        verbose_name = _("held slot")
+        verbose_name_plural = _("held slots")
 
 
 class LostSlotCancellation(JobAttempt):
@@ -273,5 +274,5 @@ class LostSlotCancellation(JobAttempt):
     class Meta:
         proxy = True
         default_permissions = ()
-        verbose_name = "lost-slot cancellation"
-        verbose_name_plural = "lost-slot cancellations"
+        verbose_name = _("lost-slot cancellation")
+        verbose_name_plural = _("lost-slot cancellations")

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from django.test.utils import override_settings
 
 from django_ultjobs.store import JobStore, get_store
 from django_ultjobs.worker import Worker, WorkerOptions
+from tests.doubles import FakeClock
 
 REPO = Path(__file__).resolve().parent.parent
 ALIASES = {"sqlite": "default", "postgres": "postgres"}
@@ -51,19 +51,6 @@ def pg_alias() -> Iterator[str]:
     """PostgreSQL only (multi-process proofs: the production engine)."""
     with override_settings(ULTJOBS={"DATABASE": "postgres"}):
         yield "postgres"
-
-
-class FakeClock:
-    """An injectable clock for the store: starts at the real time, moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils.text import capfirst
+from django.utils.translation import gettext
 
 from ..registry import jobs_database
 from .display import EMPTY
@@ -52,7 +53,8 @@ class JobsAdmin(admin.ModelAdmin):
         # Django says "Select job to change" to anyone allowed the actions (which need the
         # change permission), though every page of a row is read-only.
         opts = self.model._meta
-        title = (f"Select {opts.verbose_name} to view" if self.rows_have_pages
+        # Django's own words for a view-only list, so its catalogs translate them too.
+        title = (gettext("Select %s to view") % opts.verbose_name if self.rows_have_pages
                  else capfirst(opts.verbose_name_plural))
         return super().changelist_view(request, {"title": title, **(extra_context or {})})
 

@@ -11,6 +11,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
 #: Characters of a payload (arguments, result, a traceback) shown before it is cut: a job called
 #: with a 5 MB document must not make its page 5 MB (or hang the browser rendering it).
@@ -24,12 +25,12 @@ def duration(seconds: float) -> str:
     """Return ``seconds`` as one short unit: ``12 s``, ``3 min``, ``2.5 h``, ``4.0 d``."""
     s = abs(seconds)
     if s < 60:
-        return f"{s:.0f} s"
+        return gettext("%(seconds)s s") % {"seconds": f"{s:.0f}"}
     if s < 3600:
-        return f"{s / 60:.0f} min"
+        return gettext("%(minutes)s min") % {"minutes": f"{s / 60:.0f}"}
     if s < 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"
+        return gettext("%(hours)s h") % {"hours": f"{s / 3600:.1f}"}
+    return gettext("%(days)s d") % {"days": f"{s / 86400:.1f}"}
 
 
 def seconds_between(earlier: datetime | None, later: datetime | None) -> float | None:
@@ -44,7 +45,9 @@ def ago(moment: datetime | None, now: datetime | None) -> str:
     delta = seconds_between(moment, now)
     if delta is None:
         return EMPTY
-    return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(delta)}"
+    if delta >= 0:
+        return gettext("%(duration)s ago") % {"duration": duration(delta)}
+    return gettext("in %(duration)s") % {"duration": duration(delta)}
 
 
 def stamp(moment: datetime | None, now: datetime | None = None) -> str:
@@ -71,11 +74,10 @@ def pre(text: str, limit: int = MAX_SHOWN) -> SafeString | str:
         return EMPTY
     shown, cut = truncated(text, limit)
     if cut:
-        return format_html(
-            '<pre class="ultjobs-pre">{}</pre><p class="ultjobs-cut">… {} more characters not '
-            "shown ({} in all; the full value is in the database).</p>",
-            shown, f"{cut:,}", f"{len(text):,}",
-        )
+        note = gettext("… %(cut)s more characters not shown (%(total)s in all; the full value "
+                       "is in the database).") % {"cut": f"{cut:,}", "total": f"{len(text):,}"}
+        return format_html('<pre class="ultjobs-pre">{}</pre><p class="ultjobs-cut">{}</p>',
+                           shown, note)
     return format_html('<pre class="ultjobs-pre">{}</pre>', shown)
 
 
@@ -109,8 +111,8 @@ def error_block(text: str, limit: int = MAX_SHOWN) -> SafeString | str:
                            line)
     return format_html(
         '<div class="ultjobs-error"><p class="ultjobs-exception">{}</p>'
-        '<details class="ultjobs-traceback"><summary>traceback</summary>{}</details></div>',
-        truncated(line, 1000)[0], pre(text, limit))
+        '<details class="ultjobs-traceback"><summary>{}</summary>{}</details></div>',
+        truncated(line, 1000)[0], gettext("traceback"), pre(text, limit))
 
 
 def pretty_json(value: Any, limit: int = MAX_SHOWN) -> SafeString | str:
@@ -126,8 +128,13 @@ def pretty_json(value: Any, limit: int = MAX_SHOWN) -> SafeString | str:
 
 def undecodable(reason: str, what: str = "decoded") -> SafeString:
     """Say that a stored value cannot be decoded (or shown), and why, instead of a server error."""
-    return format_html('<p class="ultjobs-flag">The stored value cannot be {} ({}); it is left '
-                       "in the database as it is.</p>", what, reason)
+    if what == "shown":
+        message = gettext("The stored value cannot be shown (%(reason)s); it is left in the "
+                          "database as it is.")
+    else:
+        message = gettext("The stored value cannot be decoded (%(reason)s); it is left in the "
+                          "database as it is.")
+    return format_html('<p class="ultjobs-flag">{}</p>', message % {"reason": reason})
 
 
 def admin_link(viewname: str, pk: Any, label: str) -> SafeString | str:

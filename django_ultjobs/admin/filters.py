@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 
 from ..models import JobStatus, Worker
 from ..registry import jobs_database, registered_jobs
@@ -33,7 +34,7 @@ def _choices(values: Iterable[str], current: str | None) -> list[tuple[str, str]
 class JobNameFilter(admin.SimpleListFilter):
     """Filter jobs by name; the choices are the registered jobs (no scan of the table)."""
 
-    title = "name"
+    title = _("name")
     parameter_name = "name"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -49,7 +50,7 @@ class JobNameFilter(admin.SimpleListFilter):
 class QueueFilter(admin.SimpleListFilter):
     """Filter jobs by queue; choices from the registered jobs and the workers' queues."""
 
-    title = "queue"
+    title = _("queue")
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -71,7 +72,7 @@ class QueueFilter(admin.SimpleListFilter):
 class SlotKeyFilter(admin.SimpleListFilter):
     """Filter lost-slot cancellations by lease key; choices from the jobs that declare a cap."""
 
-    title = "slot key"
+    title = _("slot key")
     parameter_name = "slot_key"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -88,7 +89,7 @@ class SlotKeyFilter(admin.SimpleListFilter):
 class LeaseFilter(admin.SimpleListFilter):
     """Filter jobs by where their one clock (``visible_at``) stands against the database's."""
 
-    title = "lease"
+    title = _("lease")
     parameter_name = "lease"
 
     CONDITIONS: dict[str, Q] = {
@@ -102,13 +103,13 @@ class LeaseFilter(admin.SimpleListFilter):
         "delayed": Q(status=JobStatus.QUEUED, visible_at__gt=Now()),
     }
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         """Offer in flight, lapsed, runnable and delayed."""
         return [
-            ("in_flight", "in flight (live lease)"),
-            ("lapsed", "lapsed (awaiting re-delivery)"),
-            ("runnable", "runnable now"),
-            ("delayed", "delayed (not yet visible)"),
+            ("in_flight", _("in flight (live lease)")),
+            ("lapsed", _("lapsed (awaiting re-delivery)")),
+            ("runnable", _("runnable now")),
+            ("delayed", _("delayed (not yet visible)")),
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -120,12 +121,12 @@ class LeaseFilter(admin.SimpleListFilter):
 class LapsedFilter(admin.SimpleListFilter):
     """Filter held slots by whether their hold has lapsed."""
 
-    title = "lapsed"
+    title = _("lapsed")
     parameter_name = "lapsed"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         """Offer held and lapsed."""
-        return [("no", "no: held"), ("yes", "yes: lapsed, free to take")]
+        return [("no", _("no: held")), ("yes", _("yes: lapsed, free to take"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """Keep the slots whose expiry is ahead of (or behind) the database's clock."""
@@ -139,17 +140,17 @@ class LapsedFilter(admin.SimpleListFilter):
 class SinceFilter(admin.SimpleListFilter):
     """Filter rows by how recent a timestamp is; the timestamp field is set by subclasses."""
 
-    title = "when"
+    title = _("when")
     parameter_name = "since"
     field = "finished_at"
     #: The choice applied when the URL has none (None: everything).
     default: str | None = None
     WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         """Offer the last hour, day and week, and everything."""
-        return [("1h", "last hour"), ("24h", "last 24 hours"), ("7d", "last 7 days"),
-                ("all", "any time")]
+        return [("1h", _("last hour")), ("24h", _("last 24 hours")), ("7d", _("last 7 days")),
+                ("all", _("any time"))]
 
     def value(self) -> str | None:
         """Return the chosen window, or the default when none was chosen."""
@@ -175,7 +176,7 @@ class SinceFilter(admin.SimpleListFilter):
 class WorkerSeenFilter(SinceFilter):
     """Workers seen recently: the last day by default, since a row is kept per process ever run."""
 
-    title = "last seen"
+    title = _("last seen")
     parameter_name = "seen"
     field = "last_seen_at"
     default = "24h"

@@ -13,9 +13,12 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.functional import Promise
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from ..models import LIVE_STATUSES, InFlightJob, Job, JobAttempt, JobStatus, JobStep
 from ..operations import cancel_jobs, retry_jobs
@@ -60,7 +63,7 @@ class LightChangeList(ChangeList):
 # -- columns shared by the jobs pages -------------------------------------------------------------
 
 
-def stamp_field(field: str, description: str) -> Callable[[Any, Any], str]:
+def stamp_field(field: str, description: str | Promise) -> Callable[[Any, Any], str]:
     """Return a display method showing ``field`` to the second, and how long ago it was."""
     @admin.display(description=description, ordering=field)
     def show(modeladmin: Any, obj: Any) -> str:
@@ -74,15 +77,17 @@ def lease_text(job: Job) -> str:
     ahead = seconds_between(getattr(job, "db_now", None), job.visible_at)
     if ahead is None:
         return EMPTY
+    when = {"duration": duration(ahead)}
     if job.status == JobStatus.RUNNING:
         if ahead > 0:
-            return f"expires in {duration(ahead)}"
+            return gettext("expires in %(duration)s") % when
         # The worker stopped heartbeating: the next claim re-delivers the job (rule 1).
-        return f"lapsed {duration(ahead)} ago"
+        return gettext("lapsed %(duration)s ago") % when
     if job.status == JobStatus.QUEUED:
-        return f"runs in {duration(ahead)}" if ahead > 0 else "runnable"
+        return gettext("runs in %(duration)s") % when if ahead > 0 else gettext("runnable")
     if job.status == JobStatus.WAITING:
-        return f"wakes in {duration(ahead)}" if ahead > 0 else "woken, runnable"
+        return (gettext("wakes in %(duration)s") % when if ahead > 0
+                else gettext("woken, runnable"))
     return EMPTY
 
 
@@ -90,7 +95,7 @@ class JobListMixin:
     """Columns, search and the light changelist, shared by the jobs list and the in-flight list."""
 
     search_fields = ("name",)
-    search_help_text = "A job id (42 or #42), part of a registered job's name, or a whole name."
+    search_help_text = _("A job id (42 or #42), part of a registered job's name, or a whole name.")
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         """Use a changelist that does not fetch payloads."""
@@ -104,7 +109,8 @@ class JobListMixin:
         selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
         bad = [value for value in selected if parse_job_id(value) is None]
         if bad:
-            message = f"Nothing was done: {bad[0]!r} is not a job id."
+            message = gettext("Nothing was done: %(value)s is not a job id.") % {
+                "value": repr(bad[0])}
             self.message_user(request, message, messages.WARNING)  # type: ignore[attr-defined]
             return HttpResponseRedirect(request.get_full_path())
         return super().response_action(  # type: ignore[misc]
@@ -129,48 +135,48 @@ class JobListMixin:
         names = {name for name in registered_jobs() if folded in name.casefold()}
         return queryset.filter(name__in=sorted(names | {term})), False
 
-    @admin.display(description="job", ordering="id")
+    @admin.display(description=_("job"), ordering="id")
     def job_id(self, obj: Job) -> SafeString | str:
         """Link to the job's page (the in-flight rows link there too, not to a proxy page)."""
         return job_link(obj.pk)
 
-    @admin.display(description="status")
+    @admin.display(description=_("status"))
     def status_display(self, obj: Job) -> SafeString | str:
         """The status, and whether a cancel is pending on a running job."""
         if obj.cancel_requested and obj.status == JobStatus.RUNNING:
-            return format_html('{} <span class="ultjobs-flag">cancel requested</span>',
-                               obj.status)
+            return format_html('{} <span class="ultjobs-flag">{}</span>',
+                               obj.status, gettext("cancel requested"))
         return obj.status
 
-    @admin.display(description="attempt")
+    @admin.display(description=_("attempt"))
     def attempt_of_max(self, obj: Job) -> str:
         """``attempt/max_attempts``."""
         return f"{obj.attempt}/{obj.max_attempts}"
 
-    @admin.display(description="worker")
+    @admin.display(description=_("worker"))
     def worker(self, obj: Job) -> SafeString | str:
         """The worker that claimed the job last, linked to its page."""
         return worker_link(obj.worker_id)
 
-    @admin.display(description="lease")
+    @admin.display(description=_("lease"))
     def lease(self, obj: Job) -> str:
         """``expires in 12 s`` for a running job; when a queued or waiting one may run."""
         return lease_text(obj)
 
-    @admin.display(description="age")
+    @admin.display(description=_("age"))
     def age(self, obj: Job) -> str:
         """Time since the job was enqueued."""
         elapsed = seconds_between(obj.created_at, getattr(obj, "db_now", None))
         return EMPTY if elapsed is None else duration(elapsed)
 
-    @admin.display(description="cancel")
+    @admin.display(description=_("cancel"))
     def cancel(self, obj: Job) -> SafeString | str:
         """Whether a cancel is pending (words: a red icon on every healthy row reads as alarm)."""
         if obj.cancel_requested:
-            return format_html('<span class="ultjobs-flag">{}</span>', "requested")
+            return format_html('<span class="ultjobs-flag">{}</span>', gettext("requested"))
         return EMPTY
 
-    @admin.display(description="running for")
+    @admin.display(description=_("running for"))
     def running_for(self, obj: Job) -> str:
         """Time since this run was claimed."""
         elapsed = seconds_between(obj.claimed_at, getattr(obj, "db_now", None))
@@ -191,10 +197,6 @@ def _log(request: HttpRequest, ids: tuple[int, ...], message: str) -> None:
                                          action_flag=CHANGE, change_message=message)
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _back_to_detail(request: HttpRequest) -> HttpResponse | None:
     """Return to the job's page when the action was a button there, else to the list."""
     selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
@@ -207,28 +209,29 @@ def _back_to_detail(request: HttpRequest) -> HttpResponse | None:
 
 #: Why a cancel leaves a job alone, by the status it was found in (worded for any count).
 CANCEL_SKIPPED = {
-    JobStatus.SUCCEEDED: "already succeeded",
-    JobStatus.FAILED: "already failed",
-    JobStatus.CANCELLED: "already cancelled",
-    JobStatus.RUNNING: "running and already asked to stop",
+    JobStatus.SUCCEEDED: _("already succeeded"),
+    JobStatus.FAILED: _("already failed"),
+    JobStatus.CANCELLED: _("already cancelled"),
+    JobStatus.RUNNING: _("running and already asked to stop"),
 }
 #: Why a retry leaves a job alone, by the status it was found in.
 RETRY_SKIPPED = {
-    JobStatus.SUCCEEDED: "succeeded",
-    JobStatus.QUEUED: "still queued",
-    JobStatus.WAITING: "waiting",
-    JobStatus.RUNNING: "still running",
+    JobStatus.SUCCEEDED: _("succeeded"),
+    JobStatus.QUEUED: _("still queued"),
+    JobStatus.WAITING: _("waiting"),
+    JobStatus.RUNNING: _("still running"),
 }
 
 
-def _skipped(request: HttpRequest, changed: tuple[int, ...], reasons: dict[str, str]) -> str:
+def _skipped(request: HttpRequest, changed: tuple[int, ...],
+             reasons: dict[str, str | Promise]) -> str:
     """Say which selected jobs an action left alone and why: ``1 already succeeded, 1 ...``.
 
     Counted only over the ids the user ticked (a page at most). "Select all" over a filtered
     million rows is not counted (that would read them all): the rest is named without a number.
     """
     if request.POST.get("select_across") == "1":
-        return "the other selected jobs" if changed else "every selected job"
+        return gettext("the other selected jobs") if changed else gettext("every selected job")
     selected = {job_id for value in request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
                 if (job_id := parse_job_id(value)) is not None}
     left = selected - set(changed)
@@ -239,46 +242,53 @@ def _skipped(request: HttpRequest, changed: tuple[int, ...], reasons: dict[str, 
     parts = [f"{n} {reasons.get(status, status)}" for status, n in sorted(by_status.items())]
     gone = len(left) - sum(by_status.values())
     if gone:
-        parts.append(f"{gone} no longer in the database")
-    return f"{_plural(len(left), 'job')} ({', '.join(parts)})"
+        parts.append(gettext("%(count)d no longer in the database") % {"count": gone})
+    return ngettext("%(count)d job (%(why)s)", "%(count)d jobs (%(why)s)", len(left)) % {
+        "count": len(left), "why": ", ".join(parts)}
 
 
 @admin.action(permissions=["change"],
-              description="Cancel selected jobs (queued now, running at their next heartbeat)")
+              description=_("Cancel selected jobs (queued now, running at their next heartbeat)"))
 def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
                     queryset: QuerySet[Job]) -> HttpResponse | None:
     """Cancel the selected queued/waiting jobs now; ask the running ones to stop."""
     result = cancel_jobs(queryset, using=jobs_database())
     _log(request, result.cancelled_ids,
-         "Cancelled from the admin before it ran (it was queued or waiting).")
+         gettext("Cancelled from the admin before it ran (it was queued or waiting)."))
     _log(request, result.requested_ids,
-         "Cancel requested from the admin while running: its worker cancels the run at its next "
-         "heartbeat.")
+         gettext("Cancel requested from the admin while running: its worker cancels the run at "
+                 "its next heartbeat."))
     done = []
     if result.cancelled:
-        done.append(f"Cancelled {_plural(result.cancelled, 'job')} that had not started.")
+        done.append(ngettext("Cancelled %(count)d job that had not started.",
+                             "Cancelled %(count)d jobs that had not started.",
+                             result.cancelled) % {"count": result.cancelled})
     if result.requested:
-        done.append(f"Asked {_plural(result.requested, 'running job')} to stop: each is "
-                    "cancelled at its worker's next heartbeat.")
+        done.append(ngettext("Asked %(count)d running job to stop: each is cancelled at its "
+                             "worker's next heartbeat.",
+                             "Asked %(count)d running jobs to stop: each is cancelled at its "
+                             "worker's next heartbeat.",
+                             result.requested) % {"count": result.requested})
     skipped = _skipped(request, result.cancelled_ids + result.requested_ids,
                        CANCEL_SKIPPED)
-    _report(modeladmin, request, done, skipped, "Nothing was cancelled.",
-            "only queued, waiting or running jobs can be cancelled, a running one once")
+    _report(modeladmin, request, done, skipped, gettext("Nothing was cancelled."),
+            gettext("only queued, waiting or running jobs can be cancelled, a running one once"))
     return _back_to_detail(request)
 
 
 @admin.action(permissions=["change"],
-              description="Retry selected failed or cancelled jobs now")
+              description=_("Retry selected failed or cancelled jobs now"))
 def retry_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
                    queryset: QuerySet[Job]) -> HttpResponse | None:
     """Queue the selected failed or cancelled jobs again, runnable now, one more attempt."""
     result = retry_jobs(queryset, using=jobs_database())
     _log(request, result.retried_ids,
-         "Retried from the admin: queued again, runnable now, one more attempt allowed.")
-    done = [f"Queued {_plural(result.retried, 'job')} again."] if result.retried else []
+         gettext("Retried from the admin: queued again, runnable now, one more attempt allowed."))
+    done = [ngettext("Queued %(count)d job again.", "Queued %(count)d jobs again.",
+                     result.retried) % {"count": result.retried}] if result.retried else []
     skipped = _skipped(request, result.retried_ids, RETRY_SKIPPED)
-    _report(modeladmin, request, done, skipped, "Nothing was retried.",
-            "only failed or cancelled jobs can be retried")
+    _report(modeladmin, request, done, skipped, gettext("Nothing was retried."),
+            gettext("only failed or cancelled jobs can be retried"))
     return _back_to_detail(request)
 
 
@@ -289,7 +299,8 @@ def _report(modeladmin: admin.ModelAdmin, request: HttpRequest, done: list[str],
         modeladmin.message_user(request, message, messages.SUCCESS)
     if skipped:
         lead = "" if done else f"{nothing} "
-        modeladmin.message_user(request, f"{lead}Skipped {skipped}: {rule}.", messages.WARNING)
+        message = gettext("Skipped %(what)s: %(why)s.") % {"what": skipped, "why": rule}
+        modeladmin.message_user(request, f"{lead}{message}", messages.WARNING)
     elif not done:
         modeladmin.message_user(request, f"{nothing} {capfirst(rule)}.", messages.WARNING)
 
@@ -301,33 +312,33 @@ class AttemptInline(ReadOnlyInline):
     """Every run of the job, with its outcome (succeeded, retrying, slot lost, ...)."""
 
     model = JobAttempt
-    verbose_name = "attempt"
-    verbose_name_plural = "attempts"
+    verbose_name = _("attempt")
+    verbose_name_plural = _("attempts")
     fields = ("attempt", "outcome", "claims_count", "worker_id", "started", "finished", "took",
               "slot_held", "error_display")
     readonly_fields = fields
     ordering = ("id",)
 
-    started = stamp_field("started_at", "started")
-    finished = stamp_field("finished_at", "finished")
+    started = stamp_field("started_at", _("started"))
+    finished = stamp_field("finished_at", _("finished"))
 
-    @admin.display(description="took")
+    @admin.display(description=_("took"))
     def took(self, obj: JobAttempt) -> str:
         """How long the run lasted."""
         elapsed = seconds_between(obj.started_at, obj.finished_at)
         return EMPTY if elapsed is None else duration(elapsed)
 
-    @admin.display(description="claims")
+    @admin.display(description=_("claims"))
     def claims_count(self, obj: JobAttempt) -> str:
         """How many claims the row stands for: a park episode counts each (rule 12)."""
         return str(obj.claims) if obj.claims != 1 else EMPTY
 
-    @admin.display(description="slot")
+    @admin.display(description=_("slot"))
     def slot_held(self, obj: JobAttempt) -> str:
         """The fleet slot the run held, ``key[slot]``."""
         return f"{obj.slot_key}[{obj.slot}]" if obj.slot_key else EMPTY
 
-    @admin.display(description="error")
+    @admin.display(description=_("error"))
     def error_display(self, obj: JobAttempt) -> SafeString | str:
         """The run's exception line, its traceback expandable (escaped and cut)."""
         return error_block(obj.error, MAX_SHOWN_INLINE)
@@ -337,14 +348,14 @@ class StepInline(ReadOnlyInline):
     """The job's durable steps: what a retry replays instead of running again."""
 
     model = JobStep
-    verbose_name = "step"
-    verbose_name_plural = "steps"
+    verbose_name = _("step")
+    verbose_name_plural = _("steps")
     fields = ("name", "status", "attempt", "created_at", "completed_at", "wait_until",
               "result_display")
     readonly_fields = fields
     ordering = ("id",)
 
-    @admin.display(description="result")
+    @admin.display(description=_("result"))
     def result_display(self, obj: JobStep) -> SafeString | str:
         """The step's stored result, escaped and cut."""
         return pretty_json(obj.result, MAX_SHOWN_INLINE)
@@ -370,11 +381,11 @@ class JobAdmin(JobListMixin, JobsAdmin):
     readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
                        "kwargs_display", "result_display", "last_error_display", "claimed",
                        "visible", "created", "updated", "finished", "outcome")
-    claimed = stamp_field("claimed_at", "claimed")
-    visible = stamp_field("visible_at", "visible at (the lease clock)")
-    created = stamp_field("created_at", "enqueued")
-    updated = stamp_field("updated_at", "updated")
-    finished = stamp_field("finished_at", "finished")
+    claimed = stamp_field("claimed_at", _("claimed"))
+    visible = stamp_field("visible_at", _("visible at (the lease clock)"))
+    created = stamp_field("created_at", _("enqueued"))
+    updated = stamp_field("updated_at", _("updated"))
+    finished = stamp_field("finished_at", _("finished"))
 
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
         """Lay out a job's page with what an operator looks for first: state, outcome, error.
@@ -391,12 +402,12 @@ class JobAdmin(JobListMixin, JobsAdmin):
             ("worker", "claimed", "finished")
         return (
             (None, {"fields": state}),
-            ("Lease" if live else "Last run", {"fields": lease}),
-            ("Call", {"fields": ("args_display", "kwargs_display", "priority",
+            (_("Lease") if live else _("Last run"), {"fields": lease}),
+            (_("Call"), {"fields": ("args_display", "kwargs_display", "priority",
                                  "cancel_requested")}),
             # Folded (a <details>): who enqueued it and under which trace is looked up, not
             # read first, and it made the page a screen longer.
-            ("Origin", {"classes": ("collapse",),
+            (_("Origin"), {"classes": ("collapse",),
                         "fields": ("enqueued_by", "traceparent", "tracestate", "created",
                                    "updated")}),
         )
@@ -424,33 +435,35 @@ class JobAdmin(JobListMixin, JobsAdmin):
         """The jobs without their JSON columns: a job's page reads each on its own (rule 15)."""
         return super().get_queryset(request).defer(*JSON_FIELDS)
 
-    @admin.display(description="args")
+    @admin.display(description=_("args"))
     def args_display(self, obj: Job) -> SafeString | str:
         """Positional arguments, escaped and cut past 10,000 characters."""
         return _json_column(obj, "args")
 
-    @admin.display(description="kwargs")
+    @admin.display(description=_("kwargs"))
     def kwargs_display(self, obj: Job) -> SafeString | str:
         """Keyword arguments, escaped and cut past 10,000 characters."""
         return _json_column(obj, "kwargs")
 
-    @admin.display(description="result")
+    @admin.display(description=_("result"))
     def result_display(self, obj: Job) -> SafeString | str:
         """The stored result (after success), escaped and cut."""
         return _json_column(obj, "result")
 
-    @admin.display(description="outcome")
+    @admin.display(description=_("outcome"))
     def outcome(self, obj: Job) -> SafeString | str:
         """What became of the job, in words: its result, why it stopped, or what comes next."""
         if obj.status == JobStatus.SUCCEEDED:
             return self.result_display(obj)
         if obj.status == JobStatus.FAILED:
-            return f"failed after {_plural(obj.attempt, 'attempt')}: no retry left"
+            return ngettext("failed after %(count)d attempt: no retry left",
+                            "failed after %(count)d attempts: no retry left",
+                            obj.attempt) % {"count": obj.attempt}
         if obj.status == JobStatus.CANCELLED:
-            return "cancelled" + (" on request" if obj.cancel_requested else "")
+            return gettext("cancelled on request") if obj.cancel_requested else gettext("cancelled")
         return lease_text(obj)
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def last_error_display(self, obj: Job) -> SafeString | str:
         """The exception line of the last error, the traceback expandable."""
         return error_block(obj.last_error)

@@ -22,6 +22,8 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from ..models import HeldSlot, Job, JobAttempt, JobLease, JobStatus, LostSlotCancellation
 from ..registry import registered_jobs
@@ -43,7 +45,7 @@ class HeldSlotAdmin(JobsAdmin):
     list_filter = (LapsedFilter, "key")
     ordering = ("key", "slot")
     search_fields = ("key", "holder")
-    search_help_text = "Part of a lease key (job:<name>) or of a holder (<worker id>:<job id>)."
+    search_help_text = _("Part of a lease key (job:<name>) or of a holder (<worker id>:<job id>).")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         """Every lease row, with whether it lapsed by the database's clock."""
@@ -58,14 +60,14 @@ class HeldSlotAdmin(JobsAdmin):
                            default=Value(False), output_field=BooleanField()),
             waiting=Coalesce(Subquery(waiting), 0))
 
-    @admin.display(description="cap")
+    @admin.display(description=_("cap"))
     def cap(self, obj: JobLease) -> str:
         """The key's ``concurrency``, as this process registers its job."""
         name = obj.key.removeprefix(lease_key(""))
         spec = registered_jobs().get(name) if name != obj.key else None
         return str(spec.concurrency) if spec is not None and spec.concurrency else EMPTY
 
-    @admin.display(description="runs waiting")
+    @admin.display(description=_("runs waiting"))
     def runs_waiting(self, obj: JobLease) -> SafeString | str:
         """How many runs of the key's job are runnable now: with every slot held, they wait."""
         count = getattr(obj, "waiting", 0) or 0
@@ -75,38 +77,41 @@ class HeldSlotAdmin(JobsAdmin):
         query = urlencode({"name": obj.key.removeprefix(lease_key("")), "lease": "runnable"})
         return format_html('<a href="{}?{}">{}</a>', url, query, count)
 
-    @admin.display(description="holder (worker)")
+    @admin.display(description=_("holder (worker)"))
     def holder_worker(self, obj: JobLease) -> SafeString | str:
         """The worker holding the slot, linked to its page."""
         return worker_link(split_holder(obj.holder)[0])
 
-    @admin.display(description="taken for job")
+    @admin.display(description=_("taken for job"))
     def holder_job(self, obj: JobLease) -> SafeString | str:
         """The job whose run took the slot, linked to its page. The worker passes a slot on to
         its next runs of the kind while it has them, so a later run may be using it now."""
         return job_link(split_holder(obj.holder)[1])
 
-    @admin.display(description="acquired", ordering="acquired_at")
+    @admin.display(description=_("acquired"), ordering="acquired_at")
     def acquired(self, obj: JobLease) -> str:
         """When this holder took the slot."""
         return ago(obj.acquired_at, getattr(obj, "db_now", None))
 
-    @admin.display(description="expires", ordering="expires_at")
+    @admin.display(description=_("expires"), ordering="expires_at")
     def expires(self, obj: JobLease) -> str:
         """``in 12 s`` while held; ``3 s ago`` once lapsed."""
         ahead = seconds_between(getattr(obj, "db_now", None), obj.expires_at)
         if ahead is None:
             return EMPTY
-        return f"in {duration(ahead)}" if ahead > 0 else f"{duration(ahead)} ago"
+        when = {"duration": duration(ahead)}
+        if ahead > 0:
+            return gettext("in %(duration)s") % when
+        return gettext("%(duration)s ago") % when
 
-    @admin.display(description="lapsed", ordering="is_lapsed")
+    @admin.display(description=_("lapsed"), ordering="is_lapsed")
     def lapsed(self, obj: JobLease) -> SafeString | str:
         """Whether the hold lapsed: the slot is free, and its old holder can never renew it."""
         # Words, not Django's boolean icons: a red icon on every healthy "not lapsed" row
         # would read as an alarm.
         if getattr(obj, "is_lapsed", False):
-            return format_html('<span class="ultjobs-flag">{}</span>', "yes: free to take")
-        return "no"
+            return format_html('<span class="ultjobs-flag">{}</span>', gettext("yes: free to take"))
+        return gettext("no")
 
 
 class LostSlotSinceFilter(SinceFilter):
@@ -128,7 +133,7 @@ class LostSlotCancellationAdmin(JobsAdmin):
     ordering = ("-finished_at", "-id")
     sortable_by = ("when",)
     search_fields = ("worker_id",)
-    search_help_text = "Part of a worker id."
+    search_help_text = _("Part of a worker id.")
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         """Nothing to act on here: a lost slot is history (its job has its own actions)."""
@@ -151,33 +156,36 @@ class LostSlotCancellationAdmin(JobsAdmin):
             )
         )
 
-    @admin.display(description="when", ordering="finished_at")
+    @admin.display(description=_("when"), ordering="finished_at")
     def when(self, obj: JobAttempt) -> str:
         """How long ago the run was cancelled."""
         return ago(obj.finished_at, getattr(obj, "db_now", None))
 
-    @admin.display(description="job")
+    @admin.display(description=_("job"))
     def job_display(self, obj: JobAttempt) -> SafeString | str:
         """The job, linked to its page (where all its attempts are)."""
         return job_link(obj.job_id, f"{getattr(obj, 'job_name', '')}#{obj.job_id}")
 
-    @admin.display(description="worker")
+    @admin.display(description=_("worker"))
     def worker(self, obj: JobAttempt) -> SafeString | str:
         """The worker whose run lost the slot."""
         return worker_link(obj.worker_id)
 
-    @admin.display(description="slot")
+    @admin.display(description=_("slot"))
     def slot_held(self, obj: JobAttempt) -> str:
         """The lost slot, ``key[slot]``."""
         return f"{obj.slot_key}[{obj.slot}]" if obj.slot_key else EMPTY
 
-    @admin.display(description="then")
+    @admin.display(description=_("then"))
     def then(self, obj: JobAttempt) -> SafeString | str:
         """What happened to the job next: its status now, and the attempts after this one."""
         later = getattr(obj, "later_attempts", 0) or 0
         if not later:
             # A lost slot hands the job straight back to the queue, its attempt not burned.
-            return format_html("job is <b>{}</b>; no attempt since", obj.job_status)
+            return format_html(gettext("job is <b>{status}</b>; no attempt since"),
+                               status=obj.job_status)
         return format_html(
-            "job is <b>{}</b>; {} later attempt{}, the next one {}",
-            obj.job_status, later, "" if later == 1 else "s", obj.next_outcome)
+            ngettext("job is <b>{status}</b>; {count} later attempt, the next one {outcome}",
+                     "job is <b>{status}</b>; {count} later attempts, the next one {outcome}",
+                     later),
+            status=obj.job_status, count=later, outcome=obj.next_outcome)

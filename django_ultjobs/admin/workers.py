@@ -9,6 +9,8 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from ..conf import get_settings
 from ..models import Worker
@@ -32,22 +34,22 @@ class WorkerAdmin(JobsAdmin):
     readonly_fields = ("queue_list", "timings", "started", "last_heartbeat", "runs_in_flight",
                        "state")
 
-    @admin.display(description="queues")
+    @admin.display(description=_("queues"))
     def queue_list(self, obj: Worker) -> str:
         """The queues the worker claims from."""
         return ", ".join(str(q) for q in obj.queues or ()) or EMPTY
 
-    @admin.display(description="started", ordering="started_at")
+    @admin.display(description=_("started"), ordering="started_at")
     def started(self, obj: Worker) -> str:
         """How long ago the process started."""
         return ago(obj.started_at, getattr(obj, "db_now", None))
 
-    @admin.display(description="last heartbeat", ordering="last_seen_at")
+    @admin.display(description=_("last heartbeat"), ordering="last_seen_at")
     def last_heartbeat(self, obj: Worker) -> str:
         """How long ago its ticker last touched the row (``3 s ago``)."""
         return ago(obj.last_seen_at, getattr(obj, "db_now", None))
 
-    @admin.display(description="runs in flight")
+    @admin.display(description=_("runs in flight"))
     def runs_in_flight(self, obj: Worker) -> SafeString | str:
         """Runs at its last heartbeat, linked to the in-flight view of this worker."""
         if obj.stopped_at is not None or not obj.in_flight:
@@ -56,16 +58,17 @@ class WorkerAdmin(JobsAdmin):
         return format_html('<a href="{}?{}">{}</a>', url,
                            urlencode({"worker_id__exact": obj.id}), obj.in_flight)
 
-    @admin.display(description="lease timings")
+    @admin.display(description=_("lease timings"))
     def timings(self, obj: Worker) -> str:
         """The worker's own ``--visibility-timeout`` and ``--heartbeat-interval``."""
         if obj.visibility_timeout is None:
-            return (f"not recorded (judged by ULTJOBS[\"VISIBILITY_TIMEOUT\"], "
-                    f"{get_settings().VISIBILITY_TIMEOUT:g} s)")
-        return (f"visibility timeout {every(obj.visibility_timeout)}, heartbeat every "
-                f"{every(obj.heartbeat_interval or 0.0)}")
+            unknown = gettext('not recorded (judged by ULTJOBS["VISIBILITY_TIMEOUT"], %(timeout)s)')
+            return unknown % {"timeout": every(get_settings().VISIBILITY_TIMEOUT)}
+        return gettext("visibility timeout %(timeout)s, heartbeat every %(interval)s") % {
+            "timeout": every(obj.visibility_timeout),
+            "interval": every(obj.heartbeat_interval or 0.0)}
 
-    @admin.display(description="state")
+    @admin.display(description=_("state"))
     def state(self, obj: Worker) -> SafeString | str:
         """``running``; ``late``; ``stopped``; or ``silent`` past its own visibility timeout."""
         return worker_state(obj, getattr(obj, "db_now", None))
@@ -73,7 +76,7 @@ class WorkerAdmin(JobsAdmin):
 
 def every(seconds: float) -> str:
     """Return a worker's flag value in seconds as it was given: ``0.2 s``, ``120 s``."""
-    return f"{seconds:g} s"
+    return gettext("%(seconds)s s") % {"seconds": f"{seconds:g}"}
 
 
 def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
@@ -84,19 +87,21 @@ def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
     after its last one. Rows from before the timings were kept fall back to the setting.
     """
     if worker.stopped_at is not None:
-        return f"stopped {ago(worker.stopped_at, now)}"
+        return gettext("stopped %(ago)s") % {"ago": ago(worker.stopped_at, now)}
     silent = seconds_between(worker.last_seen_at, now)
     if silent is None:
-        return "running"
+        return gettext("running")
     timeout = worker.visibility_timeout or get_settings().VISIBILITY_TIMEOUT
     # Silent for a whole visibility timeout, it has lost every lease it held: its jobs are
     # re-delivered and its slots lapse (rules 1 and 5). It is gone, or cut off.
     if silent > timeout:
-        return format_html('<span class="ultjobs-flag">silent for {}</span>', duration(silent))
+        return format_html('<span class="ultjobs-flag">{}</span>',
+                           gettext("silent for %(duration)s") % {"duration": duration(silent)})
     # Two missed ticks: a heartbeat failing and retried (rule 2), or a stalled process. Its
     # leases still hold, for now.
     interval = worker.heartbeat_interval
     if interval and silent > 2 * interval:
-        return format_html('running <span class="ultjobs-flag">late: no heartbeat for {} '
-                           '(every {})</span>', duration(silent), every(interval))
-    return "running"
+        late = gettext("late: no heartbeat for %(duration)s (every %(interval)s)") % {
+            "duration": duration(silent), "interval": every(interval)}
+        return format_html('{} <span class="ultjobs-flag">{}</span>', gettext("running"), late)
+    return gettext("running")

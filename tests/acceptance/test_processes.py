@@ -491,7 +491,7 @@ def test_slot_lapsed_while_holder_stopped_is_lost_not_revived(
 
 
 def test_a_thousand_serial_jobs_do_not_block_the_queue(pg_alias: str) -> None:
-    """Rule 5 and "no head-of-line blocking" (issue 3, deliverable 3): 1,000 runnable runs of
+    """Rule 5 and "no head-of-line blocking" (docs/concurrency.md): 1,000 runnable runs of
     a concurrency=1 job queued AHEAD of 100 ordinary jobs (lower ids, same priority) neither
     stall them nor make the claim loop spin; one serial run at a time. (In-process worker, to
     count its claim statements.)"""
@@ -526,7 +526,7 @@ def test_a_thousand_serial_jobs_do_not_block_the_queue(pg_alias: str) -> None:
 
 def test_sigterm_drains_and_hands_the_job_back(
         pg_alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
-    """Graceful drain (DESIGN "beyond the reference") across a process: SIGTERM with
+    """Graceful drain ("worker shutdown" in docs/guarantees.md) across a process: SIGTERM with
     ``--grace-period 0.5`` while a long cooperative job runs; the process exits 0 within
     seconds, the job is queued again with its attempt not burned (outcome ``interrupted``), and
     another worker completes it."""

@@ -15,11 +15,27 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.test.utils import override_settings
+from django.urls import reverse
 
 import django_ultjobs
 from django_ultjobs.models import Job
 
 PASSWORD = "correct horse battery staple"
+
+# The app's admin pages, shared by the admin test modules.
+JOBS = reverse("admin:django_ultjobs_job_changelist")
+IN_FLIGHT = reverse("admin:django_ultjobs_inflightjob_changelist")
+SLOTS = reverse("admin:django_ultjobs_heldslot_changelist")
+LOST = reverse("admin:django_ultjobs_lostslotcancellation_changelist")
+WORKERS = reverse("admin:django_ultjobs_worker_changelist")
+APP_INDEX = reverse("admin:app_list", args=["django_ultjobs"])
+
+
+def page(client: Client, url: str) -> str:
+    """The page at ``url``, which must answer 200."""
+    response = client.get(url)
+    assert response.status_code == 200, (url, response.status_code)
+    return response.content.decode()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,14 +17,12 @@ from django.urls import reverse
 
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.operations import cancel_jobs, retry_jobs
-from tests.admin.conftest import client_for, make_job, post_action
+from tests.admin.conftest import IN_FLIGHT, JOBS, client_for, make_job, post_action
 from tests.conftest import running_worker, wait_until
 from tests.testapp.jobs import block_until, flaky
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-JOBS = reverse("admin:django_ultjobs_job_changelist")
-IN_FLIGHT = reverse("admin:django_ultjobs_inflightjob_changelist")
 #: Quick ticks: a cancel request is seen within a fifth of a second. The lease is long enough
 #: that a loaded machine never loses one by being slow.
 FAST = {"visibility_timeout": 10.0, "heartbeat_interval": 0.2}

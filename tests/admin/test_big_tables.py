@@ -15,18 +15,14 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
-from django.urls import reverse
 from django.utils import timezone
 
 from django_ultjobs.admin.paginator import EstimatedCountPaginator
 from django_ultjobs.models import Job
-from tests.admin.conftest import client_for
+from tests.admin.conftest import APP_INDEX, IN_FLIGHT, JOBS, client_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-JOBS = reverse("admin:django_ultjobs_job_changelist")
-IN_FLIGHT = reverse("admin:django_ultjobs_inflightjob_changelist")
-APP_INDEX = reverse("admin:app_list", args=["django_ultjobs"])
 COUNT_OF_JOBS = re.compile(r'COUNT\(.*FROM "django_ultjobs_job"', re.S | re.I)
 LIVE_ONLY = re.compile(r"\"status\" IN \('queued', 'running', 'waiting'\)")
 

@@ -17,8 +17,16 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_ultjobs.models import Job, JobAttempt, JobLease, Worker
-from tests.admin.conftest import client_for, make_job, post_action
-from tests.admin.test_pages import APP_INDEX, JOBS, SLOTS, WORKERS, page
+from tests.admin.conftest import (
+    APP_INDEX,
+    JOBS,
+    SLOTS,
+    WORKERS,
+    client_for,
+    make_job,
+    page,
+    post_action,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

@@ -17,24 +17,22 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_ultjobs.models import Job, JobAttempt, JobLease, JobStep, Worker
-from tests.admin.conftest import client_for, make_job
+from tests.admin.conftest import (
+    APP_INDEX,
+    IN_FLIGHT,
+    JOBS,
+    LOST,
+    SLOTS,
+    WORKERS,
+    client_for,
+    make_job,
+    page,
+)
 from tests.testapp.jobs import add
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-JOBS = reverse("admin:django_ultjobs_job_changelist")
-IN_FLIGHT = reverse("admin:django_ultjobs_inflightjob_changelist")
-SLOTS = reverse("admin:django_ultjobs_heldslot_changelist")
-LOST = reverse("admin:django_ultjobs_lostslotcancellation_changelist")
-WORKERS = reverse("admin:django_ultjobs_worker_changelist")
-APP_INDEX = reverse("admin:app_list", args=["django_ultjobs"])
 WORKER_ID = "host-a:4242:abc123"
-
-
-def page(client, url: str) -> str:
-    response = client.get(url)
-    assert response.status_code == 200, (url, response.status_code)
-    return response.content.decode()
 
 
 def result_ids(html: str) -> list[int]:

@@ -14,12 +14,18 @@ from django.urls import reverse
 
 from django_ultjobs.admin.display import split_holder
 from django_ultjobs.admin.jobs import FROM_DETAIL
-from tests.admin.conftest import PASSWORD, client_for, make_job, post_action, staff_user
+from tests.admin.conftest import (
+    IN_FLIGHT,
+    JOBS,
+    PASSWORD,
+    client_for,
+    make_job,
+    post_action,
+    staff_user,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-JOBS = reverse("admin:django_ultjobs_job_changelist")
-IN_FLIGHT = reverse("admin:django_ultjobs_inflightjob_changelist")
 #: Each is "a digit" to str.isdigit() and not a number to int(); the last one is too big for a
 #: bigint id.
 NOT_NUMBERS = ("²", "1²", "⑦", "99999999999999999999999")

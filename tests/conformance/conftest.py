@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from django_ultjobs.store import JobStore, get_store
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 
 
 @pytest.fixture

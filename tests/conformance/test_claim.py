@@ -9,7 +9,7 @@ import pytest
 
 from django_ultjobs.models import Job
 from django_ultjobs.store import JobStore
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
 

@@ -14,7 +14,7 @@ from django_ultjobs import JobArgumentError, bulk_enqueue
 from django_ultjobs.models import Job
 from django_ultjobs.registry import get_job
 from django_ultjobs.store import JobStore
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 from tests.testapp.jobs import add, noop, record
 
 from .helpers import claim, enqueue, new_job, row

@@ -9,7 +9,7 @@ import pytest
 
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
 
@@ -178,6 +178,19 @@ def test_settling_twice_applies_once(cstore: JobStore, alias: str) -> None:  # r
     assert row(alias, job_id).status == "succeeded"
     assert _attempts(alias, job_id) == [(1, "w1", "succeeded")]
     assert cstore.settle([], "w1") == set()
+
+
+def test_settle_refuses_two_settlements_of_one_job(cstore: JobStore, alias: str) -> None:
+    # Rule 4's fence is per row: a batch holding an old and a new run of one job could apply the
+    # old outcome under the new token, so the store refuses it and writes nothing.
+    (job_id,) = enqueue(cstore, new_job("add"))
+    (job,) = claim(cstore, limit=1)
+    older = settlement(job, outcome="lease_lost")
+    older.token = "00000000-0000-0000-0000-000000000000"
+    with pytest.raises(ValueError, match="same job"):
+        cstore.settle([older, settlement(job)], "w1")
+    assert row(alias, job_id).status == "running"
+
 
 
 def test_a_settle_after_a_cancel_from_outside_changes_nothing(cstore: JobStore,

@@ -12,7 +12,7 @@ import pytest
 from django_ultjobs.models import JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore, ParkEpisode
 from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
 

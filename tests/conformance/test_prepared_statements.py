@@ -19,7 +19,7 @@ from django.db.utils import ConnectionHandler
 from django_ultjobs.models import Job
 from django_ultjobs.store import JobStore, get_store
 from django_ultjobs.store.postgresql import PostgresStore
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
 

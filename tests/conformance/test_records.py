@@ -6,7 +6,7 @@ import pytest
 
 from django_ultjobs.models import JobAttempt, Worker
 from django_ultjobs.store import JobStore, LostAttempt
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job
 

@@ -25,7 +25,7 @@ from django_ultjobs.worker import completer as completer_module
 from django_ultjobs.worker.completer import Completer
 from django_ultjobs.worker.fleet_slots import FleetSlots
 from django_ultjobs.worker.runs import Run, RunRegistry
-from tests.conftest import FakeClock
+from tests.doubles import FakeClock
 from tests.testapp.jobs import add
 
 from .helpers import claim, enqueue, new_job, row, settlement

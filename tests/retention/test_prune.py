@@ -10,6 +10,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_ultjobs.models import Job, JobAttempt, JobEvent, JobStep, Worker
+from django_ultjobs.retention import prune
+from tests.stepsapp.jobs import wait_for_order
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -48,6 +50,17 @@ def test_prune_keeps_recent_and_live_jobs(alias: str) -> None:
     assert JobEvent.objects.using(alias).filter(pk=old_event.pk).exists()
     assert not Worker.objects.using(alias).filter(pk="gone").exists()
     assert "pruned 2 jobs (2 attempts, 2 steps)" in out.getvalue()
+
+
+def test_prune_keeps_events_a_queued_job_may_still_consume(alias: str) -> None:
+    job = wait_for_order.using(delay=timedelta(hours=1)).enqueue(5)
+    Job.objects.using(alias).filter(pk=job.id).update(
+        created_at=timezone.now() - timedelta(days=30))
+    event = JobEvent.objects.using(alias).create(name="order.shipped", payload={"order_id": 5})
+    JobEvent.objects.using(alias).filter(pk=event.pk).update(
+        created_at=timezone.now() - timedelta(days=20))
+    prune(older_than=timedelta(days=14), using=alias)
+    assert JobEvent.objects.using(alias).filter(pk=event.pk).exists()
 
 
 def test_prune_refuses_nonsense(alias: str) -> None:

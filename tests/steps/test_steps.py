@@ -1,10 +1,11 @@
-"""Durable steps, events and sleep (issue 4), on SQLite and PostgreSQL."""
+"""Durable steps, events and sleep, on SQLite and PostgreSQL (rule 11 for the steps' writes)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from django.db import transaction
 from django.db.models import Count
 
 from django_ultjobs import send_event
@@ -17,16 +18,22 @@ from tests.conftest import running_worker, wait_until
 from tests.stepsapp.jobs import (
     duplicate_step,
     nap,
+    nested_match,
     non_json_step,
     step_then_block,
     three_steps,
     wait_for_order,
     wait_or_timeout,
+    wait_paid,
 )
 from tests.testapp.jobs import add
 from tests.testapp.models import RunLog
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+def _job(alias: str, job_id: int) -> Job:
+    return Job.objects.using(alias).get(pk=job_id)
 
 
 def _status(alias: str, job_id: int) -> str:
@@ -161,6 +168,31 @@ def test_event_rolled_back_never_wakes(alias: str) -> None:
         add_job = add.enqueue(1, 2)
         wait_until(lambda: _finished(alias, add_job.id))
         assert _status(alias, job.id) == "waiting"
+
+
+def test_an_event_sent_with_the_enqueue_is_found_at_once(alias: str) -> None:
+    # The job's enqueue time and the event's are compared as times on both engines: compared as
+    # text of different precision (microseconds, milliseconds) on SQLite, an event sent in the
+    # same millisecond would be missed and the job would wake for ever.
+    with transaction.atomic(using=alias):
+        job = wait_for_order.enqueue(77)
+        send_event("order.shipped", {"order_id": 77})
+    with running_worker(alias):
+        wait_until(lambda: _finished(alias, job.id))
+    assert _status(alias, job.id) == "succeeded"
+    assert RunLog.objects.using(alias).filter(job_id=job.id, label="started").count() == 1
+
+
+def test_match_compares_json_values_the_same_on_both_engines(alias: str) -> None:
+    job = wait_paid.enqueue()
+    bad = nested_match.enqueue()
+    send_event("paid", {"paid": 1})           # 1 is not true
+    with running_worker(alias):
+        wait_until(lambda: _status(alias, job.id) == "waiting" and _finished(alias, bad.id))
+        send_event("paid", {"paid": True})
+        wait_until(lambda: _finished(alias, job.id))
+    assert _job(alias, job.id).result is True or _job(alias, job.id).result == {"paid": True}
+    assert "must be a string, number, boolean or None" in _job(alias, bad.id).last_error
 
 
 def test_wait_timeout_raises_in_the_body(alias: str) -> None:

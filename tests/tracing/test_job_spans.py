@@ -1,4 +1,4 @@
-"""What a run's span records, on a real in-process worker (issue 5 items 2-5; DESIGN rule 14).
+"""What a run's span records, on a real in-process worker (rule 14, docs/tracing.md).
 
 Nesting of a job enqueued by a job, no span leaking from one run into the next on one thread,
 failures, cancellations (requested, lost slot), a parked unknown job, and durable steps.
@@ -39,7 +39,7 @@ def _tracer() -> trace.Tracer:
 
 
 def test_a_job_enqueued_by_a_job_nests_under_it(alias: str, spans: Spans) -> None:
-    # rule 14; issue 5 item 3: enqueued_by is job:<id>, and the child's span nests.
+    # rule 14: enqueued_by is job:<id>, and the child's span nests.
     with _tracer().start_as_current_span("test.caller") as caller:
         parent = jobs.parent.enqueue()
     with running_worker(alias):
@@ -60,7 +60,8 @@ def test_a_job_enqueued_by_a_job_nests_under_it(alias: str, spans: Spans) -> Non
 
 def test_outside_any_span_and_request_nothing_is_stored_and_the_process_enqueues(
         alias: str) -> None:
-    # issue 5 item 1: no active span, no traceparent; item 3: else the process (shell, cron…).
+    # No active span: no traceparent is stored. No request either: enqueued_by names the
+    # process (shell, cron…).
     assert not trace.get_current_span().get_span_context().is_valid
     assert capture_trace_context() == ("", "")
     job = jobs.noop.enqueue()
@@ -95,7 +96,7 @@ def test_no_span_leaks_from_one_run_into_the_next_on_one_thread(alias: str, span
 
 
 def test_a_failing_job_records_the_exception_and_error_status(alias: str, spans: Spans) -> None:
-    # rule 14; issue 5 item 2: the exception is recorded and the status set to error, per run.
+    # rule 14: the exception is recorded and the status set to error, per run.
     job = jobs.fails.enqueue()
     with running_worker(alias):
         wait_until(lambda: _finished(alias, job.id), message="failed job")
@@ -209,7 +210,7 @@ def test_a_parked_unknown_job_is_visible_in_its_trace(alias: str, spans: Spans) 
 
 def test_each_durable_step_is_a_child_span_replayed_on_the_retry(alias: str,
                                                                  spans: Spans) -> None:
-    # rule 14; issue 5 item 2: each durable step gets a child span; a replayed one says so.
+    # rule 14: each durable step gets a child span; a replayed one says so.
     job = jobs.steps.enqueue()
     with running_worker(alias):
         wait_until(lambda: _finished(alias, job.id), message="steps job")

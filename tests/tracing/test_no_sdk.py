@@ -1,4 +1,4 @@
-"""With no SDK configured, tracing costs nothing and breaks nothing (issue 5 item 5).
+"""With no SDK configured, tracing costs nothing and breaks nothing (docs/tracing.md, "Cost").
 
 A fresh interpreter (this test process has the tests' SDK installed) with the test settings and a
 database of its own: it enqueues jobs, one from inside a job, and runs them with a burst worker.

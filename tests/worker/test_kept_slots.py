@@ -17,19 +17,11 @@ from django_ultjobs.registry import get_job
 from django_ultjobs.store import HeldLease
 from django_ultjobs.worker.fleet_slots import FleetSlots
 from django_ultjobs.worker.runs import Run
-
-from .test_ticker_rules import WORKER, StubLeases, claimed
+from tests.doubles import WORKER, StubLeases, claimed
+from tests.doubles import MonotonicClock as Clock
 
 TTL = 30.0
 CAPS = {"capped": 8, "serial": 1}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make() -> tuple[FleetSlots, StubLeases, Clock]:
@@ -163,8 +155,8 @@ def test_a_failed_acquire_keeps_the_kept_slots() -> None:  # rule 9's reasoning
 
 
 def test_a_slot_kept_while_the_claim_loop_cannot_claim_goes_back_after_a_while() -> None:
-    # Every thread busy with long jobs, or the completer behind: no claim offers the slot, so it
-    # is given back once kept for longer than the loop's poll interval (review finding).
+    # rule 6: every thread busy with long jobs, or the completer behind: no claim offers the
+    # slot, so it is given back once kept for longer than the loop's poll interval.
     slots, leases, clock = make()
     run = capped_run(1)
     slots.acquire_group([run])
@@ -241,8 +233,9 @@ def _outage_then_kept_while_the_claim_was_out() -> tuple[FleetSlots, LeaseRows, 
 
 
 def test_a_lapsed_kept_slot_is_never_handed_to_a_second_run() -> None:  # rule 5
-    # Review finding: the run-2 hold made the lapsed run-1 entry look fresh (both were known by
-    # (key, slot) alone), and the next claim handed it to run 3: two runs on one slot row.
+    # Holds are told apart by the whole row: known by (key, slot) alone, the run-2 hold would
+    # make the lapsed run-1 entry look fresh, and the next claim would hand it to run 3: two
+    # runs on one slot row.
     slots, rows, _, first, second = _outage_then_kept_while_the_claim_was_out()
     assert second.lease is not None and first.lease is not None
     assert (second.lease.key, second.lease.slot) == (first.lease.key, first.lease.slot)
@@ -285,9 +278,9 @@ def test_kept_slots_above_a_lowered_cap_go_back() -> None:  # rule 5
 
 
 def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:  # rule 6
-    # Review finding: the ticker renewed the slots of the runs in its registry, which a run joins
-    # only when its body starts; a kept slot (up to half a TTL old) handed over just before a
-    # tick could miss that tick's renewal.
+    # The ticker renews the slots of the runs in its registry, which a run joins only when its
+    # body starts; a kept slot (up to half a TTL old) handed over just before a tick must not
+    # miss that tick's renewal.
     slots, leases, _ = make()
     first = capped_run(1)
     slots.acquire_group([first])
@@ -300,7 +293,7 @@ def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:
 
 
 def test_a_job_claimed_again_never_shares_its_old_slot_with_the_run_it_passed_to() -> None:
-    # rule 5 (second review's finding): a kept slot keeps the holder of the run that took it
+    # rules 5 and 8: a kept slot keeps the holder of the run that took it
     # (W:1). Here run 2 uses that slot when an outage lapses it, and job 1 is claimed again: its
     # fresh hold of the same slot has the same holder. Run 2 has lost its slot and must be
     # cancelled, not silently renewed as run 3's and kept when it settles.

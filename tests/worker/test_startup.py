@@ -4,7 +4,8 @@ waited for (``--connect-timeout``) and reported in one line, never a traceback.
 The database failures are real: a port where nothing listens, a database that does not exist,
 an empty database with no tables, a TCP proxy that starts forwarding to PostgreSQL only after
 the worker has tried a few times, and an SQLite file another connection holds a read
-transaction on while the worker wants to switch it to WAL.
+transaction on while the worker wants to switch it to WAL, and a database migrated only up to
+an older version of the tables.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -298,3 +300,40 @@ def test_sqlite_wal_switch_waits_for_a_reader(tmp_path: Path, worker_processes: 
                                    (job.id,)).fetchone()
     after.close()
     assert (status, result) == ("succeeded", "3")
+
+# -- rule 18: a database that lacks a migration the code needs is refused at once ------------
+# New code deployed before ``migrate`` (here: no ``0008_worker_timeouts``, so the worker cannot
+# write its lease timings on its row) is refused in one line that says to run
+# ``manage.py migrate``, on both engines, never waited for or shown as a traceback.
+
+UNMIGRATED_SUFFIX = "_hadmin_0006"
+
+
+@pytest.fixture
+def pg_database_at_0006() -> Iterator[None]:
+    """A PostgreSQL database of this test's own, dropped after."""
+    name = f"test_ultjobs{UNMIGRATED_SUFFIX}"
+    with admin_connection() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield
+    finally:
+        with admin_connection() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_a_database_without_the_timings_column_says_run_migrate(
+        engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    alias = "default" if engine == "sqlite" else "postgres"
+    if engine == "postgres":
+        request.getfixturevalue("pg_database_at_0006")
+    env = {"ULTJOBS_TEST_TMP": str(tmp_path), "ULTJOBS_TEST_DB_SUFFIX": UNMIGRATED_SUFFIX}
+    subprocess.run([sys.executable, "-m", "django", "migrate", "django_ultjobs",
+                    "0006_attempt_slot_lost_index", "--database", alias, "-v", "0"],
+                   env={**worker_env(alias), **env}, cwd=REPO, check=True, timeout=120)
+    result = run_worker(alias, "--burst", "--connect-timeout", "30", env=env, tmp_path=tmp_path)
+    error = assert_one_line_refusal(result)
+    assert "manage.py migrate" in error, error
+    assert tries(result.stderr) == [], result.stderr

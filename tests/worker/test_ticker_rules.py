@@ -8,9 +8,6 @@ same rules end to end on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,77 +16,14 @@ from django.db import OperationalError
 from django_ultjobs.exceptions import CancelRequestedError, JobSlotLostError, LeaseLostError
 from django_ultjobs.models import AttemptOutcome, JobStatus
 from django_ultjobs.registry import get_job
-from django_ultjobs.store import ClaimedJob, HeldLease
 from django_ultjobs.worker.executor import run_job
 from django_ultjobs.worker.fleet_slots import FleetSlots, lease_key
 from django_ultjobs.worker.runs import Run, RunRegistry
 from django_ultjobs.worker.ticker import Ticker
+from tests.doubles import WORKER, StubLeases, StubStore, claimed
 
-WORKER = "host:1:abcdef"
 #: What run_job hands the step ledger; these jobs write no steps, so it is never called.
 STORE: Any = None
-
-
-def claimed(job_id: int = 1, name: str = "record", *, args: Any = None,
-            kwargs: Any = None) -> ClaimedJob:
-    return ClaimedJob(
-        id=job_id, name=name, queue="default", priority=0,
-        args=[] if args is None else args, kwargs={} if kwargs is None else kwargs,
-        attempt=1, max_attempts=3, token=str(uuid.uuid4()), traceparent="", tracestate="",
-        enqueued_by="", cancel_requested=False, claimed_at=datetime.now(UTC),
-    )
-
-
-class StubStore:
-    """Answers ``heartbeat`` with whatever the test sets (an exception is raised)."""
-
-    def __init__(self) -> None:
-        self.answer: dict[int, bool] | Exception = {}
-        self.heartbeats: list[list[tuple[int, str]]] = []
-
-    def heartbeat(self, runs: Sequence[tuple[int, str]], visibility_timeout: float,
-                  ) -> dict[int, bool]:
-        self.heartbeats.append(list(runs))
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-    def worker_touch(self, worker_id: str, in_flight: int) -> None:
-        pass
-
-
-class StubLeases:
-    """A lease store whose every call is recorded; ``renew_many`` answers what the test sets."""
-
-    def __init__(self) -> None:
-        self.renewed: set[tuple[str, int, str]] | Exception = set()
-        self.renew_calls: list[list[HeldLease]] = []
-        self.release_error: Exception | None = None
-        self.released: list[list[HeldLease]] = []
-        self.acquired: list[tuple[str, int, float, str]] = []
-        self.acquire_error: Exception | None = None
-
-    def acquire_many(self, key: str, limit: int, ttl: float,
-                     holders: Sequence[str]) -> dict[str, HeldLease]:
-        if isinstance(self.acquire_error, Exception):
-            raise self.acquire_error
-        got = {}
-        for holder in holders:
-            self.acquired.append((key, limit, ttl, holder))
-            got[holder] = HeldLease(key=key, slot=len(self.acquired) - 1, holder=holder,
-                                    expires_at=datetime.now(UTC))
-        return got
-
-    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
-        self.renew_calls.append(list(held))
-        if isinstance(self.renewed, Exception):
-            raise self.renewed
-        return self.renewed
-
-    def release_many(self, held: Sequence[HeldLease]) -> None:
-        self.released.append(list(held))
-        if self.release_error is not None:
-            raise self.release_error
 
 
 def make_ticker() -> tuple[Ticker, StubStore, StubLeases, RunRegistry]:

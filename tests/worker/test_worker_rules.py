@@ -42,12 +42,15 @@ from django_ultjobs.worker import Worker, WorkerOptions
 from django_ultjobs.worker import worker as worker_module
 from django_ultjobs.worker.runs import Run
 from tests.conftest import running_worker, wait_until
+from tests.doubles import no_lease_store_path
+from tests.stepsapp.jobs import cancel_myself_then_fail, raises_unprintable
 from tests.testapp import jobs as testjobs
 from tests.testapp.jobs import (
     add,
     block_until,
     capped,
     capped_clocked,
+    capped_ignoring,
     flaky,
     ignore_cancel,
     record,
@@ -58,7 +61,6 @@ from tests.testapp.jobs import (
     worker_weakref_probe,
 )
 from tests.testapp.models import RunLog
-from tests.worker.stores import no_lease_store_path
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -106,6 +108,11 @@ def started(job_id: int) -> Callable[[], bool]:
 
 def engine_store(alias: str) -> type[JobStore]:
     return type(get_store(alias))
+
+
+def finished(alias: str, *job_ids: int) -> bool:
+    return Job.objects.using(alias).filter(
+        pk__in=job_ids, status__in=["succeeded", "failed", "cancelled"]).count() == len(job_ids)
 
 
 @pytest.fixture
@@ -223,6 +230,16 @@ def test_cancel_requested_from_outside_cancels_the_run(alias: str, go: Path) -> 
     assert row(alias, job.id).status == "cancelled"
     assert attempts(alias, job.id) == [(1, "cancelled")]
     assert RunLog.objects.get(job_id=job.id).ended_at is None  # the body never finished
+
+
+def test_a_cancel_request_is_not_lost_when_the_run_retries_first(alias: str) -> None:
+    # A cancel request kept ("Cancellation is cooperative" in docs/guarantees.md): the
+    # request lands while the run ends in a retry, so the job is cancelled, not run again.
+    job = cancel_myself_then_fail.enqueue()
+    with running_worker(alias):
+        wait_until(lambda: finished(alias, job.id))
+    assert row(alias, job.id).status == "cancelled"
+    assert RunLog.objects.using(alias).filter(job_id=job.id, label="ran").count() == 1
 
 
 # -- rule 8: a lost slot cancels the run, is recorded, and the job runs again -------------------
@@ -366,7 +383,7 @@ def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kin
 
 
 def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: Path) -> None:
-    # rules 5-6 (review finding): the serial run's thread frees before its settle is written, so
+    # rules 5-6: the serial run's thread frees before its settle is written, so
     # the next claim takes long job B instead; once the settle is written the slot is kept, and
     # no claim comes while both threads are busy. It must go back to the fleet anyway.
     go = tmp_path / "go"
@@ -395,7 +412,7 @@ def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: 
 
 def test_a_draining_worker_gives_back_the_slot_of_a_run_that_settles_meanwhile(
         alias: str, tmp_path: Path) -> None:
-    # rule 6 (second review's finding): once the worker stops claiming, a slot it would keep for
+    # rule 6: once the worker stops claiming, a slot it would keep for
     # a next run only keeps other workers out for the grace period. A run that settles while a
     # longer one drains gives its slot straight back.
     go = tmp_path / "go"
@@ -594,6 +611,19 @@ def test_nothing_of_a_run_is_held_after_it(alias: str, monkeypatch: pytest.Monke
         assert [ref() for ref in run_refs if ref() is not None] == []
 
 
+def test_an_exception_that_cannot_print_itself_is_still_settled(alias: str) -> None:
+    # rule 13: the run is settled (not left running under the heartbeat) and the executor
+    # thread survives to run the next job.
+    bad = raises_unprintable.enqueue()
+    with running_worker(alias, threads=1):
+        wait_until(lambda: finished(alias, bad.id))
+        after = add.enqueue(1, 1)
+        wait_until(lambda: finished(alias, after.id))
+    assert row(alias, bad.id).status == "failed"
+    assert "Unprintable" in row(alias, bad.id).last_error
+    assert row(alias, after.id).status == "succeeded"
+
+
 # -- retries ------------------------------------------------------------------------------------
 
 
@@ -675,6 +705,24 @@ def test_drain_hands_back_a_body_that_ignores_cancellation(
     # When it does end, it does not settle again over the hand-back.
     assert attempts(alias, job.id) == [(1, "interrupted")]
     assert row(alias, job.id).status == "queued"
+
+
+def test_a_drain_does_not_free_the_slot_of_a_body_that_ignores_it(alias: str) -> None:
+    # rule 5: an abandoned body may still run until the process exits; its slot must lapse on
+    # its TTL and its job come back only after a visibility timeout, not at once.
+    job = capped_ignoring.enqueue(3.0)
+    stopper = threading.Event()
+    with running_worker(alias, threads=1, grace_period=0.1, cancel_wait=0.1,
+                        visibility_timeout=5.0) as worker:
+        wait_until(lambda: Job.objects.using(alias).get(pk=job.id).status == "running")
+        stopper.set()
+        worker.request_stop()
+    row = Job.objects.using(alias).get(pk=job.id)
+    assert row.status == "queued" and row.attempt == 0
+    assert row.visible_at > timezone.now() + timedelta(seconds=2)
+    assert JobLease.objects.using(alias).filter(key="job:capped_ignoring").exists()
+    # Let the abandoned body end so its thread does not outlive this test.
+    wait_until(lambda: not any(t.is_alive() for t in worker.pool._threads), timeout=10)
 
 
 # -- --burst ------------------------------------------------------------------------------------
