@@ -55,19 +55,20 @@ def main() -> int:
 
 
 def report(rows: list[dict]) -> None:
-    print("engine | --threads | pool | drain jobs/s, median (min–max) | worker CPU µs/job, median "
-          "(min–max) | load (1 min)")
+    print("engine | --threads | pool | drain jobs/s, median (min-max) | worker CPU µs/job, median "
+          "(min-max) | load (1 min)")
     print(" | ".join("---" for _ in range(6)))
     keys = sorted({(r["engine"], r["threads"], r["pool"]) for r in rows},
                   key=lambda k: (k[0], k[1], k[2] != "ours"))
     for engine, threads, pool in keys:
-        mine = [r for r in rows if (r["engine"], r["threads"], r["pool"]) == (engine, threads, pool)]
+        mine = [r for r in rows
+                if (r["engine"], r["threads"], r["pool"]) == (engine, threads, pool)]
         rate = [r["jobs_s"] for r in mine]
         cpu = [r["cpu_us"] for r in mine]
         load = [r["load"] for r in mine]
         print(f"{engine} | {threads} | {pool} | {statistics.median(rate):,.0f} "
-              f"({min(rate):,.0f}–{max(rate):,.0f}) | {statistics.median(cpu):.0f} "
-              f"({min(cpu):.0f}–{max(cpu):.0f}) | {min(load):.1f}–{max(load):.1f}")
+              f"({min(rate):,.0f}-{max(rate):,.0f}) | {statistics.median(cpu):.0f} "
+              f"({min(cpu):.0f}-{max(cpu):.0f}) | {min(load):.1f}-{max(load):.1f}")
 
 
 if __name__ == "__main__":
