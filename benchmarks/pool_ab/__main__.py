@@ -29,7 +29,12 @@ def main() -> int:
     parser.add_argument("--threads", default="8,32,128")
     parser.add_argument("--engines", default="postgres,sqlite")
     parser.add_argument("--json", type=Path, help="append every drain's figures to this file")
+    parser.add_argument("--report", type=Path,
+                        help="print the report of a --json file instead of measuring")
     args = parser.parse_args()
+    if args.report:
+        report([json.loads(line) for line in args.report.read_text().splitlines()])
+        return 0
     rows: list[dict] = []
     for engine in args.engines.split(","):
         env = dict(os.environ, DJANGO_SETTINGS_MODULE="benchmarks.settings", BENCH_ALIAS=engine,
@@ -55,20 +60,33 @@ def main() -> int:
 
 
 def report(rows: list[dict]) -> None:
-    print("engine | --threads | pool | drain jobs/s, median (min-max) | worker CPU µs/job, median "
-          "(min-max) | load (1 min)")
-    print(" | ".join("---" for _ in range(6)))
-    keys = sorted({(r["engine"], r["threads"], r["pool"]) for r in rows},
-                  key=lambda k: (k[0], k[1], k[2] != "ours"))
-    for engine, threads, pool in keys:
-        mine = [r for r in rows
-                if (r["engine"], r["threads"], r["pool"]) == (engine, threads, pool)]
-        rate = [r["jobs_s"] for r in mine]
-        cpu = [r["cpu_us"] for r in mine]
+    """Medians and spreads per pool, and executor / ours per pass (the two drains of a pass ran
+    back to back, so the ratio cancels most of what the machine's load did to both)."""
+    print("engine | --threads | drain jobs/s, ours | executor | executor / ours, per pass "
+          "| worker CPU us/job, ours | executor | executor / ours, per pass | load (1 min)")
+    print(" | ".join("---" for _ in range(9)))
+    for engine, threads in sorted({(r["engine"], r["threads"]) for r in rows}):
+        mine = [r for r in rows if (r["engine"], r["threads"]) == (engine, threads)]
+        by_pass = {(r["pass_"], r["pool"]): r for r in mine}
+        passes = sorted({p for p, pool in by_pass if (p, "ours") in by_pass
+                         and (p, "executor") in by_pass})
+        cells = [engine, str(threads)]
+        for key, fmt in (("jobs_s", "{:,.0f}"), ("cpu_us", "{:.0f}")):
+            for pool in ("ours", "executor"):
+                cells.append(spread([r[key] for r in mine if r["pool"] == pool], fmt))
+            cells.append(spread([by_pass[p, "executor"][key] / by_pass[p, "ours"][key]
+                                 for p in passes], "{:.2f}"))
         load = [r["load"] for r in mine]
-        print(f"{engine} | {threads} | {pool} | {statistics.median(rate):,.0f} "
-              f"({min(rate):,.0f}-{max(rate):,.0f}) | {statistics.median(cpu):.0f} "
-              f"({min(cpu):.0f}-{max(cpu):.0f}) | {min(load):.1f}-{max(load):.1f}")
+        cells.append(f"{min(load):.1f}-{max(load):.1f}")
+        print(" | ".join(cells))
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """The median, and the least and greatest value in brackets."""
+    if not values:
+        return "-"
+    return (f"{fmt.format(statistics.median(values))} "
+            f"({fmt.format(min(values))}-{fmt.format(max(values))})")
 
 
 if __name__ == "__main__":
