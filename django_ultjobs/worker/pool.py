@@ -15,6 +15,11 @@ next queued one without sleeping. More threads are woken only when runs wait, ch
 So a run waits at most about ``STALL`` behind bodies that block, and behind short bodies the
 helpers double every ``STALL`` until the queue keeps up; no-op jobs are done by the few threads
 already awake.
+
+Not ``concurrent.futures.ThreadPoolExecutor``: it wakes a thread per run, holds the process's exit
+until every body returns (a body that ignores its cancellation would keep a stopped worker alive),
+and has no hook to close a thread's connections when it ends (rule 13); measured in
+performance.md item 26.
 """
 
 from __future__ import annotations

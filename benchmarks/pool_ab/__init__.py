@@ -1,0 +1,1 @@
+"""The executor pool against ``concurrent.futures.ThreadPoolExecutor``: see ``__main__``."""
