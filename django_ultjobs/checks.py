@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection
 from typing import Any
@@ -11,6 +12,9 @@ from django.db import connections
 
 from .conf import get_settings
 from .exceptions import JobConfigurationError
+
+#: The largest JSON string PostgreSQL's jsonb holds (2**28 - 1 bytes).
+MAX_STORABLE_RESULT = 268_435_455
 
 
 @register("django_ultjobs")
@@ -35,6 +39,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             "and SQLite",
             id="django_ultjobs.E003",
         ))
+    messages.extend(_check_result_bound(conf.MAX_RESULT_BYTES))
     if vendor == "sqlite":
         messages.extend(_check_sqlite_writers(conf.DATABASE))
     if conf.HEARTBEAT_INTERVAL * 2 > conf.VISIBILITY_TIMEOUT:
@@ -44,7 +49,57 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             hint="Use a heartbeat interval of a third of the timeout or less.",
             id="django_ultjobs.W001",
         ))
+    messages.extend(_check_unknown_jobs(conf))
     return messages
+
+
+def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:
+    """The settings of unknown jobs (rules 12 and 40): a bad one would wedge or widen them."""
+    messages: list[CheckMessage] = []
+    for key, allow_none in (("UNKNOWN_JOB_TIMEOUT", True), ("UNKNOWN_JOB_DELAY", False)):
+        value = getattr(conf, key)
+        if value is None and allow_none:
+            continue
+        if not _positive_seconds(value):
+            messages.append(Error(
+                f"ULTJOBS[{key!r}] is {value!r}; it must be a positive, finite number of "
+                f"seconds{' or None' if allow_none else ''}",
+                hint=("UNKNOWN_JOB_TIMEOUT is how long a job no worker knows stays parked before "
+                      "it fails (default 7 days); UNKNOWN_JOB_DELAY how long each parking lasts "
+                      "(default 30 s)."),
+                id="django_ultjobs.E020",
+            ))
+    modules = conf.JOB_MODULES
+    if isinstance(modules, str) or not isinstance(modules, (list, tuple)) or not all(
+            isinstance(m, str) and _is_dotted_name(m) for m in modules):
+        messages.append(Error(
+            f"ULTJOBS['JOB_MODULES'] is {modules!r}; it must be a list of dotted module names",
+            hint=("List the packages or modules outside INSTALLED_APPS whose jobs a worker may "
+                  "import, e.g. ['myproject.tasks']."),
+            id="django_ultjobs.E021",
+        ))
+    return messages
+
+
+def _check_result_bound(limit: object) -> list[CheckMessage]:
+    """``MAX_RESULT_BYTES``: a positive whole number; past what PostgreSQL can store, a warning
+    (such a result still ends well, failed by the database's refusal (rule 30), only later and
+    dearer than the worker's own check would have)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return [Error(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit!r}; it must be a whole number of bytes, "
+            "at least 1",
+            hint="Leave it out for the default, 4 MiB (4194304).",
+            id="django_ultjobs.E020",
+        )]
+    if limit > MAX_STORABLE_RESULT:
+        return [Warning(
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL refuses a JSON string over "
+            f"{MAX_STORABLE_RESULT} bytes, so a result that large fails all the same",
+            hint="Keep big data out of results: store it elsewhere and return a reference.",
+            id="django_ultjobs.W020",
+        )]
+    return []
 
 
 # -- SQLite in production --------------------------------------------------------------------------
@@ -83,6 +138,15 @@ def _check_sqlite_writers(alias: str) -> list[CheckMessage]:
             id="django_ultjobs.W011",
         ))
     return messages
+
+
+def _positive_seconds(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def _is_dotted_name(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
 
 
 def _transaction_mode_hint(connection: Any, alias: str) -> str:

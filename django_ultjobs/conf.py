@@ -4,6 +4,9 @@
 ULTJOBS = {
     "DATABASE": "default",          # the alias the job tables live in (and enqueue joins)
     "STORE": None,                  # dotted path to a custom JobStore class (tests, new engines)
+    "UNKNOWN_JOB_TIMEOUT": 604800,  # seconds a job no worker knows stays parked, then fails
+    "JOB_MODULES": [],              # modules outside INSTALLED_APPS a worker may import jobs from
+    "MAX_RESULT_BYTES": 4 * 1024 * 1024,  # a job's result larger than this as JSON fails it
 }
 ```
 """
@@ -33,6 +36,18 @@ class UltJobsSettings:
     POLL_INTERVAL: float = 1.0
     # How long finished jobs are kept before ``prunejobs`` removes them (None keeps them).
     RETENTION_DAYS: float | None = 14.0
+    # A job no worker knows is parked (rule 12) for UNKNOWN_JOB_DELAY seconds at a time; once its
+    # parking began UNKNOWN_JOB_TIMEOUT seconds ago (7 days), it fails (rule 12). None parks for
+    # ever. docs/unknown-jobs.md.
+    UNKNOWN_JOB_TIMEOUT: float | None = 7 * 24 * 3600.0
+    UNKNOWN_JOB_DELAY: float = 30.0
+    # Dotted module prefixes, beyond the installed apps' packages, whose jobs a worker may import
+    # by name (rule 40): e.g. ["myproject.tasks"] for django.tasks tasks defined outside an app.
+    JOB_MODULES: tuple[str, ...] | list[str] = ()
+    # The largest result a job may return, in bytes of its JSON: a larger one fails the attempt
+    # in the worker before any SQL (rule 31). A result is a row in the database, copied at every
+    # read; PostgreSQL refuses a JSON string over 256 MB outright.
+    MAX_RESULT_BYTES: int = 4 * 1024 * 1024
 
 
 _lock = threading.Lock()

@@ -17,6 +17,10 @@ class JobArgumentError(UltJobsError, TypeError):
     """
 
 
+class JobResultTooLargeError(UltJobsError, ValueError):
+    """A job returned a result larger than ``ULTJOBS["MAX_RESULT_BYTES"]`` (rule 31)."""
+
+
 class UnknownJobError(UltJobsError, LookupError):
     """No job is registered under a name."""
 

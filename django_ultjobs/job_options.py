@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import JobOptionError
+from .retry import MAX_DELAY
 
 if TYPE_CHECKING:
     from .registry import JobSpec
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 #: The ``queue`` column's length.
 MAX_QUEUE = 100
-#: The longest ``delay``: 100 years, in seconds. Longer is a unit mistake (milliseconds passed as
-#: seconds), and 1e13 seconds is past the last moment either engine's clock can name.
-MAX_DELAY = 100 * 365.25 * 86400
 
 
 def check_options(spec: JobSpec) -> None:

@@ -132,6 +132,11 @@ class JobAttempt(models.Model):
     #: Durable steps this run executed, and the ones it replayed from an earlier run.
     steps_run = models.JSONField(default=list, blank=True)
     steps_replayed = models.JSONField(default=list, blank=True)
+    #: Claims this row stands for: a job no worker knows is parked once per claim, and every
+    #: park of one episode adds here instead of writing another row (rule 12). A plain integer:
+    #: a CHECK (>= 0) would make adding the column scan the whole attempts table under an
+    #: exclusive lock on PostgreSQL, where a constant default alone changes only the catalog.
+    claims = models.IntegerField(default=1, db_default=1)
 
     class Meta:
         indexes = [
@@ -223,6 +228,9 @@ class Worker(models.Model):
     last_seen_at = models.DateTimeField(db_default=Now())
     in_flight = models.PositiveIntegerField(default=0)
     stopped_at = models.DateTimeField(null=True, blank=True)
+    #: The job names this worker knows (registered, or resolved since it started), so the admin
+    #: can flag queued jobs no running worker knows; None from a worker that did not say.
+    jobs = models.JSONField(null=True, blank=True)
     #: The worker's own ``--visibility-timeout`` and ``--heartbeat-interval`` (seconds): whether it
     #: is late or silent is judged by its own clock, not the web process's setting. Null on rows
     #: written before these were kept.

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache, cached_property
 from typing import Any, overload
 
+from django.apps import apps
 from django.utils.module_loading import import_string
 
 from . import jsonargs
@@ -19,6 +21,7 @@ from .exceptions import JobConfigurationError, UnknownJobError
 from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
+from .retry import MAX_DELAY
 from .store import EnqueuedJob, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
@@ -26,6 +29,8 @@ _registry: dict[str, JobSpec] = {}
 # Bumped on every (un)registration, so the worker recomputes its fleet caps only when a job (a
 # django.tasks task resolved on first claim, say) appears or goes.
 _generation = 0
+# Names refused by the import rule, logged once per process rather than at every park.
+_refused: set[str] = set()
 logger = logging.getLogger(__name__)
 
 
@@ -86,8 +91,8 @@ class JobSpec:
                 f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most 196 "
                 "characters"
             )
-        if self.backoff < 0 or self.max_backoff < 0:
-            raise JobConfigurationError(f"job {self.name!r}: backoff cannot be negative")
+        for option in ("backoff", "max_backoff"):
+            _check_seconds(self.name, option, getattr(self, option))
 
     # -- configuring ----------------------------------------------------------------------------
 
@@ -277,11 +282,13 @@ def _origin(func: Callable[..., Any]) -> str:
 def get_job(name: str) -> JobSpec | None:
     """Return the job registered as ``name``, or None.
 
-    A dotted name that is not registered is imported: importing its module may register it
+    A dotted name that is not registered is imported, if its module lies inside an installed
+    app's package or ``ULTJOBS["JOB_MODULES"]`` (rule 40): importing its module may register it
     (as importing a ``jobs.py`` does), or the object there may offer a ``job_spec()`` naming
     itself ``name``. This is how a worker runs a ``django.tasks`` task, which is named by its
     module path, with no registration of its own (Django finds a task from its path the same
-    way).
+    way). Any other name is unknown and nothing is imported: a row is data anyone with write
+    access to the table may have written, and ``this.zen`` must not import ``this``.
     """
     spec = _registry.get(name)
     if spec is None and "." in name:
@@ -289,7 +296,27 @@ def get_job(name: str) -> JobSpec | None:
     return spec
 
 
+def importable(name: str) -> bool:
+    """Whether a worker may import ``name``'s module to find the job (rule 40): a dotted name
+    whose module is an installed app's package or inside one, or inside ``JOB_MODULES``."""
+    module = name.rpartition(".")[0]
+    if not module or not all(part.isidentifier() for part in name.split(".")):
+        return False
+    modules = get_settings().JOB_MODULES
+    allowed = [app.name for app in apps.get_app_configs()]
+    if isinstance(modules, (list, tuple)):  # anything else is django_ultjobs.E021
+        allowed += [m for m in modules if isinstance(m, str) and m]
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in allowed)
+
+
 def _resolve_path(name: str) -> JobSpec | None:
+    if not importable(name):
+        if name not in _refused:
+            _refused.add(name)
+            log_event(logger, logging.WARNING, "jobs.registry.not-importable", job=name,
+                      note="its module is in no installed app nor ULTJOBS['JOB_MODULES']; "
+                           "not imported")
+        return None
     try:
         found = import_string(name)
         spec = _registry.get(name)
@@ -339,3 +366,17 @@ def registry_generation() -> int:
 def jobs_database() -> str:
     """The database alias the job tables live in."""
     return get_settings().DATABASE
+
+
+def _check_seconds(job_name: str, option: str, value: Any) -> None:
+    """Refuse a seconds option no settle could store: not a real number, negative, NaN or
+    infinite, or longer than a hundred years (rule 31). At import time, naming the option: a
+    bad value found later would fail every retry of the job instead."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise JobConfigurationError(
+            f"job {job_name!r}: {option} must be a number of seconds, not "
+            f"{type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < 0 or value > MAX_DELAY:
+        raise JobConfigurationError(
+            f"job {job_name!r}: {option} is {value!r}; it must be a finite number of seconds "
+            f"from 0 to {MAX_DELAY:.0f} (a hundred years)")

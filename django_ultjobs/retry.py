@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
+
+#: The longest delay, enqueued or written by a settle: a hundred years. Both engines add it to a
+#: timestamp, so anything much longer (or infinite) would overflow there (rules 16 and 31); a
+#: longer one asked for at enqueue is a unit mistake (milliseconds passed as seconds).
+MAX_DELAY = 100 * 365.25 * 86400.0
+
+
+def clamp_delay(seconds: float) -> float:
+    """``seconds`` as a delay every engine can add to a timestamp: finite, 0 .. ``MAX_DELAY``.
+
+    NaN (which compares false with everything) becomes 0: run again now rather than never."""
+    if math.isnan(seconds):
+        return 0.0
+    return min(max(seconds, 0.0), MAX_DELAY)
 
 
 def backoff_delay(
@@ -21,4 +36,4 @@ def backoff_delay(
     """
     exponent = min(max(attempt - 1, 0), 62)
     ceiling = min(cap, base * (2.0**exponent))
-    return ceiling / 2 + rand() * ceiling / 2
+    return clamp_delay(ceiling / 2 + rand() * ceiling / 2)

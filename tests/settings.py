@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -78,7 +79,13 @@ if os.environ.get("ULTJOBS_USE_TEST_DATABASES"):
     for _db in DATABASES.values():
         _db["NAME"] = _db["TEST"]["NAME"]
 
-ULTJOBS = {"DATABASE": os.environ.get("ULTJOBS_TEST_ALIAS", "default")}
+ULTJOBS = {"DATABASE": os.environ.get("ULTJOBS_TEST_ALIAS", "default"),
+           # More ULTJOBS keys for worker processes a test starts (say, a short park delay).
+           **json.loads(os.environ.get("ULTJOBS_TEST_EXTRA", "{}"))}
+# A worker process of the refused-settle tests, allowed results past the default bound so the
+# database's own refusal is what they meet.
+if os.environ.get("ULTJOBS_TEST_MAX_RESULT_BYTES"):
+    ULTJOBS["MAX_RESULT_BYTES"] = int(os.environ["ULTJOBS_TEST_MAX_RESULT_BYTES"])
 DATABASE_ROUTERS = ["tests.routers.FollowJobsDatabase"]
 
 MIDDLEWARE = [

@@ -303,8 +303,8 @@ class AttemptInline(ReadOnlyInline):
     model = JobAttempt
     verbose_name = "attempt"
     verbose_name_plural = "attempts"
-    fields = ("attempt", "outcome", "worker_id", "started", "finished", "took", "slot_held",
-              "error_display")
+    fields = ("attempt", "outcome", "claims_count", "worker_id", "started", "finished", "took",
+              "slot_held", "error_display")
     readonly_fields = fields
     ordering = ("id",)
 
@@ -316,6 +316,11 @@ class AttemptInline(ReadOnlyInline):
         """How long the run lasted."""
         elapsed = seconds_between(obj.started_at, obj.finished_at)
         return EMPTY if elapsed is None else duration(elapsed)
+
+    @admin.display(description="claims")
+    def claims_count(self, obj: JobAttempt) -> str:
+        """How many claims the row stands for: a park episode counts each (rule 12)."""
+        return str(obj.claims) if obj.claims != 1 else EMPTY
 
     @admin.display(description="slot")
     def slot_held(self, obj: JobAttempt) -> str:

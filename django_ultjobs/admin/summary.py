@@ -8,7 +8,7 @@ elsewhere. Nothing here reads the whole jobs table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db.models import Count, Q
@@ -92,6 +92,12 @@ class Summary:
     slots_lapsed: int
     lost_slots_24h: int
     workers_running: int
+    #: Names of queued or waiting jobs that none of the running workers knows (rule 12): a
+    #: removed or renamed job, or a deploy the workers have not caught up with. Empty when no
+    #: worker runs, or one of them did not say which jobs it knows.
+    unknown_jobs: list[str] = field(default_factory=list)
+    #: More such names beyond the ones listed.
+    unknown_jobs_more: int = 0
 
 
 def _count_or_estimate(alias: str, status: str) -> StatusCount:
@@ -111,17 +117,19 @@ def slot_wait(alias: str, name: str) -> SlotWait | None:
     return SlotWait(key, spec.concurrency, held) if held >= spec.concurrency else None
 
 
-def _workers_running(alias: str) -> int:
-    """Count the workers not stopped and heard from within their own visibility timeout."""
+def _running_workers(alias: str) -> list[object]:
+    """The job names each running worker knows (None from one that did not say); running: not
+    stopped and heard from within its own visibility timeout."""
     # Each row is judged by its worker's own timeout (rows from before it was kept: by the
     # setting), in Python: the arithmetic differs per engine, and the candidates are few (not
     # stopped, seen in the last day).
     default = get_settings().VISIBILITY_TIMEOUT
     rows = (Worker.objects.using(alias)
             .filter(stopped_at__isnull=True, last_seen_at__gte=Now() - timedelta(days=1))
-            .annotate(db_now=Now()).values_list("last_seen_at", "visibility_timeout", "db_now"))
-    return sum(1 for seen, timeout, now in rows
-               if (seconds_between(seen, now) or 0.0) <= (timeout or default))
+            .annotate(db_now=Now())
+            .values_list("last_seen_at", "visibility_timeout", "db_now", "jobs"))
+    return [jobs for seen, timeout, now, jobs in rows
+            if (seconds_between(seen, now) or 0.0) <= (timeout or default)]
 
 
 def jobs_summary(alias: str) -> Summary:
@@ -164,7 +172,8 @@ def jobs_summary(alias: str) -> Summary:
         lapsed=Count("id", filter=Q(expires_at__lte=Now())))
     lost = JobAttempt.objects.using(alias).filter(
         outcome="slot_lost", finished_at__gte=Now() - timedelta(hours=24)).count()
-    workers = _workers_running(alias)
+    known = _running_workers(alias)
+    unknown = _unknown_job_names(alias, known)
     return Summary(
         statuses=statuses,
         queues=sorted(queues.values(), key=lambda q: q.queue),
@@ -174,5 +183,25 @@ def jobs_summary(alias: str) -> Summary:
         slots_held=slots["held"] or 0,
         slots_lapsed=slots["lapsed"] or 0,
         lost_slots_24h=lost,
-        workers_running=workers,
+        workers_running=len(known),
+        unknown_jobs=unknown[:UNKNOWN_JOBS_SHOWN],
+        unknown_jobs_more=max(0, len(unknown) - UNKNOWN_JOBS_SHOWN),
     )
+
+
+#: The unknown job names the summary lists; it says how many more there are.
+UNKNOWN_JOBS_SHOWN = 20
+
+
+def _unknown_job_names(alias: str, known_by_worker: list[object]) -> list[str]:
+    """Names of queued or waiting jobs no running worker knows, given each running worker's
+    list of known names. None without a running worker, or with one that did not say (a worker
+    of a version before workers said): every name would look unknown."""
+    if not known_by_worker or not all(isinstance(k, list) for k in known_by_worker):
+        return []
+    known: set[object] = set().union(*known_by_worker)  # type: ignore[arg-type]
+    # Distinct names of the live rows only: the claim's per-kind partial index holds them.
+    queued = (Job.objects.using(alias)
+              .filter(status__in=[JobStatus.QUEUED, JobStatus.WAITING])
+              .values_list("name", flat=True).order_by("name").distinct())
+    return [name for name in queued if name not in known]

@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     # rows of workers that ran before are judged by ULTJOBS["VISIBILITY_TIMEOUT"] as they were.
 
     dependencies = [
-        ('django_ultjobs', '0006_attempt_slot_lost_index'),
+        ('django_ultjobs', '0007_attempt_claims_worker_jobs'),
     ]
 
     operations = [

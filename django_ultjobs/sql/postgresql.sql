@@ -202,7 +202,7 @@ WITH c AS (
         id bigint, token uuid, status text, attempt_delta int, delay float8, error text,
         result_json text, outcome text, attempt_no int, started_at timestamptz,
         slot_key text, slot int, wait_event text, wait_match jsonb, wait_after bigint,
-        steps_run jsonb, steps_replayed jsonb)
+        steps_run jsonb, steps_replayed jsonb, extends bigint)
 ),
 locked AS (
     -- One primary-key probe per run in id order, like the heartbeat (no deadlock with it, and a
@@ -255,9 +255,31 @@ recorded AS (
            COALESCE(c.error, ''), COALESCE(c.slot_key, ''), c.slot,
            COALESCE(c.steps_run, '[]'::jsonb), COALESCE(c.steps_replayed, '[]'::jsonb)
     FROM c JOIN settled ON settled.id = c.id
-    WHERE c.outcome IS NOT NULL
+    WHERE c.outcome IS NOT NULL AND (c.extends IS NULL OR NOT EXISTS (
+        SELECT 1 FROM django_ultjobs_jobattempt AS a WHERE a.id = c.extends AND a.job_id = c.id))
+),
+extended AS (
+    -- A park continuing its episode (rule 12) counts one more claim on the episode's row.
+    UPDATE django_ultjobs_jobattempt AS a
+    SET claims = a.claims + 1, finished_at = {now}, worker_id = %(worker_id)s::text
+    FROM c JOIN settled ON settled.id = c.id
+    WHERE a.id = c.extends AND a.job_id = c.id
 )
 SELECT id FROM settled;
+
+-- name: settle_landed
+-- Which settles of a batch this worker already wrote, though it never heard back (the connection
+-- died during the commit): their attempts are recorded under this worker with the same attempt
+-- number, start time, outcome and error (rule 32). An attempt a re-claimer records for a lapsed
+-- lease has another outcome or error, so a stale settle never passes for a landed one.
+SELECT c.id
+FROM jsonb_to_recordset(%(batch)s::jsonb) AS c(
+    id bigint, attempt_no int, outcome text, error text, started_at timestamptz)
+WHERE EXISTS (
+    SELECT 1 FROM django_ultjobs_jobattempt AS a
+    WHERE a.job_id = c.id AND a.attempt = c.attempt_no AND a.worker_id = %(worker_id)s::text
+      AND a.outcome = c.outcome AND a.error = c.error
+      AND a.started_at IS NOT DISTINCT FROM c.started_at);
 
 -- name: record_attempts
 -- Record attempts that ended without their worker reporting back (a lapsed lease found by the
@@ -270,6 +292,21 @@ SELECT a.job_id, a.attempt, a.worker_id, a.started_at, {now}, a.outcome, a.error
 FROM jsonb_to_recordset(%(batch)s::jsonb)
     AS a(job_id bigint, attempt int, worker_id text, started_at timestamptz, outcome text,
          error text);
+
+-- name: park_episodes
+-- For each job an unknown-job park is about (rule 12): its latest attempt row (highest attempt,
+-- then newest; the (job, attempt) index walked backwards, one row read per job) when that row
+-- is such a park, with whether its episode began the timeout ago or more.
+SELECT ids.id, a.id, a.attempt, a.started_at <= {now_plus(-%(timeout)s::float8)}
+FROM unnest(%(ids)s::bigint[]) AS ids(id)
+CROSS JOIN LATERAL (
+    SELECT a.id, a.attempt, a.outcome, a.error, a.started_at
+    FROM django_ultjobs_jobattempt AS a
+    WHERE a.job_id = ids.id
+    ORDER BY a.attempt DESC, a.id DESC
+    LIMIT 1
+) AS a
+WHERE a.outcome = 'suspended' AND left(a.error, length(%(prefix)s::text)) = %(prefix)s::text;
 
 -- name: event_wait_lock
 -- Taken by a settle that puts runs to wait on events: exclusive per event name, so no
@@ -416,14 +453,18 @@ DELETE FROM django_ultjobs_joblease WHERE id IN (SELECT id FROM locked);
 -- Register (or re-register) this worker process for operators.
 INSERT INTO django_ultjobs_worker
     (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
-     visibility_timeout, heartbeat_interval)
+     visibility_timeout, heartbeat_interval, jobs)
 VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queues)s::jsonb, {now}, {now}, 0, NULL,
-        %(visibility_timeout)s::float8, %(heartbeat_interval)s::float8)
+        %(visibility_timeout)s::float8, %(heartbeat_interval)s::float8, %(jobs)s::jsonb)
 ON CONFLICT (id) DO UPDATE
     SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, threads = EXCLUDED.threads,
         queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL,
         visibility_timeout = EXCLUDED.visibility_timeout,
-        heartbeat_interval = EXCLUDED.heartbeat_interval;
+        heartbeat_interval = EXCLUDED.heartbeat_interval, jobs = EXCLUDED.jobs;
+
+-- name: worker_jobs
+-- Record the job names this worker knows now: it resolved more since it registered.
+UPDATE django_ultjobs_worker SET jobs = %(jobs)s::jsonb WHERE id = %(id)s::text;
 
 -- name: worker_touch
 -- Keep this worker's row fresh (once per ticker tick).

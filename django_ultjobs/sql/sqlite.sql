@@ -147,7 +147,50 @@ SELECT json_extract(value, '$.id'), json_extract(value, '$.attempt_no'), :worker
        COALESCE(json_extract(value, '$.steps_replayed'), '[]')
 FROM json_each(:batch)
 WHERE json_extract(value, '$.outcome') IS NOT NULL
-  AND json_extract(value, '$.id') IN (SELECT value FROM json_each(:settled));
+  AND json_extract(value, '$.id') IN (SELECT value FROM json_each(:settled))
+  AND (json_extract(value, '$.extends') IS NULL OR NOT EXISTS (
+      SELECT 1 FROM django_ultjobs_jobattempt AS a
+      WHERE a.id = json_extract(value, '$.extends') AND a.job_id = json_extract(value, '$.id')));
+
+-- name: settle_extend
+-- A park continuing its episode (rule 12) counts one more claim on the episode's row, in the
+-- settle's transaction; settle_record writes a row for it only when that row is gone.
+UPDATE django_ultjobs_jobattempt AS a
+SET claims = a.claims + 1, finished_at = {now}, worker_id = :worker_id
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.extends') AS extends
+      FROM json_each(:batch)
+      WHERE json_extract(value, '$.extends') IS NOT NULL
+        AND json_extract(value, '$.id') IN (SELECT value FROM json_each(:settled))) AS c
+WHERE a.id = c.extends AND a.job_id = c.id;
+
+-- name: park_episodes
+-- For each job an unknown-job park is about (rule 12): its latest attempt row (highest attempt,
+-- then newest, through the (job, attempt) index) when that row is such a park, with whether
+-- its episode began the timeout ago or more.
+-- started_at is cut to the clock's milliseconds first: as text, '…00.100000' > '…00.100'.
+SELECT ids.value, a.id, a.attempt,
+       strftime('%Y-%m-%d %H:%M:%f', a.started_at) <= {now_plus(-:timeout)}
+FROM json_each(:ids) AS ids
+JOIN django_ultjobs_jobattempt AS a ON a.id = (
+    SELECT l.id FROM django_ultjobs_jobattempt AS l
+    WHERE l.job_id = ids.value
+    ORDER BY l.attempt DESC, l.id DESC
+    LIMIT 1)
+WHERE a.outcome = 'suspended' AND substr(a.error, 1, length(:prefix)) = :prefix;
+
+-- name: settle_landed
+-- Which settles of a batch this worker already wrote, though it never heard back: their attempts
+-- are recorded under this worker with the same attempt number, start time, outcome and error
+-- (rule 32). An attempt a re-claimer records for a lapsed lease has another outcome or error.
+SELECT json_extract(c.value, '$.id')
+FROM json_each(:batch) AS c
+WHERE EXISTS (
+    SELECT 1 FROM django_ultjobs_jobattempt AS a
+    WHERE a.job_id = json_extract(c.value, '$.id')
+      AND a.attempt = json_extract(c.value, '$.attempt_no') AND a.worker_id = :worker_id
+      AND a.outcome = json_extract(c.value, '$.outcome')
+      AND a.error = json_extract(c.value, '$.error')
+      AND a.started_at IS json_extract(c.value, '$.started_at'));
 
 -- name: record_attempts
 -- Record attempts that ended without their worker reporting back (a lapsed lease).
@@ -273,14 +316,18 @@ WHERE EXISTS (
 -- Register (or re-register) this worker process for operators.
 INSERT INTO django_ultjobs_worker
     (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
-     visibility_timeout, heartbeat_interval)
+     visibility_timeout, heartbeat_interval, jobs)
 VALUES (:id, :hostname, :pid, :threads, :queues, {now}, {now}, 0, NULL,
-        :visibility_timeout, :heartbeat_interval)
+        :visibility_timeout, :heartbeat_interval, :jobs)
 ON CONFLICT (id) DO UPDATE
     SET hostname = excluded.hostname, pid = excluded.pid, threads = excluded.threads,
         queues = excluded.queues, last_seen_at = excluded.last_seen_at, stopped_at = NULL,
         visibility_timeout = excluded.visibility_timeout,
-        heartbeat_interval = excluded.heartbeat_interval;
+        heartbeat_interval = excluded.heartbeat_interval, jobs = excluded.jobs;
+
+-- name: worker_jobs
+-- Record the job names this worker knows now: it resolved more since it registered.
+UPDATE django_ultjobs_worker SET jobs = :jobs WHERE id = :id;
 
 -- name: worker_touch
 -- Keep this worker's row fresh (once per ticker tick).

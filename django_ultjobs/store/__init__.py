@@ -17,6 +17,7 @@ from .base import (
     LeaseStore,
     LostAttempt,
     NewJob,
+    ParkEpisode,
     SavedStep,
     Settlement,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "LeaseStore",
     "LostAttempt",
     "NewJob",
+    "ParkEpisode",
     "SavedStep",
     "Settlement",
     "get_store",

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..retry import clamp_delay
 from ..sql import django_queries
 
 #: A clock the store reads instead of the database's, for tests only; None means the database's.
@@ -125,6 +126,22 @@ class Settlement:
     wait_after: int = 0
     steps_run: tuple[str, ...] = ()
     steps_replayed: tuple[str, ...] = ()
+    #: The id of an attempt row this settle adds a claim to instead of recording a new one:
+    #: the park of a job no worker knows, continuing its episode (rule 12). Recorded anew if
+    #: that row is gone.
+    extends: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParkEpisode:
+    """The latest attempt row of a claimed job, when it is an unknown-job park (rule 12)."""
+
+    job_id: int
+    #: The attempt row, and the attempt number it recorded.
+    attempt_id: int
+    attempt: int
+    #: Whether the episode began (its row's ``started_at``) at least the timeout ago.
+    expired: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +317,18 @@ class JobStore(LeaseStore):
         though it still answers (engines override)."""
         return False
 
+    def refuses(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the database (or the encoding before it) refusing the *values* of
+        a statement, which no retry will change: a string too long, a value out of range, a
+        constraint broken. Not an outage: a lost connection, a locked database, a full disk are
+        waited out (rule 30). Engines add their own codes."""
+        return isinstance(exc, (ValueError, TypeError, OverflowError, RecursionError))
+
+    def refusal_reason(self, exc: BaseException) -> str:
+        """The database's own words for a refusal, in one line (engines add their detail)."""
+        lines = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
     def schema_missing(self, exc: BaseException) -> bool:
         """Whether ``exc`` says a table or column of this package does not exist in the
         database: a database nobody migrated, which no wait will fix (engines override)."""
@@ -386,6 +415,23 @@ class JobStore(LeaseStore):
 
         At most one settlement per job: the rows are matched to the batch by id."""
 
+    def settle_landed(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        """The ids of ``settlements`` (each with an outcome) whose attempt this worker already
+        recorded: a settle that committed though its reply was lost (rule 32). Matched on job,
+        attempt, worker, start time, outcome and error, so the attempt a re-claimer records for a
+        lapsed lease never passes for it."""
+        if not settlements:
+            return set()
+        batch = dumps_batch([
+            {"id": s.job_id, "attempt_no": s.attempt_no, "outcome": s.outcome,
+             "error": "" if s.error is None else _storable_text(s.error),
+             "started_at": None if s.started_at is None else self._json_time(s.started_at)}
+            for s in settlements if s.outcome is not None
+        ])
+        with self.cursor() as cur:
+            cur.execute(self.sql["settle_landed"], {"batch": batch, "worker_id": worker_id})
+            return {row[0] for row in cur.fetchall()}
+
     def record_attempts(self, attempts: Sequence[LostAttempt]) -> None:
         """Record attempts that ended without a report from their worker."""
         if not attempts:
@@ -403,6 +449,27 @@ class JobStore(LeaseStore):
         ])
         with self.cursor() as cur:
             cur.execute(self.sql["record_attempts"], {"batch": batch, "now": self.now_param()})
+
+    def park_episodes(self, job_ids: Sequence[int], prefix: str, timeout: float
+                      ) -> dict[int, ParkEpisode]:
+        """The park episode each of ``job_ids`` is in, in one statement: its latest attempt row
+        (highest attempt, then newest), when that row is a ``suspended`` one whose error starts
+        with ``prefix``; whether it began ``timeout`` seconds ago or more (database clock)."""
+        if not job_ids:
+            return {}
+        with self.cursor() as cur:
+            cur.execute(self.sql["park_episodes"], {
+                "ids": self.ids_param(job_ids), "prefix": prefix, "timeout": float(timeout),
+                "now": self.now_param()})
+            rows = cur.fetchall()
+        return {row[0]: ParkEpisode(job_id=row[0], attempt_id=row[1], attempt=row[2],
+                                    expired=bool(row[3]))
+                for row in rows}
+
+    @staticmethod
+    def ids_param(ids: Sequence[int]) -> Any:
+        """Job ids in this engine's parameter form (an array; SQLite: JSON)."""
+        return list(ids)
 
     # -- durable steps and events --------------------------------------------------------------
 
@@ -467,14 +534,22 @@ class JobStore(LeaseStore):
 
     def worker_upsert(self, worker_id: str, hostname: str, pid: int, threads: int,
                       queues: Sequence[str], *, visibility_timeout: float | None = None,
-                      heartbeat_interval: float | None = None) -> None:
-        """Register this worker process, with the lease timings it runs under."""
+                      heartbeat_interval: float | None = None, jobs: Sequence[str] = ()
+                      ) -> None:
+        """Register this worker process, with the lease timings it runs under and the job
+        names it knows."""
         with self.cursor() as cur:
             cur.execute(self.sql["worker_upsert"], {
                 "id": worker_id, "hostname": hostname, "pid": pid, "threads": threads,
                 "queues": json.dumps(list(queues)), "now": self.now_param(),
                 "visibility_timeout": visibility_timeout,
-                "heartbeat_interval": heartbeat_interval})
+                "heartbeat_interval": heartbeat_interval, "jobs": json.dumps(sorted(jobs))})
+
+    def worker_jobs(self, worker_id: str, jobs: Sequence[str]) -> None:
+        """Record the job names this worker knows now (it resolved more since it started)."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["worker_jobs"], {"id": worker_id,
+                                                  "jobs": json.dumps(sorted(jobs))})
 
     def worker_touch(self, worker_id: str, in_flight: int) -> None:
         """Keep this worker's row fresh."""
@@ -495,7 +570,9 @@ class JobStore(LeaseStore):
             "token": s.token,
             "status": s.status,
             "attempt_delta": s.attempt_delta,
-            "delay": float(s.delay),
+            # Finite and within a century: an infinite or huge delay would overflow the
+            # timestamp arithmetic and refuse the whole batch (rule 31).
+            "delay": clamp_delay(float(s.delay)),
             "error": None if s.error is None else _storable_text(s.error),
             "result_json": s.result_json,
             "outcome": s.outcome,
@@ -508,6 +585,7 @@ class JobStore(LeaseStore):
             "wait_after": s.wait_after,
             "steps_run": list(s.steps_run),
             "steps_replayed": list(s.steps_replayed),
+            "extends": s.extends,
         }
 
     def _new_job_row(self, job: NewJob) -> dict[str, Any]:
@@ -528,6 +606,19 @@ class JobStore(LeaseStore):
     def _json_time(self, value: datetime) -> str:
         """A time inside a JSON batch parameter, in the form this engine compares."""
         return value.isoformat()
+
+
+def dumps_batch(rows: list[dict[str, Any]]) -> str:
+    """A settle batch as one JSON parameter. ``allow_nan=False``: Python would write ``NaN`` or
+    ``Infinity``, which is no JSON, and PostgreSQL would refuse the whole batch; raised here, it
+    is a refusal of one row's values that the completer isolates (rules 30, 31)."""
+    return json.dumps(rows, separators=(",", ":"), allow_nan=False)
+
+
+def settlement_size(s: Settlement) -> int:
+    """Roughly the bytes ``s`` adds to a settle batch: its result and error, plus the rest of
+    its row. The completer bounds batches, and the worker its backlog, by this."""
+    return 400 + len(s.result_json or "") + len(s.error or "")
 
 
 def check_one_per_job(settlements: Sequence[Settlement]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -22,6 +21,7 @@ from .base import (
     NewJob,
     Settlement,
     check_one_per_job,
+    dumps_batch,
 )
 from .decoding import decode_arguments
 
@@ -32,6 +32,9 @@ _FEATURE_NOT_SUPPORTED = "0A000"
 _STALE_PLAN = "cached plan must not change result type"
 #: SQLSTATE undefined_table and undefined_column: the tables are not migrated (to this version).
 _UNMIGRATED = ("42P01", "42703")
+
+#: SQLSTATE classes of a statement refused for its values, never for an outage (rule 30).
+_REFUSED_CLASSES = ("22", "23", "54")
 
 #: Seconds before a run put to wait on an event whose lock a sender held re-checks for it.
 BUSY_EVENT_RECHECK = 1.0
@@ -112,6 +115,31 @@ class PostgresStore(JobStore):
     def schema_missing(self, exc: BaseException) -> bool:
         return any(getattr(error, "sqlstate", None) in _UNMIGRATED
                    for error in (exc, exc.__cause__))
+
+    def refuses(self, exc: BaseException) -> bool:
+        # SQLSTATE classes 22 (data exception: "string too long to represent as jsonb string",
+        # "unsupported Unicode escape sequence", a value out of range), 23 (integrity
+        # constraint) and 54 (program limit: "total size of jsonb array elements exceeds the
+        # maximum"). psycopg's DataError without a SQLSTATE is its own refusal before sending
+        # (a NUL in a text parameter). Class 08 (connection), 53 (disk full, out of memory) and
+        # 57 (shutdown) are outages to wait out.
+        if super().refuses(exc):
+            return True
+        for error in (exc, exc.__cause__):
+            sqlstate = getattr(error, "sqlstate", None) or ""
+            if sqlstate[:2] in _REFUSED_CLASSES:
+                return True
+            if isinstance(error, psycopg.DataError) and not sqlstate:
+                return True
+        return False
+
+    def refusal_reason(self, exc: BaseException) -> str:
+        # The DETAIL line says what was refused ("\u0000 cannot be converted to text", "jsonb
+        # strings cannot exceed 268435455 bytes"); the CONTEXT lines repeat the parameter.
+        reason = super().refusal_reason(exc)
+        diag = getattr(exc.__cause__, "diag", None)
+        detail = getattr(diag, "message_detail", None)
+        return f"{reason} ({detail.strip()})" if detail else reason
 
     def spoils_connection(self, exc: BaseException) -> bool:
         # A prepared statement that fails the same way at every later run on this connection,
@@ -198,7 +226,7 @@ class PostgresStore(JobStore):
         if not settlements:
             return set()
         check_one_per_job(settlements)
-        batch = json.dumps([self._settlement_row(s) for s in settlements], separators=(",", ":"))
+        batch = dumps_batch([self._settlement_row(s) for s in settlements])
         params = {"batch": batch, "worker_id": worker_id, "now": self.now_param()}
         waits = sorted({s.wait_event for s in settlements if s.wait_event})
         with self.cursor() as cur:
@@ -214,11 +242,11 @@ class PostgresStore(JobStore):
                     # A sender of that event is mid-transaction: its event may commit unseen by
                     # this settle, so those runs look again in a second instead of sleeping
                     # until their timeout.
-                    batch = json.dumps([
+                    batch = dumps_batch([
                         self._settlement_row(replace(s, delay=min(s.delay, BUSY_EVENT_RECHECK))
                                              if s.wait_event in busy else s)
                         for s in settlements
-                    ], separators=(",", ":"))
+                    ])
                     params["batch"] = batch
                 cur.execute(self.sql["settle"], params)
                 return {row[0] for row in cur.fetchall()}

@@ -8,6 +8,7 @@ Batches travel as one JSON parameter (``json_each``), so no batch is ever more t
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,8 +25,12 @@ from .base import (
     NewJob,
     Settlement,
     check_one_per_job,
+    dumps_batch,
 )
 from .decoding import decode_arguments
+
+#: SQLITE_TOOBIG, SQLITE_CONSTRAINT, SQLITE_MISMATCH: a statement refused for its values.
+_REFUSED_CODES = (sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH)
 
 #: Django's SQLite transaction modes that begin a transaction as the writer (in WAL the two are
 #: one: EXCLUSIVE takes the same lock as IMMEDIATE).
@@ -50,6 +55,18 @@ class SQLiteStore(JobStore):
         text = str(exc)
         return any(sign in text for sign in ("no such table", "no such column",
                                              "has no column named"))
+
+    def refuses(self, exc: BaseException) -> bool:
+        # SQLITE_TOOBIG (a string or the batch over SQLITE_LIMIT_LENGTH), SQLITE_CONSTRAINT,
+        # SQLITE_MISMATCH; extended codes keep the primary one in their low byte. BUSY, LOCKED,
+        # FULL and IOERR are outages to wait out (rule 30).
+        if super().refuses(exc):
+            return True
+        for error in (exc, exc.__cause__):
+            code = getattr(error, "sqlite_errorcode", None)
+            if code is not None and (code & 0xFF) in _REFUSED_CODES:
+                return True
+        return False
 
     @staticmethod
     def format_time(value: datetime) -> str:
@@ -233,16 +250,19 @@ class SQLiteStore(JobStore):
             row["token"] = uuid.UUID(row["token"]).hex
             # Stored as JSON text, as Django's JSONField keeps it on SQLite.
             if row["wait_match"] is not None:
-                row["wait_match"] = json.dumps(row["wait_match"], separators=(",", ":"))
-        batch = json.dumps(rows, separators=(",", ":"))
+                row["wait_match"] = json.dumps(row["wait_match"], separators=(",", ":"),
+                                               allow_nan=False)
+        batch = dumps_batch(rows)
         now = self.now_param()
         with self._write() as cur:
             cur.execute(self.sql["settle"], {"batch": batch, "now": now})
             settled = {row[0] for row in cur.fetchall()}
             if settled:
-                cur.execute(self.sql["settle_record"], {
-                    "batch": batch, "settled": json.dumps(sorted(settled)),
-                    "worker_id": worker_id, "now": now})
+                record = {"batch": batch, "settled": json.dumps(sorted(settled)),
+                          "worker_id": worker_id, "now": now}
+                if any(s.extends is not None for s in settlements):
+                    cur.execute(self.sql["settle_extend"], record)
+                cur.execute(self.sql["settle_record"], record)
         return settled
 
     # -- durable steps and events --------------------------------------------------------------
@@ -252,6 +272,10 @@ class SQLiteStore(JobStore):
     @staticmethod
     def holders_param(holders: Sequence[str]) -> Any:
         return json.dumps(list(holders))
+
+    @staticmethod
+    def ids_param(ids: Sequence[int]) -> Any:
+        return json.dumps(list(ids))
 
     @staticmethod
     def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:

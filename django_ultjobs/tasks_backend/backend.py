@@ -165,7 +165,16 @@ class UltJobsBackend(BaseTaskBackend):
         that uses this backend (``.using(backend=...)`` onto this backend of a task defined for
         another one would leave the worker with that other backend's task).
         """
+        from ..registry import importable
+
         path = task.module_path
+        if not importable(path):
+            raise InvalidTask(
+                f"a worker finds a task by its module path, and imports only modules inside an "
+                f"installed app or ULTJOBS['JOB_MODULES'] (rule 40); {path} is in neither. Move "
+                f"the task into an installed app, or add {path.rpartition('.')[0]!r} (or a "
+                "package holding it) to ULTJOBS['JOB_MODULES']."
+            )
         try:
             found = import_string(path)
         except ImportError:
@@ -196,6 +205,7 @@ class UltJobsBackend(BaseTaskBackend):
         from ..registry import get_job, jobs_database
         from .results import from_job, load_attempts
         from .runner import TaskRunner
+        from .task_class import unknown_task
 
         try:
             pk = int(result_id)
@@ -203,12 +213,21 @@ class UltJobsBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id) from None
         database = jobs_database()
         job = Job.objects.using(database).filter(pk=pk).first()
-        spec = get_job(job.name) if job is not None else None
-        if job is None or spec is None or not isinstance(spec.func, TaskRunner):
-            # A plain @job row, or a task this process cannot import, has no Task to show.
+        if job is None:
             raise TaskResultDoesNotExist(result_id)
-        task = as_enqueued(spec.func.task, queue=job.queue, priority=job.priority,
-                           backend=self.alias)
+        spec = get_job(job.name)
+        if spec is None and "." in job.name:
+            # A task named by a module path this process cannot find: its code was removed or
+            # renamed, or not deployed here yet. Its row still says what became of it (parked,
+            # then failed by UNKNOWN_JOB_TIMEOUT, rule 12), under a stand-in Task.
+            task = unknown_task(job.name, queue=job.queue, priority=job.priority,
+                                backend=self.alias)
+        elif spec is not None and isinstance(spec.func, TaskRunner):
+            task = as_enqueued(spec.func.task, queue=job.queue, priority=job.priority,
+                               backend=self.alias)
+        else:
+            # A plain @job row has no Task to show.
+            raise TaskResultDoesNotExist(result_id)
         return from_job(job, load_attempts(database, pk), task=task, backend=self.alias)
 
     async def aget_result(self, result_id: str) -> TaskResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -112,3 +113,33 @@ def as_enqueued(task: Task, *, queue: str, priority: int | None, backend: str | 
         # Enqueued through another TASKS alias whose QUEUES this one does not list: describing
         # the task must not fail a run, nor a result lookup.
         return task
+
+
+def unknown_task(name: str, *, queue: str, priority: int, backend: str) -> Task:
+    """A stand-in ``Task`` for a job named ``name`` that no code here defines, so its result can
+    still be read (rule 12): it shows the module path, queue and priority the job was enqueued
+    with, and calling it raises ``UnknownJobError``.
+
+    Built without validation: validating a task registers it as a job, and nothing must make
+    this process believe it knows a job it does not.
+    """
+    from ..exceptions import UnknownJobError
+
+    module, _, qualname = name.rpartition(".")
+
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise UnknownJobError(f"no code defines the task {name}: it was removed or renamed, or "
+                              "is not deployed here")
+
+    missing.__module__, missing.__qualname__, missing.__name__ = module, qualname, qualname
+    task = object.__new__(Task)
+    values = {"func": missing, "priority": priority, "backend": backend, "queue_name": queue}
+    for f in dataclasses.fields(Task):
+        if f.name in values:
+            value = values[f.name]
+        elif f.default is not dataclasses.MISSING:
+            value = f.default
+        else:
+            value = f.default_factory()  # type: ignore[misc]
+        object.__setattr__(task, f.name, value)
+    return task

@@ -5,6 +5,10 @@ many to a statement. The runs stay in the registry (their leases and slots heart
 their settle is written, so a slow or retrying completer never lets a finished job be
 re-delivered; a settle the database refuses (the token no longer owns the row) changes nothing and
 is logged (rule 4).
+
+A batch the database refuses for its values (rule 30) is split in halves until the row it refuses
+is alone; that run is settled as a failure saying why, and every other row is written as usual.
+An outage (rule 2's database blip) is different: the batch waits and is written again whole.
 """
 
 from __future__ import annotations
@@ -14,17 +18,38 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.db import connections
 
 from ..logs import log_event
 from ..store import JobStore, Settlement
+from ..store.base import settlement_size
+from .executor import unstorable
 from .fleet_slots import FleetSlots
 from .runs import Run, RunRegistry
 
 logger = logging.getLogger("django_ultjobs.worker")
 
+#: A settle batch holds at most this many runs, and this many bytes of outcome (results and
+#: errors) beyond its first run: PostgreSQL refuses a JSON value over 256 MB, and a batch is held
+#: in memory three times over while it is encoded and sent (rule 31).
 _MAX_BATCH = 500
+MAX_BATCH_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """A run's outcome waiting to be written, and what its writes so far have shown."""
+
+    run: Run
+    settlement: Settlement
+    size: int
+    #: A write of it failed in a way that may have committed (the connection died before the
+    #: reply): a later write that finds the row no longer held asks whether it landed (rule 32).
+    uncertain: bool = False
+    #: How often the database refused its outcome and it was replaced (rule 30).
+    refused: int = 0
 
 
 class Completer:
@@ -41,14 +66,17 @@ class Completer:
         self.registry = registry
         self.slots = slots
         self.worker_id = worker_id
-        self._queue: queue.Queue[tuple[Run, Settlement]] = queue.Queue()
+        self._queue: queue.Queue[Pending] = queue.Queue()
         self._pending = 0
+        self._pending_bytes = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._abandon_at: float | None = None
         self._thread = threading.Thread(target=self._loop, name="ultjobs-completer", daemon=True)
         #: How many settles the database refused as stale (tests and the benchmark read this).
         self.stale = 0
+        #: How many outcomes the database refused to store, each settled as a failure instead.
+        self.unstorable = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -66,9 +94,11 @@ class Completer:
         # then left to lapse); a body that finished first hands its slot on as usual.
         run.abandoned = abandoned
         self.registry.add(run)
+        item = Pending(run, settlement, settlement_size(settlement))
         with self._lock:
             self._pending += 1
-        self._queue.put((run, settlement))
+            self._pending_bytes += item.size
+        self._queue.put(item)
         return True
 
     @property
@@ -76,6 +106,12 @@ class Completer:
         """Settles submitted and not yet written (or abandoned)."""
         with self._lock:
             return self._pending
+
+    @property
+    def pending_bytes(self) -> int:
+        """Roughly the bytes of outcome (results, errors) those settles hold in memory."""
+        with self._lock:
+            return self._pending_bytes
 
     def stop(self, timeout: float) -> None:
         """Write what is queued (retrying for up to ``timeout`` seconds), then stop."""
@@ -86,9 +122,9 @@ class Completer:
     def _loop(self) -> None:
         try:
             backoff = 0.05
-            batch: list[tuple[Run, Settlement]] = []
+            batch: list[Pending] = []
             # Settles of a job already in the batch wait for the next one (see _fill).
-            later: list[tuple[Run, Settlement]] = []
+            later: list[Pending] = []
             while True:
                 if not batch and not later:
                     try:
@@ -98,8 +134,8 @@ class Completer:
                             return
                         continue
                 later = self._fill(batch, later)
-                if self._write(batch):
-                    batch = []
+                batch = self._write(batch)
+                if not batch:
                     backoff = 0.05
                     continue
                 if self._abandon_at is not None and time.monotonic() > self._abandon_at:
@@ -112,15 +148,15 @@ class Completer:
         finally:
             connections.close_all()
 
-    def _fill(self, batch: list[tuple[Run, Settlement]], later: list[tuple[Run, Settlement]]
-              ) -> list[tuple[Run, Settlement]]:
-        """Fill ``batch`` up to the limit, at most one settle per job; return the rest.
+    def _fill(self, batch: list[Pending], later: list[Pending]) -> list[Pending]:
+        """Fill ``batch`` up to its bounds, at most one settle per job; return the rest.
 
         Two runs of one job in this worker (it claimed its own job again after the lease lapsed)
         must not share a statement: the settle matches the batch to rows by id, so a stale
         outcome could otherwise be applied under the newer run's token (rule 4)."""
-        ids = {run.id for run, _ in batch}
-        deferred: list[tuple[Run, Settlement]] = []
+        ids = {item.run.id for item in batch}
+        size = sum(item.size for item in batch)
+        deferred: list[Pending] = []
         pending = iter(later)
         while len(batch) < _MAX_BATCH:
             item = next(pending, None)
@@ -129,29 +165,96 @@ class Completer:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-            if item[0].id in ids:
+            if batch and size + item.size > MAX_BATCH_BYTES:
+                # Full by bytes (rule 31): it leads the next batch.
+                deferred.insert(0, item)
+                break
+            if item.run.id in ids:
                 deferred.append(item)
             else:
-                ids.add(item[0].id)
+                ids.add(item.run.id)
+                size += item.size
                 batch.append(item)
         deferred.extend(pending)
         return deferred
 
-    def _write(self, batch: list[tuple[Run, Settlement]]) -> bool:
-        runs = [run for run, _ in batch]
+    def _write(self, batch: list[Pending]) -> list[Pending]:
+        """Write ``batch``; return what is left to write again after a backoff (an outage)."""
         try:
-            applied = self.store.settle([s for _, s in batch], self.worker_id)
+            applied = self.store.settle([item.settlement for item in batch], self.worker_id)
         except Exception as exc:
+            if self.store.refuses(exc):
+                return self._split(batch, exc)
             # Never drop an outcome: the runs stay registered (their leases alive) and the batch
-            # is written again with backoff.
+            # is written again with backoff. It may have committed all the same (the connection
+            # died before the reply): the next write will not find those rows held (rule 32).
+            for item in batch:
+                item.uncertain = True
             log_event(logger, logging.WARNING, "jobs.worker.settle-failed",
                       worker_id=self.worker_id, runs=len(batch), error=repr(exc))
-            return False
-        for run, settlement in batch:
-            if run.id in applied:
+            return batch
+        self._report(batch, applied)
+        self._finish(batch)
+        return []
+
+    def _split(self, batch: list[Pending], exc: BaseException) -> list[Pending]:
+        """Write a batch the database refused for its values, in halves, until the refused row
+        is alone (rule 30): one bad outcome costs the others a few statements, not their runs."""
+        if len(batch) == 1:
+            return self._replace(batch[0], exc)
+        log_event(logger, logging.DEBUG, "jobs.worker.settle-split", worker_id=self.worker_id,
+                  runs=len(batch), error=self.store.refusal_reason(exc))
+        half = len(batch) // 2
+        left = self._write(batch[:half])
+        if left:
+            # An outage meanwhile: the rest waits for the retry with it.
+            return left + batch[half:]
+        return self._write(batch[half:])
+
+    def _replace(self, item: Pending, exc: BaseException) -> list[Pending]:
+        """Settle a run whose outcome the database refused as a failure that says why.
+
+        Its replacement holds nothing but the run's own fields and a short error; should even
+        that be refused, the run is left to its lease, as a dead worker's would be."""
+        reason = self.store.refusal_reason(exc)
+        if item.refused >= 2:
+            log_event(logger, logging.ERROR, "jobs.worker.settle-abandoned",
+                      worker_id=self.worker_id, job_id=item.run.id, error=reason,
+                      note="the database refused even the failure; the job will be re-delivered "
+                           "when its lease lapses")
+            self._finish([item])
+            return []
+        self.unstorable += item.refused == 0
+        replacement = unstorable(item.run, item.settlement, reason[:2000])
+        if item.refused:
+            # The first replacement was refused too (its step names?): the bare failure.
+            replacement.steps_run = replacement.steps_replayed = ()
+        item.refused += 1
+        self._resize(item, replacement)
+        return self._write([item])
+
+    def _resize(self, item: Pending, settlement: Settlement) -> None:
+        size = settlement_size(settlement)
+        with self._lock:
+            self._pending_bytes += size - item.size
+        item.settlement, item.size = settlement, size
+
+    def _report(self, batch: list[Pending], applied: set[int]) -> None:
+        unsure = [item for item in batch if item.uncertain and item.run.id not in applied]
+        landed = self._landed(unsure) if unsure else set()
+        for item in batch:
+            run, settlement = item.run, item.settlement
+            if run.id in applied or (landed is not None and run.id in landed):
                 log_event(logger, logging.INFO, "jobs.worker.settled", worker_id=self.worker_id,
                           job_id=run.id, job=run.job.name, attempt=settlement.attempt_no,
-                          status=settlement.status, outcome=settlement.outcome)
+                          status=settlement.status, outcome=settlement.outcome,
+                          **({} if run.id in applied else {"note": "written before a lost reply"}))
+            elif item.uncertain and (landed is None or settlement.outcome is None):
+                # Rule 32: written before the connection died, or stale; nothing tells which
+                # (no attempt row to look for, or the look failed). Not a warning either way.
+                log_event(logger, logging.INFO, "jobs.worker.settle-unconfirmed",
+                          worker_id=self.worker_id, job_id=run.id, job=run.job.name,
+                          attempt=settlement.attempt_no, outcome=settlement.outcome)
             else:
                 # Rule 4: this worker's token no longer owns the row (its lease lapsed and the
                 # job was re-delivered, or it was cancelled). The late result changes nothing.
@@ -159,23 +262,34 @@ class Completer:
                 log_event(logger, logging.WARNING, "jobs.worker.settle-stale",
                           worker_id=self.worker_id, job_id=run.id, job=run.job.name,
                           attempt=settlement.attempt_no, outcome=settlement.outcome)
-        self._finish(runs)
-        return True
 
-    def _abandon(self, batch: list[tuple[Run, Settlement]]) -> None:
-        for run, _ in batch:
+    def _landed(self, unsure: list[Pending]) -> set[int] | None:
+        """Which of ``unsure`` an earlier, unanswered write did settle (rule 32); None when the
+        database could not say."""
+        try:
+            return self.store.settle_landed([item.settlement for item in unsure], self.worker_id)
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.settle-check-failed",
+                      worker_id=self.worker_id, runs=len(unsure), error=repr(exc))
+            return None
+
+    def _abandon(self, batch: list[Pending]) -> None:
+        for item in batch:
             log_event(logger, logging.ERROR, "jobs.worker.settle-abandoned",
-                      worker_id=self.worker_id, job_id=run.id,
+                      worker_id=self.worker_id, job_id=item.run.id,
                       note="the job will be re-delivered when its lease lapses")
-        self._finish([run for run, _ in batch])
+        self._finish(batch)
 
-    def _finish(self, runs: list[Run]) -> None:
+    def _finish(self, items: list[Pending]) -> None:
         # A run's slot passes to the worker only after its settle (rule 6's other half: the slot
         # is held for as long as the job is); the claim loop hands it to the next run of its kind
         # or gives it back to the fleet.
+        runs = [item.run for item in items]
         self.registry.remove_many(runs)
         self.slots.keep(runs)
         with self._lock:
-            self._pending -= len(runs)
+            self._pending -= len(items)
+            self._pending_bytes -= sum(item.size for item in items)
         if self.on_written is not None:
             self.on_written()
+

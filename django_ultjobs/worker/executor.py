@@ -16,10 +16,12 @@ from typing import Any
 from opentelemetry.trace import Span, Status, StatusCode
 
 from .. import jsonargs
+from ..conf import get_settings
 from ..context import JobContext
 from ..exceptions import (
     CancelRequestedError,
     JobCancelledError,
+    JobResultTooLargeError,
     JobSlotLostError,
     LeaseLostError,
     WorkerShutdownError,
@@ -28,14 +30,14 @@ from ..logs import log_event
 from ..models import AttemptOutcome, JobStatus
 from ..retry import backoff_delay
 from ..steps import StepLedger, Suspend
-from ..store import ClaimedJob, JobStore, Settlement
+from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement
 from ..tracing import acting_as, job_span
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")
 
-#: An unknown job goes back for this long: the pod next to this one may well know it (rule 12).
-UNKNOWN_JOB_DELAY = 30.0
+#: How the error of an unknown job's park begins: the park episodes are found by it (rule 12).
+UNKNOWN_JOB_PREFIX = "no job registered as "
 #: Tracebacks are kept whole up to this many characters (the head and the tail beyond it).
 MAX_ERROR = 32_000
 
@@ -58,21 +60,45 @@ def settle(run: Run, status: str, outcome: str | None, **fields: Any) -> Settlem
     )
 
 
-def decide_before_run(run: Run) -> Settlement | None:
-    """Settle a claimed job that must not run at all; None when it should run."""
+def check_result_size(job_name: str, result_json: str) -> None:
+    """Refuse a result over ``ULTJOBS["MAX_RESULT_BYTES"]`` before any SQL (rule 31): raised in
+    the body's place, so the attempt fails and is retried like any error of the job's."""
+    limit = get_settings().MAX_RESULT_BYTES
+    # The encoder escapes everything outside ASCII, so characters are bytes.
+    if len(result_json) > limit:
+        raise JobResultTooLargeError(
+            f"the return value of {job_name}() is {len(result_json):,} bytes as JSON, over "
+            f'ULTJOBS["MAX_RESULT_BYTES"] ({limit:,}); store large data elsewhere (a file, a '
+            "row of your own) and return a reference to it")
+
+
+def unstorable(run: Run, refused: Settlement, reason: str) -> Settlement:
+    """The settlement of a run whose outcome the database refused to store (rule 30): a failed
+    attempt saying why, retried by the job's own policy, keeping what was true of the run."""
+    error = _trim(f"the outcome could not be stored: {reason}\n(the run ended "
+                  f"{refused.status}/{refused.outcome}; the database refused to write that)")
+    log_event(logger, logging.ERROR, "jobs.worker.outcome-unstorable", job_id=run.id,
+              job=run.job.name, attempt=run.job.attempt, error=reason)
+    fields: dict[str, Any] = {"steps_run": refused.steps_run,
+                              "steps_replayed": refused.steps_replayed}
+    job, spec = run.job, run.spec
+    if spec is not None and job.attempt < job.max_attempts:
+        delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
+        return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error,
+                      **fields)
+    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error, **fields)
+
+
+def decide_before_run(run: Run, episode: ParkEpisode | None = None) -> Settlement | None:
+    """Settle a claimed job that must not run at all; None when it should run.
+
+    ``episode``: for a job this worker does not know, the park episode its latest attempt row
+    records, if any (``JobStore.park_episodes``)."""
     job = run.job
     if job.undecodable is not None:
         return _undecodable(run, job.undecodable)
     if run.spec is None:
-        # Park it, do not burn attempts: almost always a deploy skew, and the job may be
-        # registered by the worker next to this one (rule 12).
-        error = f'no job registered as "{job.name}"'
-        log_event(logger, logging.WARNING, "jobs.worker.unknown-job", job_id=job.id,
-                  job=job.name, delay=UNKNOWN_JOB_DELAY)
-        _unstarted_span(run, AttemptOutcome.SUSPENDED, "job.parked",
-                        {"reason": error, "job.park_seconds": UNKNOWN_JOB_DELAY})
-        return settle(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,
-                      delay=UNKNOWN_JOB_DELAY, error=error)
+        return park_unknown(run, episode)
     if job.cancel_requested:
         error = "cancelled on request before this attempt started"
         _unstarted_span(run, AttemptOutcome.CANCELLED, "job.cancelled",
@@ -87,6 +113,50 @@ def decide_before_run(run: Run) -> Settlement | None:
                         error=error)
         return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
     return None
+
+
+def park_unknown(run: Run, episode: ParkEpisode | None) -> Settlement:
+    """Park a job no worker here knows (rule 12), or fail it once its parking has lasted
+    ``ULTJOBS["UNKNOWN_JOB_TIMEOUT"]``.
+
+    Parked, no attempt is burned: almost always a deploy skew, and the job may be registered by
+    the worker next to this one. One attempt row stands for a whole episode of parks (its
+    ``claims`` counts them), not one row per ``UNKNOWN_JOB_DELAY``: an orphaned row must not
+    grow the attempts table for ever. The episode goes on while the job's latest attempt row is
+    a park of this same attempt number; anything else recorded since (a run by a worker that
+    knew it, a hand-back) starts a new one.
+    """
+    job = run.job
+    conf = get_settings()
+    timeout = conf.UNKNOWN_JOB_TIMEOUT
+    ongoing = episode if episode is not None and episode.attempt == job.attempt else None
+    if ongoing is not None and ongoing.expired and timeout is not None:
+        error = (f'no worker knows job "{job.name}": it was parked as unknown for '
+                 f"{_seconds(timeout)} (ULTJOBS[\"UNKNOWN_JOB_TIMEOUT\"]), by every worker that "
+                 "claimed it. Was its code removed or renamed? Deploy it (or a job registered "
+                 "under this name) and retry the job, or delete it.")
+        log_event(logger, logging.ERROR, "jobs.worker.unknown-job-failed", job_id=job.id,
+                  job=job.name, timeout=timeout)
+        _unstarted_span(run, AttemptOutcome.FAILED, "job.gave_up", {"message": error},
+                        error=error)
+        return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+    delay = conf.UNKNOWN_JOB_DELAY
+    error = f'{UNKNOWN_JOB_PREFIX}"{job.name}"'
+    log_event(logger, logging.WARNING, "jobs.worker.unknown-job", job_id=job.id,
+              job=job.name, delay=delay, episode=ongoing.attempt_id if ongoing else "new")
+    _unstarted_span(run, AttemptOutcome.SUSPENDED, "job.parked",
+                    {"reason": error, "job.park_seconds": delay})
+    return settle(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,
+                  delay=delay, error=error,
+                  extends=ongoing.attempt_id if ongoing is not None else None)
+
+
+def _seconds(value: float) -> str:
+    """``7 days``, ``2 h``, ``90 s``: a timeout as the error message shows it."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g} {unit}"
+    return f"{value:g} s"
 
 
 def _span_attributes(job: ClaimedJob) -> dict[str, Any]:
@@ -205,6 +275,7 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
                     result = spec.func(*call_args, **kwargs)
             jsonargs.check_result(job.name, result)
             result_json = jsonargs.dumps(result)
+            check_result_size(job.name, result_json)
         except Suspend as suspend:
             # Not an error: the job waits without holding this thread, and its next run
             # replays up to here. Waking does not burn an attempt.

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connections
 
+from ..conf import get_settings
 from ..exceptions import (
     DatabaseUnavailableError,
     JobConfigurationError,
@@ -28,9 +29,10 @@ from ..exceptions import (
 from ..logs import log_event
 from ..models import AttemptOutcome
 from ..registry import get_job, registered_jobs, registry_generation
-from ..store import ClaimedJob, Clock, JobStore, LostAttempt, get_store
+from ..store import ClaimedJob, Clock, JobStore, LostAttempt, ParkEpisode, get_store
 from .completer import Completer
 from .executor import (
+    UNKNOWN_JOB_PREFIX,
     abandon,
     decide_before_run,
     failed_by_worker,
@@ -49,6 +51,8 @@ logger = logging.getLogger("django_ultjobs.worker")
 #: Finished runs whose settles are not written yet, beyond which the claim loop stops claiming:
 #: a completer that falls behind must slow claiming down, not let unsettled runs pile up.
 MAX_UNSETTLED = 1000
+#: ...and beyond this many bytes of their outcomes (results, errors) held in memory (rule 31).
+MAX_UNSETTLED_BYTES = 128 * 1024 * 1024
 #: Seconds between a starting worker's tries for its database: doubling from the first, at most
 #: the second (a database back from a restart is used within that long).
 START_BACKOFF_FIRST = 0.25
@@ -84,6 +88,8 @@ class Worker:
         self._wake = threading.Event()
         # Set by an enqueue notification: work of any kind may have arrived.
         self._notified = threading.Event()
+        # The registry generation whose job names this worker's row lists.
+        self._known_generation = -1
         #: Statements the claim loop has sent (tests bound it: no spinning).
         self.claims = 0
         self.started = threading.Event()
@@ -151,6 +157,12 @@ class Worker:
 
     # -- claiming -------------------------------------------------------------------------------
 
+    def _unsettled_full(self) -> bool:
+        """Whether the outcomes waiting for the completer are too many, or too big, to claim
+        more runs: memory stays bounded however large the results (rule 31)."""
+        return (self.completer.pending >= MAX_UNSETTLED
+                or self.completer.pending_bytes >= MAX_UNSETTLED_BYTES)
+
     def _claim_loop(self) -> None:
         caps: dict[str, int] = {}
         generation = -1
@@ -169,6 +181,8 @@ class Worker:
                 # cap into the claim from the next round on.
                 generation = registry_generation()
                 caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
+            # Outside the branch above: a write that failed is tried again next round.
+            self._record_known_jobs(generation)
             # Slots kept from settled runs that no claim has used for a poll interval: this loop
             # may be waiting for a free thread or for the completer, and other workers for them.
             self.slots.give_back_idle(self.options.poll_interval)
@@ -176,12 +190,12 @@ class Worker:
             if free <= 0:
                 self.pool.wait_for_free(self.options.poll_interval)
                 continue
-            if self.completer.pending >= MAX_UNSETTLED:
+            if self._unsettled_full():
                 # The completer has fallen behind (a slow or failing settle): claiming on would
                 # only grow the runs waiting for it, each heartbeated and held in memory. Wait for
                 # a batch to be written (it wakes this loop).
                 self._wake.clear()
-                if self.completer.pending >= MAX_UNSETTLED:
+                if self._unsettled_full():
                     self._wake.wait(self.options.poll_interval)
                 continue
             if backlog and free < batch:
@@ -269,8 +283,10 @@ class Worker:
         self._record_lost_attempts(claimed)
         runs: list[Run] = []
         capped: dict[str, list[Run]] = {}
-        for job in claimed:
-            run = Run(job=job, spec=get_job(job.name))
+        claimed_runs = [Run(job=job, spec=get_job(job.name)) for job in claimed]
+        episodes = self._park_episodes([run for run in claimed_runs if run.spec is None])
+        for run in claimed_runs:
+            job = run.job
             for older in self.registry.others_of(run):
                 # This worker claimed its own job again: the older run's lease lapsed (a
                 # database outage longer than the timeout). It is another claim now. Its slot is
@@ -280,7 +296,7 @@ class Worker:
                 older.scope.cancel(LeaseLostError(
                     f"job {job.name!r} (id {job.id}) lost its lease: it was claimed again "
                     "after the lease lapsed"))
-            decided = decide_before_run(run)
+            decided = decide_before_run(run, episodes.get(run.id))
             if decided is not None:
                 self.completer.submit(run, decided)
                 continue
@@ -301,6 +317,31 @@ class Worker:
                 self._executing.update(starting)
             self.pool.submit_many(starting)
         return len(starting)
+
+    def _park_episodes(self, unknown: list[Run]) -> dict[int, ParkEpisode]:
+        """The park episodes the claimed jobs no one here knows are in (rule 12), in one
+        statement; none when it fails (each is then parked as a new episode, one row more)."""
+        if not unknown:
+            return {}
+        try:
+            return self.store.park_episodes([run.id for run in unknown], UNKNOWN_JOB_PREFIX,
+                                            get_settings().UNKNOWN_JOB_TIMEOUT or 0.0)
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.park-lookup-failed",
+                      worker_id=self.worker_id, error=repr(exc))
+            return {}
+
+    def _record_known_jobs(self, generation: int) -> None:
+        """Tell the admin which job names this worker knows, when that changed since it said
+        so last (a task resolved on its first claim): it flags queued jobs nobody knows."""
+        if generation == self._known_generation:
+            return
+        try:
+            self.store.worker_jobs(self.worker_id, list(registered_jobs()))
+            self._known_generation = generation
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
+                      worker_id=self.worker_id, error=repr(exc))
 
     def _acquire_slots(self, group: list[Run]) -> list[Run]:
         """Take slots for claimed runs of one capped job; return the runs that got none."""
@@ -425,10 +466,13 @@ class Worker:
             try:
                 # Registering first: a database nobody migrated is refused before the worker
                 # changes anything in it (the WAL switch).
+                generation = registry_generation()
                 self.store.worker_upsert(
                     self.worker_id, socket.gethostname(), os.getpid(), self.options.threads,
                     self.options.queues, visibility_timeout=self.options.visibility_timeout,
-                    heartbeat_interval=self.options.heartbeat_interval)
+                    heartbeat_interval=self.options.heartbeat_interval,
+                    jobs=list(registered_jobs()))
+                self._known_generation = generation
                 registered = True
                 self._prepare_database()
                 return True

@@ -35,6 +35,10 @@ PASSING = [
     "db-down-start",
     "undecodable-row",
     "bad-enqueue",
+    "refused-outcome",
+    "lost-commit",
+    "unknown-job",
+    "dotted-import",
 ]
 
 

@@ -192,6 +192,53 @@ def test_app_index_summary(alias: str, viewer) -> None:
     assert re.search(r">mail</a></th>\s*<td class=\"num\">1</td><td class=\"num\">1</td>", html)
 
 
+def test_app_index_flags_queued_jobs_no_running_worker_knows(alias: str, viewer) -> None:
+    # rule 12: each running worker lists the jobs it knows; a queued or waiting job of a name
+    # none of them lists is flagged, linked to its jobs.
+    now = timezone.now()
+    Worker.objects.using(alias).create(id="w1", hostname="h", pid=1, threads=1,
+                                       jobs=["add", "serial"])
+    Worker.objects.using(alias).create(id="w2", hostname="h", pid=2, threads=1, jobs=["capped"])
+    # Stopped, and not seen lately: what they knew does not count.
+    Worker.objects.using(alias).create(id="w3", hostname="h", pid=3, threads=1,
+                                       jobs=["gone_job"], stopped_at=now)
+    Worker.objects.using(alias).create(id="w4", hostname="h", pid=4, threads=1,
+                                       jobs=["gone_job"], last_seen_at=now - timedelta(days=1))
+    for name, status in (("add", "queued"), ("capped", "waiting"), ("gone_job", "queued"),
+                         ("gone_job", "queued"), ("<b>renamed</b>", "waiting"),
+                         ("finished_gone", "succeeded"), ("running_gone", "running")):
+        make_job(alias, name=name, status=status)
+    html = page(client_for(viewer), APP_INDEX)
+    flagged = re.search(r'id="ultjobs-unknown-jobs">(.*?)</td>', html, re.S)
+    assert flagged is not None
+    assert re.findall(r">([^<>]+)</a>", flagged[1]) == ["&lt;b&gt;renamed&lt;/b&gt;",
+                                                        "gone_job"]
+    assert f'href="{JOBS}?name=gone_job"' in flagged[1]
+    # Once a running worker knows them, nothing is flagged.
+    Worker.objects.using(alias).filter(id="w2").update(
+        jobs=["capped", "gone_job", "<b>renamed</b>"])
+    assert 'id="ultjobs-unknown-jobs"' not in page(client_for(viewer), APP_INDEX)
+
+
+def test_a_park_episode_shows_its_claims_on_the_job_page(alias: str, viewer) -> None:
+    # rule 12: one row for many parks, and how many.
+    job = make_job(alias, name="gone_job")
+    JobAttempt.objects.using(alias).create(job_id=job.id, attempt=1, outcome="suspended",
+                                           claims=2880, error='no job registered as "gone_job"')
+    html = page(client_for(viewer), reverse("admin:django_ultjobs_job_change", args=[job.id]))
+    assert re.search(r'class="field-claims_count">\s*<p>2880</p>', html)
+
+
+def test_app_index_flags_nothing_while_a_worker_has_not_said_what_it_knows(
+        alias: str, viewer) -> None:
+    # A worker of an older version (no list) may know anything: no flag is better than a
+    # false one.
+    Worker.objects.using(alias).create(id="w1", hostname="h", pid=1, threads=1, jobs=["add"])
+    Worker.objects.using(alias).create(id="w2", hostname="h", pid=2, threads=1, jobs=None)
+    make_job(alias, name="gone_job")
+    assert 'id="ultjobs-unknown-jobs"' not in page(client_for(viewer), APP_INDEX)
+
+
 def test_no_add_and_no_delete_anywhere(alias: str, operator) -> None:
     job = make_job(alias)
     client = client_for(operator)

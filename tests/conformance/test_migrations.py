@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connections, transaction
 
-from django_ultjobs.models import JobAttempt
+from django_ultjobs.models import Job, JobAttempt, Worker
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -105,5 +105,27 @@ def test_an_interrupted_0006_finishes_when_migrate_runs_again(alias: str) -> Non
         assert "ultjobs_attempt_outcome" not in names and "ultjobs_attempt_slot_lost" in names
         # Built anew by the migration, not the stand-in left behind: partial.
         assert "WHERE" in _index_definition(alias, "ultjobs_attempt_slot_lost").upper()
+    finally:
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+
+
+def test_0007_leaves_the_writes_of_older_code_working(alias: str) -> None:
+    # 0007 adds JobAttempt.claims (a database default of 1) and Worker.jobs (nullable), so code
+    # from before it (a worker of the last release, mid-deploy) still writes both tables, and its
+    # rows read as one claim and as a worker that did not say what it knows (rule 12).
+    try:
+        call_command("migrate", "django_ultjobs", "0006", database=alias, verbosity=0)
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        job = Job.objects.using(alias).create(name="gone")
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO django_ultjobs_jobattempt (job_id, attempt, worker_id, outcome, "
+                "error, slot_key, steps_run, steps_replayed) "
+                "VALUES (%s, 1, 'old', 'suspended', '', '', '[]', '[]')", [job.id])
+            cursor.execute(
+                "INSERT INTO django_ultjobs_worker (id, hostname, pid, threads, queues, "
+                "in_flight) VALUES ('old', 'h', 1, 1, '[]', 0)")
+        assert JobAttempt.objects.using(alias).get(job_id=job.id).claims == 1
+        assert Worker.objects.using(alias).get(id="old").jobs is None
     finally:
         call_command("migrate", "django_ultjobs", database=alias, verbosity=0)

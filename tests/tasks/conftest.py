@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test.utils import override_settings
 
 from django_ultjobs.registry import registered_jobs, unregister
@@ -22,7 +23,7 @@ from django_ultjobs.tasks_backend.compat import (
     task_started,
 )
 from tests.conftest import ALIASES, running_worker, wait_until
-from tests.tasks.settings import TASKS
+from tests.tasks.settings import JOB_MODULES, TASKS
 
 # The task module is imported under its TASKS: a Task is validated by its backend when defined.
 with override_settings(TASKS=TASKS):
@@ -31,8 +32,10 @@ with override_settings(TASKS=TASKS):
 
 @pytest.fixture(autouse=True)
 def tasks_settings() -> Iterator[None]:
-    """TASKS for every test here (and only here: the rest of the suite runs without it)."""
-    with override_settings(TASKS=TASKS):
+    """TASKS for every test here (and only here: the rest of the suite runs without it), and
+    the test tasks' package in JOB_MODULES, so a worker may import them by path (rule 40)."""
+    with override_settings(TASKS=TASKS,
+                           ULTJOBS={**settings.ULTJOBS, "JOB_MODULES": JOB_MODULES}):
         yield
 
 
@@ -56,7 +59,7 @@ def _engine(engine: str, database: str) -> Any:
 def alias(request: pytest.FixtureRequest) -> Iterator[str]:
     """The database alias under test, once per engine (tests/conftest's, with its database)."""
     database = ALIASES[request.param]
-    with override_settings(ULTJOBS={"DATABASE": database}):
+    with override_settings(ULTJOBS={"DATABASE": database, "JOB_MODULES": JOB_MODULES}):
         yield database
 
 
@@ -118,7 +121,8 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         return
     database = ALIASES[kind.removeprefix("ultjobs-")]
     with ExitStack() as stack:
-        stack.enter_context(override_settings(TASKS=TASKS, ULTJOBS={"DATABASE": database}))
+        stack.enter_context(override_settings(
+            TASKS=TASKS, ULTJOBS={"DATABASE": database, "JOB_MODULES": JOB_MODULES}))
         stack.enter_context(running_worker(database, queues=("default", "emails")))
         yield Harness(kind, "default", database)
 

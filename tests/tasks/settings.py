@@ -13,6 +13,11 @@ from tests.settings import *  # noqa: F403
 # Django 6 has django.tasks; Django 5.2 has the same API in the django-tasks backport.
 _TASKS_API = "django.tasks" if find_spec("django.tasks") else "django_tasks"
 
+# The test tasks live outside the installed apps: a worker imports their module by path only
+# when ULTJOBS["JOB_MODULES"] lists it (rule 40).
+JOB_MODULES = ["tests.tasks"]
+ULTJOBS = {**ULTJOBS, "JOB_MODULES": JOB_MODULES}  # noqa: F405
+
 TASKS = {
     "default": {
         "BACKEND": "django_ultjobs.tasks_backend.UltJobsBackend",

@@ -13,10 +13,12 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.test.utils import override_settings
 
+from django_ultjobs import UnknownJobError
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.registry import get_job, unregister
 from django_ultjobs.tasks_backend import UltJobsBackend
 from django_ultjobs.tasks_backend.compat import (
+    InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
     task_backends,
@@ -25,6 +27,7 @@ from django_ultjobs.tasks_backend.runner import TaskRunner
 from tests.conftest import REPO, running_worker, wait_until, worker_env
 from tests.tasks import taskdefs
 from tests.tasks.conftest import SignalLog
+from tests.tasks.settings import JOB_MODULES
 from tests.tasks.taskdefs import (
     add,
     context_info,
@@ -182,9 +185,37 @@ def test_a_path_that_is_not_a_task_is_parked_not_run(alias: str) -> None:
     assert get_job("tests.tasks.taskdefs.plain_function") is None
 
 
+def test_the_result_of_a_task_whose_code_is_gone(alias: str, backend: UltJobsBackend) -> None:
+    # rule 12: a task removed (or renamed) while runs of it were queued still has a result: READY
+    # while it is parked, FAILED once UNKNOWN_JOB_TIMEOUT gives up on it, saying why.
+    removed = "tests.tasks.taskdefs.removed_in_the_last_deploy"
+    result = add.using(priority=7).enqueue(1, 2)
+    Job.objects.using(alias).filter(pk=result.id).update(name=removed)
+    queued = backend.get_result(result.id)
+    assert (queued.status, queued.args, queued.task.module_path) == ("READY", [1, 2], removed)
+    assert (queued.task.priority, queued.task.queue_name) == (7, "default")
+    with pytest.raises(UnknownJobError, match=removed):
+        queued.task.call()
+    assert get_job(removed) is None  # reading the result registered nothing
+    short = {"DATABASE": alias, "JOB_MODULES": JOB_MODULES, "UNKNOWN_JOB_DELAY": 0.05,
+             "UNKNOWN_JOB_TIMEOUT": 0.5}
+    with override_settings(ULTJOBS=short), running_worker(alias):
+        failed = finished(result.id)
+    assert failed.status == FAILED
+    assert failed.errors[-1].traceback.startswith(f'no worker knows job "{removed}"')
+
+
+def test_a_task_outside_the_apps_and_job_modules_is_refused_at_enqueue(alias: str) -> None:
+    # rule 40: a worker would not import its module, so it could never run.
+    with override_settings(ULTJOBS={"DATABASE": alias}), \
+            pytest.raises(InvalidTask, match=r"ULTJOBS\['JOB_MODULES'\]"):
+        add.enqueue(1, 2)
+    assert not Job.objects.using(alias).exists()
+
+
 @pytest.fixture
 def pg_tasks() -> Iterator[str]:
-    with override_settings(ULTJOBS={"DATABASE": "postgres"}):
+    with override_settings(ULTJOBS={"DATABASE": "postgres", "JOB_MODULES": JOB_MODULES}):
         yield "postgres"
 
 

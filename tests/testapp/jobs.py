@@ -205,3 +205,10 @@ def capped_clocked(ctx: JobContext, label: str = "capped", seconds: float = 0.05
 def capped_ignoring(ctx: JobContext, seconds: float) -> None:
     """A capped job whose body never looks at its cancellation."""
     time.sleep(seconds)
+
+
+@job(max_attempts=2, backoff=0.0)
+def sized_result(size: int) -> str:
+    """Return a string of ``size`` characters: a result the worker or the database may refuse
+    to store (rules 30, 31)."""
+    return "x" * size

@@ -97,8 +97,18 @@ def test_a_job_named_after_an_existing_one_is_refused_before_it_is_registered() 
     ({"concurrency": -2}, "concurrency must be a whole number of at least 1"),
     ({"concurrency": True}, "concurrency must be a whole number of at least 1"),
     ({"concurrency": False}, "concurrency must be a whole number of at least 1"),
-    ({"backoff": -1.0}, "backoff cannot be negative"),
-    ({"max_backoff": -1.0}, "backoff cannot be negative"),
+    ({"backoff": -1.0}, "backoff is -1.0; it must be a finite number of seconds from 0"),
+    ({"max_backoff": -1.0}, "max_backoff is -1.0; it must be a finite number of seconds from 0"),
+    # Rule 31: a non-finite or absurd float would reach the settle's timestamp arithmetic (and
+    # once refused every settle batch holding it): refused at import, naming the option.
+    ({"backoff": float("inf")}, "backoff is inf; it must be a finite number"),
+    ({"backoff": float("nan")}, "backoff is nan; it must be a finite number"),
+    ({"max_backoff": float("inf")}, "max_backoff is inf; it must be a finite number"),
+    ({"max_backoff": float("-inf")}, "max_backoff is -inf; it must be a finite number"),
+    ({"max_backoff": 1e300}, r"max_backoff is 1e\+300; .* \(a hundred years\)"),
+    ({"backoff": "2"}, "backoff must be a number of seconds, not str '2'"),
+    ({"backoff": None}, "backoff must be a number of seconds, not NoneType None"),
+    ({"max_backoff": True}, "max_backoff must be a number of seconds, not bool True"),
     ({"queue": ""}, "queue must be 1 to 100 characters"),
     ({"queue": "q" * 101}, "queue must be 1 to 100 characters"),
 ])

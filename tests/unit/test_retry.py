@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_ultjobs.retry import backoff_delay
+from django_ultjobs.retry import MAX_DELAY, backoff_delay, clamp_delay
 
 
 def test_equal_jitter_spans_the_upper_half_of_the_ceiling() -> None:
@@ -64,3 +64,25 @@ def test_the_default_randomness_stays_in_bounds() -> None:
     delays = [backoff_delay(4, base=1, cap=3600) for _ in range(1000)]
     assert all(4.0 <= d <= 8.0 for d in delays)
     assert len(set(delays)) > 900  # jittered, not one instant for every job
+
+
+def test_delays_are_clamped_to_what_every_engine_can_add_to_a_timestamp() -> None:
+    # rule 31: never NaN, never infinite, never past a hundred years, never negative.
+    assert clamp_delay(float("nan")) == 0.0
+    assert clamp_delay(float("inf")) == MAX_DELAY
+    assert clamp_delay(float("-inf")) == 0.0
+    assert clamp_delay(-5.0) == 0.0
+    assert clamp_delay(1e300) == MAX_DELAY
+    assert clamp_delay(12.5) == 12.5
+
+
+@given(attempt=st.integers(min_value=-5, max_value=10**6),
+       base=st.floats(allow_nan=True, allow_infinity=True),
+       cap=st.floats(allow_nan=True, allow_infinity=True))
+@settings(max_examples=300, deadline=None)
+def test_no_backoff_is_ever_non_finite_or_past_the_bound(attempt: int, base: float,
+                                                          cap: float) -> None:
+    # rule 31: whatever a spec held (registration refuses these; a row written by hand, or a
+    # spec built around the check, may not), the delay a settle writes is storable.
+    delay = backoff_delay(attempt, base=base, cap=cap)
+    assert math.isfinite(delay) and 0.0 <= delay <= MAX_DELAY

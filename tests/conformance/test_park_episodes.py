@@ -1,0 +1,112 @@
+"""Parking a job no worker knows, on both engines: one attempt row per episode (rule 12).
+
+The store side of it: ``park_episodes`` finds the episode a claimed job is in (its latest attempt
+row, when that is a park of the same attempt), and a settle that ``extends`` it counts one more
+claim on that row instead of writing another.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from django_ultjobs.models import JobAttempt
+from django_ultjobs.store import ClaimedJob, JobStore, ParkEpisode
+from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
+from tests.conftest import FakeClock
+
+from .helpers import claim, enqueue, new_job, row, settlement
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
+                                    available_apps=["django_ultjobs", "tests.testapp"])
+
+ERROR = f'{UNKNOWN_JOB_PREFIX}"gone"'
+DAY = 86400.0
+
+
+def _park(cstore: JobStore, job: ClaimedJob, extends: int | None = None) -> None:
+    settled = cstore.settle([settlement(job, "queued", outcome="suspended", attempt_delta=-1,
+                                        delay=30.0, error=ERROR, extends=extends)], "w1")
+    assert settled == {job.id}
+
+
+def _attempts(alias: str, job_id: int) -> list[tuple[int, str, int, str]]:
+    return list(JobAttempt.objects.using(alias).filter(job_id=job_id).order_by("id")
+                .values_list("attempt", "outcome", "claims", "worker_id"))
+
+
+def test_a_park_that_extends_its_episode_counts_a_claim_instead_of_a_row(
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 12
+    (job_id,) = enqueue(cstore, new_job("gone"))
+    (first,) = claim(cstore)
+    assert cstore.park_episodes([job_id], UNKNOWN_JOB_PREFIX, DAY) == {}
+    _park(cstore, first)
+    (parked,) = JobAttempt.objects.using(alias).filter(job_id=job_id)
+    for n in range(2, 6):
+        clock.advance(30)
+        (again,) = claim(cstore, f"w{n}")
+        assert again.attempt == first.attempt == 1  # parking burns no attempt
+        episode = cstore.park_episodes([job_id], UNKNOWN_JOB_PREFIX, DAY)
+        assert episode == {job_id: ParkEpisode(job_id=job_id, attempt_id=parked.id, attempt=1,
+                                               expired=False)}
+        _park(cstore, again, extends=parked.id)
+    assert _attempts(alias, job_id) == [(1, "suspended", 5, "w1")]
+    latest = JobAttempt.objects.using(alias).get(id=parked.id)
+    assert latest.started_at == first.claimed_at  # when the episode began
+    assert latest.finished_at == clock.now  # the last park
+    assert (row(alias, job_id).status, row(alias, job_id).attempt) == ("queued", 0)
+
+
+def test_an_episode_expires_on_the_database_clock(cstore: JobStore, clock: FakeClock,
+                                                  alias: str) -> None:  # rule 12
+    (job_id,) = enqueue(cstore, new_job("gone"))
+    (job,) = claim(cstore)
+    _park(cstore, job)
+    clock.advance(99)
+    assert not cstore.park_episodes([job_id], UNKNOWN_JOB_PREFIX, 100.0)[job_id].expired
+    clock.advance(1)
+    assert cstore.park_episodes([job_id], UNKNOWN_JOB_PREFIX, 100.0)[job_id].expired
+
+
+def test_another_outcome_since_the_park_ends_the_episode(cstore: JobStore, clock: FakeClock,
+                                                         alias: str) -> None:  # rule 12
+    (parked_id, other_id) = enqueue(cstore, new_job("gone"), new_job("gone"))
+    for job in claim(cstore):
+        _park(cstore, job)
+    clock.advance(30)
+    # A worker that knew the job ran it and it failed once: the park's row is no longer the
+    # latest, so the next park begins a new episode.
+    runs = {job.id: job for job in claim(cstore)}
+    cstore.settle([settlement(runs[other_id], "queued", outcome="retrying", error="boom")], "w1")
+    episodes = cstore.park_episodes([parked_id, other_id], UNKNOWN_JOB_PREFIX, DAY)
+    assert set(episodes) == {parked_id}
+
+
+def test_a_park_whose_episode_row_is_gone_records_a_new_one(cstore: JobStore, clock: FakeClock,
+                                                           alias: str) -> None:  # rule 12
+    (job_id,) = enqueue(cstore, new_job("gone"))
+    (job,) = claim(cstore)
+    _park(cstore, job)
+    (parked,) = JobAttempt.objects.using(alias).filter(job_id=job_id)
+    clock.advance(30)
+    (again,) = claim(cstore)
+    parked.delete()  # pruned by hand between the lookup and the settle
+    _park(cstore, again, extends=parked.id)
+    assert _attempts(alias, job_id) == [(1, "suspended", 1, "w1")]
+
+
+def test_a_park_in_a_batch_with_other_outcomes(cstore: JobStore, clock: FakeClock,
+                                               alias: str) -> None:  # rule 12
+    (gone_id, ran_id) = enqueue(cstore, new_job("gone"), new_job())
+    (gone,) = [j for j in claim(cstore, limit=1)]
+    _park(cstore, gone)
+    (parked,) = JobAttempt.objects.using(alias).filter(job_id=gone_id)
+    clock.advance(30)
+    runs = {job.id: job for job in claim(cstore)}
+    settled = cstore.settle([
+        settlement(runs[gone_id], "queued", outcome="suspended", attempt_delta=-1, delay=30.0,
+                   error=ERROR, extends=parked.id),
+        settlement(runs[ran_id], result_json="3"),
+    ], "w2")
+    assert settled == {gone_id, ran_id}
+    assert _attempts(alias, gone_id) == [(1, "suspended", 2, "w2")]
+    assert _attempts(alias, ran_id) == [(1, "succeeded", 1, "w2")]
