@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from django.db import connections, transaction
+from django.db.backends.utils import CursorWrapper
 from django.test import TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 
@@ -97,3 +98,27 @@ def test_the_workers_statements_are_seen(cstore: JobStore) -> None:
         assert name in names, (name, names)
     assert any(name.startswith("claim") for name in names)
     assert _names([q["sql"] for q in ctx.captured_queries]) == names
+
+
+def test_a_tool_that_wraps_connection_cursor_sees_enqueue(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As django-debug-toolbar and ddtrace do: replace connection.cursor() with one that returns
+    # their own wrapper class around Django's cursor.
+    conn = connections[alias]
+    seen: list[str] = []
+    django_cursor = conn.cursor
+
+    class ToolCursor(CursorWrapper):
+        def execute(self, sql: str, params: Any = None) -> Any:
+            seen.append(sql)
+            return super().execute(sql, params)
+
+    def tool_cursor() -> Any:
+        return ToolCursor(django_cursor().cursor, conn)
+
+    monkeypatch.setattr(conn, "cursor", tool_cursor)
+    with transaction.atomic(using=alias):
+        add.enqueue(1, 2)
+        bulk_enqueue([add.call(3, 4), noop.call()])
+    ours = [sql for sql in seen if _TAG.search(sql)]  # Django's atomic() sends BEGIN on SQLite
+    assert len(ours) == 2 and all("INSERT INTO" in sql for sql in ours)
