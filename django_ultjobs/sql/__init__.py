@@ -47,6 +47,26 @@ def queries(dialect: str) -> dict[str, str]:
     return found
 
 
+#: A named placeholder of SQLite (``:name``); not the second colon of PostgreSQL's ``::type``.
+_NAMED = re.compile(r"(?<![:\w]):(?P<name>[A-Za-z_]\w*)")
+
+
+@cache
+def django_queries(dialect: str) -> dict[str, str]:
+    """Return the queries of ``dialect`` in the placeholder style Django's cursors take.
+
+    Django's cursor wrappers take ``%(name)s`` placeholders and ``%%`` for a percent sign on every
+    engine (rule 41): PostgreSQL's queries are written that way already; SQLite's ``:name`` and
+    bare ``%`` (its ``strftime`` formats) are rewritten here once, and Django's SQLite cursor turns
+    them back into the same text before SQLite sees them.
+    """
+    found = queries(dialect)
+    if dialect == "postgresql":
+        return found
+    return {name: _NAMED.sub(r"%(\g<name>)s", sql.replace("%", "%%"))
+            for name, sql in found.items()}
+
+
 def _without_comment_lines(sql: str) -> str:
     """``sql`` without its whole-line ``--`` comments: they are for readers of the .sql file.
 

@@ -3,8 +3,9 @@
 One protocol, one implementation per engine (``postgresql.py``, ``sqlite.py``) answering the same
 named queries identically; ``tests/conformance`` runs one suite against both. Every method uses
 the calling thread's own Django connection for ``alias`` (Django keeps one per thread), through
-the raw DB-API cursor: the worker's hot path skips the ORM, and enqueue still joins the caller's
-transaction because it is the same connection.
+the cursor ``connection.cursor()`` gives (rule 41): the ORM is skipped, not Django's cursor
+wrappers, so ``assertNumQueries``, ``connection.execute_wrapper`` and the tools built on them see
+every statement, and enqueue joins the caller's transaction because it is the same connection.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..retry import clamp_delay
-from ..sql import queries
+from ..sql import django_queries
 
 #: A clock the store reads instead of the database's, for tests only; None means the database's.
 Clock = Callable[[], datetime]
@@ -247,7 +248,7 @@ class JobStore(LeaseStore):
     def __init__(self, alias: str, clock: Clock | None = None) -> None:
         self.alias = alias
         self.clock = clock
-        self.sql = queries(self.dialect)
+        self.sql = django_queries(self.dialect)
 
     @property
     def leases(self) -> LeaseStore | None:
@@ -261,7 +262,11 @@ class JobStore(LeaseStore):
 
     @contextmanager
     def cursor(self) -> Iterator[Any]:
-        """Yield a raw DB-API cursor on this thread's connection, errors as Django's.
+        """Yield Django's cursor on this thread's connection, errors as Django's.
+
+        Django's cursor wrapper, not the driver's cursor (rule 41): ``execute_wrapper`` hooks,
+        the queries log (``assertNumQueries``, ``CaptureQueriesContext``, ``DEBUG``) and tools
+        that patch ``connection.cursor()`` see every statement of the store.
 
         A connection that broke (the database restarted, the network dropped), or that lost
         state every later statement needs (``spoils_connection``), is closed so the next call
@@ -270,9 +275,8 @@ class JobStore(LeaseStore):
         """
         conn = self.connection
         try:
-            conn.ensure_connection()
+            cur = self._django_cursor(conn)
             with conn.wrap_database_errors:
-                cur = self._raw_cursor(conn.connection)
                 try:
                     yield cur
                 finally:
@@ -330,9 +334,10 @@ class JobStore(LeaseStore):
         database: a database nobody migrated, which no wait will fix (engines override)."""
         return False
 
-    def _raw_cursor(self, raw: Any) -> Any:
-        """A DB-API cursor on ``raw`` (engines override to pick a faster kind)."""
-        return raw.cursor()
+    def _django_cursor(self, conn: BaseDatabaseWrapper) -> Any:
+        """``conn.cursor()``: Django's wrapper (engines override to put a faster driver cursor
+        inside it)."""
+        return conn.cursor()
 
     def now_param(self) -> Any:
         """The ``now`` parameter of every query: None (database clock) unless a clock is set."""

@@ -40,6 +40,22 @@ _REFUSED_CLASSES = ("22", "23", "54")
 BUSY_EVENT_RECHECK = 1.0
 
 
+class _StoreCursor(psycopg.Cursor[Any]):
+    """A server-side binding cursor that can be told to prepare none of its statements.
+
+    It runs inside Django's cursor wrapper, whose ``execute`` passes no options to the driver.
+    """
+
+    #: ``execute``'s ``prepare`` when the caller gives none: None leaves it to
+    #: ``prepare_threshold``; False never prepares.
+    prepare: bool | None = None
+
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None,
+                binary: bool | None = None) -> Any:
+        return super().execute(query, params, binary=binary,
+                               prepare=self.prepare if prepare is None else prepare)
+
+
 class PostgresStore(JobStore):
     """Jobs and fleet slots on PostgreSQL; every batch is one statement and one round trip."""
 
@@ -65,15 +81,20 @@ class PostgresStore(JobStore):
             r = cur.fetchone()
         return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2])]
 
-    def _raw_cursor(self, raw: Any) -> Any:
-        # Server-side parameter binding, whatever Django's connection uses for the ORM: the
+    def _django_cursor(self, conn: BaseDatabaseWrapper) -> Any:
+        # Django's wrapper from connection.cursor() (rule 41: whatever patched that method, a
+        # debug toolbar, an APM agent, has wrapped it), with a server-side binding cursor put
+        # inside in place of the ORM's, whatever Django's connection uses for the ORM: the
         # client-side cursor quoted every parameter (arrays, uuids) in Python, ~11 % of the claim
         # loop's time in a drain profile. Prepared statements follow the site's own choice:
         # Django opens psycopg connections with prepare_threshold off (a transaction-mode pooler
         # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on
         # for these cursors (the ORM's client-side cursors never prepare unless
         # server_side_binding is on too; docs/deployment.md: prepared statements).
-        return psycopg.Cursor(raw)
+        wrapper = conn.cursor()
+        wrapper.cursor.close()
+        wrapper.cursor = _StoreCursor(conn.connection)
+        return wrapper
 
     def execute_unprepared(self, cur: Any, name: str, params: Mapping[str, Any]) -> None:
         # Never prepared, whatever prepare_threshold says: after five runs PostgreSQL may switch
@@ -83,7 +104,13 @@ class PostgresStore(JobStore):
         # takes 6.8 ms instead of 0.8 at 40,000 queued (its due time unknown to the planner);
         # event_find's walks the events in id order instead of taking its name's index (9-13 ms
         # instead of 0.25 at 100,000 events). Planning afresh costs 0.1-0.3 ms a statement.
-        cur.execute(self.sql[name], params, prepare=False)
+        # Django's wrapper passes no options to the driver: the cursor inside it is told instead.
+        driver = cur.cursor
+        driver.prepare = False
+        try:
+            cur.execute(self.sql[name], params)
+        finally:
+            driver.prepare = None
 
     def schema_missing(self, exc: BaseException) -> bool:
         return any(getattr(error, "sqlstate", None) in _UNMIGRATED

@@ -46,8 +46,8 @@ class _CountingCursor:
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement the store sends (it uses the raw DB-API cursor, which Django's
-    ``CaptureQueriesContext`` cannot see)."""
+    """Every statement the store sends, counted at the store's own cursor (what Django's hooks
+    see is held in test_query_instrumentation.py, rule 41)."""
     seen: list[str] = []
     original = JobStore.cursor
 

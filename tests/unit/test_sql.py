@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from django_ultjobs.sql import queries
+from django_ultjobs.sql import django_queries, queries
 from django_ultjobs.store.sqlite import SQLiteStore
 
 DIALECTS = ["postgresql", "sqlite"]
@@ -84,3 +84,16 @@ def test_sqlite_time_text_is_djangos_utc_form() -> None:
 def test_sqlite_time_text_parses_as_aware_utc(text: str) -> None:
     assert SQLiteStore.parse_time(text) == datetime(2030, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
     assert SQLiteStore.parse_time(text).utcoffset() == timedelta(0)
+
+
+def test_sqlite_queries_reach_sqlite_unchanged_through_djangos_cursor() -> None:
+    # Django's SQLite cursor takes %(name)s and %% (rule 41) and turns them into :name and % with
+    # the names of the parameters it is given: what SQLite runs is the .sql file's own text.
+    named = re.compile(r"%\((\w+)\)s")
+    for name, sql in django_queries("sqlite").items():
+        params = {param: f":{param}" for param in named.findall(sql)}
+        assert sql % params == queries("sqlite")[name], name
+
+
+def test_postgresql_queries_go_to_psycopg_as_written() -> None:
+    assert django_queries("postgresql") == queries("postgresql")
