@@ -9,6 +9,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
+from .slot_keys import MAX_SLOT_KEY
+
 
 class JobStatus(models.TextChoices):
     QUEUED = "queued", "queued"
@@ -201,7 +203,7 @@ class JobLease(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    key = models.CharField(max_length=200)
+    key = models.CharField(max_length=MAX_SLOT_KEY)
     slot = models.PositiveIntegerField()
     holder = models.CharField(max_length=300)
     acquired_at = models.DateTimeField(db_default=Now())
