@@ -117,9 +117,9 @@ chosen AS (
 -- subquery there hides the row estimate from the planner and turns the ordered index scan into
 -- a sort of every runnable row (performance.md, item 26). "uncapped" false leaves the uncapped
 -- scan out (a one-time filter): it walks past every queued run of a capped kind (performance.md,
--- item 6), and the worker has just seen it find nothing. Each row
--- also says whether that scan locked rows the limit then cut ("others_left"): a claim filled
--- with capped runs proves nothing about the other kinds unless this is false.
+-- item 6), and the worker has just seen it find nothing. Each row also says whether that scan
+-- locked rows the limit then cut ("others_left"): a claim filled with capped runs proves nothing
+-- about the other kinds unless this is false.
 WITH caps AS MATERIALIZED (
     -- The slots this worker kept from its last runs of a kind ("kept") count as free for it.
     SELECT c.name,
