@@ -10,6 +10,8 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from .slot_keys import MAX_SLOT_KEY
+
 
 class JobStatus(models.TextChoices):
     QUEUED = "queued", _("queued")
@@ -202,7 +204,7 @@ class JobLease(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    key = models.CharField(max_length=200)
+    key = models.CharField(max_length=MAX_SLOT_KEY)
     slot = models.PositiveIntegerField()
     holder = models.CharField(max_length=300)
     acquired_at = models.DateTimeField(db_default=Now())

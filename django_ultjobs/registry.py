@@ -22,6 +22,7 @@ from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
 from .retry import MAX_DELAY
+from .slot_keys import MAX_SLOT_JOB_NAME
 from .store import EnqueuedJob, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
@@ -85,11 +86,11 @@ class JobSpec:
             raise JobConfigurationError(
                 f"job {self.name!r}: concurrency must be a whole number of at least 1, or None"
             )
-        if self.concurrency is not None and len(self.name) > 196:
-            # Its fleet slots are keyed "job:<name>" in a 200-character column.
+        if self.concurrency is not None and len(self.name) > MAX_SLOT_JOB_NAME:
+            # Its fleet slots' key (slot_key_for) must fit the lease key column.
             raise JobConfigurationError(
-                f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most 196 "
-                "characters"
+                f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most "
+                f"{MAX_SLOT_JOB_NAME} characters"
             )
         for option in ("backoff", "max_backoff"):
             _check_seconds(self.name, option, getattr(self, option))

@@ -2,16 +2,46 @@
 -- Every expiry is compared on the database clock ({now}), never a worker's wall clock, so hosts
 -- whose clocks disagree cannot steal each other's leases.
 
+-- fragment: job_columns
+-- The columns an enqueue writes, in the order of the values enqueue and enqueue_one give them.
+(name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+ claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+ last_error, wait_event, wait_after, created_at, updated_at)
+
+-- fragment: runnable
+-- A row a claim may take: queued and due, running with its lease lapsed (a re-delivery), or
+-- waiting and woken. Follows a WHERE or an AND.
+status IN ('queued', 'running', 'waiting')
+          AND visible_at <= {now}
+
+-- fragment: claim_update
+-- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
+-- (status, token, worker, lease), and come back with what the row was before. A waiting row
+-- that woke keeps its attempt; any other claim starts a new one (rule 1). Each query adds its
+-- last column, others_left.
+UPDATE django_ultjobs_job AS j
+SET status = 'running',
+    attempt = j.attempt + CASE WHEN chosen.prev_status = 'waiting' THEN 0 ELSE 1 END,
+    claim_token = %(token)s::uuid,
+    worker_id = %(worker_id)s::text,
+    claimed_at = {now},
+    visible_at = {now_plus(%(timeout)s::float8)},
+    updated_at = {now}
+FROM chosen
+WHERE j.id = chosen.id
+RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
+          j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
+          chosen.prev_status, chosen.prev_worker,
+          CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
+
+
 -- name: enqueue
 -- Insert many jobs in one statement from a JSON array (one element for a single enqueue), and
 -- wake idle workers of their queues: pg_notify inside the enqueuing transaction is delivered
 -- when it commits, never before (and never if it rolls back). The rows are inserted in array
 -- order, so ids ascend in the caller's order.
 WITH ins AS (
-    INSERT INTO django_ultjobs_job
-        (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
-         claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-         last_error, wait_event, wait_after, created_at, updated_at)
+    INSERT INTO django_ultjobs_job {fragment:job_columns}
     SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
            COALESCE(j.run_at, {now_plus(j.delay)}),
            NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now}
@@ -33,14 +63,11 @@ notified AS (
 SELECT ins.id, ins.visible_at, ins.created_at FROM ins CROSS JOIN notified ORDER BY ins.id;
 
 -- name: enqueue_one
--- One job, one plain INSERT (enqueue() is usually one call inside a view's transaction, and the
--- JSON-array form bulk enqueue needs costs it ~0.3 ms more); idle workers of its queue are
--- notified on commit when it is runnable now.
+-- One job, one plain INSERT: enqueue() is usually one call inside a view's transaction, and the
+-- JSON-array form bulk enqueue needs costs it more than the rest of the call (performance.md,
+-- item 3). Idle workers of its queue are notified on commit when it is runnable now.
 WITH ins AS (
-    INSERT INTO django_ultjobs_job
-        (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
-         claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-         last_error, wait_event, wait_after, created_at, updated_at)
+    INSERT INTO django_ultjobs_job {fragment:job_columns}
     VALUES (%(name)s::text, %(queue)s::text, %(priority)s::int, %(args)s::jsonb,
             %(kwargs)s::jsonb, 'queued', 0, %(max_attempts)s::int,
             COALESCE(%(run_at)s::timestamptz, {now_plus(%(delay)s::float8)}),
@@ -57,9 +84,9 @@ FROM ins;
 -- then save), from one ordered index scan per queue. Rows locked here but not chosen are unlocked
 -- when the statement commits. A running row whose lease lapsed is re-delivered and counts as an
 -- attempt (rule 1); a waiting row that woke does not. This is the claim of a worker with no
--- capped kind registered; claim_capped (same columns) is the one with caps. Planning and running
--- the caps' part cost every claim 0.2 ms even with no cap to apply (0.57 against 0.38 ms a claim
--- at 20,000 queued), 10 % of a drain at --threads 8.
+-- capped kind registered; claim_capped (same columns) is the one with caps: planning and running
+-- the caps' part would cost every claim its time even with no cap to apply (performance.md,
+-- item 23).
 WITH locked AS (
     SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
@@ -67,8 +94,7 @@ WITH locked AS (
                claimed_at AS prev_claimed_at
         FROM django_ultjobs_job
         WHERE queue = q.queue
-          AND status IN ('queued', 'running', 'waiting')
-          AND visible_at <= {now}
+          AND {fragment:runnable}
         ORDER BY priority DESC, visible_at, id
         LIMIT %(limit)s::int
         FOR UPDATE SKIP LOCKED
@@ -77,20 +103,7 @@ WITH locked AS (
 chosen AS (
     SELECT * FROM locked ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
 )
-UPDATE django_ultjobs_job AS j
-SET status = 'running',
-    attempt = j.attempt + CASE WHEN chosen.prev_status = 'waiting' THEN 0 ELSE 1 END,
-    claim_token = %(token)s::uuid,
-    worker_id = %(worker_id)s::text,
-    claimed_at = {now},
-    visible_at = {now_plus(%(timeout)s::float8)},
-    updated_at = {now}
-FROM chosen
-WHERE j.id = chosen.id
-RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
-          j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
-          chosen.prev_status, chosen.prev_worker,
-          CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
+{fragment:claim_update}
           (SELECT count(*) FROM locked) > (SELECT count(*) FROM chosen) AS others_left;
 
 -- name: claim_capped
@@ -102,16 +115,16 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_
 -- A running row whose lease lapsed is re-delivered and counts as an attempt (rule 1); a waiting
 -- row that woke does not. The capped names reach the uncapped scan as a constant array: a
 -- subquery there hides the row estimate from the planner and turns the ordered index scan into
--- a sort of every runnable row (16 ms per claim at 30,000 queued). "uncapped" false leaves the
--- uncapped scan out (a one-time filter): it walks past every queued run of a capped kind, 3.3 ms
--- a claim with 20,000 of them queued, and the worker has just seen it find nothing. Each row
--- also says whether that scan locked rows the limit then cut ("others_left"): a claim filled
--- with capped runs proves nothing about the other kinds unless this is false.
+-- a sort of every runnable row (performance.md, item 28). "uncapped" false leaves the uncapped
+-- scan out (a one-time filter): it walks past every queued run of a capped kind (performance.md,
+-- item 6), and the worker has just seen it find nothing. Each row also says whether that scan
+-- locked rows the limit then cut ("others_left"): a claim filled with capped runs proves nothing
+-- about the other kinds unless this is false.
 WITH caps AS MATERIALIZED (
     -- The slots this worker kept from its last runs of a kind ("kept") count as free for it.
     SELECT c.name,
            c.lim + c.kept - (SELECT count(*) FROM django_ultjobs_joblease AS l
-                             WHERE l.key = 'job:' || c.name AND l.slot < c.lim
+                             WHERE l.key = {slot_key(c.name)} AND l.slot < c.lim
                                AND l.expires_at > {now}) AS free
     FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
         AS c(name, lim, kept)
@@ -123,8 +136,7 @@ locked AS (
                claimed_at AS prev_claimed_at, false AS capped
         FROM django_ultjobs_job
         WHERE queue = q.queue
-          AND status IN ('queued', 'running', 'waiting')
-          AND visible_at <= {now}
+          AND {fragment:runnable}
           AND name <> ALL (%(cap_names)s::text[])
           AND %(uncapped)s::boolean
         ORDER BY priority DESC, visible_at, id
@@ -139,8 +151,7 @@ locked AS (
         FROM django_ultjobs_job
         WHERE name = caps.name
           AND queue = ANY (%(queues)s::text[])
-          AND status IN ('queued', 'running', 'waiting')
-          AND visible_at <= {now}
+          AND {fragment:runnable}
         ORDER BY priority DESC, visible_at, id
         LIMIT LEAST(caps.free, %(limit)s::int)
         FOR UPDATE SKIP LOCKED
@@ -150,20 +161,7 @@ locked AS (
 chosen AS (
     SELECT * FROM locked ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
 )
-UPDATE django_ultjobs_job AS j
-SET status = 'running',
-    attempt = j.attempt + CASE WHEN chosen.prev_status = 'waiting' THEN 0 ELSE 1 END,
-    claim_token = %(token)s::uuid,
-    worker_id = %(worker_id)s::text,
-    claimed_at = {now},
-    visible_at = {now_plus(%(timeout)s::float8)},
-    updated_at = {now}
-FROM chosen
-WHERE j.id = chosen.id
-RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
-          j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
-          chosen.prev_status, chosen.prev_worker,
-          CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
+{fragment:claim_update}
           (SELECT count(*) FROM locked WHERE NOT locked.capped)
               > (SELECT count(*) FROM chosen WHERE NOT chosen.capped) AS others_left;
 
@@ -173,8 +171,8 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_
 -- row, or it is gone. Rows are locked in id order so this cannot deadlock with a settle batch.
 WITH locked AS (
     -- One primary-key probe per run, in id order (a lateral lookup, so the plan cannot follow
-    -- the table's statistics: a plain join once drove from the (name, status) index at ~176 ms
-    -- a batch, and a join filter against the batch went quadratic, 4.7 ms per 100 rows).
+    -- the table's statistics: a plain join can drive from the (name, status) index over every
+    -- running row, or filter the batch once per row; performance.md, items 1 and 4).
     SELECT l.id
     FROM (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
           ORDER BY h.id) AS h

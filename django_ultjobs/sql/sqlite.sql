@@ -4,6 +4,23 @@
 -- Batches arrive as one JSON parameter and are unpacked with json_each, so a batch is one
 -- statement however long it is. Times are Django's text format, UTC, compared lexically.
 
+-- fragment: runnable
+-- A row a claim may take: queued and due, running with its lease lapsed (a re-delivery), or
+-- waiting and woken. Follows a WHERE or an AND.
+status IN ('queued', 'running', 'waiting')
+  AND visible_at <= {now}
+
+-- fragment: candidate
+-- What the claim needs of a candidate row: its rank (priority, due time, id) and what it was
+-- before the claim (status, worker, claim time).
+SELECT id, priority, visible_at, status, worker_id, claimed_at
+FROM django_ultjobs_job
+
+-- fragment: claim_order
+-- The claim order (the claim indexes' order), at most :limit rows.
+ORDER BY priority DESC, visible_at, id
+LIMIT :limit
+
 -- name: enqueue
 -- Insert many jobs in one statement from a JSON array, in array order.
 INSERT INTO django_ultjobs_job
@@ -31,32 +48,26 @@ RETURNING id, visible_at, created_at;
 SELECT json_extract(c.value, '$[0]'),
        json_extract(c.value, '$[1]') + json_extract(c.value, '$[2]') - (
            SELECT count(*) FROM django_ultjobs_joblease AS l
-           WHERE l.key = 'job:' || json_extract(c.value, '$[0]')
+           WHERE l.key = {slot_key(json_extract(c.value, '$[0]'))}
              AND l.slot < json_extract(c.value, '$[1]') AND l.expires_at > {now})
 FROM json_each(:caps) AS c;
 
 -- name: claim_candidates
 -- The runnable jobs of uncapped kinds this worker may claim, in claim order.
-SELECT id, priority, visible_at, status, worker_id, claimed_at
-FROM django_ultjobs_job
-WHERE status IN ('queued', 'running', 'waiting')
+{fragment:candidate}
+WHERE {fragment:runnable}
   AND queue IN (SELECT value FROM json_each(:queues))
-  AND visible_at <= {now}
   AND name NOT IN (SELECT value FROM json_each(:capped))
-ORDER BY priority DESC, visible_at, id
-LIMIT :limit;
+{fragment:claim_order};
 
 -- name: claim_capped_candidates
 -- The runnable jobs of one capped kind, at most as many as it has free fleet slots, so a
 -- backlog of one capped kind cannot crowd the jobs behind it out of a claim.
-SELECT id, priority, visible_at, status, worker_id, claimed_at
-FROM django_ultjobs_job
+{fragment:candidate}
 WHERE name = :name
-  AND status IN ('queued', 'running', 'waiting')
+  AND {fragment:runnable}
   AND queue IN (SELECT value FROM json_each(:queues))
-  AND visible_at <= {now}
-ORDER BY priority DESC, visible_at, id
-LIMIT :limit;
+{fragment:claim_order};
 
 -- name: claim
 -- Claim the candidates: a conditional UPDATE ... RETURNING that re-checks runnability, so it can
@@ -72,8 +83,7 @@ SET status = 'running',
     visible_at = {now_plus(:timeout)},
     updated_at = {now}
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND status IN ('queued', 'running', 'waiting')
-  AND visible_at <= {now}
+  AND {fragment:runnable}
 RETURNING id, name, queue, priority, CAST(args AS BLOB), CAST(kwargs AS BLOB), attempt,
           max_attempts, traceparent, tracestate, enqueued_by, cancel_requested, claimed_at;
 

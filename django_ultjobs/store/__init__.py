@@ -10,6 +10,7 @@ from ..exceptions import JobConfigurationError
 from .base import (
     ClaimBatch,
     ClaimedJob,
+    ClaimRequest,
     Clock,
     EnqueuedJob,
     HeldLease,
@@ -24,6 +25,7 @@ from .base import (
 
 __all__ = [
     "ClaimBatch",
+    "ClaimRequest",
     "ClaimedJob",
     "Clock",
     "EnqueuedJob",

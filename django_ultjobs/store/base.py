@@ -14,7 +14,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -23,6 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..retry import clamp_delay
 from ..sql import django_queries
+from .decoding import decode_arguments
 
 #: A clock the store reads instead of the database's, for tests only; None means the database's.
 Clock = Callable[[], datetime]
@@ -55,8 +56,8 @@ class EnqueuedJob:
 
 
 # The two records made once per job on the worker's hot path are slotted but not frozen: a frozen
-# dataclass sets each field through object.__setattr__, and building them was ~8 % of the claim
-# loop's time in a drain profile. Nothing mutates them after construction.
+# dataclass sets each field through object.__setattr__, a cost the claim loop pays per job
+# (docs/performance.md, item 28). Nothing mutates them after construction.
 @dataclass(slots=True)
 class ClaimedJob:
     """One job this worker now holds under ``token`` until its lease lapses."""
@@ -83,6 +84,27 @@ class ClaimedJob:
     #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
     #: the worker fails such a job at once instead of running it (rule 15).
     undecodable: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """What one claim asks for; ``JobStore.claim`` describes each field."""
+
+    worker_id: str
+    queues: Sequence[str]
+    limit: int
+    visibility_timeout: float
+    caps: Mapping[str, int]
+    uncapped: bool = True
+    kept: Mapping[str, int] = field(default_factory=dict)
+
+    def kept_of(self, name: str) -> int:
+        """The fleet slots this worker kept for capped kind ``name``."""
+        return self.kept.get(name, 0)
+
+
+#: What a claimed row was just before the claim: its status, its worker and its claim time.
+Previous = tuple[str, str | None, Any]
 
 
 class ClaimBatch(list[ClaimedJob]):
@@ -380,7 +402,6 @@ class JobStore(LeaseStore):
             for r in rows
         ]
 
-    @abstractmethod
     def claim(
         self,
         *,
@@ -394,12 +415,52 @@ class JobStore(LeaseStore):
     ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full.
 
+        ``caps``: per capped kind (``@job(concurrency=N)``), its fleet-wide limit.
+
         ``uncapped=False`` claims only the capped kinds of ``caps``: the scan for every other
         kind walks past each queued run of a capped kind, so a worker that just found no other
         kind runnable may leave it out for a while (see the worker's claim loop).
 
         ``kept``: per capped kind, the slots this worker holds between runs; the claim may take
         that many runs of the kind beyond the fleet's free slots (the worker hands them over)."""
+        if limit <= 0:
+            return ClaimBatch()
+        return self.claim_jobs(ClaimRequest(
+            worker_id=worker_id, queues=queues, limit=limit,
+            visibility_timeout=float(visibility_timeout), caps=caps, uncapped=uncapped,
+            kept=kept or {}))
+
+    @abstractmethod
+    def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
+        """The claim ``request`` asks for (its limit at least 1): what each engine implements
+        of ``claim``."""
+
+    def claimed_batch(self, rows: Sequence[Sequence[Any]], previous: Sequence[Previous],
+                      token: str, others_left: bool | None) -> ClaimBatch:
+        """The jobs of a claim's ``UPDATE … RETURNING`` rows, in claim order (priority, then id).
+
+        Each row starts with the columns both engines' claim queries return, in this order: id,
+        name, queue, priority, args, kwargs, attempt, max_attempts, traceparent, tracestate,
+        enqueued_by, cancel_requested, claimed_at. ``previous[i]`` is what ``rows[i]`` was just
+        before the claim; ``token`` the claim's token in its canonical text form.
+        """
+        batch = ClaimBatch(others_left=others_left)
+        decoded = decode_arguments(rows, 4)
+        for r, (args, kwargs, undecodable), (prev_status, prev_worker, prev_claimed_at) in zip(
+                rows, decoded, previous, strict=True):
+            redelivered = prev_status == "running"
+            batch.append(ClaimedJob(
+                id=r[0], name=r[1], queue=r[2], priority=r[3], args=args, kwargs=kwargs,
+                undecodable=undecodable, attempt=r[6], max_attempts=r[7], token=token,
+                traceparent=r[8] or "", tracestate=r[9] or "", enqueued_by=r[10] or "",
+                cancel_requested=bool(r[11]), claimed_at=self.parse_time(r[12]),
+                redelivered_from=prev_worker if redelivered else None,
+                previous_claimed_at=(self.parse_time(prev_claimed_at)
+                                     if redelivered and prev_claimed_at else None),
+                woke=prev_status == "waiting",
+            ))
+        batch.sort(key=lambda job: (-job.priority, job.id))
+        return batch
 
     @abstractmethod
     def heartbeat(

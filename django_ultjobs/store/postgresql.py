@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 from .. import jsonargs
 from .base import (
     ClaimBatch,
-    ClaimedJob,
+    ClaimRequest,
     EnqueuedJob,
     HeldLease,
     JobStore,
@@ -23,7 +23,6 @@ from .base import (
     check_one_per_job,
     dumps_batch,
 )
-from .decoding import decode_arguments
 
 #: SQLSTATE invalid_sql_statement_name: a prepared statement the server does not have.
 _LOST_PREPARED_STATEMENT = "26000"
@@ -100,11 +99,10 @@ class PostgresStore(JobStore):
         # Never prepared, whatever prepare_threshold says: after five runs PostgreSQL may switch
         # a prepared statement to its generic plan, planned without the parameters' values.
         # claim_capped's cannot see the cap names as constants and seq-scans and sorts every
-        # live row (13-14 ms a claim instead of 3 at 20,000 queued); even the claim without caps
-        # takes 6.8 ms instead of 0.8 at 40,000 queued (its due time unknown to the planner);
-        # event_find's walks the events in id order instead of taking its name's index (9-13 ms
-        # instead of 0.25 at 100,000 events). Planning afresh costs 0.1-0.3 ms a statement.
-        # Django's wrapper passes no options to the driver: the cursor inside it is told instead.
+        # live row; the claim without caps cannot see its due time; event_find's walks the
+        # events in id order instead of taking its name's index. Each is many times slower
+        # than planning afresh (docs/performance.md, items 19 and 23). Django's wrapper passes no
+        # options to the driver: the cursor inside it is told instead.
         driver = cur.cursor
         driver.prepare = False
         try:
@@ -159,51 +157,28 @@ class PostgresStore(JobStore):
         return super().in_callers_transaction(conn) or conn.connection.info.transaction_status \
             in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
-    def claim(
-        self,
-        *,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        visibility_timeout: float,
-        caps: Mapping[str, int],
-        uncapped: bool = True,
-        kept: Mapping[str, int] | None = None,
-    ) -> ClaimBatch:
-        """Claim up to ``limit`` runnable jobs in one statement, skipping full kinds."""
-        if limit <= 0:
-            return ClaimBatch()
+    def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
+        """Claim in one statement: ``claim``, or ``claim_capped`` when kinds are capped."""
+        caps = request.caps
         token = uuid.uuid4()
         params = {
             "cap_names": list(caps),
             "cap_limits": list(caps.values()),
-            "cap_kept": [(kept or {}).get(name, 0) for name in caps],
-            "uncapped": uncapped or not caps,
-            "queues": list(queues),
-            "limit": limit,
+            "cap_kept": [request.kept_of(name) for name in caps],
+            "uncapped": request.uncapped or not caps,
+            "queues": list(request.queues),
+            "limit": request.limit,
             "token": token,
-            "worker_id": worker_id,
-            "timeout": float(visibility_timeout),
+            "worker_id": request.worker_id,
+            "timeout": request.visibility_timeout,
             "now": self.now_param(),
         }
         with self.cursor() as cur:
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()
-        token_text = str(token)
-        claimed = ClaimBatch((
-            ClaimedJob(
-                id=r[0], name=r[1], queue=r[2], priority=r[3], args=args, kwargs=kwargs,
-                undecodable=undecodable, attempt=r[6], max_attempts=r[7], token=token_text,
-                traceparent=r[8],
-                tracestate=r[9], enqueued_by=r[10], cancel_requested=r[11], claimed_at=r[12],
-                redelivered_from=r[14] if r[13] == "running" else None,
-                previous_claimed_at=r[15] if r[13] == "running" else None,
-                woke=r[13] == "waiting",
-            )
-            for r, (args, kwargs, undecodable) in zip(rows, decode_arguments(rows, 4), strict=True)
-        ), others_left=bool(rows) and bool(rows[0][16]))
-        claimed.sort(key=lambda job: (-job.priority, job.id))
-        return claimed
+        # Columns 13-15: what the row was before (claim_update); 16: others_left.
+        return self.claimed_batch(rows, [r[13:16] for r in rows], str(token),
+                                  others_left=bool(rows) and bool(rows[0][16]))
 
     def heartbeat(
         self, runs: Sequence[tuple[int, str]], visibility_timeout: float

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +19,7 @@ from django.db import connections, transaction
 
 from .base import (
     ClaimBatch,
-    ClaimedJob,
+    ClaimRequest,
     HeldLease,
     JobStore,
     NewJob,
@@ -27,10 +27,13 @@ from .base import (
     check_one_per_job,
     dumps_batch,
 )
-from .decoding import decode_arguments
 
 #: SQLITE_TOOBIG, SQLITE_CONSTRAINT, SQLITE_MISMATCH: a statement refused for its values.
 _REFUSED_CODES = (sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH)
+
+#: A claim candidate: id, priority, visible_at (its rank), then status, worker_id and claimed_at
+#: (what it was before the claim: ``Previous``).
+_Candidate = tuple[int, int, str, str, str | None, str | None]
 
 #: Django's SQLite transaction modes that begin a transaction as the writer (in WAL the two are
 #: one: EXCLUSIVE takes the same lock as IMMEDIATE).
@@ -93,8 +96,8 @@ class SQLiteStore(JobStore):
         row = super()._new_job_row(job)
         if job.run_at is not None:
             # The clock keeps milliseconds: a run_at between two of them is due at the later
-            # one. Cut down to the earlier, the job could start before its run_at (the Tasks
-            # contract's started_at >= run_after failed by 0.4 ms).
+            # one. Cut down to the earlier, the job could start before its run_at, which the
+            # Tasks contract forbids (started_at >= run_after).
             extra = job.run_at.microsecond % 1000
             due = job.run_at + timedelta(microseconds=1000 - extra) if extra else job.run_at
             row["run_at"] = self._json_time(due)
@@ -150,80 +153,76 @@ class SQLiteStore(JobStore):
         finally:
             conn.transaction_mode = project_mode
 
-    def claim(
-        self,
-        *,
-        worker_id: str,
-        queues: Sequence[str],
-        limit: int,
-        visibility_timeout: float,
-        caps: Mapping[str, int],
-        uncapped: bool = True,
-        kept: Mapping[str, int] | None = None,
-    ) -> ClaimBatch:
-        """Claim up to ``limit`` runnable jobs in one write transaction, skipping full kinds."""
-        if limit <= 0:
-            return ClaimBatch()
-        # Stored as Django's SQLite UUID form (hex), handed out in the canonical form PostgreSQL
-        # returns, so a ClaimedJob looks the same on both engines.
-        token = uuid.uuid4()
+    def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
+        """Claim in one write transaction: choose the candidates, then take them."""
         now = self.now_param()
         with self._write() as cur:
-            queues_json = json.dumps(list(queues))
-            rows: list[Any] = []
-            if uncapped or not caps:
-                cur.execute(self.sql["claim_candidates"], {
-                    "queues": queues_json, "capped": json.dumps(list(caps)), "limit": limit,
-                    "now": now,
-                })
-                rows = cur.fetchall()
-            others = {row[0] for row in rows}
-            if caps:
-                cur.execute(self.sql["claim_caps"], {
-                    "caps": json.dumps([[name, lim, (kept or {}).get(name, 0)]
-                                        for name, lim in caps.items()]),
-                    "now": now,
-                })
-                for name, free in cur.fetchall():
-                    if free > 0:
-                        cur.execute(self.sql["claim_capped_candidates"], {
-                            "name": name, "queues": queues_json, "limit": min(free, limit),
-                            "now": now,
-                        })
-                        rows.extend(cur.fetchall())
-            # The claim order across uncapped and capped kinds: priority, then due time, then id.
-            rows.sort(key=lambda row: (-row[1], row[2], row[0]))
-            candidates = {row[0]: row for row in rows[:limit]}
-            others_left = not others.issubset(candidates)
+            candidates, others_left = self._choose_candidates(cur, request, now)
             if not candidates:
                 return ClaimBatch(others_left=False)
-            cur.execute(self.sql["claim"], {
-                "ids": json.dumps(list(candidates)),
-                "token": token.hex,
-                "worker_id": worker_id,
-                "timeout": float(visibility_timeout),
-                "now": now,
-            })
-            rows = cur.fetchall()
-        claimed = ClaimBatch(others_left=others_left)
-        token_text = str(token)
-        for r, (args, kwargs, undecodable) in zip(rows, decode_arguments(rows, 4), strict=True):
-            _, _, _, prev_status, prev_worker, prev_claimed_at = candidates[r[0]]
-            claimed.append(ClaimedJob(
-                id=r[0], name=r[1], queue=r[2], priority=r[3], args=args,
-                kwargs=kwargs, undecodable=undecodable, attempt=r[6], max_attempts=r[7],
-                token=token_text,
-                traceparent=r[8] or "", tracestate=r[9] or "", enqueued_by=r[10] or "",
-                cancel_requested=bool(r[11]), claimed_at=self.parse_time(r[12]),
-                redelivered_from=prev_worker if prev_status == "running" else None,
-                previous_claimed_at=(
-                    self.parse_time(prev_claimed_at)
-                    if prev_status == "running" and prev_claimed_at else None
-                ),
-                woke=prev_status == "waiting",
-            ))
-        claimed.sort(key=lambda job: (-job.priority, job.id))
-        return claimed
+            # Stored as Django's SQLite UUID form (hex), handed out in the canonical form
+            # PostgreSQL returns, so a ClaimedJob looks the same on both engines.
+            token = uuid.uuid4()
+            rows = self._take(cur, list(candidates), request, token.hex, now)
+        previous = [candidates[r[0]][3:] for r in rows]
+        return self.claimed_batch(rows, previous, str(token), others_left)
+
+    def _choose_candidates(self, cur: Any, request: ClaimRequest, now: Any
+                           ) -> tuple[dict[int, _Candidate], bool]:
+        """The rows this claim tries to take, by id, and whether the scan of the uncapped kinds
+        found rows the limit cut (``ClaimBatch.others_left``)."""
+        uncapped: list[_Candidate] = []
+        if request.uncapped or not request.caps:
+            uncapped = self._uncapped_candidates(cur, request, now)
+        rows = uncapped + self._capped_candidates(cur, request, now)
+        # The claim order across uncapped and capped kinds: priority, then due time, then id.
+        rows.sort(key=lambda row: (-row[1], row[2], row[0]))
+        chosen = {row[0]: row for row in rows[:request.limit]}
+        return chosen, any(row[0] not in chosen for row in uncapped)
+
+    def _uncapped_candidates(self, cur: Any, request: ClaimRequest, now: Any
+                             ) -> list[_Candidate]:
+        """The first runnable rows, in claim order, of the kinds without a cap."""
+        cur.execute(self.sql["claim_candidates"], {
+            "queues": json.dumps(list(request.queues)), "capped": json.dumps(list(request.caps)),
+            "limit": request.limit, "now": now,
+        })
+        return cur.fetchall()
+
+    def _capped_candidates(self, cur: Any, request: ClaimRequest, now: Any
+                           ) -> list[_Candidate]:
+        """The first runnable rows of each capped kind, no more than it has free fleet slots
+        (counted in this write transaction, so no other claim takes one meanwhile)."""
+        if not request.caps:
+            return []
+        cur.execute(self.sql["claim_caps"], {
+            "caps": json.dumps([[name, limit, request.kept_of(name)]
+                                for name, limit in request.caps.items()]),
+            "now": now,
+        })
+        free_slots = cur.fetchall()
+        queues = json.dumps(list(request.queues))
+        rows: list[_Candidate] = []
+        for name, free in free_slots:
+            if free > 0:
+                cur.execute(self.sql["claim_capped_candidates"], {
+                    "name": name, "queues": queues, "limit": min(free, request.limit),
+                    "now": now,
+                })
+                rows.extend(cur.fetchall())
+        return rows
+
+    def _take(self, cur: Any, ids: list[int], request: ClaimRequest, token: str, now: Any
+              ) -> list[Any]:
+        """Claim the rows ``ids`` that are still runnable under ``token``; their claimed rows."""
+        cur.execute(self.sql["claim"], {
+            "ids": json.dumps(ids),
+            "token": token,
+            "worker_id": request.worker_id,
+            "timeout": request.visibility_timeout,
+            "now": now,
+        })
+        return cur.fetchall()
 
     def heartbeat(
         self, runs: Sequence[tuple[int, str]], visibility_timeout: float

@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from ..exceptions import JobSlotLostError
 from ..logs import log_event
 from ..registry import JobSpec
+from ..slot_keys import slot_key_for
 from ..store import HeldLease, LeaseStore
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")
 
 
-def lease_key(job_name: str) -> str:
-    """The lease key of a job's fleet slots."""
-    return f"job:{job_name}"
+#: The lease key of a job's fleet slots.
+lease_key = slot_key_for
 
 
 def _boot_clock() -> float:
