@@ -286,7 +286,7 @@ class Worker:
         self._wake.wait(loop.poll_wait(self.options.poll_interval, uncapped=uncapped))
         return True
 
-    def _dispatch(self, claimed: list[ClaimedJob]) -> int:
+    def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
         self._record_lost_attempts(claimed)
         runs: list[Run] = []
@@ -363,7 +363,7 @@ class Worker:
                 run.lease = None
             return list(group)
 
-    def _record_lost_attempts(self, claimed: list[ClaimedJob]) -> None:
+    def _record_lost_attempts(self, claimed: Sequence[ClaimedJob]) -> None:
         lost = [
             LostAttempt(
                 job_id=job.id, attempt=job.attempt - 1, worker_id=job.redelivered_from or "",
