@@ -25,7 +25,7 @@ from django.db import connections
 from ..logs import log_event
 from ..store import JobStore, Settlement
 from ..store.base import settlement_size
-from .executor import unstorable
+from .executor import unstorable_settlement
 from .fleet_slots import FleetSlots
 from .runs import Run, RunRegistry
 
@@ -73,7 +73,9 @@ class Completer:
         self._stopping = threading.Event()
         self._abandon_at: float | None = None
         self._thread = threading.Thread(target=self._loop, name="ultjobs-completer", daemon=True)
-        #: How many settles the database refused as stale (tests and the benchmark read this).
+        #: How many settles the database refused as stale. Kept for tests, which assert that a
+        #: run's outcome was written under its own claim, not merely that the row ended right
+        #: (each stale settle is also logged, as ``jobs.worker.settle-stale``).
         self.stale = 0
         #: How many outcomes the database refused to store, each settled as a failure instead.
         self.unstorable = 0
@@ -225,7 +227,7 @@ class Completer:
             self._finish([item])
             return []
         self.unstorable += item.refused == 0
-        replacement = unstorable(item.run, item.settlement, reason[:2000])
+        replacement = unstorable_settlement(item.run, item.settlement, reason[:2000])
         if item.refused:
             # The first replacement was refused too (its step names?): the bare failure.
             replacement.steps_run = replacement.steps_replayed = ()

@@ -42,8 +42,10 @@ UNKNOWN_JOB_PREFIX = "no job registered as "
 MAX_ERROR = 32_000
 
 
-def settle(run: Run, status: str, outcome: str | None, **fields: Any) -> Settlement:
-    """A settlement of ``run`` under its own token, with its attempt, slot and steps filled in."""
+def settlement_for(run: Run, status: str, outcome: str | None, **fields: Any) -> Settlement:
+    """A settlement of ``run`` under its own token, with its attempt, slot and steps filled in.
+
+    It writes nothing: the completer writes it (``JobStore.settle``)."""
     if run.ledger is not None:
         fields.setdefault("steps_run", tuple(run.ledger.ran))
         fields.setdefault("steps_replayed", tuple(run.ledger.replayed))
@@ -72,7 +74,7 @@ def check_result_size(job_name: str, result_json: str) -> None:
             "row of your own) and return a reference to it")
 
 
-def unstorable(run: Run, refused: Settlement, reason: str) -> Settlement:
+def unstorable_settlement(run: Run, refused: Settlement, reason: str) -> Settlement:
     """The settlement of a run whose outcome the database refused to store (rule 30): a failed
     attempt saying why, retried by the job's own policy, keeping what was true of the run."""
     error = _trim(f"the outcome could not be stored: {reason}\n(the run ended "
@@ -84,13 +86,13 @@ def unstorable(run: Run, refused: Settlement, reason: str) -> Settlement:
     job, spec = run.job, run.spec
     if spec is not None and job.attempt < job.max_attempts:
         delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
-        return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error,
-                      **fields)
-    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error, **fields)
+        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay,
+                              error=error, **fields)
+    return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error, **fields)
 
 
-def decide_before_run(run: Run, episode: ParkEpisode | None = None) -> Settlement | None:
-    """Settle a claimed job that must not run at all; None when it should run.
+def settlement_before_run(run: Run, episode: ParkEpisode | None = None) -> Settlement | None:
+    """The settlement of a claimed job that must not run at all; None when it should run.
 
     ``episode``: for a job this worker does not know, the park episode its latest attempt row
     records, if any (``JobStore.park_episodes``)."""
@@ -98,12 +100,12 @@ def decide_before_run(run: Run, episode: ParkEpisode | None = None) -> Settlemen
     if job.undecodable is not None:
         return _undecodable(run, job.undecodable)
     if run.spec is None:
-        return park_unknown(run, episode)
+        return unknown_job_settlement(run, episode)
     if job.cancel_requested:
         error = "cancelled on request before this attempt started"
         _unstarted_span(run, AttemptOutcome.CANCELLED, "job.cancelled",
                         {"job.cancel_cause": CancelRequestedError.cause, "message": error})
-        return settle(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=error)
+        return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=error)
     if job.attempt > job.max_attempts:
         # A re-delivery past the last attempt: the worker running it died every time (a job that
         # kills its process, or an OOM). Running it again would only kill another worker.
@@ -111,13 +113,13 @@ def decide_before_run(run: Run, episode: ParkEpisode | None = None) -> Settlemen
                  "heartbeating (it crashed or was killed) before finishing")
         _unstarted_span(run, AttemptOutcome.FAILED, "job.gave_up", {"message": error},
                         error=error)
-        return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+        return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
     return None
 
 
-def park_unknown(run: Run, episode: ParkEpisode | None) -> Settlement:
-    """Park a job no worker here knows (rule 12), or fail it once its parking has lasted
-    ``ULTJOBS["UNKNOWN_JOB_TIMEOUT"]``.
+def unknown_job_settlement(run: Run, episode: ParkEpisode | None) -> Settlement:
+    """The settlement that parks a job no worker here knows (rule 12), or fails it once its
+    parking has lasted ``ULTJOBS["UNKNOWN_JOB_TIMEOUT"]``.
 
     Parked, no attempt is burned: almost always a deploy skew, and the job may be registered by
     the worker next to this one. One attempt row stands for a whole episode of parks (its
@@ -139,16 +141,16 @@ def park_unknown(run: Run, episode: ParkEpisode | None) -> Settlement:
                   job=job.name, timeout=timeout)
         _unstarted_span(run, AttemptOutcome.FAILED, "job.gave_up", {"message": error},
                         error=error)
-        return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+        return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
     delay = conf.UNKNOWN_JOB_DELAY
     error = f'{UNKNOWN_JOB_PREFIX}"{job.name}"'
     log_event(logger, logging.WARNING, "jobs.worker.unknown-job", job_id=job.id,
               job=job.name, delay=delay, episode=ongoing.attempt_id if ongoing else "new")
     _unstarted_span(run, AttemptOutcome.SUSPENDED, "job.parked",
                     {"reason": error, "job.park_seconds": delay})
-    return settle(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,
-                  delay=delay, error=error,
-                  extends=ongoing.attempt_id if ongoing is not None else None)
+    return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,
+                          delay=delay, error=error,
+                          extends=ongoing.attempt_id if ongoing is not None else None)
 
 
 def _seconds(value: float) -> str:
@@ -160,7 +162,7 @@ def _seconds(value: float) -> str:
 
 
 def _span_attributes(job: ClaimedJob) -> dict[str, Any]:
-    """The attributes of every ``job.<name>`` span: the reference's, then messaging semconv."""
+    """The attributes of every ``job.<name>`` span: the job's own, then messaging semconv."""
     attributes: dict[str, Any] = {
         "job.name": job.name,
         "job.id": job.id,
@@ -188,13 +190,14 @@ def _unstarted_span(run: Run, outcome: str, event: str, event_attributes: dict[s
             span.set_status(Status(StatusCode.ERROR, error))
 
 
-def slot_unavailable(run: Run) -> Settlement:
-    """Hand a job that could not get a fleet slot back at once, without burning an attempt."""
-    return settle(run, JobStatus.QUEUED, None, attempt_delta=-1, delay=0.0)
+def slot_unavailable_settlement(run: Run) -> Settlement:
+    """The settlement that hands a job that could not get a fleet slot back at once, without
+    burning an attempt."""
+    return settlement_for(run, JobStatus.QUEUED, None, attempt_delta=-1, delay=0.0)
 
 
 def _undecodable(run: Run, problem: str) -> Settlement:
-    """Fail a job whose stored arguments cannot be decoded, without running it (rule 15).
+    """The failure of a job whose stored arguments cannot be decoded, not run (rule 15).
 
     No retry: the same bytes would fail the same way on every attempt (and on every worker of
     this version). The attempt is recorded, so the admin shows when and where it failed.
@@ -207,7 +210,7 @@ def _undecodable(run: Run, problem: str) -> Settlement:
               attempt=job.attempt, error=problem)
     _unstarted_span(run, AttemptOutcome.FAILED, "job.undecodable", {"message": error},
                     error=error)
-    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+    return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
 
 
 def describe(exc: BaseException) -> str:
@@ -220,29 +223,33 @@ def describe(exc: BaseException) -> str:
 
 
 def failed_by_worker(run: Run, exc: BaseException) -> Settlement:
-    """Settle a run whose execution broke inside the worker itself (a bug, not the body's)."""
+    """The settlement of a run whose execution broke inside the worker itself (a bug, not the
+    body's)."""
     error = _trim("".join(traceback.format_exception(exc)))
     log_event(logger, logging.ERROR, "jobs.worker.run-crashed", job_id=run.id, job=run.job.name,
               attempt=run.job.attempt, error=describe(exc))
     if run.job.attempt < run.job.max_attempts and run.spec is not None:
         delay = backoff_delay(run.job.attempt, base=run.spec.backoff, cap=run.spec.max_backoff)
-        return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error)
-    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay,
+                              error=error)
+    return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
 
 
-def abandon(run: Run, visibility_timeout: float) -> Settlement:
-    """Hand back a job whose body ignored its cancellation on shutdown, after a visibility
-    timeout, as if this worker had died: the body may still run until the process exits."""
-    return settle(run, JobStatus.QUEUED, AttemptOutcome.INTERRUPTED, attempt_delta=-1,
-                  delay=visibility_timeout,
-                  error="the worker stopped while the body ignored its cancellation; handed "
-                        "back after the visibility timeout")
+def abandonment(run: Run, visibility_timeout: float) -> Settlement:
+    """The settlement that hands back a job whose body ignored its cancellation on shutdown,
+    after a visibility timeout, as if this worker had died: the body may still run until the
+    process exits."""
+    return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.INTERRUPTED, attempt_delta=-1,
+                          delay=visibility_timeout,
+                          error="the worker stopped while the body ignored its cancellation; "
+                                "handed back after the visibility timeout")
 
 
-def hand_back(run: Run) -> Settlement:
-    """Hand a job back on shutdown without burning an attempt."""
-    return settle(run, JobStatus.QUEUED, AttemptOutcome.INTERRUPTED, attempt_delta=-1,
-                  delay=0.0, error="the worker stopped before the run finished; handed back")
+def hand_back_settlement(run: Run) -> Settlement:
+    """The settlement that hands a job back on shutdown without burning an attempt."""
+    return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.INTERRUPTED, attempt_delta=-1,
+                          delay=0.0,
+                          error="the worker stopped before the run finished; handed back")
 
 
 def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[], None]
@@ -277,28 +284,38 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
             result_json = jsonargs.dumps(result)
             check_result_size(job.name, result_json)
         except Suspend as suspend:
-            # Not an error: the job waits without holding this thread, and its next run
-            # replays up to here. Waking does not burn an attempt.
-            span.add_event("job.suspended", {"reason": suspend.reason})
-            span.set_attribute("job.outcome", AttemptOutcome.SUSPENDED)
-            log_event(logger, logging.INFO, "jobs.worker.suspended", job_id=job.id,
-                      job=job.name, reason=suspend.reason, wake_in=round(suspend.delay, 3))
-            return settle(run, JobStatus.WAITING, AttemptOutcome.SUSPENDED, delay=suspend.delay,
-                          wait_event=suspend.wait_event, wait_match=suspend.wait_match,
-                          wait_after=suspend.wait_after)
+            return _suspended_settlement(run, span, suspend)
         except BaseException as exc:  # a job's sys.exit() must not kill the worker thread
-            return _on_exception(run, span, exc)
-        reason = run.scope.reason
-        if isinstance(reason, JobSlotLostError):
-            # The body ignored the loss and finished: its result stands (the job succeeded), but
-            # the attempt is recorded as slot_lost so the admin shows the cap was not held.
-            span.set_attribute("job.outcome", AttemptOutcome.SLOT_LOST)
-            return settle(run, JobStatus.SUCCEEDED, AttemptOutcome.SLOT_LOST,
-                          result_json=result_json,
-                          error=f"{reason}; the body finished anyway and its result was kept")
-        span.set_attribute("job.outcome", AttemptOutcome.SUCCEEDED)
-        return settle(run, JobStatus.SUCCEEDED, AttemptOutcome.SUCCEEDED,
-                      result_json=result_json)
+            return _exception_settlement(run, span, exc)
+        return _success_settlement(run, span, result_json)
+
+
+def _suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:
+    """Not an error: the job waits without holding this thread, and its next run replays up to
+    here. Waking does not burn an attempt."""
+    job = run.job
+    span.add_event("job.suspended", {"reason": suspend.reason})
+    span.set_attribute("job.outcome", AttemptOutcome.SUSPENDED)
+    log_event(logger, logging.INFO, "jobs.worker.suspended", job_id=job.id,
+              job=job.name, reason=suspend.reason, wake_in=round(suspend.delay, 3))
+    return settlement_for(run, JobStatus.WAITING, AttemptOutcome.SUSPENDED,
+                          delay=suspend.delay, wait_event=suspend.wait_event,
+                          wait_match=suspend.wait_match, wait_after=suspend.wait_after)
+
+
+def _success_settlement(run: Run, span: Span, result_json: str) -> Settlement:
+    """The settlement of a body that returned ``result_json``."""
+    reason = run.scope.reason
+    if isinstance(reason, JobSlotLostError):
+        # The body ignored the loss and finished: its result stands (the job succeeded), but
+        # the attempt is recorded as slot_lost so the admin shows the cap was not held.
+        span.set_attribute("job.outcome", AttemptOutcome.SLOT_LOST)
+        return settlement_for(run, JobStatus.SUCCEEDED, AttemptOutcome.SLOT_LOST,
+                              result_json=result_json,
+                              error=f"{reason}; the body finished anyway and its result was kept")
+    span.set_attribute("job.outcome", AttemptOutcome.SUCCEEDED)
+    return settlement_for(run, JobStatus.SUCCEEDED, AttemptOutcome.SUCCEEDED,
+                          result_json=result_json)
 
 
 def _record_exception(span: Span, exc: BaseException) -> None:
@@ -316,14 +333,14 @@ def _bad(what: str, value: Any) -> Any:
                     f"{'array' if what == 'args' else 'object'}; the row was written by hand?")
 
 
-def _on_exception(run: Run, span: Span, exc: BaseException) -> Settlement:
+def _exception_settlement(run: Run, span: Span, exc: BaseException) -> Settlement:
     reason = run.scope.reason
     if reason is not None:
         # The body unwound because the run was cancelled: the cause decides what happens next,
         # not the exception the unwinding happened to raise.
         span.add_event("job.cancelled", {"job.cancel_cause": reason.cause, "message": str(reason)})
         span.set_status(Status(StatusCode.ERROR, str(reason)))
-        settlement = _on_cancelled(run, reason)
+        settlement = _cancel_settlement(run, reason)
         span.set_attribute("job.outcome", settlement.outcome or reason.cause)
         return settlement
     _record_exception(span, exc)
@@ -337,7 +354,8 @@ def _on_exception(run: Run, span: Span, exc: BaseException) -> Settlement:
         log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id, job=job.name,
                   attempt=job.attempt, max_attempts=job.max_attempts, delay=round(delay, 3),
                   error=describe(exc))
-        return settle(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay, error=error)
+        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay,
+                              error=error)
     span.set_attribute("job.outcome", AttemptOutcome.FAILED)
     return _failed(run, error)
 
@@ -345,24 +363,25 @@ def _on_exception(run: Run, span: Span, exc: BaseException) -> Settlement:
 def _failed(run: Run, error: str) -> Settlement:
     log_event(logger, logging.ERROR, "jobs.worker.failed", job_id=run.id, job=run.job.name,
               attempt=run.job.attempt, error=error.strip().splitlines()[-1] if error else "")
-    return settle(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=_trim(error))
+    return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=_trim(error))
 
 
-def _on_cancelled(run: Run, reason: JobCancelledError) -> Settlement:
+def _cancel_settlement(run: Run, reason: JobCancelledError) -> Settlement:
     if isinstance(reason, JobSlotLostError):
         # Not the job's fault: back to the queue at once, the attempt not burned (it is still
         # recorded, as slot_lost, so the admin can show it).
-        return settle(run, JobStatus.QUEUED, AttemptOutcome.SLOT_LOST, attempt_delta=-1,
-                      delay=0.0, error=str(reason))
+        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.SLOT_LOST, attempt_delta=-1,
+                              delay=0.0, error=str(reason))
     if isinstance(reason, CancelRequestedError):
-        return settle(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=str(reason))
+        return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED,
+                              error=str(reason))
     if isinstance(reason, WorkerShutdownError):
-        return hand_back(run)
+        return hand_back_settlement(run)
     if isinstance(reason, LeaseLostError):
         # Fenced like every settle: the token no longer owns the row, so this changes nothing
         # and the completer logs it as stale (rule 4). The re-claimer records this attempt.
-        return settle(run, JobStatus.QUEUED, AttemptOutcome.LEASE_LOST, error=str(reason))
-    return settle(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=str(reason))
+        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.LEASE_LOST, error=str(reason))
+    return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=str(reason))
 
 
 def _trim(text: str) -> str:

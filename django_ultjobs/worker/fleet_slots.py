@@ -6,8 +6,9 @@ on the heartbeat's tick (one clock for "I own the job" and "I own the slot").
 
 A worker KEEPS the slot of a run whose settle is written, for the next run of the same kind it
 claims, and gives it back to the fleet only when its next claim brought no run to use it. Taking
-a slot for every run and handing it back with every settle wrote two lease rows per job and cost
-a capped drain 25-37 % of its throughput; a kept slot costs nothing until its kind runs dry.
+a slot for every run and handing it back with every settle wrote two lease rows per job, a
+large share of a capped drain's cost (see performance.md item 24); a kept slot costs nothing until
+its kind runs dry.
 The cap still holds: a slot is held by one run at a time, from its claim until its settle is
 written, and between runs by the worker alone.
 """
@@ -88,17 +89,13 @@ class FleetSlots:
 
     # -- taking ---------------------------------------------------------------------------------
 
-    def acquire(self, run: Run) -> bool:
-        """Take a slot for one run if its job declares ``concurrency``; False when all are held."""
-        return not self.acquire_group([run])
-
     def acquire_group(self, runs: Sequence[Run]) -> list[Run]:
         """Give claimed runs of ONE capped job a slot each: a kept one first, else a new one, all
         new ones in one statement; return the runs that got none (the caller hands them back).
 
         A job without ``concurrency`` never touches the lease table (rule 5). One statement per
-        kind per claim, not per run: taking 64 slots one round trip at a time cost a capped drain
-        64 % of its throughput.
+        kind per claim, not per run: a round trip per run was most of a capped drain's cost
+        (see performance.md item 2).
         """
         if not runs:
             return []
@@ -109,19 +106,7 @@ class FleetSlots:
             # Unreachable through the worker, which refuses to start without a lease store
             # (rule 10); kept as a guard so a cap can never silently hold per process.
             raise RuntimeError(f"job {spec.name!r} declares concurrency but has no lease store")
-        waiting = list(runs)
-        reused: list[_Kept] = []
-        with self._lock:
-            for kept in [k for k in self._kept if k.kind == spec.name]:
-                if not waiting:
-                    break
-                if not self._usable(kept, spec.concurrency):
-                    continue  # left for offer() or give_back_idle() to give back
-                self._kept.remove(kept)
-                reused.append(kept)
-                run = waiting.pop(0)
-                run.lease = kept.lease
-                self._busy[_ident(kept.lease)] = run
+        reused, waiting = self._reuse_kept(spec.name, spec.concurrency, runs)
         if not waiting:
             return []
         holders = {f"{self.worker_id}:{run.id}": run for run in waiting}
@@ -130,16 +115,46 @@ class FleetSlots:
             held = self.leases.acquire_many(lease_key(spec.name), spec.concurrency, self.ttl,
                                             list(holders))
         except Exception:
-            # The caller hands every run of the group back; the kept slots stay kept, for the
-            # next claim to offer again.
-            with self._lock:
-                for kept in reused:
-                    self._busy.pop(_ident(kept.lease), None)
-                    kept.offered = 0
-                    self._kept.append(kept)
-            for run in runs:
-                run.lease = None
+            self._unreuse(reused, runs)
             raise
+        missing, displaced = self._take_new(holders, held, sent)
+        self._cancel_lost(displaced)
+        return missing
+
+    def _reuse_kept(self, kind: str, limit: int, runs: Sequence[Run]
+                    ) -> tuple[list[_Kept], list[Run]]:
+        """Hand this worker's kept slots of ``kind`` to the first of ``runs``, no statement
+        needed; return the kept slots used and the runs still without a slot."""
+        waiting = list(runs)
+        reused: list[_Kept] = []
+        with self._lock:
+            for kept in [k for k in self._kept if k.kind == kind]:
+                if not waiting:
+                    break
+                if not self._usable(kept, limit):
+                    continue  # left for offer() or give_back_idle() to give back
+                self._kept.remove(kept)
+                reused.append(kept)
+                run = waiting.pop(0)
+                run.lease = kept.lease
+                self._busy[_ident(kept.lease)] = run
+        return reused, waiting
+
+    def _unreuse(self, reused: Sequence[_Kept], runs: Sequence[Run]) -> None:
+        """Undo ``_reuse_kept`` after the statement for new slots failed: the caller hands every
+        run of the group back, and the kept slots stay kept, for the next claim to offer again."""
+        with self._lock:
+            for kept in reused:
+                self._busy.pop(_ident(kept.lease), None)
+                kept.offered = 0
+                self._kept.append(kept)
+        for run in runs:
+            run.lease = None
+
+    def _take_new(self, holders: Mapping[str, Run], held: Mapping[str, HeldLease],
+                  sent: float) -> tuple[list[Run], list[Run]]:
+        """Give each run the slot the database granted its holder; return the runs that got
+        none, and the runs of this worker that lost their slot to those grants."""
         missing: list[Run] = []
         displaced: list[Run] = []
         with self._lock:
@@ -149,22 +164,28 @@ class FleetSlots:
                 if lease is None:
                     missing.append(run)
                     continue
-                # The database just gave this slot to a new hold, so any other hold of it this
-                # worker knew of has lapsed: a kept one is forgotten, or it could be handed to a
-                # second run; a run using one has lost its slot. The holder alone cannot tell
-                # them apart: a kept slot keeps the holder of the run that took it, and that
-                # job may be claimed again (a retry) and take the same slot afresh.
-                for stale in [k for k in self._kept if _slot(k.lease) == _slot(lease)]:
-                    self._kept.remove(stale)
-                for ident, other in list(self._busy.items()):
-                    if ident[:2] == _slot(lease):
-                        del self._busy[ident]
-                        other.slot_lost = True
-                        displaced.append(other)
+                displaced += self._forget_other_holds(lease)
                 self._confirmed[_ident(lease)] = sent
                 self._busy[_ident(lease)] = run
-        self._cancel_lost(displaced)
-        return missing
+        return missing, displaced
+
+    def _forget_other_holds(self, lease: HeldLease) -> list[Run]:
+        """Forget every other hold this worker knew of the slot the database just granted as
+        ``lease`` (they have lapsed); return the runs that were using one. Called under the lock.
+
+        A kept hold is forgotten, or it could be handed to a second run; a run using one has
+        lost its slot. The holder alone cannot tell them apart: a kept slot keeps the holder of
+        the run that took it, and that job may be claimed again (a retry) and take the same slot
+        afresh."""
+        for stale in [k for k in self._kept if _slot(k.lease) == _slot(lease)]:
+            self._kept.remove(stale)
+        displaced: list[Run] = []
+        for ident, other in list(self._busy.items()):
+            if ident[:2] == _slot(lease):
+                del self._busy[ident]
+                other.slot_lost = True
+                displaced.append(other)
+        return displaced
 
     def _usable(self, kept: _Kept, limit: int | None) -> bool:
         """Whether a kept slot may serve a new run: still under the kind's cap (a lowered cap

@@ -66,11 +66,6 @@ class RunRegistry:
         with self._lock:
             self._add(run)
 
-    def add_many(self, runs: list[Run]) -> None:
-        with self._lock:
-            for run in runs:
-                self._add(run)
-
     def _add(self, run: Run) -> None:
         key = run.key
         old = self._runs.get(key)
@@ -80,10 +75,6 @@ class RunRegistry:
             self._by_job[run.id].remove(old)
         self._runs[key] = run
         self._by_job.setdefault(run.id, []).append(run)
-
-    def remove(self, run: Run) -> None:
-        with self._lock:
-            self._remove(run)
 
     def remove_many(self, runs: list[Run]) -> None:
         with self._lock:

@@ -13,7 +13,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -29,15 +30,15 @@ from ..exceptions import (
 from ..logs import log_event
 from ..models import AttemptOutcome
 from ..registry import get_job, registered_jobs, registry_generation
-from ..store import ClaimedJob, Clock, JobStore, LostAttempt, ParkEpisode, get_store
+from ..store import ClaimBatch, ClaimedJob, Clock, JobStore, LostAttempt, ParkEpisode, get_store
 from .completer import Completer
 from .executor import (
     UNKNOWN_JOB_PREFIX,
-    abandon,
-    decide_before_run,
+    abandonment,
     failed_by_worker,
     run_job,
-    slot_unavailable,
+    settlement_before_run,
+    slot_unavailable_settlement,
 )
 from .fleet_slots import FleetSlots
 from .listener import Listener
@@ -90,7 +91,9 @@ class Worker:
         self._notified = threading.Event()
         # The registry generation whose job names this worker's row lists.
         self._known_generation = -1
-        #: Statements the claim loop has sent (tests bound it: no spinning).
+        #: Claim statements sent. Kept for tests, which bound it to show the loop does not spin
+        #: (an outage, a completer behind, capped kinds held): the statements leave no trace in
+        #: the database, and the loop logs none of them.
         self.claims = 0
         self.started = threading.Event()
 
@@ -164,121 +167,126 @@ class Worker:
                 or self.completer.pending_bytes >= MAX_UNSETTLED_BYTES)
 
     def _claim_loop(self) -> None:
-        caps: dict[str, int] = {}
-        generation = -1
-        failures = 0
-        backlog = False
-        batch = max(1, self.options.threads // 2)
-        # With capped kinds registered, the scan for the other kinds walks past every queued run
-        # of the capped ones on each claim (3.3 ms a claim at 20,000 queued). After it found
-        # nothing it is left out until an enqueue notification or one poll interval later: a job
-        # of another kind that becomes due meanwhile waits at most that, as it would for an idle
-        # worker (on SQLite, or with --no-listen, an enqueue too waits up to a poll interval).
-        others_checked_at: float | None = None
+        """Claim and start jobs until stopped (or, with ``burst``, until none is runnable).
+
+        Each round: give back what waited too long, decide how many to claim (``_room``), claim
+        them in one statement (``_claim``), start them (``_dispatch``), then wait for a free
+        thread, a written settle or new work (``_after_empty_claim``)."""
+        loop = _LoopState(batch=max(1, self.options.threads // 2))
         while not self._stopping.is_set():
-            if generation != registry_generation():
-                # A job registered after start (a task imported on its first claim) brings its
-                # cap into the claim from the next round on.
-                generation = registry_generation()
-                caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
-            # Outside the branch above: a write that failed is tried again next round.
-            self._record_known_jobs(generation)
+            self._refresh_caps(loop)
             # Slots kept from settled runs that no claim has used for a poll interval: this loop
             # may be waiting for a free thread or for the completer, and other workers for them.
             self.slots.give_back_idle(self.options.poll_interval)
-            free = self.pool.free()
-            if free <= 0:
-                self.pool.wait_for_free(self.options.poll_interval)
-                continue
-            if self._unsettled_full():
-                # The completer has fallen behind (a slow or failing settle): claiming on would
-                # only grow the runs waiting for it, each heartbeated and held in memory. Wait for
-                # a batch to be written (it wakes this loop).
-                self._wake.clear()
-                if self._unsettled_full():
-                    self._wake.wait(self.options.poll_interval)
-                continue
-            if backlog and free < batch:
-                # The last claim came back full, so there is a backlog: let a few more threads
-                # free up (a couple of ms at most) and claim them in one statement, rather than
-                # pay a round trip per finished run. An idle queue skips this: latency first.
-                self.pool.wait_for_free(0.002, at_least=batch)
-                free = self.pool.free()
-            # Read before the claim: only if nothing was in flight while the claim looked can an
-            # empty answer mean "nothing is runnable now" (a hand-back written meanwhile would
-            # otherwise be missed by --burst).
-            idle = self.pool.busy == 0 and self.completer.pending == 0
+            free = self._room(loop)
+            if free and not self._claim_round(loop, free):
+                return
+
+    def _refresh_caps(self, loop: _LoopState) -> None:
+        """Bring a job registered after start (a task imported on its first claim) into the
+        caps, and into this worker's row, from this round on."""
+        generation = registry_generation()
+        if loop.generation != generation:
+            loop.generation = generation
+            loop.caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
+        # Outside the branch above: a write that failed is tried again next round.
+        self._record_known_jobs(loop.generation)
+
+    def _room(self, loop: _LoopState) -> int:
+        """How many runs to claim now: the free threads; 0, after a wait, when no thread is free
+        or the outcomes waiting for the completer are too many or too big (rule 31)."""
+        free = self.pool.free()
+        if free <= 0:
+            self.pool.wait_for_free(self.options.poll_interval)
+            return 0
+        if self._unsettled_full():
+            # The completer has fallen behind (a slow or failing settle): claiming on would
+            # only grow the runs waiting for it, each heartbeated and held in memory. Wait for
+            # a batch to be written (it wakes this loop).
             self._wake.clear()
-            if self._notified.is_set():
-                self._notified.clear()
-                others_checked_at = None
-            uncapped = (not caps or others_checked_at is None
-                        or time.monotonic() - others_checked_at >= self.options.poll_interval)
-            # The slots this worker kept from its last runs of each capped kind: the claim may
-            # take that many more runs of the kind than the fleet has free slots.
-            kept = self.slots.offer(caps) if caps else {}
-            try:
-                self.claims += 1
-                claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
-                                           limit=free,
-                                           visibility_timeout=self.options.visibility_timeout,
-                                           caps=caps, uncapped=uncapped, kept=kept)
-                failures = 0
-                backlog = len(claimed) >= free
-                # A store of one's own (ULTJOBS["STORE"]) may return a plain list, or not say:
-                # then a full claim is read as "maybe crowded out", as before claims reported it.
-                others_left = getattr(claimed, "others_left", None)
-                if others_left is None:
-                    others_left = backlog
-                if (not caps or others_left
-                        or any(job.name not in caps for job in claimed)):
-                    others_checked_at = None
-                elif uncapped:
-                    # The other kinds had nothing runnable: their scan found no row, not even one
-                    # the limit cut. (Read from the claim itself: a drain of a capped kind fills
-                    # every claim, and taking "full" to mean "maybe crowded out" ran that scan,
-                    # 4 ms of a 5 ms claim at 20,000 queued, on every claim.)
-                    others_checked_at = time.monotonic()
-            except Exception as exc:
-                # A dead database is an outage to wait out, with backoff, not a crash; the kept
-                # slots it offered go back (or lapse, if the database is down).
-                if kept:
-                    self.slots.give_back_unused()
-                failures += 1
-                delay = min(30.0, 0.2 * 2 ** min(failures, 8))
-                log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
-                          worker_id=self.worker_id, error=repr(exc), retry_in=delay)
-                self._wake.wait(delay)
-                continue
-            started = self._dispatch(claimed) if claimed else 0
+            if self._unsettled_full():
+                self._wake.wait(self.options.poll_interval)
+            return 0
+        if loop.backlog and free < loop.batch:
+            # The last claim came back full, so there is a backlog: let a few more threads free
+            # up (a couple of ms at most) and claim them in one statement, rather than pay a
+            # round trip per finished run. An idle queue skips this: latency first.
+            self.pool.wait_for_free(0.002, at_least=loop.batch)
+            free = self.pool.free()
+        return free
+
+    def _claim_round(self, loop: _LoopState, free: int) -> bool:
+        """Claim up to ``free`` runs, start them and wait as the answer says; False when a
+        ``burst`` worker has drained its queues."""
+        # Read before the claim: only if nothing was in flight while the claim looked can an
+        # empty answer mean "nothing is runnable now" (a hand-back written meanwhile would
+        # otherwise be missed by --burst).
+        idle = self.pool.busy == 0 and self.completer.pending == 0
+        self._wake.clear()
+        if self._notified.is_set():
+            self._notified.clear()
+            loop.others_checked_at = None
+        uncapped = loop.others_due(self.options.poll_interval)
+        # The slots this worker kept from its last runs of each capped kind: the claim may take
+        # that many more runs of the kind than the fleet has free slots.
+        kept = self.slots.offer(loop.caps) if loop.caps else {}
+        claimed = self._claim(loop, free, uncapped=uncapped, kept=kept)
+        if claimed is None:
+            return True
+        started = self._dispatch(claimed) if claimed else 0
+        if kept:
+            # A kept slot that no run of this claim took goes back to the fleet: its kind has
+            # nothing runnable for this worker now, and another worker may have.
+            self.slots.give_back_unused()
+        if claimed:
+            if not started:
+                # Everything claimed went straight back (slots taken by a racing worker): pause
+                # rather than claim the same rows again at once.
+                self._wake.wait(min(self.options.poll_interval, 0.05))
+            return True
+        return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
+
+    def _claim(self, loop: _LoopState, free: int, *, uncapped: bool, kept: dict[str, int]
+               ) -> Sequence[ClaimedJob] | None:
+        """One claim statement; None when it failed (after the outage backoff has been waited).
+
+        A dead database is an outage to wait out, with backoff, not a crash; the kept slots the
+        claim was offered go back (or lapse, if the database is down)."""
+        try:
+            self.claims += 1
+            claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
+                                       limit=free,
+                                       visibility_timeout=self.options.visibility_timeout,
+                                       caps=loop.caps, uncapped=uncapped, kept=kept)
+        except Exception as exc:
             if kept:
-                # A kept slot that no run of this claim took goes back to the fleet: its kind
-                # has nothing runnable for this worker now, and another worker may have.
                 self.slots.give_back_unused()
-            if claimed:
-                if not started:
-                    # Everything claimed went straight back (slots taken by a racing worker):
-                    # pause rather than claim the same rows again at once.
-                    self._wake.wait(min(self.options.poll_interval, 0.05))
-                continue
-            if self.options.burst:
-                if idle and uncapped:
-                    return
-                if idle:
-                    # Only a claim that looked at every kind can tell the queue is drained.
-                    others_checked_at = None
-                    continue
+            loop.failures += 1
+            delay = min(30.0, 0.2 * 2 ** min(loop.failures, 8))
+            log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
+                      worker_id=self.worker_id, error=repr(exc), retry_in=delay)
+            self._wake.wait(delay)
+            return None
+        loop.note_claim(claimed, free=free, uncapped=uncapped)
+        return claimed
+
+    def _after_empty_claim(self, loop: _LoopState, *, idle: bool, uncapped: bool) -> bool:
+        """Wait for work after a claim that found none; False when a ``burst`` worker is done."""
+        if self.options.burst:
+            if idle and uncapped:
+                return False
+            if idle:
+                # Only a claim that looked at every kind can tell the queue is drained.
+                loop.others_checked_at = None
+            else:
                 # Runs in flight: wait until a settle is written (it frees slots and makes
                 # hand-backs visible, and wakes this loop), or briefly.
                 self._wake.wait(0.05)
-                continue
-            wait = self.options.poll_interval
-            if not uncapped and others_checked_at is not None:
-                # Not past the moment the other kinds are due to be looked at again.
-                wait = min(wait, max(0.0, others_checked_at + wait - time.monotonic()))
-            self._wake.wait(wait)
+            return True
+        self._wake.wait(loop.poll_wait(self.options.poll_interval, uncapped=uncapped))
+        return True
 
-    def _dispatch(self, claimed: list[ClaimedJob]) -> int:
+    def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
         self._record_lost_attempts(claimed)
         runs: list[Run] = []
@@ -296,7 +304,7 @@ class Worker:
                 older.scope.cancel(LeaseLostError(
                     f"job {job.name!r} (id {job.id}) lost its lease: it was claimed again "
                     "after the lease lapsed"))
-            decided = decide_before_run(run, episodes.get(run.id))
+            decided = settlement_before_run(run, episodes.get(run.id))
             if decided is not None:
                 self.completer.submit(run, decided)
                 continue
@@ -310,7 +318,7 @@ class Worker:
                 # Back to the queue at once, the attempt not burned; the next claim skips this
                 # kind while its slots are all held, so this cannot spin.
                 refused.add(id(run))
-                self.completer.submit(run, slot_unavailable(run))
+                self.completer.submit(run, slot_unavailable_settlement(run))
         starting = [run for run in runs if id(run) not in refused]
         if starting:
             with self._executing_lock:
@@ -355,7 +363,7 @@ class Worker:
                 run.lease = None
             return list(group)
 
-    def _record_lost_attempts(self, claimed: list[ClaimedJob]) -> None:
+    def _record_lost_attempts(self, claimed: Sequence[ClaimedJob]) -> None:
         lost = [
             LostAttempt(
                 job_id=job.id, attempt=job.attempt - 1, worker_id=job.redelivered_from or "",
@@ -391,7 +399,6 @@ class Worker:
                 # that (or an exception no str() can print): the run must still be settled, or
                 # its job stays running forever under this worker's heartbeat.
                 settlement = failed_by_worker(run, exc)
-            # False when a drain that gave up on this run has handed it back already.
             self.completer.submit(run, settlement)
         finally:
             with self._executing_lock:
@@ -420,7 +427,7 @@ class Worker:
             # Handed back on a dead worker's schedule, its slot left to lapse: the body may run on
             # until the process exits, and nobody else may start the job (or take the slot) while
             # it does.
-            if self.completer.submit(run, abandon(run, self.options.visibility_timeout),
+            if self.completer.submit(run, abandonment(run, self.options.visibility_timeout),
                                      abandoned=True):
                 log_event(logger, logging.WARNING, "jobs.worker.run-abandoned",
                           worker_id=self.worker_id, job_id=run.id,
@@ -591,6 +598,66 @@ class Worker:
                 signal.signal(signum, handler)
 
         return restore
+
+
+@dataclass
+class _LoopState:
+    """What the claim loop carries from one round to the next."""
+
+    #: How many free threads are worth waiting for, once there is a backlog (see ``_room``).
+    batch: int
+    #: The registry generation ``caps`` was read at.
+    generation: int = -1
+    #: The capped kinds' ``concurrency`` by name.
+    caps: dict[str, int] = field(default_factory=dict)
+    #: Claims that failed in a row: the outage backoff grows with them.
+    failures: int = 0
+    #: The last claim came back full: there is a backlog.
+    backlog: bool = False
+    #: When a claim's scan for the uncapped kinds last found nothing; None: scan on the next.
+    others_checked_at: float | None = None
+
+    def others_due(self, poll_interval: float) -> bool:
+        """Whether the next claim scans the uncapped kinds too.
+
+        With capped kinds registered, that scan walks past every queued run of the capped ones
+        on each claim (see performance.md items 6 and 11). After it found nothing it is left
+        out until an enqueue notification or one poll interval later: a job of another kind
+        that becomes due meanwhile waits at most that, as it would for an idle worker (on
+        SQLite, or with --no-listen, an enqueue too waits up to a poll interval)."""
+        return (not self.caps or self.others_checked_at is None
+                or time.monotonic() - self.others_checked_at >= poll_interval)
+
+    def note_claim(self, claimed: Sequence[ClaimedJob], *, free: int, uncapped: bool) -> None:
+        """Record what a claim that succeeded says about the next one."""
+        self.failures = 0
+        self.backlog = len(claimed) >= free
+        if (not self.caps or _others_left(claimed, full=self.backlog)
+                or any(job.name not in self.caps for job in claimed)):
+            self.others_checked_at = None
+        elif uncapped:
+            # The other kinds had nothing runnable: their scan found no row, not even one the
+            # limit cut. Read from the claim itself, not from its being full: a drain of a
+            # capped kind fills every claim (see performance.md item 11).
+            self.others_checked_at = time.monotonic()
+
+    def poll_wait(self, poll_interval: float, *, uncapped: bool) -> float:
+        """How long to wait for work after a claim that found none: a poll interval, but not
+        past the moment the other kinds are due to be looked at again."""
+        if uncapped or self.others_checked_at is None:
+            return poll_interval
+        return min(poll_interval,
+                   max(0.0, self.others_checked_at + poll_interval - time.monotonic()))
+
+
+def _others_left(claimed: Sequence[ClaimedJob], *, full: bool) -> bool:
+    """Whether a claim left runnable jobs of uncapped kinds behind (``ClaimBatch.others_left``).
+
+    A store that does not say (``None``), or a store of one's own whose ``claim`` returns a
+    plain list, has a full claim read as "maybe crowded out": the worker goes on scanning rather
+    than risk an outranked job waiting a poll interval."""
+    others_left = claimed.others_left if isinstance(claimed, ClaimBatch) else None
+    return full if others_left is None else others_left
 
 
 def _one_line(exc: BaseException) -> str:
