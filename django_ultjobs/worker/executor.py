@@ -38,6 +38,10 @@ logger = logging.getLogger("django_ultjobs.worker")
 
 #: How the error of an unknown job's park begins: the park episodes are found by it (rule 12).
 UNKNOWN_JOB_PREFIX = "no job registered as "
+#: What the first park of an episode logs beside the name: where a worker looks for jobs.
+UNKNOWN_JOB_HINT = ("this worker has no such job: declare it in an installed app's jobs.py (or "
+                    "import it from there, or list its module in ULTJOBS['JOB_MODULES']) and "
+                    "restart the worker")
 #: Tracebacks are kept whole up to this many characters (the head and the tail beyond it).
 MAX_ERROR = 32_000
 
@@ -144,8 +148,12 @@ def unknown_job_settlement(run: Run, episode: ParkEpisode | None) -> Settlement:
         return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
     delay = conf.UNKNOWN_JOB_DELAY
     error = f'{UNKNOWN_JOB_PREFIX}"{job.name}"'
+    # The first park of an episode says what to do: the usual cause is a @job declared outside
+    # an app's jobs.py, in a module this worker never imported.
+    hint = {} if ongoing is not None else {"hint": UNKNOWN_JOB_HINT}
     log_event(logger, logging.WARNING, "jobs.worker.unknown-job", job_id=job.id,
-              job=job.name, delay=delay, episode=ongoing.attempt_id if ongoing else "new")
+              job=job.name, delay=delay, episode=ongoing.attempt_id if ongoing else "new",
+              **hint)
     _unstarted_span(run, AttemptOutcome.SUSPENDED, "job.parked",
                     {"reason": error, "job.park_seconds": delay})
     return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.SUSPENDED, attempt_delta=-1,

@@ -515,7 +515,9 @@ def test_unknown_job_is_parked_for_thirty_seconds_without_counting_an_attempt(
     assert after.claim_token is None
     hidden_for = (after.visible_at - parked.finished_at).total_seconds()
     assert 29.0 <= hidden_for <= 31.0
-    assert events(info_logs, "jobs.worker.unknown-job", job_id=enqueued.id)
+    (logged,) = events(info_logs, "jobs.worker.unknown-job", job_id=enqueued.id)
+    # The first park of an episode says where a worker looks for jobs.
+    assert logged["episode"] == "new" and "jobs.py" in logged["hint"], logged
 
 
 # -- rule 13: nothing leaks ---------------------------------------------------------------------
