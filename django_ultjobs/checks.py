@@ -46,7 +46,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         messages.append(Warning(
             "ULTJOBS HEARTBEAT_INTERVAL is more than half of VISIBILITY_TIMEOUT: one failed "
             "heartbeat could cost a running job its lease",
-            hint="Use a heartbeat interval of a third of the timeout or less.",
+            hint="Use a heartbeat interval of a third of the timeout or less: runjobworker "
+                 "refuses to start with these two unless its --heartbeat-interval or "
+                 "--visibility-timeout flag overrides them.",
             id="django_ultjobs.W001",
         ))
     messages.extend(_check_unknown_jobs(conf))

@@ -56,10 +56,9 @@ class WorkerOptions:
         if not self.queues or any(not q for q in self.queues):
             raise JobConfigurationError("--queue needs at least one non-empty queue name")
         if not 1 <= self.threads <= MAX_THREADS:
+            more = "; for more jobs at once, run more worker processes" if self.threads > 1 else ""
             raise JobConfigurationError(
-                f"--threads must be from 1 to {MAX_THREADS}, not {self.threads}; for more jobs "
-                "at once, run more worker processes"
-            )
+                f"--threads must be from 1 to {MAX_THREADS}, not {self.threads}{more}")
         if self.visibility_timeout <= 0 or self.heartbeat_interval <= 0:
             raise JobConfigurationError(
                 "--visibility-timeout and --heartbeat-interval must be positive"
@@ -70,7 +69,8 @@ class WorkerOptions:
             raise JobConfigurationError(
                 f"--heartbeat-interval ({self.heartbeat_interval:g}s) must be at most half of "
                 f"--visibility-timeout ({self.visibility_timeout:g}s), so a failed heartbeat is "
-                "retried before the lease lapses; a third or less is better"
+                "retried before the lease lapses; a third or less is better (a flag not given "
+                "takes ULTJOBS['HEARTBEAT_INTERVAL'] or ULTJOBS['VISIBILITY_TIMEOUT'])"
             )
         if self.poll_interval <= 0:
             raise JobConfigurationError("--poll-interval must be positive")
