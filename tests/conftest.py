@@ -162,3 +162,19 @@ def worker_processes(tmp_path: Path) -> Iterator[WorkerProcesses]:
         yield procs
     finally:
         procs.close()
+
+
+def events(caplog: pytest.LogCaptureFixture, name: str, **match: Any) -> list[dict[str, Any]]:
+    """The structured fields of every ``name`` event logged so far that match ``match``."""
+    found = []
+    for record_ in list(caplog.records):
+        if getattr(record_, "ultjobs_event", None) != name:
+            continue
+        fields = record_.ultjobs
+        if all(fields.get(k) == v for k, v in match.items()):
+            found.append(fields)
+    return found
+
+
+def engine_store(alias: str) -> type[JobStore]:
+    return type(get_store(alias))

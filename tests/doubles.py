@@ -5,12 +5,16 @@ One module, so a test module never imports another test module for its doubles.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django_ultjobs.store import ClaimedJob, HeldLease, LeaseStore
+from django.db import OperationalError
+
+from django_ultjobs.store import ClaimedJob, HeldLease, JobStore, LeaseStore, get_store
+from django_ultjobs.store.base import Settlement
 from django_ultjobs.store.postgresql import PostgresStore
 from django_ultjobs.store.sqlite import SQLiteStore
 
@@ -136,3 +140,16 @@ def no_lease_store_path(alias: str) -> str:
     """The dotted path of the no-lease store for ``alias``'s engine."""
     name = "NoLeasePostgresStore" if alias == "postgres" else "NoLeaseSQLiteStore"
     return f"{__name__}.{name}"
+
+
+def settle_outage_store(alias: str, outage: threading.Event,
+                        message: str = "the database system is shutting down") -> JobStore:
+    """``alias``'s own store, whose settles fail as in an outage while ``outage`` is set."""
+
+    class SettleOutage(type(get_store(alias))):  # type: ignore[misc]
+        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+            if outage.is_set():
+                raise OperationalError(message)
+            return super().settle(settlements, worker_id)
+
+    return SettleOutage(alias)

@@ -24,10 +24,10 @@ from django.test.utils import override_settings
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import Settlement
 from django_ultjobs.worker import worker as worker_module
-from tests.conftest import WorkerProcesses, running_worker, wait_until
+from tests.conftest import WorkerProcesses, engine_store, events, running_worker, wait_until
+from tests.doubles import settle_outage_store
 from tests.testapp.jobs import record, sized_result
 from tests.testapp.models import RunLog
-from tests.worker.test_worker_rules import engine_store, events
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -86,15 +86,11 @@ def test_claiming_stops_when_unsettled_outcomes_hold_too_many_bytes(
     outage = threading.Event()
     outage.set()
 
-    class SettleOutage(engine_store(alias)):  # type: ignore[misc,valid-type]
-        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
-            if outage.is_set():
-                raise OperationalError("the database system is shutting down")
-            return super().settle(settlements, worker_id)
+    store = settle_outage_store(alias, outage)
 
     # Each outcome holds ~20 kB: three reach the byte bound long before the count bound (1,000).
     ids = [sized_result.enqueue(20_000).id for _ in range(30)]
-    with running_worker(alias, store=SettleOutage(alias), threads=2,
+    with running_worker(alias, store=store, threads=2,
                         visibility_timeout=10.0) as worker:
         wait_until(lambda: worker.completer.pending_bytes >= 50_000, timeout=15)
         claims = worker.claims
@@ -220,15 +216,11 @@ def test_many_large_results_are_written_in_batches_postgresql_accepts(
     outage = threading.Event()
     outage.set()
 
-    class SettleOutage(engine_store(pg_alias)):  # type: ignore[misc,valid-type]
-        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
-            if outage.is_set():
-                raise OperationalError("the database system is starting up")
-            return super().settle(settlements, worker_id)
+    store = settle_outage_store(pg_alias, outage, "the database system is starting up")
 
     ids = sized_result.bulk_enqueue([(5_000_000,)] * 60)
     with override_settings(ULTJOBS={"DATABASE": pg_alias, "MAX_RESULT_BYTES": 6_000_000}), \
-            running_worker(pg_alias, store=SettleOutage(pg_alias), threads=8,
+            running_worker(pg_alias, store=store, threads=8,
                            visibility_timeout=30.0) as worker:
         # As many outcomes as the worker lets wait: all 60 without a byte bound.
         wait_until(lambda: worker.completer.pending == 60 or (

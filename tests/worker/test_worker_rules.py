@@ -37,12 +37,12 @@ from django_ultjobs.exceptions import (
 from django_ultjobs.management.commands.runjobworker import Command
 from django_ultjobs.models import Job, JobAttempt, JobLease
 from django_ultjobs.models import Worker as WorkerRow
-from django_ultjobs.store import HeldLease, JobStore, NewJob, Settlement, get_store
+from django_ultjobs.store import HeldLease, NewJob, Settlement, get_store
 from django_ultjobs.worker import Worker, WorkerOptions
 from django_ultjobs.worker import worker as worker_module
 from django_ultjobs.worker.runs import Run
-from tests.conftest import running_worker, wait_until
-from tests.doubles import no_lease_store_path
+from tests.conftest import engine_store, events, running_worker, wait_until
+from tests.doubles import no_lease_store_path, settle_outage_store
 from tests.stepsapp.jobs import cancel_myself_then_fail, raises_unprintable
 from tests.testapp import jobs as testjobs
 from tests.testapp.jobs import (
@@ -84,18 +84,6 @@ def status_is(alias: str, job_id: int, *statuses: str) -> Callable[[], bool]:
     return lambda: row(alias, job_id).status in statuses
 
 
-def events(caplog: pytest.LogCaptureFixture, name: str, **match: Any) -> list[dict[str, Any]]:
-    """The structured fields of every ``name`` event logged so far that match ``match``."""
-    found = []
-    for record_ in list(caplog.records):
-        if getattr(record_, "ultjobs_event", None) != name:
-            continue
-        fields = record_.ultjobs
-        if all(fields.get(k) == v for k, v in match.items()):
-            found.append(fields)
-    return found
-
-
 def running_run(worker: Worker, job_id: int) -> Run:
     """Wait until ``job_id`` is running under the ticker in ``worker``; return its Run."""
     return wait_until(lambda: next((r for r in worker.registry.snapshot() if r.id == job_id),
@@ -104,10 +92,6 @@ def running_run(worker: Worker, job_id: int) -> Run:
 
 def started(job_id: int) -> Callable[[], bool]:
     return lambda: RunLog.objects.filter(job_id=job_id).exists()
-
-
-def engine_store(alias: str) -> type[JobStore]:
-    return type(get_store(alias))
 
 
 def finished(alias: str, *job_ids: int) -> bool:
@@ -934,14 +918,10 @@ def test_claiming_stops_while_the_completer_cannot_write(
     outage = threading.Event()
     outage.set()
 
-    class SettleOutage(engine_store(alias)):  # type: ignore[misc,valid-type]
-        def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
-            if outage.is_set():
-                raise OperationalError("the database system is shutting down")
-            return super().settle(settlements, worker_id)
+    store = settle_outage_store(alias, outage)
 
     ids = add.bulk_enqueue([(i, i) for i in range(40)])
-    with running_worker(alias, store=SettleOutage(alias), threads=2,
+    with running_worker(alias, store=store, threads=2,
                         visibility_timeout=10.0, heartbeat_interval=0.5) as worker:
         wait_until(lambda: worker.completer.pending >= 5, timeout=15)
         claims = worker.claims
