@@ -36,7 +36,7 @@ class AttemptOutcome(models.TextChoices):
     SLOT_LOST = "slot_lost", _("slot lost")
     LEASE_LOST = "lease_lost", _("lease lost")
     SUSPENDED = "suspended", _("suspended")
-    # Beyond the reference: a graceful shutdown hands the job back without burning an attempt;
+    # A graceful shutdown hands the job back without burning an attempt;
     # calling that "cancelled" would tell an operator somebody cancelled it.
     INTERRUPTED = "interrupted", _("interrupted")
 

@@ -1,4 +1,4 @@
-"""What a run's span records, on a real in-process worker (rule 14, docs/tracing.md).
+"""What a run's span records, on a real in-process worker (rule 14).
 
 Nesting of a job enqueued by a job, no span leaking from one run into the next on one thread,
 failures, cancellations (requested, lost slot), a parked unknown job, and durable steps.

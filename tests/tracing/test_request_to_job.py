@@ -2,7 +2,7 @@
 
 The real example views (``example_project.shop``, under ``/shop/`` in tests/urls.py) are driven
 through the Django test client with ``opentelemetry-instrumentation-django`` on, and a real worker
-runs what they queued (rule 14, docs/tracing.md).
+runs what they queued (rule 14).
 """
 
 from __future__ import annotations
