@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 
 from . import jsonargs
 from .conf import get_settings
-from .exceptions import JobConfigurationError, UnknownJobError
+from .exceptions import JobArgumentError, JobConfigurationError, UnknownJobError
 from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
@@ -66,6 +66,15 @@ class JobSpec:
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
+
+    @cached_property
+    def signature(self) -> inspect.Signature | None:
+        """The body's parameters, to check each call against before it is queued; None for a
+        callable whose parameters Python cannot tell (some builtins), which is not checked."""
+        try:
+            return inspect.signature(self.func)
+        except (TypeError, ValueError):
+            return None
 
     @cached_property
     def is_coroutine(self) -> bool:
@@ -125,7 +134,21 @@ class JobSpec:
     def call(self, *args: Any, **kwargs: Any) -> JobCall:
         """Return a checked call of this job, for ``bulk_enqueue``."""
         jsonargs.check_arguments(self.name, args, kwargs)
+        self._check_signature(args, kwargs)
         return JobCall(self, args, kwargs)
+
+    def _check_signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Refuse a call the body could never take (a missing or extra argument) now, before
+        any SQL, instead of queueing a job that fails every attempt (rule 16)."""
+        if self.signature is None:
+            return
+        context = (None,) if self.takes_context else ()
+        try:
+            self.signature.bind(*context, *args, **kwargs)
+        except TypeError as exc:
+            raise JobArgumentError(
+                f"{self.name}{_bare(self.signature)}: {exc}; the call would fail on every attempt"
+            ) from None
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
         """Queue one call inside the caller's transaction; return its (unsaved-looking) row.
@@ -147,6 +170,14 @@ class JobSpec:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function now, in this process (for tests and shells)."""
         return self.func(*args, **kwargs)
+
+
+def _bare(signature: inspect.Signature) -> inspect.Signature:
+    """``signature`` without annotations, as an error message shows it: ``(a, b=2)``."""
+    empty = inspect.Parameter.empty
+    return signature.replace(
+        parameters=[p.replace(annotation=empty) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty)
 
 
 def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -> NewJob:

@@ -60,6 +60,15 @@ ARGUMENT_REFUSALS: list[tuple[str, Callable[[], Any], str]] = [
     ("inf", lambda: add.enqueue(1, b=[float("inf")]), "argument 'b' of add() at [0] is inf"),
     ("a call in a bulk enqueue", lambda: add.bulk_enqueue([(1, 2), (1, {"k\x00": 1})]),
      "argument 1 of add() has a key that contains a NUL character"),
+    # A call the body could never take would fail every attempt: refused at enqueue instead.
+    ("a missing argument", lambda: add.enqueue(1),
+     "add(a, b): missing a required argument: 'b'"),
+    ("one argument too many", lambda: add.enqueue(1, 2, 3),
+     "add(a, b): too many positional arguments"),
+    ("an unknown keyword", lambda: add.enqueue(1, 2, c=3),
+     "add(a, b): got an unexpected keyword argument 'c'"),
+    ("a bad call in a bulk enqueue", lambda: add.bulk_enqueue([(1, 2), (1,)]),
+     "add(a, b): missing a required argument: 'b'"),
 ]
 
 OPTION_REFUSALS: list[tuple[str, Callable[[], Any], str]] = [
