@@ -92,14 +92,14 @@ def _check_result_bound(limit: object) -> list[CheckMessage]:
             f"ULTJOBS['MAX_RESULT_BYTES'] is {limit!r}; it must be a whole number of bytes, "
             "at least 1",
             hint="Leave it out for the default, 4 MiB (4194304).",
-            id="django_ultjobs.E020",
+            id="django_ultjobs.E022",
         )]
     if limit > MAX_STORABLE_RESULT:
         return [Warning(
             f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL refuses a JSON string over "
             f"{MAX_STORABLE_RESULT} bytes, so a result that large fails all the same",
             hint="Keep big data out of results: store it elsewhere and return a reference.",
-            id="django_ultjobs.W020",
+            id="django_ultjobs.W022",
         )]
     return []
 
