@@ -85,8 +85,13 @@ def unstorable_settlement(run: Run, refused: Settlement, reason: str) -> Settlem
                   f"{refused.status}/{refused.outcome}; the database refused to write that)")
     log_event(logger, logging.ERROR, "jobs.worker.outcome-unstorable", job_id=run.id,
               job=run.job.name, attempt=run.job.attempt, error=reason)
-    fields: dict[str, Any] = {"steps_run": refused.steps_run,
-                              "steps_replayed": refused.steps_replayed}
+    return _retry_or_fail(run, error, steps_run=refused.steps_run,
+                          steps_replayed=refused.steps_replayed)
+
+
+def _retry_or_fail(run: Run, error: str, **fields: Any) -> Settlement:
+    """A failed attempt under the job's own retry policy: queued again after its backoff while
+    attempts remain, failed for good after the last (or when the job is not registered here)."""
     job, spec = run.job, run.spec
     if spec is not None and job.attempt < job.max_attempts:
         delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
@@ -236,11 +241,7 @@ def failed_by_worker(run: Run, exc: BaseException) -> Settlement:
     error = _trim("".join(traceback.format_exception(exc)))
     log_event(logger, logging.ERROR, "jobs.worker.run-crashed", job_id=run.id, job=run.job.name,
               attempt=run.job.attempt, error=describe(exc))
-    if run.job.attempt < run.job.max_attempts and run.spec is not None:
-        delay = backoff_delay(run.job.attempt, base=run.spec.backoff, cap=run.spec.max_backoff)
-        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay,
-                              error=error)
-    return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
+    return _retry_or_fail(run, error)
 
 
 def abandonment(run: Run, visibility_timeout: float) -> Settlement:
