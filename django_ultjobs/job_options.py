@@ -37,6 +37,8 @@ def check_options(spec: JobSpec) -> None:
     _check_int(name, "priority", spec.priority, INT_MIN)
     _check_int(name, "max_attempts", spec.max_attempts, 1)
     _check_delay(name, spec.delay)
+    for option in ("backoff", "max_backoff"):
+        _check_seconds(name, option, getattr(spec, option))
     if spec.run_at is not None:
         _check_run_at(name, spec.run_at)
 
@@ -77,6 +79,20 @@ def _check_delay(name: str, delay: Any) -> None:
     if delay > MAX_DELAY:
         _refuse(name, "delay", f"cannot be more than 100 years ({MAX_DELAY:,.0f} seconds)",
                 delay)
+
+
+def _check_seconds(job_name: str, option: str, value: Any) -> None:
+    """Refuse a seconds option no settle could store: not a real number, negative, NaN or
+    infinite, or longer than a hundred years (rule 31). At import time, naming the option: a
+    bad value found later would fail every retry of the job instead."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise JobOptionError(
+            f"job {job_name!r}: {option} must be a number of seconds, not "
+            f"{type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < 0 or value > MAX_DELAY:
+        raise JobOptionError(
+            f"job {job_name!r}: {option} is {value!r}; it must be a finite number of seconds "
+            f"from 0 to {MAX_DELAY:.0f} (a hundred years)")
 
 
 def _check_run_at(name: str, run_at: Any) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,7 +20,6 @@ from .exceptions import JobArgumentError, JobConfigurationError, UnknownJobError
 from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
-from .retry import MAX_DELAY
 from .slot_keys import MAX_SLOT_JOB_NAME
 from .store import EnqueuedJob, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
@@ -87,7 +85,8 @@ class JobSpec:
             raise JobConfigurationError(f"job {self.name!r}: {self.func!r} is not callable")
         if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
             raise JobConfigurationError("a job name must be 1 to 200 characters long")
-        # Queue, priority, max_attempts, delay and run_at: each must fit its column (rule 16).
+        # Queue, priority, max_attempts, delay, run_at and the backoffs: each must fit its
+        # column, or a settle (rules 16 and 31).
         check_options(self)
         if self.concurrency is not None and (
             isinstance(self.concurrency, bool) or self.concurrency < 1
@@ -101,8 +100,6 @@ class JobSpec:
                 f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most "
                 f"{MAX_SLOT_JOB_NAME} characters"
             )
-        for option in ("backoff", "max_backoff"):
-            _check_seconds(self.name, option, getattr(self, option))
 
     # -- configuring ----------------------------------------------------------------------------
 
@@ -398,17 +395,3 @@ def registry_generation() -> int:
 def jobs_database() -> str:
     """The database alias the job tables live in."""
     return get_settings().DATABASE
-
-
-def _check_seconds(job_name: str, option: str, value: Any) -> None:
-    """Refuse a seconds option no settle could store: not a real number, negative, NaN or
-    infinite, or longer than a hundred years (rule 31). At import time, naming the option: a
-    bad value found later would fail every retry of the job instead."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise JobConfigurationError(
-            f"job {job_name!r}: {option} must be a number of seconds, not "
-            f"{type(value).__name__} {value!r}")
-    if not math.isfinite(value) or value < 0 or value > MAX_DELAY:
-        raise JobConfigurationError(
-            f"job {job_name!r}: {option} is {value!r}; it must be a finite number of seconds "
-            f"from 0 to {MAX_DELAY:.0f} (a hundred years)")
