@@ -170,3 +170,16 @@ def _is_unicode(text: str) -> bool:
 
 def _at(path: str) -> str:
     return f" at {path}" if path else ""
+
+
+def storable_text(text: str) -> str:
+    """Return ``text`` with what PostgreSQL's text and jsonb refuse spelt out as escapes.
+
+    A NUL or a lone surrogate would make PostgreSQL reject the whole statement (a settle batch
+    with every other run's outcome in it, an enqueue inside the caller's transaction); SQLite
+    would store it. Escaped, both engines store the same text. Plain ASCII, the usual case, is
+    returned as it is without a copy.
+    """
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")

@@ -18,6 +18,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, SpanKind
 
+from .jsonargs import storable_text
+
 _tracer = trace.get_tracer("django_ultjobs")
 
 # Who is enqueueing right now: "job:<id>" inside a run, the user during a request (set by the
@@ -42,7 +44,7 @@ def capture_trace_context() -> tuple[str, str]:
     # NUL or a lone surrogate PostgreSQL refuses) must not fail the enqueue.
     if not _TRACEPARENT.fullmatch(traceparent):
         return "", ""
-    if len(tracestate) > _MAX_HEADER or _storable(tracestate) != tracestate:
+    if len(tracestate) > _MAX_HEADER or storable_text(tracestate) != tracestate:
         tracestate = ""
     return traceparent, tracestate
 
@@ -128,16 +130,9 @@ def current_actor() -> str:
     actor = _actor.get()
     if actor is None:
         # (A command-line argument may hold a lone surrogate: bytes that were not UTF-8.)
-        return _storable(_process_actor())[:_MAX_ACTOR]
+        return storable_text(_process_actor())[:_MAX_ACTOR]
     resolve = getattr(actor, "resolve", None)
-    return _storable(str(resolve() if resolve is not None else actor))[:_MAX_ACTOR]
-
-
-def _storable(text: str) -> str:
-    """``text`` with a NUL or a lone surrogate written as an escape (PostgreSQL refuses both)."""
-    if text.isascii() and "\x00" not in text:
-        return text
-    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    return storable_text(str(resolve() if resolve is not None else actor))[:_MAX_ACTOR]
 
 
 def _process_actor() -> str:

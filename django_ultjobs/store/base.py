@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..jsonargs import storable_text
 from ..retry import clamp_delay
 from ..sql import django_queries
 from .decoding import decode_arguments
@@ -485,7 +486,7 @@ class JobStore(LeaseStore):
             return set()
         batch = dumps_batch([
             {"id": s.job_id, "attempt_no": s.attempt_no, "outcome": s.outcome,
-             "error": "" if s.error is None else _storable_text(s.error),
+             "error": "" if s.error is None else storable_text(s.error),
              "started_at": None if s.started_at is None else self._json_time(s.started_at)}
             for s in settlements if s.outcome is not None
         ])
@@ -634,7 +635,7 @@ class JobStore(LeaseStore):
             # Finite and within a century: an infinite or huge delay would overflow the
             # timestamp arithmetic and refuse the whole batch (rule 31).
             "delay": clamp_delay(float(s.delay)),
-            "error": None if s.error is None else _storable_text(s.error),
+            "error": None if s.error is None else storable_text(s.error),
             "result_json": s.result_json,
             "outcome": s.outcome,
             "attempt_no": s.attempt_no,
@@ -688,13 +689,3 @@ def check_one_per_job(settlements: Sequence[Settlement]) -> None:
     if len({s.job_id for s in settlements}) != len(settlements):
         raise ValueError("a settle batch holds two settlements of the same job; settle them "
                          "in separate calls")
-
-
-def _storable_text(text: str) -> str:
-    """Return ``text`` with what PostgreSQL's text and jsonb refuse spelt out as escapes.
-
-    An error message carries whatever a job put in its exception. A NUL or a lone surrogate would
-    make PostgreSQL reject the whole settle batch, retried for ever, and with it the outcomes of
-    every other run in the batch; SQLite would store it. Escaped, both engines store the same text.
-    """
-    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
