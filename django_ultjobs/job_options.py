@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import JobOptionError
+from .jsonargs import is_unicode
 from .retry import MAX_DELAY
 
 if TYPE_CHECKING:
@@ -51,11 +52,8 @@ def _check_text(name: str, option: str, text: str) -> None:
     # PostgreSQL's text refuses both; SQLite would store them.
     if "\x00" in text:
         _refuse(name, option, "cannot contain a NUL character (\\x00)", text)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            _refuse(name, option, "cannot contain a lone surrogate", text)
+    if not text.isascii() and not is_unicode(text):
+        _refuse(name, option, "cannot contain a lone surrogate", text)
 
 
 def _check_int(name: str, option: str, value: Any, low: int) -> None:

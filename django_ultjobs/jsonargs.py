@@ -143,7 +143,7 @@ def _check_text(text: str, what: str, path: str, subject: str) -> None:
     # enqueue would work on one engine and fail with a DataError on the other.
     if "\x00" in text:
         problem = "contains a NUL character (\\x00)"
-    elif not text.isascii() and not _is_unicode(text):
+    elif not text.isascii() and not is_unicode(text):
         problem = "contains a lone surrogate, which is not valid Unicode"
     else:
         return
@@ -160,7 +160,8 @@ def _digits(value: int) -> int:
     return digits + 1 if magnitude >= 10 ** digits else digits
 
 
-def _is_unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogate), as PostgreSQL's text needs."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
