@@ -1,11 +1,13 @@
-"""Cancel and retry jobs: the operations behind the admin's actions, usable from code too.
+"""Cancel, retry, pause and resume: the operations behind the admin and ``manage.py ultjobs``.
 
 ```python
-from django_ultjobs.operations import cancel_jobs, retry_jobs
+from django_ultjobs.operations import cancel_jobs, pause_queue, resume_queue, retry_jobs
 
 result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"))
 result.cancelled, result.requested      # how many were cancelled now / asked to stop
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
+pause_queue("emails")                   # no worker claims from it; enqueue still works (rule 75)
+resume_queue("emails")                  # claimed again at once (LISTEN) or within a poll
 ```
 
 Every change is one ``UPDATE`` fenced on the status it starts from, so an operation racing a
@@ -17,18 +19,30 @@ settles it ``cancelled`` itself under its claim token (rule 4).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from django.db import connections, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
-from .models import Job, JobStatus
+from .exceptions import OperationInputError
+from .job_options import MAX_QUEUE
+from .jsonargs import is_unicode
+from .logs import log_event
+from .models import Job, JobStatus, QueuePause
 from .registry import jobs_database
 from .store import get_store
 
-__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "retry_jobs"]
+__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "pause_queue", "paused_queues",
+           "resume_queue", "retry_jobs"]
+
+logger = logging.getLogger("django_ultjobs.operations")
+
+#: Called after each chunk an operation wrote, with how many ids of the selection it has been
+#: through so far and how many there are: what a progress display needs, nothing more.
+Progress = Callable[[int, int], None]
 
 #: Statuses cancelled at once: no worker holds such a job, so nobody else writes its row. A
 #: waiting job is parked on an event or a durable sleep and holds no thread either.
@@ -73,18 +87,20 @@ class RetryResult:
         return len(self.retried_ids)
 
 
-def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None) -> CancelResult:
+def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
+                progress: Progress | None = None) -> CancelResult:
     """Cancel queued or waiting jobs now and ask running ones to stop; return what changed.
 
     ``jobs`` is a queryset of jobs or an iterable of job ids. Jobs in any other status (finished
     ones, running ones already asked) are left alone and not counted. ``using`` is the jobs
     database; it defaults to ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on.
+    ``progress`` is called after each chunk of ``CHUNK`` ids (see ``Progress``).
     """
     alias = using or jobs_database()
     cancelled: list[int] = []
     requested: list[int] = []
     live = (*CANCEL_NOW, JobStatus.RUNNING)
-    for chunk in _chunks(_candidate_ids(jobs, alias, live)):
+    for chunk in _chunks(_candidate_ids(jobs, alias, live), progress):
         with transaction.atomic(using=alias):
             ids = _lock(alias, chunk, Q(status__in=CANCEL_NOW))
             # Fenced on the status again, though the lock already holds it: the fence is what
@@ -104,17 +120,18 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
     return CancelResult(tuple(cancelled), tuple(requested))
 
 
-def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None) -> RetryResult:
+def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
+               progress: Progress | None = None) -> RetryResult:
     """Queue failed or cancelled jobs again, runnable now, with one more attempt allowed.
 
     ``max_attempts`` becomes ``max(max_attempts, attempt + 1)``: a job that used all its attempts
     gets exactly one more, and one that still had some keeps them. Steps it completed before stay
     memoised, so the new run replays them instead of running them twice. Jobs in other statuses
-    are left alone and not counted.
+    are left alone and not counted. ``progress`` as for ``cancel_jobs``.
     """
     alias = using or jobs_database()
     retried: list[int] = []
-    for chunk in _chunks(_candidate_ids(jobs, alias, RETRYABLE)):
+    for chunk in _chunks(_candidate_ids(jobs, alias, RETRYABLE), progress):
         with transaction.atomic(using=alias):
             ids = _lock(alias, chunk, Q(status__in=RETRYABLE))
             Job.objects.using(alias).filter(id__in=ids, status__in=RETRYABLE).update(
@@ -133,6 +150,59 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None)
     return RetryResult(tuple(retried))
 
 
+# -- pausing queues -------------------------------------------------------------------------------
+
+
+def pause_queue(name: str, *, reason: str = "", by: str = "", using: str | None = None) -> bool:
+    """Pause queue ``name`` fleet-wide; return False if it was paused already.
+
+    Every worker stops claiming from it at its next claim (within one poll interval when idle);
+    runs in flight finish as usual, and enqueue still adds jobs to it (rule 75). ``by`` says who
+    paused it (the admin and the command line pass ``admin:<user>`` and ``cli:<user>``).
+    """
+    name = check_queue_name(name)
+    alias = using or jobs_database()
+    _, created = QueuePause.objects.using(alias).get_or_create(
+        queue=name, defaults={"reason": str(reason), "paused_by": str(by)[:200]})
+    log_event(logger, logging.INFO, "jobs.queue.paused" if created else "jobs.queue.pause-kept",
+              queue=name, by=by, reason=reason)
+    return created
+
+
+def resume_queue(name: str, *, by: str = "", using: str | None = None) -> bool:
+    """Resume paused queue ``name``; return False if it was not paused.
+
+    Its idle workers are notified (PostgreSQL, LISTEN), so they claim at once; elsewhere they
+    claim within one poll interval.
+    """
+    name = check_queue_name(name)
+    alias = using or jobs_database()
+    with transaction.atomic(using=alias):
+        deleted, _ = QueuePause.objects.using(alias).filter(queue=name).delete()
+        if deleted:
+            get_store(alias).notify([name])  # delivered when this commits
+    log_event(logger, logging.INFO, "jobs.queue.resumed" if deleted else "jobs.queue.not-paused",
+              queue=name, by=by)
+    return bool(deleted)
+
+
+def paused_queues(*, using: str | None = None) -> dict[str, QueuePause]:
+    """The paused queues by name, oldest pause first."""
+    alias = using or jobs_database()
+    return {p.queue: p for p in QueuePause.objects.using(alias).order_by("paused_at", "queue")}
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if a job could be in a queue of that name; refuse it before any SQL."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_QUEUE:
+        raise OperationInputError(
+            f"a queue name is 1 to {MAX_QUEUE} characters of text, not {name!r}")
+    if "\x00" in name or not is_unicode(name):
+        raise OperationInputError(
+            f"a queue name cannot contain a NUL character or a lone surrogate: {name!r}")
+    return name
+
+
 def _candidate_ids(jobs: QuerySet[Job] | Iterable[int], alias: str,
                    statuses: Sequence[str]) -> list[int]:
     """The ids of ``jobs`` whose status may change; a queryset is read on the jobs database."""
@@ -144,9 +214,13 @@ def _candidate_ids(jobs: QuerySet[Job] | Iterable[int], alias: str,
     return sorted({int(job_id) for job_id in jobs})
 
 
-def _chunks(ids: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(ids), CHUNK):
+def _chunks(ids: list[int], progress: Progress | None = None) -> Iterator[list[int]]:
+    """``ids`` by ``CHUNK``; ``progress`` hears of each chunk once its statements are done."""
+    total = len(ids)
+    for start in range(0, total, CHUNK):
         yield ids[start:start + CHUNK]
+        if progress is not None:
+            progress(min(start + CHUNK, total), total)
 
 
 def _lock(alias: str, ids: list[int], condition: Q) -> list[int]:

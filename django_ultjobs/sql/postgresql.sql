@@ -14,6 +14,13 @@
 status IN ('queued', 'running', 'waiting')
           AND visible_at <= {now}
 
+-- fragment: active_queues
+-- The worker's queues that are not paused (rule 75), as a row source "q(queue)": one primary-key
+-- probe of the pause table per queue, inside the claim statement itself, so a pause needs no
+-- second statement per round and holds from each worker's next claim (performance.md, item 55).
+(SELECT w.queue FROM unnest(%(queues)s::text[]) AS w(queue)
+ WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
+
 -- fragment: claim_update
 -- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
 -- (status, token, worker, lease), and come back with what the row was before. A waiting row
@@ -88,7 +95,7 @@ FROM ins;
 -- the caps' part would cost every claim its time even with no cap to apply (performance.md,
 -- item 23).
 WITH locked AS (
-    SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
+    SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
                claimed_at AS prev_claimed_at
@@ -130,7 +137,7 @@ WITH caps AS MATERIALIZED (
         AS c(name, lim, kept)
 ),
 locked AS (
-    SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
+    SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
                claimed_at AS prev_claimed_at, false AS capped
@@ -150,7 +157,9 @@ locked AS (
                claimed_at AS prev_claimed_at, true AS capped
         FROM django_ultjobs_job
         WHERE name = caps.name
-          AND queue = ANY (%(queues)s::text[])
+          -- An array computed once (an InitPlan), so the filter stays a plain filter on the
+          -- kind's ordered index scan.
+          AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
           AND {fragment:runnable}
         ORDER BY priority DESC, visible_at, id
         LIMIT LEAST(caps.free, %(limit)s::int)
