@@ -196,6 +196,8 @@ class QueuePause(models.Model):
     reason = models.TextField(blank=True, default="")
 
     class Meta:
+        # Governed by Job's change permission, like cancel and retry (docs/admin.md).
+        default_permissions = ()
         verbose_name = _("paused queue")
         verbose_name_plural = _("paused queues")
 

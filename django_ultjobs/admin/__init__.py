@@ -1,4 +1,4 @@
-"""The jobs admin: in-flight jobs, held fleet slots, lost-slot cancellations, workers, actions.
+"""The jobs admin: in-flight jobs, held slots, lost-slot cancellations, workers, paused queues.
 
 Registered on Django's default admin site when ``django.contrib.admin`` discovers this module.
 Every page reads the jobs database (``ULTJOBS["DATABASE"]``) and stays fast on a table of
@@ -8,6 +8,7 @@ millions of rows: no full counts, no sorting or filter choices that scan the tab
 from __future__ import annotations
 
 from .jobs import InFlightJobAdmin, JobAdmin, cancel_selected, retry_selected
+from .queues import QueuePauseAdmin
 from .slots import HeldSlotAdmin, LostSlotCancellationAdmin
 from .workers import WorkerAdmin
 
@@ -16,6 +17,7 @@ __all__ = [
     "InFlightJobAdmin",
     "JobAdmin",
     "LostSlotCancellationAdmin",
+    "QueuePauseAdmin",
     "WorkerAdmin",
     "cancel_selected",
     "retry_selected",

@@ -21,6 +21,7 @@ class Migration(migrations.Migration):
                 ('reason', models.TextField(blank=True, default='')),
             ],
             options={
+                'default_permissions': (),
                 'verbose_name': 'paused queue',
                 'verbose_name_plural': 'paused queues',
             },
