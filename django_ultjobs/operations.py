@@ -35,8 +35,8 @@ from .models import Job, JobStatus, QueuePause
 from .registry import jobs_database
 from .store import get_store
 
-__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "pause_queue", "paused_queues",
-           "resume_queue", "retry_jobs"]
+__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_queue_name",
+           "pause_queue", "paused_queues", "resume_queue", "retry_jobs"]
 
 logger = logging.getLogger("django_ultjobs.operations")
 
@@ -52,6 +52,8 @@ RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 #: Ids per statement: keeps a "select all 1,000,000" action under PostgreSQL's 65,535-parameter
 #: limit and every lock short, so the heartbeats it shares rows with wait milliseconds, not seconds.
 CHUNK = 500
+#: The largest id a job can have (the primary key is a 64-bit integer).
+BIGINT_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -88,15 +90,20 @@ class RetryResult:
 
 
 def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
-                progress: Progress | None = None) -> CancelResult:
+                progress: Progress | None = None, by: str = "",
+                reason: str = "") -> CancelResult:
     """Cancel queued or waiting jobs now and ask running ones to stop; return what changed.
 
     ``jobs`` is a queryset of jobs or an iterable of job ids. Jobs in any other status (finished
     ones, running ones already asked) are left alone and not counted. ``using`` is the jobs
     database; it defaults to ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on.
-    ``progress`` is called after each chunk of ``CHUNK`` ids (see ``Progress``).
+    ``progress`` is called after each chunk of ``CHUNK`` ids (see ``Progress``). ``by`` and
+    ``reason`` go to the ``jobs.operations.cancelled`` log line; a ``reason`` also becomes the
+    ``last_error`` of the jobs cancelled now, so their page says why.
     """
+    reason = _check_text("reason", reason)
     alias = using or jobs_database()
+    error = {"last_error": f"cancelled by {by or 'an operator'}: {reason}"} if reason else {}
     cancelled: list[int] = []
     requested: list[int] = []
     live = (*CANCEL_NOW, JobStatus.RUNNING)
@@ -107,7 +114,7 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
             # the operation means, and it stays true if the locking ever changes.
             Job.objects.using(alias).filter(id__in=ids, status__in=CANCEL_NOW).update(
                 status=JobStatus.CANCELLED, cancel_requested=True, claim_token=None,
-                finished_at=Now(), updated_at=Now(),
+                finished_at=Now(), updated_at=Now(), **error,
             )
             cancelled.extend(ids)
         with transaction.atomic(using=alias):
@@ -117,17 +124,19 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
             Job.objects.using(alias).filter(running, id__in=ids).update(
                 cancel_requested=True, updated_at=Now())
             requested.extend(ids)
+    log_event(logger, logging.INFO, "jobs.operations.cancelled", by=by, reason=reason,
+              cancelled=len(cancelled), requested=len(requested), database=alias)
     return CancelResult(tuple(cancelled), tuple(requested))
 
 
 def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
-               progress: Progress | None = None) -> RetryResult:
+               progress: Progress | None = None, by: str = "") -> RetryResult:
     """Queue failed or cancelled jobs again, runnable now, with one more attempt allowed.
 
     ``max_attempts`` becomes ``max(max_attempts, attempt + 1)``: a job that used all its attempts
     gets exactly one more, and one that still had some keeps them. Steps it completed before stay
     memoised, so the new run replays them instead of running them twice. Jobs in other statuses
-    are left alone and not counted. ``progress`` as for ``cancel_jobs``.
+    are left alone and not counted. ``progress`` and ``by`` as for ``cancel_jobs``.
     """
     alias = using or jobs_database()
     retried: list[int] = []
@@ -147,6 +156,8 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
                 Job.objects.using(alias).filter(id__in=ids).values_list("queue", flat=True)
                 .distinct()))
             retried.extend(ids)
+    log_event(logger, logging.INFO, "jobs.operations.retried", by=by, retried=len(retried),
+              database=alias)
     return RetryResult(tuple(retried))
 
 
@@ -161,6 +172,7 @@ def pause_queue(name: str, *, reason: str = "", by: str = "", using: str | None 
     paused it (the admin and the command line pass ``admin:<user>`` and ``cli:<user>``).
     """
     name = check_queue_name(name)
+    reason = _check_text("reason", reason)
     alias = using or jobs_database()
     _, created = QueuePause.objects.using(alias).get_or_create(
         queue=name, defaults={"reason": str(reason), "paused_by": str(by)[:200]})
@@ -190,6 +202,28 @@ def paused_queues(*, using: str | None = None) -> dict[str, QueuePause]:
     """The paused queues by name, oldest pause first."""
     alias = using or jobs_database()
     return {p.queue: p for p in QueuePause.objects.using(alias).order_by("paused_at", "queue")}
+
+
+def _check_text(what: str, text: object, limit: int = 1000) -> str:
+    """Return ``text`` if a text column can keep it; refuse it before any SQL."""
+    if not isinstance(text, str) or len(text) > limit:
+        raise OperationInputError(f"the {what} is text of at most {limit} characters, "
+                                  f"not {text!r}")
+    if "\x00" in text or not is_unicode(text):
+        raise OperationInputError(
+            f"the {what} cannot contain a NUL character or a lone surrogate: {text!r}")
+    return text
+
+
+def check_job_ids(ids: Iterable[object]) -> list[int]:
+    """Return ``ids`` as job ids; refuse one that no job can have, before any SQL."""
+    checked = []
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BIGINT_MAX:
+            raise OperationInputError(
+                f"a job id is a whole number from 1 to {BIGINT_MAX}, not {value!r}")
+        checked.append(value)
+    return checked
 
 
 def check_queue_name(name: object) -> str:
