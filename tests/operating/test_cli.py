@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import io
 import json
+from argparse import _SubParsersAction
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from django_ultjobs.models import Job, JobAttempt, QueuePause, Worker
 from django_ultjobs.operations import CHUNK, pause_queue
-from tests.conftest import events
+from tests.conftest import REPO, events
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -221,3 +222,19 @@ def test_stats_per_queue_and_per_worker(alias: str) -> None:
     out, _ = run("stats")
     assert out.splitlines()[0].split()[:3] == ["QUEUE", "PAUSED", "RUNNABLE"]
     assert "WORKER" in out and "w1" in out
+
+
+# -- documented -----------------------------------------------------------------------------------
+
+
+def test_every_subcommand_and_flag_is_in_operations_md() -> None:
+    text = (REPO / "docs" / "operations.md").read_text()
+    parser = load_command_class("django_ultjobs", "ultjobs").create_parser("manage.py", "ultjobs")
+    [sub] = [a for a in parser._actions if isinstance(a, _SubParsersAction)]
+    for name, each in sub.choices.items():
+        assert f"ultjobs {name}" in text, name
+        for action in each._actions:
+            assert action.help, (name, action.dest)
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag != "--help":
+                    assert flag in text, (name, flag)

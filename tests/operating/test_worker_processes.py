@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from django_ultjobs.models import AttemptOutcome, Job, JobAttempt
+from django_ultjobs.models import AttemptOutcome, Job, JobAttempt, Worker
 from django_ultjobs.operations import pause_queue, resume_queue
 from tests.conftest import WorkerProcesses, wait_until
 from tests.testapp.jobs import record
@@ -116,3 +116,20 @@ def test_max_memory_exits_0_without_handing_back_the_run_in_flight(
     assert _statuses(alias, [job_id, other]) == {job_id: "succeeded", other: "queued"}
     assert list(JobAttempt.objects.using(alias).values_list("job_id", "outcome")) == [
         (job_id, AttemptOutcome.SUCCEEDED)]
+
+
+def test_with_listen_a_resume_is_picked_up_at_once_not_at_the_next_poll(
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:
+    pause_queue("held", using=pg_alias)
+    job_id = record.using(queue="held").enqueue(label="held").id
+    # A poll interval far longer than the wait below: only the resume's notification can do it.
+    worker_processes.start(pg_alias, "--visibility-timeout", "5", "--heartbeat-interval", "0.5",
+                           "--poll-interval", "60", "--queue", "held")
+    wait_until(lambda: Worker.objects.using(pg_alias).exists(), 30, message="worker start")
+    time.sleep(1.0)  # its first claims (start, LISTEN in place) found the queue paused
+    assert _statuses(pg_alias, [job_id])[job_id] == "queued"
+    resumed = time.monotonic()
+    resume_queue("held", using=pg_alias)
+    wait_until(lambda: _statuses(pg_alias, [job_id])[job_id] == "succeeded", 20,
+               message="the resumed job to run")
+    assert time.monotonic() - resumed < 10
