@@ -18,6 +18,11 @@ from .display import EMPTY
 from .paginator import EstimatedCountPaginator
 
 
+def actor(request: HttpRequest) -> str:
+    """Who acts, as the operations log it: ``admin:<username>``."""
+    return f"admin:{request.user.get_username()}"
+
+
 class JobsAdmin(admin.ModelAdmin):
     """A model admin over the jobs database that stays fast on a table of millions of rows.
 

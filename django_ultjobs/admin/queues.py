@@ -16,12 +16,7 @@ from ..exceptions import OperationInputError
 from ..models import Job, QueuePause
 from ..operations import pause_queue, resume_queue
 from ..registry import jobs_database
-from .base import JobsAdmin
-
-
-def actor(request: HttpRequest) -> str:
-    """Who acts, as the operations record it: ``admin:<username>``."""
-    return f"admin:{request.user.get_username()}"
+from .base import JobsAdmin, actor
 
 
 @admin.action(permissions=["change"], description=_("Resume selected queues"))

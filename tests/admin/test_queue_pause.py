@@ -9,7 +9,8 @@ from django.urls import reverse
 
 from django_ultjobs.models import QueuePause
 from django_ultjobs.operations import pause_queue
-from tests.admin.conftest import APP_INDEX, client_for, page
+from tests.admin.conftest import APP_INDEX, JOBS, client_for, make_job, page, post_action
+from tests.conftest import events
 from tests.testapp.jobs import add
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -62,3 +63,13 @@ def test_the_resume_action_resumes_the_selected_queues(alias: str, operator) -> 
         "action": "resume_selected", "_selected_action": ["a"]}, follow=True)
     assert "Resumed a." in response.content.decode()
     assert list(QueuePause.objects.using(alias).values_list("queue", flat=True)) == ["b"]
+
+
+def test_the_admins_cancel_and_retry_log_who_acted(alias: str, operator, caplog) -> None:
+    caplog.set_level("INFO", logger="django_ultjobs")
+    job = make_job(alias)
+    client = client_for(operator)
+    post_action(client, JOBS, "cancel_selected", [job.id])
+    post_action(client, JOBS, "retry_selected", [job.id])
+    assert events(caplog, "jobs.operations.cancelled")[0]["by"] == "admin:operator"
+    assert events(caplog, "jobs.operations.retried")[0]["by"] == "admin:operator"
