@@ -17,15 +17,13 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .base import (
+from .base import JobStore, check_one_per_job, dumps_batch
+from .records import (
     ClaimBatch,
     ClaimRequest,
-    JobStore,
     NewJob,
     Settlement,
     SlotHold,
-    check_one_per_job,
-    dumps_batch,
 )
 
 #: SQLITE_TOOBIG, SQLITE_CONSTRAINT, SQLITE_MISMATCH: a statement refused for its values.

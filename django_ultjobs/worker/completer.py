@@ -24,7 +24,7 @@ from django.db import connections
 
 from ..logs import log_event
 from ..store import JobStore, Settlement
-from ..store.base import settlement_size
+from ..store.records import settlement_size
 from .executor import unstorable_settlement
 from .fleet_slots import FleetSlots
 from .runs import Run, RunsInFlight
