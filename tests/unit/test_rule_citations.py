@@ -7,14 +7,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: "rule 7", "rules 5-9", "rules 3 and 4", "rules 30, 31": every number such a phrase names.
-CITATION = re.compile(r"\b[Rr]ules? (\d+(?:(?:, | and |-|–| to )\d+)*)")
+CITATION = re.compile(r"\b[Rr]ules? (\d+(?:(?:, | and |-|\u2013| to )\d+)*)")
 
 
 def _cited(text: str) -> set[int]:
     numbers: set[int] = set()
     for match in CITATION.finditer(text):
         for span in re.split(r", | and ", match.group(1)):
-            ends = [int(n) for n in re.split(r"-|–| to ", span)]
+            ends = [int(n) for n in re.split(r"-|\u2013| to ", span)]
             numbers.update(range(ends[0], ends[-1] + 1))
     return numbers
 
