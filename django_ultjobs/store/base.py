@@ -245,12 +245,24 @@ class JobStore(SlotStore):
         batch.sort(key=lambda job: (-job.priority, job.id))
         return batch
 
-    @abstractmethod
     def heartbeat(
         self, runs: Sequence[tuple[int, str]], visibility_timeout: float
     ) -> dict[int, bool]:
-        """Extend the lease of each ``(job id, token)``; return ``{id: cancel_requested}`` for
-        the runs still held. A run missing from the answer is lost (rule 2)."""
+        """Extend the lease of each ``(job id, token)`` in one statement; return
+        ``{id: cancel_requested}`` for the runs still held. A run missing from the answer is
+        lost (rule 2)."""
+        if not runs:
+            return {}
+        params = {**self.runs_params(runs), "timeout": float(visibility_timeout),
+                  "now": self.now_param()}
+        with self.cursor() as cur:
+            cur.execute(self.sql["heartbeat"], params)
+            return {row[0]: bool(row[1]) for row in cur.fetchall()}
+
+    @staticmethod
+    @abstractmethod
+    def runs_params(runs: Sequence[tuple[int, str]]) -> dict[str, Any]:
+        """The ``(job id, token)`` pairs as this engine's parameters for the heartbeat."""
 
     @abstractmethod
     def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:

@@ -178,21 +178,11 @@ class PostgresStore(JobStore):
         return self.claimed_batch(rows, [r[13:16] for r in rows], str(token),
                                   others_left=bool(rows) and bool(rows[0][16]))
 
-    def heartbeat(
-        self, runs: Sequence[tuple[int, str]], visibility_timeout: float
-    ) -> dict[int, bool]:
-        """Extend every run's lease in one statement; absent ids were lost."""
-        if not runs:
-            return {}
-        params = {
-            "ids": [job_id for job_id, _ in runs],
-            "tokens": [uuid.UUID(token) for _, token in runs],
-            "timeout": float(visibility_timeout),
-            "now": self.now_param(),
-        }
-        with self.cursor() as cur:
-            cur.execute(self.sql["heartbeat"], params)
-            return {row[0]: bool(row[1]) for row in cur.fetchall()}
+    @staticmethod
+    def runs_params(runs: Sequence[tuple[int, str]]) -> dict[str, Any]:
+        """Two arrays the heartbeat unnests side by side."""
+        return {"ids": [job_id for job_id, _ in runs],
+                "tokens": [uuid.UUID(token) for _, token in runs]}
 
     def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
         """Settle a batch in one statement, each row fenced on its token, attempts recorded."""
