@@ -27,12 +27,12 @@ from django.db import connections, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
+from .conf import jobs_database
 from .exceptions import OperationInputError
 from .job_options import MAX_QUEUE
 from .jsonargs import is_unicode
 from .logs import log_event
 from .models import Job, JobStatus, QueuePause
-from .registry import jobs_database
 from .store import get_store
 
 __all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_queue_name",

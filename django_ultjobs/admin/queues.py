@@ -12,10 +12,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import jobs_database
 from ..exceptions import OperationInputError
 from ..models import Job, QueuePause
 from ..operations import pause_queue, resume_queue
-from ..registry import jobs_database
 from .base import JobsAdmin, actor
 
 

@@ -143,9 +143,9 @@ def _running_workers(alias: str) -> list[object]:
 
 
 def live_queue_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts]]:
-    """Count the live jobs by status, and by queue and where they stand, in one grouped query
-    over the live rows only (the claim's partial index covers them); paused queues are listed
-    even with no live job."""
+    """Count the live jobs by status, and by queue and where they stand (runnable, delayed, in
+    flight, lapsed, waiting, since when runnable), in one grouped query over the live rows only
+    (the claim's partial index covers them); paused queues are listed even with no live job."""
     due = Q(visible_at__lte=Now())
     live = (Job.objects.using(alias).filter(status__in=LIVE_STATUSES)
             .values("status", "queue").order_by()
@@ -175,21 +175,23 @@ def live_queue_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts
     return by_status, dict(sorted(queues.items()))
 
 
+def _oldest_runnable(alias: str) -> OldestRunnable | None:
+    """The live job due longest ago, how long it has waited, and whether for a fleet slot."""
+    oldest = (Job.objects.using(alias).filter(visible_at__lte=Now(), status__in=LIVE_STATUSES)
+              .order_by("visible_at").annotate(db_now=Now())
+              .values("id", "name", "visible_at", "db_now").first())
+    if oldest is None:
+        return None
+    waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
+    return OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
+                          slot_wait(alias, oldest["name"]))
+
+
 def jobs_summary(alias: str) -> Summary:
     """Return the summary of the jobs in ``alias``, in a handful of index-backed queries."""
-    due = Q(visible_at__lte=Now())
     by_status, queues = live_queue_counts(alias)
     statuses = [StatusCount(s, n) for s, n in by_status.items()]
     statuses += [_count_or_estimate(alias, s) for s in FINISHED_STATUSES]
-
-    oldest = (Job.objects.using(alias).filter(due, status__in=LIVE_STATUSES)
-              .order_by("visible_at").annotate(db_now=Now())
-              .values("id", "name", "visible_at", "db_now").first())
-    oldest_runnable = None
-    if oldest is not None:
-        waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
-        oldest_runnable = OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
-                                         slot_wait(alias, oldest["name"]))
 
     slots = Slot.objects.using(alias).aggregate(
         held=Count("id", filter=Q(expires_at__gt=Now())),
@@ -201,7 +203,7 @@ def jobs_summary(alias: str) -> Summary:
     return Summary(
         statuses=statuses,
         queues=list(queues.values()),
-        oldest_runnable=oldest_runnable,
+        oldest_runnable=_oldest_runnable(alias),
         in_flight=sum(q.in_flight for q in queues.values()),
         lapsed=sum(q.lapsed for q in queues.values()),
         slots_held=slots["held"] or 0,

@@ -18,6 +18,15 @@ from django.db import DatabaseError, InterfaceError, connections
 from django_ultjobs.conf import get_settings
 from django_ultjobs.exceptions import OperationInputError
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
+from django_ultjobs.management.reports import (
+    as_dict,
+    filtered_jobs,
+    job_detail,
+    job_rows,
+    parse_since,
+    queue_stats,
+    worker_stats,
+)
 from django_ultjobs.management.tables import as_json, table
 from django_ultjobs.models import JobStatus
 from django_ultjobs.operations import (
@@ -29,15 +38,6 @@ from django_ultjobs.operations import (
     retry_jobs,
 )
 from django_ultjobs.progress import progress_report
-from django_ultjobs.reports import (
-    as_dict,
-    filtered_jobs,
-    job_detail,
-    job_rows,
-    parse_since,
-    queue_stats,
-    worker_stats,
-)
 from django_ultjobs.store import get_store
 
 #: The most rows ``list`` prints; past it, narrow the filters.

@@ -18,12 +18,12 @@ from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 from django.utils.html import strip_tags
 
-from .admin.display import seconds_between
-from .admin.summary import live_queue_counts
-from .admin.workers import worker_state
-from .exceptions import OperationInputError
-from .models import Job, JobAttempt, JobStatus, JobStep, Worker
-from .store import get_store
+from ..admin.display import seconds_between
+from ..admin.summary import live_queue_counts
+from ..admin.workers import worker_state
+from ..exceptions import OperationInputError
+from ..models import Job, JobAttempt, JobStatus, JobStep, Worker
+from ..store import get_store
 
 #: The columns of a job in a listing (``list``), in order.
 LIST_FIELDS = ("id", "name", "queue", "status", "priority", "attempt", "max_attempts",
