@@ -1,78 +1,104 @@
-"""Progress of a long command: a live bar on a terminal, one summary line otherwise.
+"""Progress of long work: done / total, rate and time left on a terminal, silence elsewhere.
 
-```python
-with progress_report("retry", stream=sys.stderr) as report:
-    retry_jobs(ids, progress=report)        # report(done, total) after each chunk
-```
+One helper for every command that may run for minutes (``prunejobs`` over millions of rows, the
+bulk retry and cancel of ``manage.py ultjobs``, the benchmarks). On a terminal it draws a tqdm
+bar; when the output is a file, a pipe or cron's mail it draws nothing, and the command prints
+its one summary line (``Progress.summary`` gives its "in 12.3 s, 81,000/s" part).
 
-On a terminal, tqdm draws done/total, the rate and the time left; written to a file or a pipe
-(cron, CI, ``kubectl logs``), a bar's carriage returns would only fill the log, so nothing is
-shown until the end and then one line: ``retry: 12,000 of 12,000 jobs in 4.2 s (2,857/s)``.
+    with Progress("pruning", total=prunable, unit="job", stream=self.stderr) as bar:
+        prune(..., on_batch=bar.advance)
+    self.stdout.write(f"pruned {n} jobs {bar.summary()}")
 """
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from types import TracebackType
 from typing import Any, TextIO
 
 from tqdm import tqdm
 
+#: Seconds between redraws: a bar redrawn on every batch of a fast loop costs more than the
+#: loop's own work, and a terminal cannot show more than a few frames a second anyway.
+REDRAW_INTERVAL = 0.5
 
-class ProgressReport:
-    """A ``(done, total)`` callback that shows how far a command is (see the module)."""
 
-    def __init__(self, what: str, *, stream: TextIO, unit: str = "jobs",
-                 tty: bool | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.what = what
+def terminal_stream(stream: Any) -> TextIO:
+    """Return the file under a Django ``OutputWrapper`` (or ``stream`` itself).
+
+    The wrapper ends every write with a newline, which would turn each redraw of the bar (a
+    carriage return and the line again) into a new line.
+    """
+    return getattr(stream, "_out", stream)
+
+
+def is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal a person watches (a TTY)."""
+    isatty = getattr(terminal_stream(stream), "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed file
+        return False
+
+
+class Progress:
+    """Count work done; draw a bar while the stream is a terminal.
+
+    ``total`` may be None (unknown: the bar then shows done and rate, no time left) or set
+    later with ``set_total``. ``shown`` is False off a terminal, so a command can skip work
+    that only the bar needs (counting the total first).
+    """
+
+    def __init__(self, description: str, *, total: int | None = None, unit: str = "job",
+                 stream: Any = None) -> None:
+        self.description = description
         self.unit = unit
-        self.stream = stream
-        self.tty = _isatty(stream) if tty is None else tty
-        self._clock = clock
-        self._started = clock()
-        self._bar: tqdm[Any] | None = None
         self.done = 0
-        self.total = 0
+        self._stream = terminal_stream(sys.stderr if stream is None else stream)
+        self.shown = is_terminal(self._stream)
+        self._started = time.monotonic()
+        self._ended: float | None = None
+        self._bar: tqdm[Any] | None = None
+        if self.shown:
+            self._bar = tqdm(total=total, desc=description, unit=f" {unit}s",
+                             file=self._stream, mininterval=REDRAW_INTERVAL, dynamic_ncols=True,
+                             leave=True)
 
-    def __call__(self, done: int, total: int) -> None:
-        """Record that ``done`` of ``total`` are through."""
-        self.done, self.total = done, total
-        if not self.tty:
-            return
-        if self._bar is None:
-            self._bar = tqdm(total=total, desc=self.what, unit=f" {self.unit}",
-                             file=self.stream, dynamic_ncols=True, leave=True)
-        self._bar.total = total
-        self._bar.update(done - self._bar.n)
+    def set_total(self, total: int | None) -> None:
+        """Say how much work there is (the bar can then show time left)."""
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
+
+    def advance(self, count: int = 1) -> None:
+        """Count ``count`` more units done."""
+        self.done += count
+        if self._bar is not None:
+            self._bar.update(count)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the work began (until ``close``)."""
+        return (self._ended or time.monotonic()) - self._started
+
+    def summary(self) -> str:
+        """``in 12.3 s, 81,000 jobs/s``: how long the work took and how fast it went."""
+        seconds = self.elapsed
+        rate = f", {self.done / seconds:,.0f} {self.unit}s/s" if seconds > 0 and self.done else ""
+        return f"in {seconds:.1f} s{rate}"
 
     def close(self) -> None:
-        """End the bar, or write the summary line (none when there was nothing to do)."""
+        """Stop the clock and leave the bar's last state on the terminal."""
+        if self._ended is None:
+            self._ended = time.monotonic()
         if self._bar is not None:
             self._bar.close()
-            return
-        if self.tty or not self.total:
-            return
-        elapsed = self._clock() - self._started
-        rate = f" ({self.done / elapsed:,.0f}/s)" if elapsed > 0 else ""
-        self.stream.write(f"{self.what}: {self.done:,} of {self.total:,} {self.unit} in "
-                          f"{elapsed:.1f} s{rate}\n")
-        self.stream.flush()
+            self._bar = None
 
+    def __enter__(self) -> Progress:
+        return self
 
-@contextmanager
-def progress_report(what: str, *, stream: TextIO, unit: str = "jobs",
-                    tty: bool | None = None) -> Iterator[ProgressReport]:
-    """A ``ProgressReport`` closed when the block ends, however it ends."""
-    report = ProgressReport(what, stream=stream, unit=unit, tty=tty)
-    try:
-        yield report
-    finally:
-        report.close()
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,10 +1,17 @@
-"""The progress of long commands: a live bar on a terminal, one summary line otherwise."""
+"""The progress of ``ultjobs retry`` and ``cancel``: a live bar on a terminal, nothing but the
+result line (with its time and rate) otherwise."""
 
 from __future__ import annotations
 
 import io
 
-from django_ultjobs.progress import ProgressReport, progress_report
+import pytest
+from django.core.management import call_command
+
+from django_ultjobs.models import Job
+from django_ultjobs.operations import CHUNK
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 
 class Terminal(io.StringIO):
@@ -12,31 +19,25 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_on_a_terminal_a_bar_shows_done_total_rate_and_time_left() -> None:
-    stream = Terminal()
-    with progress_report("retry", stream=stream) as report:
-        report(500, 1200)
-        report(1000, 1200)
-        report(1200, 1200)
-    text = stream.getvalue()
-    assert "retry" in text and "1200/1200" in text and "100%" in text
-    assert "/s" in text  # the rate; tqdm's bar also carries the time left ("<00:00")
-    assert "<" in text
+def test_on_a_terminal_a_bar_shows_done_total_rate_and_time_left(alias: str) -> None:
+    total = CHUNK * 2 + 10
+    Job.objects.using(alias).bulk_create([Job(name="add", status="failed")
+                                          for _ in range(total)])
+    out, err = io.StringIO(), Terminal()
+    call_command("ultjobs", "retry", "--failed", stdout=out, stderr=err)
+    bar = err.getvalue()
+    assert "retry" in bar and f"{total}/{total}" in bar and "100%" in bar
+    assert "jobs/s" in bar
+    assert f"queued {total} job(s) again" in out.getvalue()
 
 
-def test_elsewhere_one_summary_line_at_the_end() -> None:
-    stream = io.StringIO()
-    ticks = iter([0.0, 2.0])
-    report = ProgressReport("cancel", stream=stream, clock=lambda: next(ticks))
-    report(500, 1000)
-    assert stream.getvalue() == ""
-    report(1000, 1000)
-    report.close()
-    assert stream.getvalue() == "cancel: 1,000 of 1,000 jobs in 2.0 s (500/s)\n"
-
-
-def test_nothing_to_do_writes_nothing() -> None:
-    stream = io.StringIO()
-    with progress_report("retry", stream=stream):
-        pass
-    assert stream.getvalue() == ""
+def test_elsewhere_only_the_result_line_with_its_time_and_rate(alias: str) -> None:
+    total = CHUNK + 1
+    Job.objects.using(alias).bulk_create([Job(name="add") for _ in range(total)])
+    ids = [str(i) for i in Job.objects.using(alias).values_list("id", flat=True)]
+    out, err = io.StringIO(), io.StringIO()
+    call_command("ultjobs", "cancel", *ids, stdout=out, stderr=err)
+    assert err.getvalue() == ""
+    [line] = out.getvalue().splitlines()
+    assert line.startswith(f"cancelled {total} queued or waiting job(s)")
+    assert " s, " in line and "jobs/s)" in line

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 from argparse import ArgumentParser
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -37,7 +38,7 @@ from django_ultjobs.operations import (
     resume_queue,
     retry_jobs,
 )
-from django_ultjobs.progress import progress_report
+from django_ultjobs.progress import Progress
 from django_ultjobs.store import get_store
 
 #: The most rows ``list`` prints; past it, narrow the filters.
@@ -50,6 +51,19 @@ def _actor() -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):  # no login name (a container with no passwd entry)
         return "cli"
+
+
+def _follow(bar: Progress) -> Callable[[int, int], None]:
+    """An operation's ``progress`` callback (ids gone through, of how many) moving ``bar``: a
+    live bar on stderr when it is a terminal, nothing otherwise (the result line then says how
+    long it took)."""
+
+    def advance(done: int, total: int) -> None:
+        if bar.done == 0:  # the first chunk: the total is known from here on
+            bar.set_total(total)
+        bar.advance(done - bar.done)
+
+    return advance
 
 
 class Command(BaseCommand):
@@ -189,12 +203,12 @@ class Command(BaseCommand):
 
     def _cancel(self, alias: str, options: dict[str, Any]) -> None:
         ids = check_job_ids(options["ids"])
-        with progress_report("cancel", stream=self._progress_stream()) as report:
-            result = cancel_jobs(ids, using=alias, progress=report, by=_actor(),
+        with Progress("cancel", unit="job", stream=self.stderr) as bar:
+            result = cancel_jobs(ids, using=alias, progress=_follow(bar), by=_actor(),
                                  reason=options["reason"])
         self.stdout.write(
             f"cancelled {result.cancelled} queued or waiting job(s); asked {result.requested} "
-            "running job(s) to stop at their worker's next heartbeat")
+            f"running job(s) to stop at their worker's next heartbeat ({bar.summary()})")
         self._skipped(len(set(ids)) - result.cancelled - result.requested,
                       "only queued, waiting or running jobs can be cancelled, a running one once")
 
@@ -213,9 +227,10 @@ class Command(BaseCommand):
         else:
             selection = check_job_ids(options["ids"])
             asked = len(set(selection))
-        with progress_report("retry", stream=self._progress_stream()) as report:
-            result = retry_jobs(selection, using=alias, progress=report, by=_actor())
-        self.stdout.write(f"queued {result.retried} job(s) again, runnable now")
+        with Progress("retry", unit="job", stream=self.stderr) as bar:
+            result = retry_jobs(selection, using=alias, progress=_follow(bar), by=_actor())
+        self.stdout.write(f"queued {result.retried} job(s) again, runnable now "
+                          f"({bar.summary()})")
         if asked is not None:
             self._skipped(asked - result.retried, "only failed or cancelled jobs can be retried")
 
@@ -240,8 +255,3 @@ class Command(BaseCommand):
     def _skipped(self, count: int, why: str) -> None:
         if count > 0:
             self.stderr.write(f"skipped {count} job(s): {why}")
-
-    def _progress_stream(self) -> Any:
-        """The progress goes to stderr (stdout stays the result, for scripts): the stream
-        itself, since Django's wrapper ends every write with a newline."""
-        return getattr(self.stderr, "_out", self.stderr)
