@@ -20,6 +20,7 @@ from .exceptions import JobArgumentError, JobConfigurationError, UnknownJobError
 from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
+from .schedules import Schedule, check_callable_without_arguments, schedule_from_options
 from .slot_keys import MAX_SLOT_JOB_NAME
 from .store import EnqueuedJob, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
@@ -64,6 +65,8 @@ class JobSpec:
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
+    #: When a periodic job ticks (``@job(cron=...)`` or ``@job(every=...)``); None otherwise.
+    schedule: Schedule | None = None
 
     @cached_property
     def signature(self) -> inspect.Signature | None:
@@ -100,6 +103,9 @@ class JobSpec:
                 f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most "
                 f"{MAX_SLOT_JOB_NAME} characters"
             )
+        if self.schedule is not None:
+            # A tick enqueues the job with no arguments (rule 64).
+            check_callable_without_arguments(self.name, self.func, self.takes_context)
 
     # -- configuring ----------------------------------------------------------------------------
 
@@ -254,6 +260,10 @@ def job(
     concurrency: int | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    timezone: str | None = None,
+    catch_up: str = "latest",
 ) -> Callable[[Callable[..., Any]], JobSpec]: ...
 
 
@@ -269,12 +279,23 @@ def job(
     concurrency: int | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    timezone: str | None = None,
+    catch_up: str = "latest",
 ) -> JobSpec | Callable[[Callable[..., Any]], JobSpec]:
     """Register a function as a job; use bare (``@job``) or with options (``@job(queue=...)``).
 
     ``name`` defaults to the function's ``__name__``: it is what the queue stores, so renaming
     the function renames the job (queued rows of the old name are parked as unknown, rule 12).
+
+    ``cron=`` (read in ``timezone=``, UTC by default) or ``every=`` seconds makes it periodic:
+    the running workers enqueue each tick once between them, ``catch_up=`` says what happens to
+    ticks missed while none ran (docs/scheduling.md, rules 60-64).
     """
+    # Checked at the decorator, before the function is seen: a bad schedule is refused by its
+    # option's name at import time (rule 64).
+    schedule = schedule_from_options(cron, every, timezone, catch_up)
 
     def register(f: Callable[..., Any]) -> JobSpec:
         if name is not None and not name.strip():
@@ -282,7 +303,7 @@ def job(
         spec = JobSpec(
             func=f, name=name or f.__name__, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
-            backoff=backoff, max_backoff=max_backoff,
+            backoff=backoff, max_backoff=max_backoff, schedule=schedule,
         )
         _register(spec)
         return spec
