@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 from django.db import connections
 
 from ..logs import log_event
-from ..registry import JobSpec, registered_jobs, registry_generation
+from ..periodic import periodic_jobs
+from ..registry import JobSpec, registry_generation
 from ..store import Clock, JobStore
 from ..store.schedules import ScheduleInfo, ScheduleStore, TickJob
 
@@ -31,6 +32,8 @@ MAX_SLEEP = 30.0
 #: Sent a little after the tick, so the job is already visible when the enqueue lands and its
 #: notification wakes a worker at once (the clock offset is known to a few milliseconds).
 AFTER_TICK = 0.01
+#: Seconds to the next tick from which the thread closes its connection until then.
+KEEP_CONNECTION = 5.0
 #: Back-off after a failed statement (the database is down): doubling up to the last.
 RETRY_FIRST, RETRY_MAX = 0.5, 30.0
 
@@ -65,7 +68,12 @@ class Scheduler:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                self._stop.wait(self._step_safely())
+                wait = self._step_safely()
+                if wait >= KEEP_CONNECTION:
+                    # A schedule that ticks rarely (the daily prune) holds no connection
+                    # between its ticks: docs/deployment.md counts it as transient.
+                    connections.close_all()
+                self._stop.wait(wait)
         finally:
             # Every thread the worker starts closes its own connection (rule 13).
             connections.close_all()
@@ -84,15 +92,11 @@ class Scheduler:
         self._failures = 0
         return wait
 
-    def periodic_jobs(self) -> dict[str, JobSpec]:
-        """The registered jobs that have a schedule."""
-        return {n: s for n, s in registered_jobs().items() if s.schedule is not None}
-
     def step(self) -> float:
         """Enqueue every tick due now; return the seconds until the next one is due.
 
         Public so tests can step the scheduler on an injected clock without its thread."""
-        jobs = self.periodic_jobs()
+        jobs = periodic_jobs()
         if not jobs:
             return MAX_SLEEP
         if self._sync_due():
