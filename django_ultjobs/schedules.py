@@ -154,6 +154,17 @@ def schedule_from_options(cron: str | None, every: float | timedelta | None,
     return Schedule(cron=cron, every=every, timezone=timezone, catch_up=catch_up)
 
 
+def described(text: str, timezone: str = "", catch_up: str = "latest") -> Schedule | None:
+    """The schedule ``Schedule.describe()`` wrote as ``text`` (a schedule's row), or None when
+    it cannot be read back (a row of another version)."""
+    try:
+        if text.startswith("every ") and text.endswith(" s"):
+            return Schedule(every=float(text[6:-2]), catch_up=catch_up)
+        return Schedule(cron=text, timezone=timezone or None, catch_up=catch_up)
+    except (ValueError, JobOptionError):
+        return None
+
+
 def check_callable_without_arguments(name: str, func: Callable[..., Any],
                                      takes_context: bool) -> None:
     """Refuse a periodic job whose body needs an argument: a tick has none to give (rule 64)."""
