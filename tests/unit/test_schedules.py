@@ -181,3 +181,38 @@ def test_a_periodic_job_with_defaults_context_or_varargs_is_accepted() -> None:
     finally:
         unregister("fine_defaults")
         unregister("fine_context")
+
+
+# -- system checks --------------------------------------------------------------------------------
+
+
+def _check_ids() -> list[str]:
+    from django_ultjobs.checks import check_schedules
+
+    return [m.id for m in check_schedules()]
+
+
+def test_a_bad_prune_schedule_is_reported_by_e040(settings) -> None:  # rule 64
+    settings.ULTJOBS = {**settings.ULTJOBS, "PRUNE_SCHEDULE": "0 25 * * *"}
+    assert _check_ids() == ["django_ultjobs.E040"]
+    settings.ULTJOBS = {**settings.ULTJOBS, "PRUNE_SCHEDULE": "0 3 * * *",
+                        "PRUNE_TIMEZONE": "Nowhere/Else"}
+    assert _check_ids() == ["django_ultjobs.E040"]
+    settings.ULTJOBS = {**settings.ULTJOBS, "PRUNE_SCHEDULE": None}
+    assert _check_ids() == []
+
+
+def test_a_cron_without_timezone_on_a_local_site_is_warned_by_w040(settings) -> None:
+    settings.TIME_ZONE = "Europe/Paris"
+    try:
+        @job(name="local_hours", cron="0 9 * * *")
+        def local_hours() -> None: ...
+
+        @job(name="said_utc", cron="0 9 * * *", timezone="UTC")
+        def said_utc() -> None: ...
+        assert _check_ids() == ["django_ultjobs.W040"]
+        settings.TIME_ZONE = "UTC"
+        assert _check_ids() == []
+    finally:
+        unregister("local_hours")
+        unregister("said_utc")
