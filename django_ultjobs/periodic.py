@@ -15,8 +15,9 @@ from typing import Any
 
 from .conf import get_settings
 from .exceptions import JobOptionError
+from .job_spec import JobSpec
 from .logs import log_event
-from .registry import JobSpec, job, registered_jobs
+from .registry import job, registered_jobs
 from .retention import prune
 from .schedules import Schedule
 

@@ -18,10 +18,10 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import jobs_database
 from ..models import Job, JobSchedule
 from ..operations import pause_schedules, resume_schedules
 from ..periodic import periodic_jobs
-from ..registry import jobs_database
 from ..schedules import Schedule, described
 from .base import JobsAdmin
 from .display import EMPTY, job_link, stamp

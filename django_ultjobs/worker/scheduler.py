@@ -17,9 +17,10 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connections
 
+from ..job_spec import JobSpec
 from ..logs import log_event
 from ..periodic import periodic_jobs
-from ..registry import JobSpec, registry_generation
+from ..registry import registry_generation
 from ..store import Clock, JobStore
 from ..store.schedules import ScheduleInfo, ScheduleStore, TickJob
 
