@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -112,7 +112,7 @@ class Schedule:
         missed when it is more than ``ON_TIME`` late: ``latest`` keeps only the newest due tick,
         ``none`` keeps it only when it is on time, ``all`` keeps the newest ``MAX_CATCH_UP``.
         """
-        ticks = self._ticks_between(cursor, now)
+        ticks = self._ticks_between(cursor, now, MAX_CATCH_UP if self.catch_up == "all" else 1)
         if not ticks:
             return []
         if self.catch_up == "all":
@@ -122,22 +122,24 @@ class Schedule:
             return []
         return [newest]
 
-    def _ticks_between(self, cursor: datetime, now: datetime) -> list[datetime]:
-        """The ticks in ``(cursor, now]``, at most the newest ``MAX_CATCH_UP`` of them."""
+    def _ticks_between(self, cursor: datetime, now: datetime, limit: int) -> list[datetime]:
+        """The newest ``limit`` ticks in ``(cursor, now]``, oldest first.
+
+        Counted back from ``now``, so the work is ``limit`` ticks however long ago the cursor
+        is: a minutely cron whose fleet was down for a year is not stepped through 525,600
+        times to find its latest tick.
+        """
         if self.every is not None:
             step = self._step
-            first = _epoch_micros(cursor) // step + 1
             last = _epoch_micros(now) // step
-            first = max(first, last - MAX_CATCH_UP + 1)
+            first = max(_epoch_micros(cursor) // step + 1, last - limit + 1)
             return [_from_epoch_micros(n * step) for n in range(first, last + 1)]
         ticks: list[datetime] = []
-        tick = self.next_tick(cursor)
-        while tick <= now:
+        for tick in _cron_backwards(str(self.cron), self.zone, now):
+            if tick <= cursor or len(ticks) == limit:
+                break
             ticks.append(tick)
-            if len(ticks) > MAX_CATCH_UP:
-                del ticks[0]
-            tick = self.next_tick(tick)
-        return ticks
+        return ticks[::-1]
 
 
 def schedule_from_options(cron: str | None, every: float | timedelta | None,
@@ -233,6 +235,24 @@ def _epoch_micros(moment: datetime) -> int:
 
 def _from_epoch_micros(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
+
+
+#: How far past ``now`` a backward walk starts: more than any DST change moves a wall clock.
+_FOLD_MARGIN = timedelta(hours=3)
+
+
+def _cron_backwards(cron: str, zone: ZoneInfo, now: datetime) -> Iterator[datetime]:
+    """The instants matching ``cron`` in ``zone`` at or before ``now``, newest first, in UTC.
+
+    ``cronsim`` reads the start's wall clock without its ``fold`` (inside the hour a DST change
+    repeats, two instants have one wall clock), so the walk starts a few hours later, where no
+    ambiguity can hide a tick, and skips what lies after ``now``.
+    """
+    now = now.astimezone(UTC)
+    for local in CronSim(cron, (now + _FOLD_MARGIN).astimezone(zone), reverse=True):
+        tick = local.astimezone(UTC)
+        if tick <= now:
+            yield tick
 
 
 def _next_cron(cron: str, zone: ZoneInfo, after: datetime) -> datetime:

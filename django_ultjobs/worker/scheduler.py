@@ -154,7 +154,8 @@ class Scheduler:
                         max_attempts=spec.max_attempts),
                 ticks, enqueued_by=f"schedule:{self.worker_id}")
             for job_id, tick in created:
-                log_event(logger, logging.INFO, "jobs.scheduler.tick", worker_id=self.worker_id,
+                # A line per tick, like the line per settled job: shown from -v 2.
+                log_event(logger, logging.DEBUG, "jobs.scheduler.tick", worker_id=self.worker_id,
                           job=spec.name, job_id=job_id, tick=tick.isoformat())
         # Every tick up to now is dealt with: enqueued here, by another worker, skipped by the
         # catch-up policy, or refused because the schedule is paused.

@@ -118,6 +118,25 @@ def test_catch_up_all_runs_every_missed_tick_up_to_the_bound() -> None:  # rule 
     assert len(week) == MAX_CATCH_UP and week[-1] == utc(2026, 1, 8)
 
 
+def test_a_catch_up_across_the_repeated_hour_counts_real_time() -> None:  # rule 62
+    """Missed ticks of a half-hourly Paris job over the night the clocks go back, seen from
+    inside the repeated hour: each 30 minutes of real time once, none hidden by the fold."""
+    half_hourly = Schedule(cron="*/30 * * * *", timezone="Europe/Paris", catch_up="all")
+    got = half_hourly.due(utc(2025, 10, 25, 22, 45), utc(2025, 10, 26, 1, 10))
+    assert got == [utc(2025, 10, 25, 23) + timedelta(minutes=30 * i) for i in range(5)]
+    latest = Schedule(cron="*/30 * * * *", timezone="Europe/Paris")
+    assert latest.due(utc(2025, 10, 25, 22, 45), utc(2025, 10, 26, 1, 10)) == [
+        utc(2025, 10, 26, 1, 0)]
+
+
+def test_the_latest_tick_after_a_year_down_is_found_without_walking_the_year() -> None:
+    minutely = Schedule(cron="* * * * *")
+    now = utc(2026, 1, 1, 12, 0, 30)
+    assert minutely.due(utc(2025, 1, 1), now) == [utc(2026, 1, 1, 12, 0)]
+    every_second = Schedule(every=1, catch_up="all")
+    assert len(every_second.due(utc(2025, 1, 1), now)) == MAX_CATCH_UP
+
+
 def test_nothing_is_due_before_the_next_tick() -> None:
     for catch_up in ("latest", "none", "all"):
         schedule = Schedule(every=60, catch_up=catch_up)
