@@ -202,6 +202,8 @@ def _check_every(every: Any) -> None:
 def _check_cron(cron: Any, zone: ZoneInfo) -> None:
     if not isinstance(cron, str) or not cron.strip():
         raise JobOptionError(f"cron must be a cron expression like '*/5 * * * *', not {cron!r}")
+    if len(cron) > 200:  # the schedules table keeps it in 200 characters
+        raise JobOptionError(f"cron must be at most 200 characters, not {len(cron)}")
     try:
         iterator = CronSim(cron, datetime(2000, 1, 1, tzinfo=zone))
         next(iterator)

@@ -152,6 +152,7 @@ def test_nothing_is_due_before_the_next_tick() -> None:
     ({"cron": "0 0 30 2 *"}, "Bad day-of-month"),
     ({"cron": ""}, "cron must be a cron expression"),
     ({"cron": 5}, "cron must be a cron expression"),
+    ({"cron": "0 " + ",".join(["1"] * 150) + " * * *"}, "at most 200 characters"),
     ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "timezone 'Mars/Olympus' is no IANA"),
     ({"cron": "* * * * *", "timezone": "../etc/passwd"}, "is no IANA"),
     ({"every": 0}, "every must be from 1 second"),
