@@ -1,4 +1,5 @@
-"""Cancel, retry, pause and resume: the operations behind the admin and ``manage.py ultjobs``.
+"""Cancel and retry jobs, pause and resume queues and schedules: the operations behind the
+admin's actions and ``manage.py ultjobs``, usable from code too.
 
 ```python
 from django_ultjobs.operations import cancel_jobs, pause_queue, resume_queue, retry_jobs
@@ -8,6 +9,7 @@ result.cancelled, result.requested      # how many were cancelled now / asked to
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
 pause_queue("emails")                   # no worker claims from it; enqueue still works (rule 75)
 resume_queue("emails")                  # claimed again at once (LISTEN) or within a poll
+pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it is resumed
 ```
 
 Every change is one ``UPDATE`` fenced on the status it starts from, so an operation racing a
@@ -32,11 +34,12 @@ from .exceptions import OperationInputError
 from .job_options import MAX_QUEUE
 from .jsonargs import is_unicode
 from .logs import log_event
-from .models import Job, JobStatus, QueuePause
+from .models import Job, JobSchedule, JobStatus, QueuePause
 from .store import get_store
 
 __all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_queue_name",
-           "pause_queue", "paused_queues", "resume_queue", "retry_jobs"]
+           "pause_queue", "pause_schedules", "paused_queues", "resume_queue",
+           "resume_schedules", "retry_jobs"]
 
 logger = logging.getLogger("django_ultjobs.operations")
 
@@ -235,6 +238,42 @@ def check_queue_name(name: object) -> str:
         raise OperationInputError(
             f"a queue name cannot contain a NUL character or a lone surrogate: {name!r}")
     return name
+def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
+                    using: str | None = None) -> tuple[str, ...]:
+    """Pause periodic jobs fleet-wide: no worker enqueues their ticks until they are resumed
+    (rule 63). Jobs already enqueued still run. Returns the names paused now (those already
+    paused are left alone and not counted)."""
+    alias = using or jobs_database()
+    # Begun as the writer on SQLite: it reads, then writes (rule 21).
+    with get_store(alias).write_transaction():
+        rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=False)
+        paused = tuple(sorted(rows.values_list("name", flat=True)))
+        # Fenced on the state it starts from: the tick statement reads "paused" under the
+        # schedule's row lock, so from this commit on no worker sends a tick.
+        JobSchedule.objects.using(alias).filter(name__in=paused, paused=False).update(
+            paused=True, updated_at=Now())
+    return paused
+
+
+def resume_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
+                     using: str | None = None) -> tuple[str, ...]:
+    """Resume paused periodic jobs from now on: the ticks that passed while they were paused
+    are not caught up (rule 63), whatever their ``catch_up``. Returns the names resumed now."""
+    alias = using or jobs_database()
+    with get_store(alias).write_transaction():
+        rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=True)
+        resumed = tuple(sorted(rows.values_list("name", flat=True)))
+        # The cursor moves to now (the database's clock): a worker that starts after this sees
+        # no tick of the pause as missed.
+        JobSchedule.objects.using(alias).filter(name__in=resumed, paused=True).update(
+            paused=False, last_tick=Greatest(F("last_tick"), Now()), updated_at=Now())
+    return resumed
+
+
+def _names(names: QuerySet[JobSchedule] | Iterable[str]) -> list[str]:
+    if isinstance(names, QuerySet):
+        return list(names.values_list("name", flat=True))
+    return [str(name) for name in names]
 
 
 def _candidate_ids(jobs: QuerySet[Job] | Iterable[int], alias: str,

@@ -1,4 +1,5 @@
-"""The jobs admin: in-flight jobs, held slots, lost-slot cancellations, workers, paused queues.
+"""The jobs admin: in-flight jobs, held fleet slots, lost-slot cancellations, workers,
+schedules, paused queues, actions.
 
 Registered on Django's default admin site when ``django.contrib.admin`` discovers this module.
 Every page reads the jobs database (``ULTJOBS["DATABASE"]``) and stays fast on a table of
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from .jobs import InFlightJobAdmin, JobAdmin, cancel_selected, retry_selected
 from .queues import QueuePauseAdmin
+from .schedules import JobScheduleAdmin
 from .slots import HeldSlotAdmin, LostSlotCancellationAdmin
 from .workers import WorkerAdmin
 
@@ -16,6 +18,7 @@ __all__ = [
     "HeldSlotAdmin",
     "InFlightJobAdmin",
     "JobAdmin",
+    "JobScheduleAdmin",
     "LostSlotCancellationAdmin",
     "QueuePauseAdmin",
     "WorkerAdmin",

@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     # the claim probes it by primary key (rule 75).
 
     dependencies = [
-        ('django_ultjobs', '0009_slot_model'),
+        ('django_ultjobs', '0012_schedules'),
     ]
 
     operations = [

@@ -78,6 +78,9 @@ class Command(BaseCommand):
                                  "claiming, let the runs finish, then exit 0.")
         parser.add_argument("--no-listen", action="store_true",
                             help="On PostgreSQL, do not LISTEN for enqueues; only poll.")
+        parser.add_argument("--no-schedule", action="store_true",
+                            help="Enqueue no ticks of periodic jobs; the other workers do "
+                                 "(each tick is enqueued once whoever sends it).")
         parser.add_argument("--database", default=None,
                             help="Database alias of the job tables (default: ULTJOBS DATABASE).")
         parser.add_argument("--worker-id", default=None,
@@ -127,6 +130,7 @@ class Command(BaseCommand):
             listen=not options["no_listen"],
             max_jobs=options["max_jobs"],
             max_memory=options["max_memory"],
+            schedule=not options["no_schedule"],
             **extra,
         )
         worker = WorkerProcess(worker_options)
