@@ -1,0 +1,75 @@
+"""``@job(rate_limit="N/s" | "N/m" | "N/h")``: at most N starts per period across the fleet.
+
+The algorithm is GCRA (the generic cell rate algorithm, a token bucket kept as one timestamp),
+counted in the database so every worker process on every host draws from one budget (rule 52).
+Each bucket is one row: its theoretical arrival time ``tat``. A start at ``now`` conforms when
+``tat - tolerance <= now``; each start it grants pushes ``tat`` to ``max(tat, now) + interval``,
+``interval = period / N``. One statement grants a whole claim's runs of a bucket at once, the
+row locked by its upsert, so two workers can never both spend the last start.
+
+What it guarantees at window edges: with ``burst = 1 + tolerance / interval`` starts allowed
+back to back, any window of one period holds at most ``N + burst - 1`` grants. The burst is
+``1 + N // 20``: strict (exactly N per window) below 20 a period, and 5 % over at most above —
+50/s lets at most 52 starts into any one-second window. The tolerance is what lets a start
+that came a little late (a claim that was a few milliseconds behind the moment it could start)
+not lose that time for good: without it the long-run rate falls short of N by the claim
+loop's latency.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .exceptions import JobOptionError
+from .job_options import INT_MAX
+
+#: Seconds in each period a rate limit may be given in.
+PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_FORM = re.compile(r"^\s*(?P<n>[0-9]+)\s*/\s*(?P<unit>[smh])\s*$")
+#: The burst above one start grows by one per this many starts a period (5 %).
+BURST_PER = 20
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A parsed ``rate_limit``: ``count`` starts per ``period`` seconds."""
+
+    count: int
+    period: float
+    text: str
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two starts at the steady rate (GCRA's emission interval)."""
+        return self.period / self.count
+
+    @property
+    def burst(self) -> int:
+        """How many starts may go back to back after the bucket was idle."""
+        return 1 + self.count // BURST_PER
+
+    @property
+    def tolerance(self) -> float:
+        """GCRA's tolerance: how far ahead of now the bucket may run (``burst - 1`` starts)."""
+        return (self.burst - 1) * self.interval
+
+    @property
+    def window_allowance(self) -> int:
+        """The most grants any one window of ``period`` seconds can hold beyond ``count``."""
+        return self.burst - 1
+
+
+def parse_rate_limit(job: str, value: Any) -> RateLimit | None:
+    """The rate limit ``value`` spells (``"100/m"``), refused by name when it spells none
+    (rule 54); None for None."""
+    if value is None:
+        return None
+    match = _FORM.match(value) if isinstance(value, str) else None
+    count = int(match["n"]) if match else 0
+    if match is None or not 1 <= count <= INT_MAX:
+        raise JobOptionError(
+            f"job {job!r}: rate_limit must be a text like \"100/m\": a whole number from 1 to "
+            f"{INT_MAX} of starts per second (/s), minute (/m) or hour (/h), not {value!r}")
+    return RateLimit(count=count, period=PERIODS[match["unit"]], text=value.strip())
