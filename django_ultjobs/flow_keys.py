@@ -73,18 +73,18 @@ def key_value(job: str, option: str, key: KeyOption, signature: inspect.Signatur
     return value
 
 
-def concurrency_slot_key(job: str, key: str) -> str:
-    """The slot key of ``job``'s runs of concurrency key ``key``, refused before any SQL when
-    the slot table cannot keep it (rule 16)."""
+def stored_key(job: str, option: str, key: str) -> str:
+    """The stored form of ``job``'s key ``key`` (a slot's or a rate-limit bucket's), refused
+    before any SQL when its column cannot keep it (rule 16)."""
     if "\x00" in key or not (key.isascii() or is_unicode(key)):
         raise JobArgumentError(
-            f"job {job!r}: concurrency_key {key!r} cannot contain a NUL or a lone surrogate")
-    slot_key = keyed_slot_key(job, key)
-    if len(slot_key) > MAX_SLOT_KEY:
+            f"job {job!r}: {option} {key!r} cannot contain a NUL or a lone surrogate")
+    stored = keyed_slot_key(job, key)
+    if len(stored) > MAX_SLOT_KEY:
         raise JobArgumentError(
-            f"job {job!r}: concurrency_key {key[:40]!r}… is too long: with the job's name it "
+            f"job {job!r}: {option} {key[:40]!r}… is too long: with the job's name it "
             f"must fit {MAX_SLOT_KEY} characters")
-    return slot_key
+    return stored
 
 
 def _parameters(signature: inspect.Signature | None, takes_context: bool

@@ -70,6 +70,10 @@ class Job(models.Model):
     traceparent = models.CharField(max_length=512, blank=True, default="")
     tracestate = models.CharField(max_length=512, blank=True, default="")
     enqueued_by = models.CharField(max_length=200, blank=True, default="")
+    # The key of the fleet slots a run of this job takes when its cap is per key
+    # (@job(concurrency_key=...), rule 50), computed at enqueue; "" for the job's own.
+    concurrency_key = models.CharField(max_length=MAX_SLOT_KEY, blank=True, default="",
+                                       db_default="")
     last_error = models.TextField(blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
@@ -219,6 +223,32 @@ class Slot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}[{self.slot}] held by {self.holder}"
+
+
+class RateLimitBucket(models.Model):
+    """The budget of one ``@job(rate_limit=...)`` (per job, or per ``rate_limit_key``): GCRA's
+    theoretical arrival time ``tat`` (rule 52). A start at ``t`` conforms while
+    ``tat - tolerance <= t``; each start granted pushes ``tat`` to ``max(tat, t) + interval``.
+
+    Times are seconds since the epoch on the database's clock: one number compares and adds the
+    same way on both engines.
+    """
+
+    key = models.CharField(max_length=MAX_SLOT_KEY, primary_key=True)
+    tat = models.FloatField()
+    #: How many starts the last take granted (what the take statement answers with).
+    granted = models.IntegerField(default=0)
+    #: Seconds between starts (period / N) and how far ahead tat may run, as last declared.
+    interval = models.FloatField()
+    tolerance = models.FloatField()
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        verbose_name = _("rate limit")
+        verbose_name_plural = _("rate limits")
+
+    def __str__(self) -> str:
+        return self.key
 
 
 class Worker(models.Model):

@@ -18,6 +18,7 @@ loop's latency.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -73,3 +74,20 @@ def parse_rate_limit(job: str, value: Any) -> RateLimit | None:
             f"job {job!r}: rate_limit must be a text like \"100/m\": a whole number from 1 to "
             f"{INT_MAX} of starts per second (/s), minute (/m) or hour (/h), not {value!r}")
     return RateLimit(count=count, period=PERIODS[match["unit"]], text=value.strip())
+
+
+#: Added before rounding down how many starts fit, so that ``tolerance / interval``, which is
+#: ``burst - 1`` exactly on paper, is not cut to ``burst - 2`` by floating point.
+EPSILON = 1e-9
+
+
+def gcra_take(tat: float | None, now: float, interval: float, tolerance: float, want: int
+              ) -> tuple[int, float, float]:
+    """Grant up to ``want`` starts from a bucket whose theoretical arrival time is ``tat``
+    (None: a bucket never used) at ``now``: ``(granted, the new tat, seconds until the next
+    start conforms)``. The same arithmetic as PostgreSQL's ``rate_take``."""
+    base = now if tat is None else max(tat, now)
+    room = math.floor((now + tolerance - base) / interval + EPSILON) + 1
+    granted = max(0, min(want, room))
+    new_tat = base + granted * interval
+    return granted, new_tat, new_tat - tolerance - now

@@ -17,10 +17,12 @@ from django.utils.module_loading import import_string
 from . import jsonargs
 from .conf import get_settings
 from .exceptions import JobArgumentError, JobConfigurationError, UnknownJobError
+from .flow_keys import KeyOption, check_key_option, key_value, stored_key
 from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
-from .slot_keys import MAX_SLOT_JOB_NAME
+from .rate_limits import RateLimit, parse_rate_limit
+from .slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
 from .store import EnqueuedJob, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
@@ -58,6 +60,13 @@ class JobSpec:
     takes_context: bool = False
     #: Fleet-wide cap on simultaneous runs of this job (rule 5); None means no cap.
     concurrency: int | None = None
+    #: The cap above is per key of this (a parameter's name, or a function of the call's
+    #: arguments), not per job (rule 50); None: per job.
+    concurrency_key: KeyOption | None = None
+    #: At most N starts per period across the fleet (``"100/m"``; rule 52); None: no limit.
+    rate_limit: str | None = None
+    #: The rate limit above is per key of this, as ``concurrency_key``; None: per job.
+    rate_limit_key: KeyOption | None = None
     #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds, capped, with jitter.
     backoff: float = 2.0
     max_backoff: float = 3600.0
@@ -100,6 +109,43 @@ class JobSpec:
                 f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most "
                 f"{MAX_SLOT_JOB_NAME} characters"
             )
+        self._check_flow_control()
+
+    def _check_flow_control(self) -> None:
+        """Refuse a key or rate limit that can never work, when the job is declared (rule 54)."""
+        for option, needs, given in (("concurrency_key", "concurrency", self.concurrency),
+                                     ("rate_limit_key", "rate_limit", self.rate_limit)):
+            check_key_option(self.name, option, getattr(self, option), needs=needs,
+                             given=given, signature=self.signature,
+                             takes_context=self.takes_context)
+        if self.rate is not None and len(self.name) > MAX_SLOT_JOB_NAME:
+            raise JobConfigurationError(
+                f"job {self.name[:40]!r}…: a job with rate_limit= needs a name of at most "
+                f"{MAX_SLOT_JOB_NAME} characters")
+
+    @cached_property
+    def rate(self) -> RateLimit | None:
+        """``rate_limit`` parsed; None without one."""
+        return parse_rate_limit(self.name, self.rate_limit)
+
+    def slot_key_of(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+        """The key of the fleet slots a call of this job takes: ``""`` (the job's own,
+        ``job:<name>``) unless the job has ``concurrency_key``. Refused by name before any SQL
+        when it cannot be stored (rule 54)."""
+        if self.concurrency_key is None or self.concurrency is None:
+            return ""
+        key = key_value(self.name, "concurrency_key", self.concurrency_key, self.signature,
+                        self.takes_context, args, kwargs)
+        return stored_key(self.name, "concurrency_key", key)
+
+    def rate_key_of(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+        """The key of the rate-limit bucket a start of this call draws from: ``job:<name>``,
+        or per ``rate_limit_key``."""
+        if self.rate_limit_key is None:
+            return slot_key_for(self.name)
+        key = key_value(self.name, "rate_limit_key", self.rate_limit_key, self.signature,
+                        self.takes_context, args, kwargs)
+        return stored_key(self.name, "rate_limit_key", key)
 
     # -- configuring ----------------------------------------------------------------------------
 
@@ -132,6 +178,8 @@ class JobSpec:
         """Return a checked call of this job, for ``bulk_enqueue``."""
         jsonargs.check_arguments(self.name, args, kwargs)
         self._check_signature(args, kwargs)
+        if self.rate_limit_key is not None:
+            self.rate_key_of(args, kwargs)  # refused now, not on the worker (rule 54)
         return JobCall(self, args, kwargs)
 
     def _check_signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
@@ -191,6 +239,7 @@ def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -
         traceparent=traceparent,
         tracestate=tracestate,
         enqueued_by=actor,
+        concurrency_key=spec.slot_key_of(job_call.args, job_call.kwargs),
     )
 
 
@@ -207,7 +256,8 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "args": new.args, "kwargs": new.kwargs, "status": JobStatus.QUEUED, "attempt": 0,
         "max_attempts": new.max_attempts, "visible_at": row.visible_at,
         "traceparent": new.traceparent, "tracestate": new.tracestate,
-        "enqueued_by": new.enqueued_by, "created_at": row.created_at,
+        "enqueued_by": new.enqueued_by, "concurrency_key": new.concurrency_key,
+        "created_at": row.created_at,
         "updated_at": row.created_at,
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
@@ -252,6 +302,9 @@ def job(
     max_attempts: int = 3,
     takes_context: bool = False,
     concurrency: int | None = None,
+    concurrency_key: KeyOption | None = None,
+    rate_limit: str | None = None,
+    rate_limit_key: KeyOption | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
 ) -> Callable[[Callable[..., Any]], JobSpec]: ...
@@ -267,6 +320,9 @@ def job(
     max_attempts: int = 3,
     takes_context: bool = False,
     concurrency: int | None = None,
+    concurrency_key: KeyOption | None = None,
+    rate_limit: str | None = None,
+    rate_limit_key: KeyOption | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
 ) -> JobSpec | Callable[[Callable[..., Any]], JobSpec]:
@@ -282,7 +338,8 @@ def job(
         spec = JobSpec(
             func=f, name=name or f.__name__, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
-            backoff=backoff, max_backoff=max_backoff,
+            concurrency_key=concurrency_key, rate_limit=rate_limit,
+            rate_limit_key=rate_limit_key, backoff=backoff, max_backoff=max_backoff,
         )
         _register(spec)
         return spec

@@ -45,6 +45,9 @@ class NewJob:
     traceparent: str = ""
     tracestate: str = ""
     enqueued_by: str = ""
+    #: The key of the fleet slots its runs take when the job's cap is per key (rule 50);
+    #: "" for the job's own.
+    concurrency_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,8 @@ class ClaimedJob:
     #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
     #: the worker fails such a job at once instead of running it (rule 15).
     undecodable: str | None = None
+    #: The key of the slot its run takes when its kind is capped per key (rule 50), else None.
+    slot_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,7 @@ class ClaimRequest:
     caps: Mapping[str, int]
     uncapped: bool = True
     kept: Mapping[str, int] = field(default_factory=dict)
+    keyed: frozenset[str] = frozenset()
 
     def kept_of(self, name: str) -> int:
         """The fleet slots this worker kept for capped kind ``name``."""
@@ -220,6 +226,28 @@ class SlotStore(ABC):
                               expires_at=self.parse_time(row[3]))
             for row in rows
         }
+
+    def acquire_keys(self, wanted: Sequence[tuple[str, int, str]], ttl: float
+                     ) -> dict[str, SlotHold]:
+        """``acquire_many`` for many keys in ONE statement: ``wanted`` is ``(key, limit,
+        holder)`` per run (rule 50); holders missing from the answer got none."""
+        if not wanted:
+            return {}
+        with self.cursor() as cur:
+            cur.execute(self.sql["slot_acquire_keys"], {
+                **self.wanted_params(wanted), "ttl": float(ttl), "now": self.now_param()})
+            rows = cur.fetchall()
+        return {
+            row[2]: SlotHold(key=row[0], slot=row[1], holder=row[2],
+                             expires_at=self.parse_time(row[3]))
+            for row in rows
+        }
+
+    @staticmethod
+    def wanted_params(wanted: Sequence[tuple[str, int, str]]) -> dict[str, Any]:
+        """``acquire_keys``'s requests as this engine's parameters (arrays; SQLite: JSON)."""
+        return {"keys": [w[0] for w in wanted], "limits": [w[1] for w in wanted],
+                "holders": [w[2] for w in wanted]}
 
     @staticmethod
     def holders_param(holders: Sequence[str]) -> Any:
@@ -413,6 +441,7 @@ class JobStore(SlotStore):
         caps: Mapping[str, int],
         uncapped: bool = True,
         kept: Mapping[str, int] | None = None,
+        keyed: Iterable[str] = (),
     ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full.
 
@@ -423,13 +452,17 @@ class JobStore(SlotStore):
         kind runnable may leave it out for a while (see the worker's claim loop).
 
         ``kept``: per capped kind, the slots this worker holds between runs; the claim may take
-        that many runs of the kind beyond the fleet's free slots (the worker hands them over)."""
+        that many runs of the kind beyond the fleet's free slots (the worker hands them over).
+
+        ``keyed``: the kinds of ``caps`` capped per key (``concurrency_key``, rule 50): the claim
+        skips their keys whose slots are all held, takes at most each key's free slots, and
+        says each run's slot key (``ClaimedJob.slot_key``); they keep no slots."""
         if limit <= 0:
             return ClaimBatch()
         return self.claim_jobs(ClaimRequest(
             worker_id=worker_id, queues=queues, limit=limit,
             visibility_timeout=float(visibility_timeout), caps=caps, uncapped=uncapped,
-            kept=kept or {}))
+            kept=kept or {}, keyed=frozenset(keyed) & frozenset(caps)))
 
     @abstractmethod
     def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
@@ -437,13 +470,15 @@ class JobStore(SlotStore):
         of ``claim``."""
 
     def claimed_batch(self, rows: Sequence[Sequence[Any]], previous: Sequence[Previous],
-                      token: str, others_left: bool | None) -> ClaimBatch:
+                      token: str, others_left: bool | None,
+                      slot_keys: Mapping[int, str] | None = None) -> ClaimBatch:
         """The jobs of a claim's ``UPDATE … RETURNING`` rows, in claim order (priority, then id).
 
         Each row starts with the columns both engines' claim queries return, in this order: id,
         name, queue, priority, args, kwargs, attempt, max_attempts, traceparent, tracestate,
         enqueued_by, cancel_requested, claimed_at. ``previous[i]`` is what ``rows[i]`` was just
-        before the claim; ``token`` the claim's token in its canonical text form.
+        before the claim; ``token`` the claim's token in its canonical text form;
+        ``slot_keys`` the slot key of each run of a kind capped per key, by job id.
         """
         batch = ClaimBatch(others_left=others_left)
         decoded = decode_arguments(rows, 4)
@@ -459,9 +494,24 @@ class JobStore(SlotStore):
                 previous_claimed_at=(self.parse_time(prev_claimed_at)
                                      if redelivered and prev_claimed_at else None),
                 woke=prev_status == "waiting",
+                slot_key=slot_keys.get(r[0]) if slot_keys else None,
             ))
         batch.sort(key=lambda job: (-job.priority, job.id))
         return batch
+
+    def take_starts(self, wanted: Sequence[tuple[str, float, float, int]]
+                    ) -> dict[str, tuple[int, float]]:
+        """Take starts from rate-limit buckets in one statement (rule 52): ``wanted`` is
+        ``(key, interval, tolerance, want)`` per bucket, each key once; the answer is, per key,
+        how many starts it granted and in how many seconds its next start conforms."""
+        if not wanted:
+            return {}
+        with self.cursor() as cur:
+            cur.execute(self.sql["rate_take"], {
+                "keys": [w[0] for w in wanted], "intervals": [w[1] for w in wanted],
+                "tolerances": [w[2] for w in wanted], "wants": [w[3] for w in wanted],
+                "now": self.now_param()})
+            return {row[0]: (row[1], max(0.0, row[2])) for row in cur.fetchall()}
 
     @abstractmethod
     def heartbeat(
@@ -663,6 +713,7 @@ class JobStore(SlotStore):
             "traceparent": job.traceparent,
             "tracestate": job.tracestate,
             "enqueued_by": job.enqueued_by,
+            "concurrency_key": job.concurrency_key,
         }
 
     def _json_time(self, value: datetime) -> str:
