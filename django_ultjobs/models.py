@@ -230,17 +230,18 @@ class RateLimitBucket(models.Model):
     theoretical arrival time ``tat`` (rule 52). A start at ``t`` conforms while
     ``tat - tolerance <= t``; each start granted pushes ``tat`` to ``max(tat, t) + interval``.
 
-    Times are seconds since the epoch on the database's clock: one number compares and adds the
-    same way on both engines.
+    Times are whole microseconds since 1970 on the database's clock: one integer compares and
+    adds exactly, the same way on both engines.
     """
 
     key = models.CharField(max_length=MAX_SLOT_KEY, primary_key=True)
-    tat = models.FloatField()
+    tat = models.BigIntegerField()
     #: How many starts the last take granted (what the take statement answers with).
     granted = models.IntegerField(default=0)
-    #: Seconds between starts (period / N) and how far ahead tat may run, as last declared.
-    interval = models.FloatField()
-    tolerance = models.FloatField()
+    #: Microseconds between starts (period / N) and how far ahead tat may run, as last
+    #: declared.
+    interval = models.BigIntegerField()
+    tolerance = models.BigIntegerField()
     updated_at = models.DateTimeField(db_default=Now())
 
     class Meta:

@@ -2,7 +2,8 @@
 
 The algorithm is GCRA (the generic cell rate algorithm, a token bucket kept as one timestamp),
 counted in the database so every worker process on every host draws from one budget (rule 52).
-Each bucket is one row: its theoretical arrival time ``tat``. A start at ``now`` conforms when
+Each bucket is one row: its theoretical arrival time ``tat``, in whole microseconds since
+1970 on the database's clock. A start at ``now`` conforms when
 ``tat - tolerance <= now``; each start it grants pushes ``tat`` to ``max(tat, now) + interval``,
 ``interval = period / N``. One statement grants a whole claim's runs of a bucket at once, the
 row locked by its upsert, so two workers can never both spend the last start.
@@ -18,7 +19,6 @@ loop's latency.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +42,11 @@ class RateLimit:
     text: str
 
     @property
-    def interval(self) -> float:
-        """Seconds between two starts at the steady rate (GCRA's emission interval)."""
-        return self.period / self.count
+    def interval(self) -> int:
+        """Microseconds between two starts at the steady rate (GCRA's emission interval),
+        rounded up: whole microseconds add and compare exactly on both engines, and rounding
+        up can only make the limit stricter (by under a microsecond per start)."""
+        return -(-int(self.period * 1_000_000) // self.count)
 
     @property
     def burst(self) -> int:
@@ -52,8 +54,9 @@ class RateLimit:
         return 1 + self.count // BURST_PER
 
     @property
-    def tolerance(self) -> float:
-        """GCRA's tolerance: how far ahead of now the bucket may run (``burst - 1`` starts)."""
+    def tolerance(self) -> int:
+        """GCRA's tolerance in microseconds: how far ahead of now the bucket may run
+        (``burst - 1`` intervals)."""
         return (self.burst - 1) * self.interval
 
     @property
@@ -76,18 +79,15 @@ def parse_rate_limit(job: str, value: Any) -> RateLimit | None:
     return RateLimit(count=count, period=PERIODS[match["unit"]], text=value.strip())
 
 
-#: Added before rounding down how many starts fit, so that ``tolerance / interval``, which is
-#: ``burst - 1`` exactly on paper, is not cut to ``burst - 2`` by floating point.
-EPSILON = 1e-9
-
-
-def gcra_take(tat: float | None, now: float, interval: float, tolerance: float, want: int
-              ) -> tuple[int, float, float]:
+def gcra_take(tat: int | None, now: int, interval: int, tolerance: int, want: int
+              ) -> tuple[int, int, int]:
     """Grant up to ``want`` starts from a bucket whose theoretical arrival time is ``tat``
-    (None: a bucket never used) at ``now``: ``(granted, the new tat, seconds until the next
-    start conforms)``. The same arithmetic as PostgreSQL's ``rate_take``."""
-    base = now if tat is None else max(tat, now)
-    room = math.floor((now + tolerance - base) / interval + EPSILON) + 1
-    granted = max(0, min(want, room))
-    new_tat = base + granted * interval
+    (None: a bucket never used) at ``now``, all in microseconds: ``(granted, the new tat,
+    microseconds until the next start conforms)``. The same arithmetic as PostgreSQL's
+    ``rate_take``: whole numbers, so a start conforms exactly when ``tat - tolerance <= now``.
+    """
+    ahead = 0 if tat is None else max(tat - now, 0)
+    room = 0 if ahead > tolerance else (tolerance - ahead) // interval + 1
+    granted = min(want, room)
+    new_tat = now + ahead + granted * interval
     return granted, new_tat, new_tat - tolerance - now

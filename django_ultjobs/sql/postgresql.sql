@@ -35,6 +35,17 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_
           CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
 
 
+-- fragment: rate_granted
+-- The starts an existing bucket grants in rate_take's update: none while its tat is more than
+-- the tolerance ahead of now (EXCLUDED.tat less the starts it proposed), else one more per
+-- whole interval of tolerance left, at most the take's want (EXCLUDED.granted).
+LEAST(EXCLUDED.granted, CASE
+    WHEN b.tat - (EXCLUDED.tat - EXCLUDED.granted * EXCLUDED.interval) > EXCLUDED.tolerance
+        THEN 0
+    ELSE (EXCLUDED.tolerance - GREATEST(0,
+              b.tat - (EXCLUDED.tat - EXCLUDED.granted * EXCLUDED.interval)))
+         / EXCLUDED.interval + 1 END)
+
 -- name: enqueue
 -- Insert many jobs in one statement from a JSON array (one element for a single enqueue), and
 -- wake idle workers of their queues: pg_notify inside the enqueuing transaction is delivered
@@ -488,19 +499,20 @@ RETURNING l.key, l.slot, l.holder, l.expires_at;
 
 -- name: rate_take
 -- Take starts from rate-limit buckets (rule 52), one row per bucket, in ONE statement: GCRA,
--- each bucket's theoretical arrival time "tat" in seconds on the database's clock. A bucket
--- grants the first of its wanted starts that conform (tat - tolerance <= now; tat moves on by
--- interval per start granted) and answers how many it granted and in how many seconds its next
--- start conforms. The upsert locks the bucket's row, so two workers never both spend its last
--- start: the second waits for the first to commit, then reads the tat it left.
--- A new bucket grants min(want, burst) at once. That is also all an existing one can ever grant
--- in one take (its tat is never behind now), so the proposed row's "granted" is the take's
--- want for the update, and its updated_at the clock.
+-- each bucket's theoretical arrival time "tat" in whole microseconds on the database's clock. A
+-- bucket grants the first of its wanted starts that conform (tat - tolerance <= now; tat moves
+-- on by interval per start granted) and answers how many it granted and in how many
+-- microseconds its next start conforms. The upsert locks the bucket's row, so two workers never
+-- both spend its last start: the second waits for the first to commit, then reads the tat it
+-- left. A new bucket grants min(want, burst) at once; that is also all an existing one can ever
+-- grant in one take (its tat is never behind now), so the proposed row carries the take's want
+-- in "granted", and the clock as its tat less those starts. The same arithmetic as
+-- rate_limits.gcra_take.
 WITH w AS (
     SELECT w.key, w.interval, w.tolerance,
-           LEAST(w.want, floor(w.tolerance / w.interval + 1e-9)::int + 1) AS n,
-           extract(epoch FROM {now})::float8 AS t
-    FROM unnest(%(keys)s::text[], %(intervals)s::float8[], %(tolerances)s::float8[],
+           LEAST(w.want, w.tolerance / w.interval + 1) AS n,
+           floor(extract(epoch FROM {now}) * 1000000)::bigint AS t
+    FROM unnest(%(keys)s::text[], %(intervals)s::bigint[], %(tolerances)s::bigint[],
                 %(wants)s::int[]) AS w(key, interval, tolerance, want)
 )
 INSERT INTO django_ultjobs_ratelimitbucket AS b
@@ -509,18 +521,13 @@ SELECT w.key, w.t + w.n * w.interval, w.n, w.interval, w.tolerance, {now}
 FROM w
 ORDER BY w.key
 ON CONFLICT (key) DO UPDATE
-    SET granted = LEAST(EXCLUDED.granted, GREATEST(0, floor(
-            (extract(epoch FROM EXCLUDED.updated_at)::float8 + EXCLUDED.tolerance
-             - GREATEST(b.tat, extract(epoch FROM EXCLUDED.updated_at)::float8))
-            / EXCLUDED.interval + 1e-9)::int + 1)),
-        tat = GREATEST(b.tat, extract(epoch FROM EXCLUDED.updated_at)::float8)
-            + EXCLUDED.interval * LEAST(EXCLUDED.granted, GREATEST(0, floor(
-                (extract(epoch FROM EXCLUDED.updated_at)::float8 + EXCLUDED.tolerance
-                 - GREATEST(b.tat, extract(epoch FROM EXCLUDED.updated_at)::float8))
-                / EXCLUDED.interval + 1e-9)::int + 1)),
+    SET granted = {fragment:rate_granted},
+        tat = GREATEST(b.tat, EXCLUDED.tat - EXCLUDED.granted * EXCLUDED.interval)
+              + EXCLUDED.interval * {fragment:rate_granted},
         interval = EXCLUDED.interval, tolerance = EXCLUDED.tolerance,
         updated_at = EXCLUDED.updated_at
-RETURNING b.key, b.granted, b.tat - b.tolerance - extract(epoch FROM b.updated_at)::float8;
+RETURNING b.key, b.granted,
+          b.tat - b.tolerance - floor(extract(epoch FROM b.updated_at) * 1000000)::bigint;
 
 -- name: slot_renew
 -- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that

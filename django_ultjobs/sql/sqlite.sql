@@ -356,9 +356,10 @@ ON CONFLICT (key, slot) DO UPDATE
 RETURNING key, slot, holder, expires_at;
 
 -- name: rate_read
--- The rate-limit buckets a take is about (rule 52), and the database's clock in seconds; read
--- and then written (rate_write) inside one write transaction, so no other take comes between.
-SELECT (julianday({now}) - 2440587.5) * 86400.0, b.key, b.tat
+-- The rate-limit buckets a take is about (rule 52), and the database's clock in microseconds;
+-- read and then written (rate_write) inside one write transaction, so no other take comes
+-- between. SQLite's clock keeps milliseconds.
+SELECT CAST(round((julianday({now}) - 2440587.5) * 86400000.0) AS INTEGER) * 1000, b.key, b.tat
 FROM (SELECT 1) AS one
 LEFT JOIN django_ultjobs_ratelimitbucket AS b
     ON b.key IN (SELECT value FROM json_each(:keys));

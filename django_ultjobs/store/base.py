@@ -499,11 +499,12 @@ class JobStore(SlotStore):
         batch.sort(key=lambda job: (-job.priority, job.id))
         return batch
 
-    def take_starts(self, wanted: Sequence[tuple[str, float, float, int]]
+    def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]
                     ) -> dict[str, tuple[int, float]]:
         """Take starts from rate-limit buckets in one statement (rule 52): ``wanted`` is
-        ``(key, interval, tolerance, want)`` per bucket, each key once; the answer is, per key,
-        how many starts it granted and in how many seconds its next start conforms."""
+        ``(key, interval, tolerance, want)`` per bucket (microseconds), each key once; the
+        answer is, per key, how many starts it granted and in how many seconds its next start
+        conforms."""
         if not wanted:
             return {}
         with self.cursor() as cur:
@@ -511,7 +512,7 @@ class JobStore(SlotStore):
                 "keys": [w[0] for w in wanted], "intervals": [w[1] for w in wanted],
                 "tolerances": [w[2] for w in wanted], "wants": [w[3] for w in wanted],
                 "now": self.now_param()})
-            return {row[0]: (row[1], max(0.0, row[2])) for row in cur.fetchall()}
+            return {row[0]: (row[1], max(0, row[2]) / 1e6) for row in cur.fetchall()}
 
     @abstractmethod
     def heartbeat(

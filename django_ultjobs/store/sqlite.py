@@ -316,7 +316,7 @@ class SQLiteStore(JobStore):
 
     # -- rate limits ---------------------------------------------------------------------------
 
-    def take_starts(self, wanted: Sequence[tuple[str, float, float, int]]
+    def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]
                     ) -> dict[str, tuple[int, float]]:
         """The same GCRA as PostgreSQL's ``rate_take``, read and written in one write
         transaction (SQLite's one writer is the lock)."""
@@ -333,7 +333,7 @@ class SQLiteStore(JobStore):
             buckets = []
             for key, interval, tolerance, want in wanted:
                 granted, tat, wait = gcra_take(tats.get(key), clock, interval, tolerance, want)
-                answer[key] = (granted, max(0.0, wait))
+                answer[key] = (granted, max(0, wait) / 1e6)
                 buckets.append([key, tat, granted, interval, tolerance])
             cur.execute(self.sql["rate_write"], {"buckets": json.dumps(buckets), "now": now})
         return answer

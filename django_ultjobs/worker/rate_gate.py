@@ -59,7 +59,8 @@ def gate(store: JobStore, runs: Sequence[Run], worker_id: str
         free += group[:granted]
         # Spread out, one interval apart: due all at once, they would be claimed together and
         # all but one handed back again.
-        waiting += [(run, wait + i * rate.interval) for i, run in enumerate(group[granted:])]
+        waiting += [(run, wait + i * rate.interval / 1e6)
+                    for i, run in enumerate(group[granted:])]
     return free, waiting
 
 

@@ -90,6 +90,10 @@ class Worker:
         self._wake = threading.Event()
         # Set by an enqueue notification: work of any kind may have arrived.
         self._notified = threading.Event()
+        # When (time.monotonic()) the soonest run this worker handed back over its rate limit
+        # comes due: an idle claim loop wakes then, not a poll interval later, or the start
+        # it could have had is lost (rule 52).
+        self._rate_due: float | None = None
         # The registry generation whose job names this worker's row lists.
         self._known_generation = -1
         #: Claim statements sent. Kept for tests, which bound it to show the loop does not spin
@@ -287,7 +291,13 @@ class Worker:
                 # hand-backs visible, and wakes this loop), or briefly.
                 self._wake.wait(0.05)
             return True
-        self._wake.wait(loop.poll_wait(self.options.poll_interval, uncapped=uncapped))
+        wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
+        if self._rate_due is not None:
+            until = self._rate_due - time.monotonic()
+            if until <= 0:
+                self._rate_due = None
+            wait = min(wait, max(until, 0.0))
+        self._wake.wait(wait)
         return True
 
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
@@ -326,6 +336,9 @@ class Worker:
         starting, waiting = rate_gate.gate(self.store, runs, self.worker_id)
         for run, delay in waiting:
             self.completer.submit(run, rate_gate.over_limit_settlement(run, delay))
+        if waiting:
+            due = time.monotonic() + min(delay for _, delay in waiting)
+            self._rate_due = due if self._rate_due is None else min(self._rate_due, due)
         if len(starting) == len(runs):
             return runs
         chosen = {id(run) for run in starting}
