@@ -30,7 +30,7 @@ from .job_options import INT_MAX
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _FORM = re.compile(r"^\s*(?P<n>[0-9]+)\s*/\s*(?P<unit>[smh])\s*$")
 #: The burst above one start grows by one per this many starts a period (5 %).
-BURST_PER = 20
+BURST_PER = 10
 
 
 @dataclass(frozen=True, slots=True)

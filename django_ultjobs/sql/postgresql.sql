@@ -504,7 +504,8 @@ RETURNING l.key, l.slot, l.holder, l.expires_at;
 -- on by interval per start granted) and answers how many it granted and in how many
 -- microseconds its next start conforms. The upsert locks the bucket's row, so two workers never
 -- both spend its last start: the second waits for the first to commit, then reads the tat it
--- left. A new bucket grants min(want, burst) at once; that is also all an existing one can ever
+-- left. It also answers the clock it judged by (microseconds). A new bucket grants
+-- min(want, burst) at once; that is also all an existing one can ever
 -- grant in one take (its tat is never behind now), so the proposed row carries the take's want
 -- in "granted", and the clock as its tat less those starts. The same arithmetic as
 -- rate_limits.gcra_take.
@@ -527,7 +528,8 @@ ON CONFLICT (key) DO UPDATE
         interval = EXCLUDED.interval, tolerance = EXCLUDED.tolerance,
         updated_at = EXCLUDED.updated_at
 RETURNING b.key, b.granted,
-          b.tat - b.tolerance - floor(extract(epoch FROM b.updated_at) * 1000000)::bigint;
+          b.tat - b.tolerance - floor(extract(epoch FROM b.updated_at) * 1000000)::bigint,
+          floor(extract(epoch FROM b.updated_at) * 1000000)::bigint;
 
 -- name: slot_renew
 -- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that

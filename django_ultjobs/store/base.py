@@ -193,6 +193,18 @@ class LostAttempt:
 
 
 @dataclass(frozen=True, slots=True)
+class RateTaken:
+    """What one rate-limit bucket granted a take (rule 52)."""
+
+    #: How many of the starts wanted it granted (the first ones).
+    granted: int
+    #: Seconds until its next start conforms.
+    wait: float
+    #: The database's clock it judged by, in microseconds since 1970.
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
 class SlotHold:
     """A fleet slot held by ``holder`` until ``expires_at`` (database clock)."""
 
@@ -499,12 +511,10 @@ class JobStore(SlotStore):
         batch.sort(key=lambda job: (-job.priority, job.id))
         return batch
 
-    def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]
-                    ) -> dict[str, tuple[int, float]]:
+    def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]) -> dict[str, RateTaken]:
         """Take starts from rate-limit buckets in one statement (rule 52): ``wanted`` is
         ``(key, interval, tolerance, want)`` per bucket (microseconds), each key once; the
-        answer is, per key, how many starts it granted and in how many seconds its next start
-        conforms."""
+        answer says, per key, what the bucket granted."""
         if not wanted:
             return {}
         with self.cursor() as cur:
@@ -512,7 +522,8 @@ class JobStore(SlotStore):
                 "keys": [w[0] for w in wanted], "intervals": [w[1] for w in wanted],
                 "tolerances": [w[2] for w in wanted], "wants": [w[3] for w in wanted],
                 "now": self.now_param()})
-            return {row[0]: (row[1], max(0, row[2]) / 1e6) for row in cur.fetchall()}
+            return {row[0]: RateTaken(granted=row[1], wait=max(0, row[2]) / 1e6, at=row[3])
+                    for row in cur.fetchall()}
 
     @abstractmethod
     def heartbeat(

@@ -23,6 +23,7 @@ from .base import (
     ClaimRequest,
     JobStore,
     NewJob,
+    RateTaken,
     Settlement,
     SlotHold,
     check_one_per_job,
@@ -316,8 +317,7 @@ class SQLiteStore(JobStore):
 
     # -- rate limits ---------------------------------------------------------------------------
 
-    def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]
-                    ) -> dict[str, tuple[int, float]]:
+    def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]) -> dict[str, RateTaken]:
         """The same GCRA as PostgreSQL's ``rate_take``, read and written in one write
         transaction (SQLite's one writer is the lock)."""
         if not wanted:
@@ -329,11 +329,11 @@ class SQLiteStore(JobStore):
             rows = cur.fetchall()
             clock = rows[0][0]
             tats = {key: tat for _, key, tat in rows if key is not None}
-            answer: dict[str, tuple[int, float]] = {}
+            answer: dict[str, RateTaken] = {}
             buckets = []
             for key, interval, tolerance, want in wanted:
                 granted, tat, wait = gcra_take(tats.get(key), clock, interval, tolerance, want)
-                answer[key] = (granted, max(0, wait) / 1e6)
+                answer[key] = RateTaken(granted=granted, wait=max(0, wait) / 1e6, at=clock)
                 buckets.append([key, tat, granted, interval, tolerance])
             cur.execute(self.sql["rate_write"], {"buckets": json.dumps(buckets), "now": now})
         return answer

@@ -29,9 +29,8 @@ from ..exceptions import (
 )
 from ..logs import log_event
 from ..models import AttemptOutcome
-from ..registry import get_job, registered_jobs, registry_generation
+from ..registry import JobSpec, get_job, registered_jobs, registry_generation
 from ..store import ClaimBatch, ClaimedJob, Clock, JobStore, LostAttempt, ParkEpisode, get_store
-from . import rate_gate
 from .completer import Completer
 from .executor import (
     UNKNOWN_JOB_PREFIX,
@@ -45,6 +44,7 @@ from .fleet_slots import FleetSlots
 from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
+from .rate_gate import RateGate, over_limit_settlement
 from .runs import Run, RunsInFlight
 from .ticker import Ticker
 
@@ -90,10 +90,7 @@ class Worker:
         self._wake = threading.Event()
         # Set by an enqueue notification: work of any kind may have arrived.
         self._notified = threading.Event()
-        # When (time.monotonic()) the soonest run this worker handed back over its rate limit
-        # comes due: an idle claim loop wakes then, not a poll interval later, or the start
-        # it could have had is lost (rule 52).
-        self._rate_due: float | None = None
+        self.rates = RateGate(self.store, self.worker_id)
         # The registry generation whose job names this worker's row lists.
         self._known_generation = -1
         #: Claim statements sent. Kept for tests, which bound it to show the loop does not spin
@@ -196,6 +193,7 @@ class Worker:
             jobs = registered_jobs()
             loop.caps = {n: s.concurrency for n, s in jobs.items() if s.concurrency}
             loop.keyed = frozenset(n for n in loop.caps if jobs[n].concurrency_key is not None)
+            loop.rated = {n: s for n, s in jobs.items() if s.rate is not None}
         # Outside the branch above: a write that failed is tried again next round.
         self._record_known_jobs(loop.generation)
 
@@ -247,9 +245,10 @@ class Worker:
             self.slots.give_back_unused()
         if claimed:
             if not started:
-                # Everything claimed went straight back (slots taken by a racing worker): pause
-                # rather than claim the same rows again at once.
-                self._wake.wait(min(self.options.poll_interval, 0.05))
+                # Everything claimed went straight back (slots taken by a racing worker, or
+                # over a rate limit): pause rather than claim the same rows again at once, but
+                # no longer than until a run handed back over its rate limit is due.
+                self._wake.wait(self._until_rate_due(min(self.options.poll_interval, 0.05)))
             return True
         return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
 
@@ -261,10 +260,13 @@ class Worker:
         claim was offered go back (or lapse, if the database is down)."""
         try:
             self.claims += 1
+            # Jobs limited as a whole are claimed no faster than their buckets give starts.
+            caps = {**self.rates.claim_limits(loop.rated), **loop.caps} if loop.rated \
+                else loop.caps
             claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
                                        limit=free,
                                        visibility_timeout=self.options.visibility_timeout,
-                                       caps=loop.caps, uncapped=uncapped, kept=kept,
+                                       caps=caps, uncapped=uncapped, kept=kept,
                                        keyed=loop.keyed)
         except Exception as exc:
             if kept:
@@ -292,13 +294,12 @@ class Worker:
                 self._wake.wait(0.05)
             return True
         wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
-        if self._rate_due is not None:
-            until = self._rate_due - time.monotonic()
-            if until <= 0:
-                self._rate_due = None
-            wait = min(wait, max(until, 0.0))
-        self._wake.wait(wait)
+        self._wake.wait(self._until_rate_due(wait))
         return True
+
+    def _until_rate_due(self, wait: float) -> float:
+        """``wait``, cut short to when a rate-limited run may start (``RateGate.until_due``)."""
+        return self.rates.until_due(wait)
 
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
@@ -333,12 +334,9 @@ class Worker:
     def _gate_rates(self, runs: list[Run]) -> list[Run]:
         """The runs whose rate limits let them start now (rule 52); the others go back to the
         queue until their bucket has a start for them, attempts not burned (rule 53)."""
-        starting, waiting = rate_gate.gate(self.store, runs, self.worker_id)
+        starting, waiting = self.rates.gate(runs)
         for run, delay in waiting:
-            self.completer.submit(run, rate_gate.over_limit_settlement(run, delay))
-        if waiting:
-            due = time.monotonic() + min(delay for _, delay in waiting)
-            self._rate_due = due if self._rate_due is None else min(self._rate_due, due)
+            self.completer.submit(run, over_limit_settlement(run, delay))
         if len(starting) == len(runs):
             return runs
         chosen = {id(run) for run in starting}
@@ -657,6 +655,8 @@ class _LoopState:
     caps: dict[str, int] = field(default_factory=dict)
     #: The kinds of ``caps`` capped per key (``concurrency_key``, rule 50).
     keyed: frozenset[str] = frozenset()
+    #: The rate-limited kinds (``rate_limit``, rule 52).
+    rated: dict[str, JobSpec] = field(default_factory=dict)
     #: Claims that failed in a row: the outage backoff grows with them.
     failures: int = 0
     #: The last claim came back full: there is a backlog.

@@ -19,7 +19,8 @@ FIFTY = parse_rate_limit("probe", "50/s")
 
 def take(store: JobStore, want: int, key: str = "job:probe") -> tuple[int, float]:
     assert FIFTY is not None
-    return store.take_starts([(key, FIFTY.interval, FIFTY.tolerance, want)])[key]
+    taken = store.take_starts([(key, FIFTY.interval, FIFTY.tolerance, want)])[key]
+    return taken.granted, taken.wait
 
 
 def test_a_new_bucket_grants_its_burst_then_one_per_interval(
