@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from django.db import connections
+from django.test.utils import CaptureQueriesContext
 
 from django_ultjobs.slot_keys import keyed_slot_key, slot_key_for
 from django_ultjobs.store import JobStore
@@ -79,3 +81,16 @@ def test_one_statement_takes_the_slots_of_every_key(cstore: JobStore) -> None:  
     assert len(cstore.renew_many(list(held.values()), 60)) == 3
     cstore.release_many([held["w1:1"]])
     assert set(cstore.acquire_keys([(a, 2, "w2:5")], 60)) == {"w2:5"}
+
+
+def test_a_claim_of_many_keys_and_their_slots_are_one_statement_each(
+        cstore: JobStore, alias: str) -> None:  # rule 50
+    if alias != "postgres":
+        pytest.skip("SQLite's claim is a write transaction of several statements by design")
+    enqueue(cstore, *(keyed(str(k)) for k in range(40)))
+    with CaptureQueriesContext(connections[alias]) as claimed:
+        got = claim_keyed(cstore, limit=32)
+    assert len(got) == 32 and len(claimed.captured_queries) == 1
+    with CaptureQueriesContext(connections[alias]) as acquired:
+        held = cstore.acquire_keys([(j.slot_key, 1, f"w1:{j.id}") for j in got], 60)
+    assert len(held) == 32 and len(acquired.captured_queries) == 1
