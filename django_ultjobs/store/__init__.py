@@ -7,13 +7,12 @@ from django.utils.module_loading import import_string
 
 from ..conf import get_settings
 from ..exceptions import JobConfigurationError
-from .base import (
+from .base import Clock, JobStore
+from .records import (
     ClaimBatch,
     ClaimedJob,
     ClaimRequest,
-    Clock,
     EnqueuedJob,
-    JobStore,
     LostAttempt,
     NewJob,
     ParkEpisode,
@@ -21,8 +20,8 @@ from .base import (
     SavedStep,
     Settlement,
     SlotHold,
-    SlotStore,
 )
+from .slots import SlotStore
 
 __all__ = [
     "ClaimBatch",

@@ -19,10 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from ..job_spec import JobSpec
 from ..logs import log_event
 from ..models import JobStatus
 from ..rate_limits import RateLimit
-from ..registry import JobSpec
 from ..slot_keys import slot_key_for
 from ..store import JobStore, RateTaken, Settlement
 from .executor import settlement_for
