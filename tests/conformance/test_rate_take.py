@@ -1,5 +1,5 @@
 """Rate-limit buckets on both engines (rule 52): GCRA counted in the database, a burst of
-``1 + N // 20`` and then one start per interval, and the wait until the next start."""
+``1 + N // 10`` and then one start per interval, and the wait until the next start."""
 
 from __future__ import annotations
 
@@ -25,15 +25,16 @@ def take(store: JobStore, want: int, key: str = "job:probe") -> tuple[int, float
 
 def test_a_new_bucket_grants_its_burst_then_one_per_interval(
         cstore: JobStore, clock: FakeClock) -> None:  # rule 52
+    assert FIFTY is not None
     granted, wait = take(cstore, 10)
-    assert granted == 3  # 1 + 50 // 20
+    assert granted == FIFTY.burst == 6  # 1 + 50 // 10
     assert wait == pytest.approx(0.02, abs=1e-3)  # seconds
     assert take(cstore, 10)[0] == 0
     clock.now += timedelta(milliseconds=20)
     assert take(cstore, 10)[0] == 1
-    clock.now += timedelta(milliseconds=100)
-    # Idle for five intervals: the bucket caught up only as far as its burst.
-    assert take(cstore, 10)[0] == 3
+    clock.now += timedelta(seconds=1)
+    # Idle for fifty intervals: the bucket caught up only as far as its burst.
+    assert take(cstore, 10)[0] == FIFTY.burst
 
 
 def test_no_window_of_one_second_holds_more_than_the_limit_and_its_allowance(
@@ -52,6 +53,6 @@ def test_no_window_of_one_second_holds_more_than_the_limit_and_its_allowance(
 
 
 def test_buckets_are_apart_per_key(cstore: JobStore) -> None:
-    assert take(cstore, 5, "key:5:probe:a")[0] == 3
-    assert take(cstore, 5, "key:5:probe:b")[0] == 3
-    assert take(cstore, 5, "key:5:probe:a")[0] == 0
+    assert take(cstore, 9, "key:5:probe:a")[0] == 6
+    assert take(cstore, 9, "key:5:probe:b")[0] == 6
+    assert take(cstore, 9, "key:5:probe:a")[0] == 0
