@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .exceptions import JobOptionError
-from .job_options import INT_MAX
+
+#: The most starts a period may name: PostgreSQL's ``integer``, the column "granted" is.
+INT_MAX = 2**31 - 1
 
 #: Seconds in each period a rate limit may be given in.
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
