@@ -145,17 +145,16 @@ WITH caps AS MATERIALIZED (
         AS c(name, lim, kept)
 ),
 held AS MATERIALIZED (
-    -- The held slots per key, read once: only a claim with kinds capped per key needs them.
-    SELECT l.key, count(*) AS n FROM django_ultjobs_slot AS l
-    WHERE l.expires_at > {now} AND cardinality(%(key_names)s::text[]) > 0
-    GROUP BY l.key
+    -- The held slots per key, read once, and only by a claim with kinds capped per key (a CTE
+    -- is scanned when a query reads it).
+    SELECT key, count(*) AS n FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key
 ),
 locked AS (
     SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
                claimed_at AS prev_claimed_at, false AS capped, NULL::text AS slot_key,
-               0 AS key_free
+               0 AS key_lim
         FROM django_ultjobs_job
         WHERE queue = q.queue
           AND {fragment:runnable}
@@ -169,9 +168,7 @@ locked AS (
     UNION ALL
     SELECT j.* FROM caps
     CROSS JOIN LATERAL (
-        SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-               claimed_at AS prev_claimed_at, true AS capped, NULL::text AS slot_key,
-               0 AS key_free
+        SELECT id, priority, visible_at, status, worker_id, claimed_at, true, NULL, 0
         FROM django_ultjobs_job
         WHERE name = caps.name
           AND queue = ANY (%(queues)s::text[])
@@ -182,36 +179,30 @@ locked AS (
     ) AS j
     WHERE caps.free > 0
     UNION ALL
+    -- A row enqueued before its job had concurrency_key has no key: it takes the job's own.
     SELECT j.* FROM unnest(%(key_names)s::text[], %(key_limits)s::int[]) AS k(name, lim)
     CROSS JOIN LATERAL (
-        -- A row enqueued before its job had concurrency_key has no key: it takes the job's own.
-        SELECT s.id, s.priority, s.visible_at, s.prev_status, s.prev_worker, s.prev_claimed_at,
-               true AS capped, s.slot_key,
-               k.lim - COALESCE((SELECT h.n FROM held AS h WHERE h.key = s.slot_key), 0)::int
-        FROM (
-            SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-                   claimed_at AS prev_claimed_at,
-                   COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)}) AS slot_key
-            FROM django_ultjobs_job
-            WHERE name = k.name
-              AND queue = ANY (%(queues)s::text[])
-              AND {fragment:runnable}
-              AND COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
-                  <> ALL (ARRAY(SELECT h.key FROM held AS h WHERE h.n >= k.lim))
-            ORDER BY priority DESC, visible_at, id
-            LIMIT %(limit)s::int
-            FOR UPDATE SKIP LOCKED
-        ) AS s
+        SELECT id, priority, visible_at, status, worker_id, claimed_at, true,
+               COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)}), k.lim
+        FROM django_ultjobs_job
+        WHERE name = k.name
+          AND queue = ANY (%(queues)s::text[])
+          AND {fragment:runnable}
+          AND COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
+              <> ALL (ARRAY(SELECT h.key FROM held AS h WHERE h.n >= k.lim))
+        ORDER BY priority DESC, visible_at, id
+        LIMIT %(limit)s::int
+        FOR UPDATE SKIP LOCKED
     ) AS j
 ),
-ranked AS (
-    SELECT locked.*, row_number() OVER (PARTITION BY locked.slot_key
-                                        ORDER BY priority DESC, visible_at, id) AS key_rank
-    FROM locked
-),
 chosen AS (
-    SELECT * FROM ranked
-    WHERE ranked.slot_key IS NULL OR ranked.key_rank <= ranked.key_free
+    SELECT * FROM (
+        SELECT l.*, row_number() OVER (PARTITION BY l.slot_key
+                                       ORDER BY priority DESC, visible_at, id) AS key_rank
+        FROM locked AS l) AS r
+    WHERE r.slot_key IS NULL
+       OR r.key_rank <= r.key_lim - COALESCE((SELECT h.n FROM held AS h
+                                             WHERE h.key = r.slot_key), 0)
     ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
 )
 {fragment:claim_update}
