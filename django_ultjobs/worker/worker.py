@@ -255,7 +255,7 @@ class WorkerProcess:
                 # Everything claimed went straight back (slots taken by a racing worker, or
                 # over a rate limit): pause rather than claim the same rows again at once, but
                 # no longer than until a run handed back over its rate limit is due.
-                self._wake.wait(self._until_rate_due(min(self.options.poll_interval, 0.05)))
+                self._wake.wait(self.rates.until_due(min(self.options.poll_interval, 0.05)))
             return True
         return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
 
@@ -301,12 +301,8 @@ class WorkerProcess:
                 self._wake.wait(0.05)
             return True
         wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
-        self._wake.wait(self._until_rate_due(wait))
+        self._wake.wait(self.rates.until_due(wait))
         return True
-
-    def _until_rate_due(self, wait: float) -> float:
-        """``wait``, cut short to when a rate-limited run may start (``RateGate.until_due``)."""
-        return self.rates.until_due(wait)
 
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
