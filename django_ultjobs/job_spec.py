@@ -15,6 +15,7 @@ from .exceptions import JobArgumentError, JobConfigurationError
 from .flow_keys import KeyOption, check_key_option, key_value, stored_key
 from .job_options import check_options
 from .rate_limits import RateLimit, parse_rate_limit
+from .schedules import Schedule, check_callable_without_arguments
 from .slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class JobSpec:
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
+    #: When a periodic job ticks (``@job(cron=...)`` or ``@job(every=...)``); None otherwise.
+    schedule: Schedule | None = None
 
     @cached_property
     def signature(self) -> inspect.Signature | None:
@@ -95,6 +98,9 @@ class JobSpec:
                 f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most "
                 f"{MAX_SLOT_JOB_NAME} characters"
             )
+        if self.schedule is not None:
+            # A tick enqueues the job with no arguments (rule 64).
+            check_callable_without_arguments(self.name, self.func, self.takes_context)
         self._check_flow_control()
 
     def _check_flow_control(self) -> None:
