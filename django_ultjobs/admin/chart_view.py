@@ -11,6 +11,7 @@ from .charts import MAX_ATTEMPTS_READ, MAX_RUNS_TIMED, Charts, Span, job_charts
 from .display import duration
 from .svg import (
     bucket_label,
+    bucket_span_text,
     durations_svg,
     local_time,
     queue_ages_svg,
@@ -51,6 +52,11 @@ class ChartsView:
     def span(self) -> Span:
         """The window the charts show."""
         return self.figures.span
+
+    @property
+    def bucket_text(self) -> str:
+        """``minute`` or ``15 minutes``: what one bar of the runs chart counts."""
+        return bucket_span_text(self.figures.span.bucket_seconds)
 
     @property
     def name(self) -> str | None:

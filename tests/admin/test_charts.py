@@ -131,3 +131,101 @@ def test_a_span_is_picked_by_name_and_anything_else_is_the_hour() -> None:
     assert charts.span_of("24h") is SPANS["24h"]
     for value in (None, "", "2h", ["24h"], "24H"):
         assert charts.span_of(value) is SPANS["1h"]
+
+
+# -- the pages -----------------------------------------------------------------------------------
+
+import re  # noqa: E402
+
+from django.db import connections  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+from tests.admin.conftest import APP_INDEX, IN_FLIGHT, JOBS, SLOTS, client_for, page  # noqa: E402
+
+
+def _some_history(alias: str, runs: int) -> None:
+    now = _now(alias)
+    job = Job.objects.using(alias).create(name="add", status="succeeded")
+    JobAttempt.objects.using(alias).bulk_create(
+        JobAttempt(job=job, attempt=1, outcome="succeeded" if i % 7 else "failed",
+                   started_at=now - timedelta(seconds=i % 3000 + 2),
+                   finished_at=now - timedelta(seconds=i % 3000))
+        for i in range(runs))
+    Job.objects.using(alias).create(name="add", queue="mail",
+                                    visible_at=now - timedelta(minutes=3))
+
+
+def _charts_html(html: str) -> str:
+    start = html.index('id="ultjobs-charts"')
+    return html[start:html.index('<div class="app-django_ultjobs', start)]
+
+
+def test_every_chart_has_a_text_alternative(alias: str, viewer) -> None:
+    """rule 81: role img, a title and a description with the numbers, and the tables."""
+    _some_history(alias, 70)
+    html = page(client_for(viewer), APP_INDEX)
+    charts_html = _charts_html(html)
+    svgs = re.findall(r"<svg class=\"ultjobs-chart\"[^>]*>.*?</svg>", charts_html, re.S)
+    assert len(svgs) == 3
+    for svg in svgs:
+        assert 'role="img"' in svg
+        ids = re.search(r'aria-labelledby="([^"]+)"', svg).group(1).split()
+        for ident in ids:
+            assert re.search(rf'<(title|desc) id="{ident}">[^<]+</\1>', svg), (ident, svg[:300])
+    descs = re.findall(r"<desc [^>]*>([^<]+)</desc>", charts_html)
+    assert "70 runs finished in the last hour (60 succeeded, 10 failed)" in descs[0]
+    assert descs[1].startswith("add: p50 2.0 s, p95 2.0 s")
+    assert descs[2] == "mail: 3 min"
+    # The numbers as tables, and nothing a strict Content-Security-Policy refuses.
+    assert charts_html.count('<table class="ultjobs-numbers">') == 3
+    assert "<script" not in charts_html and "style=" not in charts_html
+
+
+def test_a_name_filtered_list_charts_that_name_and_the_window_switches(alias: str,
+                                                                      viewer) -> None:
+    _some_history(alias, 10)
+    client = client_for(viewer)
+    html = page(client, f"{JOBS}?name=add&charts=24h")
+    assert "Runs of add, last 24 hours" in html
+    assert "Runs finished per 15 minutes, by outcome" in html
+    assert 'href="?name=add&amp;charts=1h"' in html  # the switch keeps the filter
+    # The rows are still the list's: the chart's parameter is not taken for a field filter.
+    assert 'class="field-job_id"' in html
+    assert "ultjobs-charts" not in page(client, JOBS)
+    assert "Runs, last 24 hours" in page(client, f"{APP_INDEX}?charts=24h")
+    assert "Runs, last hour" in page(client, f"{APP_INDEX}?charts=bogus")
+
+
+def test_the_summary_reads_a_fixed_number_of_queries(alias: str, viewer) -> None:
+    """rule 82: the app index's queries do not grow with the rows, nor with the window."""
+    client = client_for(viewer)
+
+    def queries(url: str) -> int:
+        with CaptureQueriesContext(connections[alias]) as captured:
+            page(client, url)
+        # The jobs tables' queries only: on SQLite the session and the user share the database.
+        return len([q for q in captured if "django_ultjobs_" in q["sql"]])
+
+    _some_history(alias, 5)
+    few, few_day = queries(APP_INDEX), queries(f"{APP_INDEX}?charts=24h")
+    _some_history(alias, 500)
+    assert queries(APP_INDEX) == few and queries(f"{APP_INDEX}?charts=24h") == few_day
+    # The summary's (more on PostgreSQL, where a finished status's count asks the planner
+    # first) and the charts' five: two bounded cuts, two reads, the queue ages.
+    assert few <= 16, few
+
+
+def test_auto_refresh_is_off_until_asked_and_only_on_the_live_pages(alias: str,
+                                                                    viewer) -> None:
+    """rule 83"""
+    client = client_for(viewer)
+    meta = '<meta http-equiv="refresh" content="30">'
+    for url in (APP_INDEX, IN_FLIGHT, SLOTS):
+        assert "http-equiv=\"refresh\"" not in page(client, url)
+        html = page(client, f"{url}?refresh=30")
+        assert meta in html and "<strong aria-current=\"true\">30 s</strong>" in html, url
+        assert "http-equiv=\"refresh\"" not in page(client, f"{url}?refresh=1"), url
+    # The jobs list (actions, selections) never reloads under the operator, and does not
+    # answer the parameter with Django's "?e=1" either.
+    response = client.get(f"{JOBS}?refresh=30")
+    assert response.status_code == 200 and "http-equiv=\"refresh\"" not in response.content.decode()
