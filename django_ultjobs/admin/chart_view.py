@@ -7,7 +7,8 @@ from datetime import datetime
 
 from django.utils.safestring import SafeString
 
-from .charts import MAX_ATTEMPTS_READ, MAX_RUNS_TIMED, Charts, Span, job_charts
+from . import charts as chart_figures
+from .charts import Charts, Span, job_charts
 from .display import duration
 from .svg import (
     bucket_label,
@@ -45,8 +46,9 @@ class ChartsView:
     age_rows: list[tuple[str, str]]
     counted_from: str
     timed_from: str
-    max_counted: int = MAX_ATTEMPTS_READ
-    max_timed: int = MAX_RUNS_TIMED
+    #: The caps the notes under a cut chart name.
+    max_counted: int
+    max_timed: int
 
     @property
     def span(self) -> Span:
@@ -85,4 +87,7 @@ def charts_view(alias: str, span: Span, name: str | None = None) -> ChartsView:
         age_rows=[(a.queue, duration(a.seconds)) for a in figures.queue_ages],
         counted_from=_time(runs.counted_from),
         timed_from=_time(figures.durations.timed_from),
+        max_counted=(chart_figures.MAX_ATTEMPTS_READ if name is None
+                     else chart_figures.MAX_NAMED_ATTEMPTS_READ),
+        max_timed=chart_figures.MAX_RUNS_TIMED,
     )

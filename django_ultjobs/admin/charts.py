@@ -2,7 +2,7 @@
 
 Read from the attempts table through its finish-time index (``ultjobs_attempt_finished``), and
 bounded whatever the table holds (rule 80): at most ``MAX_ATTEMPTS_READ`` attempts are counted
-and ``MAX_RUNS_TIMED`` runs timed per page. When the window holds more, the chart covers its
+(``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs timed per page. When the window holds more, the chart covers its
 newest part and says from when (docs/performance.md, item 60, has the cost at a million rows).
 The oldest runnable job per queue comes from the live jobs (the claim's partial index).
 """
@@ -14,7 +14,18 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, ExpressionWrapper, F, IntegerField, Min, Q, Window
+from django.db.models import (
+    Count,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Window,
+)
 from django.db.models import DurationField as DurationOutput
 from django.db.models.functions import Now, RowNumber, TruncMinute
 from django.utils.functional import Promise
@@ -25,8 +36,13 @@ from ..store import get_store
 
 #: Attempts counted per page at most: the counts of a busy day stop at the newest this many.
 MAX_ATTEMPTS_READ = 50_000
-#: Runs timed per page at most (each joined to its job for the name, and sorted).
-MAX_RUNS_TIMED = 20_000
+#: Attempts read on a job name's page at most: each looks its job's name up (a primary-key
+#: lookup), so the newest 10,000 of every name are read and that name's counted.
+MAX_NAMED_ATTEMPTS_READ = 10_000
+#: Runs timed per page at most (each looks its job's name up, and all are sorted). p95 of the
+#: newest 5,000 runs is a steady figure; 20,000 cost 4x the time and crossed PostgreSQL's JIT
+#: threshold (half a second compiling; docs/performance.md, item 60).
+MAX_RUNS_TIMED = 5_000
 #: Job names the duration chart shows, slowest p95 first; it says how many more there are.
 MAX_NAMES_SHOWN = 12
 #: Outcomes of a run whose body returned or raised: what a run's duration means. A cancelled,
@@ -175,10 +191,23 @@ def _newest_cut(alias: str, since: datetime, cap: int, *outcomes: str) -> dateti
     return row[0] if row else None
 
 
+def _with_job_name(attempts: QuerySet[JobAttempt], name: str | None) -> QuerySet[JobAttempt]:
+    """Annotate each attempt with its job's name (and keep ``name``'s only, when given).
+
+    A scalar subquery, one primary-key lookup per attempt read, and never a join: with a join,
+    PostgreSQL's planner hashes the whole jobs table for 20,000 attempts (a million rows read,
+    1.4 s at a million jobs; docs/performance.md, item 60).
+    """
+    job_name = Subquery(Job.objects.filter(id=OuterRef("job_id")).values("name")[:1])
+    attempts = attempts.annotate(job_name=job_name)
+    return attempts if name is None else attempts.filter(job_name=name)
+
+
 def throughput(alias: str, span: Span, first: datetime, name: str | None = None) -> Throughput:
     """Count the runs finished per bucket and outcome since ``first``."""
     start = first
-    cut = _newest_cut(alias, first, MAX_ATTEMPTS_READ + 1)
+    cap = MAX_ATTEMPTS_READ if name is None else MAX_NAMED_ATTEMPTS_READ
+    cut = _newest_cut(alias, first, cap + 1)
     counted_from = None
     if cut is not None:
         # Over the cap: count whole buckets after the cut only, never a bucket in part.
@@ -186,7 +215,7 @@ def throughput(alias: str, span: Span, first: datetime, name: str | None = None)
             seconds=span.bucket_seconds)
     attempts = JobAttempt.objects.using(alias).filter(finished_at__gte=start)
     if name is not None:
-        attempts = attempts.filter(job__name=name)
+        attempts = _with_job_name(attempts, name)
     rows = (attempts.annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
             .values("minute", "outcome").order_by().annotate(n=Count("id")))
     counts: list[dict[str, int]] = [defaultdict(int) for _ in range(span.buckets)]
@@ -221,13 +250,11 @@ def durations(alias: str, span: Span, first: datetime, name: str | None = None) 
         start = cut + timedelta(microseconds=1)
     runs = JobAttempt.objects.using(alias).filter(
         finished_at__gte=start, outcome__in=TIMED_OUTCOMES, started_at__isnull=False)
-    if name is not None:
-        runs = runs.filter(job__name=name)
     took = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationOutput())
-    ranked = (runs.annotate(job_name=F("job__name"), took=took)
-              .annotate(rank=Window(RowNumber(), partition_by=F("job__name"),
+    ranked = (_with_job_name(runs, name).annotate(took=took)
+              .annotate(rank=Window(RowNumber(), partition_by=F("job_name"),
                                     order_by=[F("took").asc(), F("id").asc()]),
-                        runs=Window(Count("id"), partition_by=F("job__name")))
+                        runs=Window(Count("id"), partition_by=F("job_name")))
               .values("job_name", "took", "rank", "runs"))
     # Rank 1..n; p50 is at ceil(n/2), p95 at ceil(0.95 n): integer arithmetic, alike everywhere.
     p50_rank = ExpressionWrapper((F("runs") * 50 + 99) / 100, output_field=IntegerField())
