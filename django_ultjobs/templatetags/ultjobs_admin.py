@@ -9,7 +9,7 @@ from django import template
 from ..admin.chart_view import ChartsView, charts_view
 from ..admin.page_options import PageOptions, page_options
 from ..admin.summary import Summary, jobs_summary
-from ..registry import jobs_database
+from ..conf import jobs_database
 
 register = template.Library()
 
