@@ -1,4 +1,7 @@
-"""Progress of long work: a bar on a terminal, nothing off one (the command's line says it all)."""
+"""Progress of long work: a bar on a terminal, nothing off one (the command's line says it all).
+
+Rule 84.
+"""
 
 from __future__ import annotations
 
