@@ -16,7 +16,8 @@ PACKAGE = Path(django_ultjobs.__file__).parent
 #: Bottom first. A module belongs to the first entry that is it or a package holding it.
 LAYERS: list[tuple[str, ...]] = [
     # Plain Python: settings, errors, values and helpers that know nothing of the tables.
-    ("exceptions", "conf", "jsonargs", "retry", "slot_keys", "logs", "cancel", "tracing", "sql"),
+    ("exceptions", "conf", "jsonargs", "retry", "slot_keys", "logs", "cancel", "tracing", "sql",
+     "progress"),
     # The tables.
     ("models", "migration_operations"),
     # The only code that writes SQL against them.
