@@ -2,9 +2,10 @@
 
 Read from the attempts table through its finish-time index (``ultjobs_attempt_finished``), and
 bounded whatever the table holds (rule 80): at most ``MAX_ATTEMPTS_READ`` attempts are counted
-(``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs timed per page. When the window holds more, the chart covers its
-newest part and says from when (docs/performance.md, item 60, has the cost at a million rows).
-The oldest runnable job per queue comes from the live jobs (the claim's partial index).
+(``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs timed per page.
+When the window holds more, the chart covers its newest part and says from when
+(docs/performance.md, item 60, has the cost at a million rows). The oldest runnable job per
+queue comes from the live jobs (the claim's partial index).
 """
 
 from __future__ import annotations

@@ -98,12 +98,14 @@ def _labelled(bucket: Bucket, bucket_seconds: int) -> bool:
 
 
 def _y_axis(top: float, plot_height: int) -> SafeString:
-    """Grid lines and their numbers at 0, half and the top of the scale."""
+    """Grid lines and their numbers at 0, half (when whole) and the top of the scale."""
     lines = []
     for fraction in (0, 0.5, 1):
         y = TOP + plot_height * (1 - fraction)
         value = top * fraction
-        label = f"{value:,.0f}" if value == int(value) else f"{value:,.1f}"
+        if value != int(value):
+            continue  # runs are whole: no "2.5" line on a scale of 5
+        label = f"{value:,.0f}"
         lines.append(format_html(
             '<line class="ultjobs-grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
             '<text class="ultjobs-axis" x="{}" y="{}" text-anchor="end">{}</text>',
