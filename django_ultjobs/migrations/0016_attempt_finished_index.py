@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ('django_ultjobs', '0009_slot_model'),
+        ('django_ultjobs', '0012_schedules'),
     ]
 
     operations = [
