@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_ultjobs', '0012_schedules'),
+        ('django_ultjobs', '0016_attempt_finished_index'),
     ]
 
     operations = [
