@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     # the claim probes it by primary key (rule 75).
 
     dependencies = [
-        ('django_ultjobs', '0012_schedules'),
+        ('django_ultjobs', '0017_flow_control'),
     ]
 
     operations = [

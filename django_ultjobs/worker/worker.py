@@ -27,6 +27,7 @@ from ..exceptions import (
     LeaseLostError,
     WorkerShutdownError,
 )
+from ..job_spec import JobSpec
 from ..logs import log_event
 from ..models import AttemptOutcome
 from ..registry import get_job, registered_jobs, registry_generation
@@ -44,6 +45,7 @@ from .fleet_slots import FleetSlots
 from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
+from .rate_gate import RateGate, over_limit_settlement
 from .recycle import Recycler
 from .runs import Run, RunsInFlight
 from .scheduler import Scheduler
@@ -98,6 +100,7 @@ class WorkerProcess:
         self._wake = threading.Event()
         # Set by an enqueue notification: work of any kind may have arrived.
         self._notified = threading.Event()
+        self.rates = RateGate(self.store, self.worker_id)
         # The registry generation whose job names this worker's row lists.
         self._known_generation = -1
         #: Claim statements sent, reported when the worker stops: a count far above the runs
@@ -214,7 +217,10 @@ class WorkerProcess:
         generation = registry_generation()
         if loop.generation != generation:
             loop.generation = generation
-            loop.caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
+            jobs = registered_jobs()
+            loop.caps = {n: s.concurrency for n, s in jobs.items() if s.concurrency}
+            loop.keyed = frozenset(n for n in loop.caps if jobs[n].concurrency_key is not None)
+            loop.rated = {n: s for n, s in jobs.items() if s.rate is not None}
         # Outside the branch above: a write that failed is tried again next round.
         self._record_known_jobs(loop.generation)
 
@@ -267,9 +273,10 @@ class WorkerProcess:
             self.slots.give_back_unused()
         if claimed:
             if not started:
-                # Everything claimed went straight back (slots taken by a racing worker): pause
-                # rather than claim the same rows again at once.
-                self._wake.wait(min(self.options.poll_interval, 0.05))
+                # Everything claimed went straight back (slots taken by a racing worker, or
+                # over a rate limit): pause rather than claim the same rows again at once, but
+                # no longer than until a run handed back over its rate limit is due.
+                self._wake.wait(self.rates.until_due(min(self.options.poll_interval, 0.05)))
             return True
         return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
 
@@ -281,10 +288,14 @@ class WorkerProcess:
         claim was offered go back (or lapse, if the database is down)."""
         try:
             self.claims += 1
+            # Jobs limited as a whole are claimed no faster than their buckets give starts.
+            caps = {**self.rates.claim_limits(loop.rated), **loop.caps} if loop.rated \
+                else loop.caps
             claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
                                        limit=free,
                                        visibility_timeout=self.options.visibility_timeout,
-                                       caps=loop.caps, uncapped=uncapped, kept=kept)
+                                       caps=caps, uncapped=uncapped, kept=kept,
+                                       keyed=loop.keyed)
         except Exception as exc:
             if kept:
                 self.slots.give_back_unused()
@@ -310,14 +321,14 @@ class WorkerProcess:
                 # hand-backs visible, and wakes this loop), or briefly.
                 self._wake.wait(0.05)
             return True
-        self._wake.wait(loop.poll_wait(self.options.poll_interval, uncapped=uncapped))
+        wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
+        self._wake.wait(self.rates.until_due(wait))
         return True
 
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
         self._record_lost_attempts(claimed)
         runs: list[Run] = []
-        capped: dict[str, list[Run]] = {}
         claimed_runs = [Run(job=job, spec=get_job(job.name)) for job in claimed]
         episodes = self._park_episodes([run for run in claimed_runs if run.spec is None])
         for run in claimed_runs:
@@ -335,23 +346,47 @@ class WorkerProcess:
             if decided is not None:
                 self.completer.submit(run, decided)
                 continue
-            if run.spec is not None and run.spec.concurrency is not None:
-                capped.setdefault(job.name, []).append(run)
             runs.append(run)
-        # The slots of each capped kind in one statement, not one per run.
-        refused: set[int] = set()
-        for group in capped.values():
-            for run in self._acquire_slots(group):
-                # Back to the queue at once, the attempt not burned; the next claim skips this
-                # kind while its slots are all held, so this cannot spin.
-                refused.add(id(run))
-                self.completer.submit(run, slot_unavailable_settlement(run))
-        starting = [run for run in runs if id(run) not in refused]
+        runs = self._gate_rates(runs)
+        starting = self._take_slots(runs)
         if starting:
             with self._executing_lock:
                 self._executing.update(starting)
             self.pool.submit_many(starting)
         return len(starting)
+
+    def _gate_rates(self, runs: list[Run]) -> list[Run]:
+        """The runs whose rate limits let them start now (rule 52); the others go back to the
+        queue until their bucket has a start for them, attempts not burned (rule 53)."""
+        starting, waiting = self.rates.gate(runs)
+        for run, delay in waiting:
+            self.completer.submit(run, over_limit_settlement(run, delay))
+        if len(starting) == len(runs):
+            return runs
+        chosen = {id(run) for run in starting}
+        return [run for run in runs if id(run) in chosen]
+
+    def _take_slots(self, runs: list[Run]) -> list[Run]:
+        """The runs that got the fleet slots their caps need: per capped job, one statement for
+        each job's runs (not one per run); per key, one statement for all keys (rule 50). The
+        others go back to the queue at once, attempts not burned; the next claim skips a kind
+        or key while its slots are all held, so this cannot spin."""
+        capped: dict[str, list[Run]] = {}
+        keyed: list[Run] = []
+        for run in runs:
+            if run.spec is None or run.spec.concurrency is None:
+                continue
+            if run.job.slot_key is not None and run.spec.concurrency_key is not None:
+                keyed.append(run)
+            else:
+                capped.setdefault(run.job.name, []).append(run)
+        refused: set[int] = set()
+        groups: list[tuple[list[Run], bool]] = [(g, False) for g in capped.values()]
+        for group, per_key in [*groups, (keyed, True)]:
+            for run in self._acquire_slots(group, per_key=per_key):
+                refused.add(id(run))
+                self.completer.submit(run, slot_unavailable_settlement(run))
+        return [run for run in runs if id(run) not in refused]
 
     def _park_episodes(self, unknown: list[Run]) -> dict[int, ParkEpisode]:
         """The park episodes the claimed jobs no one here knows are in (rule 12), in one
@@ -378,9 +413,14 @@ class WorkerProcess:
             log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
                       worker_id=self.worker_id, error=repr(exc))
 
-    def _acquire_slots(self, group: list[Run]) -> list[Run]:
-        """Take slots for claimed runs of one capped job; return the runs that got none."""
+    def _acquire_slots(self, group: list[Run], *, per_key: bool = False) -> list[Run]:
+        """Take slots for claimed runs of one capped job (or of every kind capped per key);
+        return the runs that got none."""
+        if not group:
+            return []
         try:
+            if per_key:
+                return self.slots.acquire_keyed(group)
             return self.slots.acquire_group(group)
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.slot-acquire-failed",
@@ -651,6 +691,10 @@ class _LoopState:
     generation: int = -1
     #: The capped kinds' ``concurrency`` by name.
     caps: dict[str, int] = field(default_factory=dict)
+    #: The kinds of ``caps`` capped per key (``concurrency_key``, rule 50).
+    keyed: frozenset[str] = frozenset()
+    #: The rate-limited kinds (``rate_limit``, rule 52).
+    rated: dict[str, JobSpec] = field(default_factory=dict)
     #: Claims that failed in a row: the outage backoff grows with them.
     failures: int = 0
     #: The last claim came back full: there is a backlog.
