@@ -195,7 +195,7 @@ locked AS (
                COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)}), k.lim
         FROM django_ultjobs_job
         WHERE name = k.name
-          AND queue = ANY (%(queues)s::text[])
+          AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
           AND {fragment:runnable}
           AND COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
               <> ALL (ARRAY(SELECT h.key FROM held AS h WHERE h.n >= k.lim))

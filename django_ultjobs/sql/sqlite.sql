@@ -90,7 +90,7 @@ SELECT id, priority, visible_at, status, worker_id, claimed_at,
 FROM django_ultjobs_job
 WHERE name = :name
   AND {fragment:runnable}
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN ({fragment:active_queues})
   AND COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
       NOT IN (SELECT value FROM json_each(:full))
 {fragment:claim_order};

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
@@ -9,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django_ultjobs.exceptions import OperationInputError
 from django_ultjobs.models import Job, QueuePause
 from django_ultjobs.operations import pause_queue, paused_queues, resume_queue
+from django_ultjobs.slot_keys import keyed_slot_key
 from django_ultjobs.store import JobStore
 
 from .helpers import claim, enqueue, new_job, settlement
@@ -78,3 +81,17 @@ def test_a_bad_queue_name_is_refused_before_any_sql(cstore: JobStore, name: obje
             resume_queue(name, using=cstore.alias)  # type: ignore[arg-type]
     assert len(queries) == 0
     assert not QueuePause.objects.using(cstore.alias).exists()
+
+
+def test_a_paused_queue_is_not_claimed_by_the_per_key_claim_either(cstore: JobStore) -> None:
+    job = replace(new_job("export", queue="a"), concurrency_key=keyed_slot_key("export", "k"))
+    [job_id] = enqueue(cstore, job)
+    pause_queue("a", using=cstore.alias)
+
+    def take() -> list:
+        return cstore.claim(worker_id="w1", queues=["a"], limit=10, visibility_timeout=30.0,
+                            caps={"export": 1}, keyed=["export"])
+
+    assert take() == []
+    resume_queue("a", using=cstore.alias)
+    assert [j.id for j in take()] == [job_id]
