@@ -200,6 +200,30 @@ class JobStep(models.Model):
         return f"job {self.job_id} step {self.name!r} ({self.status})"
 
 
+class QueuePause(models.Model):
+    """A paused queue: no worker claims from it until it is resumed (rule 75).
+
+    One row per paused queue, read by every claim (a primary-key probe per queue the worker
+    serves), so pausing is fleet-wide and takes effect at each worker's next claim. Enqueue
+    never reads it: jobs keep arriving in a paused queue.
+    """
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    paused_at = models.DateTimeField(db_default=Now())
+    #: Who paused it (``admin:<username>``, ``cli:<user>``, or what the caller passed).
+    paused_by = models.CharField(max_length=200, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        # Governed by Job's change permission, like cancel and retry (docs/admin.md).
+        default_permissions = ()
+        verbose_name = _("paused queue")
+        verbose_name_plural = _("paused queues")
+
+    def __str__(self) -> str:
+        return f"{self.queue} (paused)"
+
+
 class JobEvent(models.Model):
     """An event sent with ``send_event``; it wakes the jobs waiting for it."""
 

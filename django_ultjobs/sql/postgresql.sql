@@ -14,6 +14,13 @@
 status IN ('queued', 'running', 'waiting')
           AND visible_at <= {now}
 
+-- fragment: active_queues
+-- The worker's queues that are not paused (rule 75), as a row source "q(queue)": one primary-key
+-- probe of the pause table per queue, inside the claim statement itself, so a pause needs no
+-- second statement per round and holds from each worker's next claim (performance.md, item 55).
+(SELECT w.queue FROM unnest(%(queues)s::text[]) AS w(queue)
+ WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
+
 -- fragment: claim_update
 -- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
 -- (status, token, worker, lease), and come back with what the row was before. A waiting row
@@ -100,7 +107,7 @@ FROM ins;
 -- the caps' part would cost every claim its time even with no cap to apply (performance.md,
 -- item 23).
 WITH locked AS (
-    SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
+    SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
                claimed_at AS prev_claimed_at
@@ -150,7 +157,7 @@ held AS MATERIALIZED (
     SELECT key, count(*) AS n FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key
 ),
 locked AS (
-    SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
+    SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
                claimed_at AS prev_claimed_at, false AS capped, NULL::text AS slot_key,
@@ -171,7 +178,9 @@ locked AS (
         SELECT id, priority, visible_at, status, worker_id, claimed_at, true, NULL, 0
         FROM django_ultjobs_job
         WHERE name = caps.name
-          AND queue = ANY (%(queues)s::text[])
+          -- An array computed once (an InitPlan), so the filter stays a plain filter on the
+          -- kind's ordered index scan.
+          AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
           AND {fragment:runnable}
         ORDER BY priority DESC, visible_at, id
         LIMIT LEAST(caps.free, %(limit)s::int)
@@ -186,7 +195,7 @@ locked AS (
                COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)}), k.lim
         FROM django_ultjobs_job
         WHERE name = k.name
-          AND queue = ANY (%(queues)s::text[])
+          AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
           AND {fragment:runnable}
           AND COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
               <> ALL (ARRAY(SELECT h.key FROM held AS h WHERE h.n >= k.lim))

@@ -53,11 +53,17 @@ SELECT json_extract(c.value, '$[0]'),
              AND l.slot < json_extract(c.value, '$[1]') AND l.expires_at > {now})
 FROM json_each(:caps) AS c;
 
+-- fragment: active_queues
+-- The worker's queues that are not paused (rule 75): read in the claim's own write transaction,
+-- so a pause committed before it holds for it.
+SELECT value FROM json_each(:queues)
+WHERE value NOT IN (SELECT queue FROM django_ultjobs_queuepause)
+
 -- name: claim_candidates
 -- The runnable jobs of uncapped kinds this worker may claim, in claim order.
 {fragment:candidate}
 WHERE {fragment:runnable}
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN ({fragment:active_queues})
   AND name NOT IN (SELECT value FROM json_each(:capped))
 {fragment:claim_order};
 
@@ -67,7 +73,7 @@ WHERE {fragment:runnable}
 {fragment:candidate}
 WHERE name = :name
   AND {fragment:runnable}
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN ({fragment:active_queues})
 {fragment:claim_order};
 
 -- name: claim_key_held
@@ -84,7 +90,7 @@ SELECT id, priority, visible_at, status, worker_id, claimed_at,
 FROM django_ultjobs_job
 WHERE name = :name
   AND {fragment:runnable}
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN ({fragment:active_queues})
   AND COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
       NOT IN (SELECT value FROM json_each(:full))
 {fragment:claim_order};

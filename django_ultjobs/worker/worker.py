@@ -46,6 +46,7 @@ from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
 from .rate_gate import RateGate, over_limit_settlement
+from .recycle import Recycler
 from .runs import Run, RunsInFlight
 from .scheduler import Scheduler
 from .ticker import Ticker
@@ -72,6 +73,7 @@ class WorkerProcess:
         self.store = store or get_store(options.database, clock=clock)
         self.worker_id = options.worker_id
         self.runs = RunsInFlight()
+        self.recycler = Recycler(options.max_jobs, options.max_memory)
         self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
         self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
                              worker_id=self.worker_id,
@@ -196,9 +198,18 @@ class WorkerProcess:
             # Slots kept from settled runs that no claim has used for a poll interval: this loop
             # may be waiting for a free thread or for the completer, and other workers for them.
             self.slots.give_back_idle(self.options.poll_interval)
-            free = self._room(loop)
+            if self.recycler.reached():
+                self._log_recycling()
+                return
+            free = self.recycler.room(self._room(loop))
             if free and not self._claim_round(loop, free):
                 return
+
+    def _log_recycling(self) -> None:
+        log_event(logger, logging.INFO, "jobs.worker.recycling", worker_id=self.worker_id,
+                  reason=self.recycler.reason, runs=self.recycler.started,
+                  max_jobs=self.options.max_jobs, memory_mb=self.recycler.memory_mb,
+                  max_memory=self.options.max_memory, in_flight=self.pool.busy)
 
     def _refresh_caps(self, loop: _LoopState) -> None:
         """Bring a job registered after start (a task imported on its first claim) into the
@@ -255,6 +266,7 @@ class WorkerProcess:
         if claimed is None:
             return True
         started = self._dispatch(claimed) if claimed else 0
+        self.recycler.note_started(started)
         if kept:
             # A kept slot that no run of this claim took goes back to the fleet: its kind has
             # nothing runnable for this worker now, and another worker may have.
@@ -467,6 +479,8 @@ class WorkerProcess:
         # No run will be claimed any more: the kept slots go back now, and every slot whose run
         # settles from here on goes straight back, not to be kept for the grace period.
         self.slots.give_back_all()
+        if self.recycler.reason is not None:
+            self._finish_runs_unless_stopped()
         grace = 0.0 if self._forced.is_set() else self.options.grace_period
         if self.pool.busy:
             log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
@@ -496,6 +510,16 @@ class WorkerProcess:
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
                       worker_id=self.worker_id, error=repr(exc))
+
+    def _finish_runs_unless_stopped(self) -> None:
+        """A recycling worker lets every run finish, however long: nothing asked it to stop,
+        and cancelling a run would hand its job back for nothing (rule 76). A SIGTERM meanwhile
+        starts the usual grace period from then on."""
+        if self.pool.busy:
+            log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
+                      in_flight=self.pool.busy, reason=self.recycler.reason)
+        while self.pool.busy and not self._stopping.is_set():
+            self.pool.wait_idle(0.2)
 
     def _wait_idle_unless_forced(self, grace: float) -> None:
         deadline = time.monotonic() + grace
