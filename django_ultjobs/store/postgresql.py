@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -11,7 +12,7 @@ import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import TransactionStatus
 
-from .. import jsonargs
+from .. import jsonargs, unique
 from .base import (
     ClaimBatch,
     ClaimRequest,
@@ -79,6 +80,25 @@ class PostgresStore(JobStore):
             cur.execute(self.sql["enqueue_one"], params)
             r = cur.fetchone()
         return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2])]
+
+    def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
+        """Insert ``jobs``, each keyed one only where no row holds its key (rules 65-67), in
+        ONE statement that first releases the expired holders of these keys. None for a job
+        whose key is held: ``unique.place`` looks the holder up."""
+        if not jobs:
+            return []
+        order = unique.insertion_order(jobs)
+        sent = [jobs[i] for i in order]
+        payload = json.dumps([self._unique_row(job) for job in sent], separators=(",", ":"))
+        with self.cursor() as cur:
+            cur.execute(self.sql["enqueue_unique"], {"jobs": payload, "now": self.now_param()})
+            rows = cur.fetchall()
+        matched = unique.match_inserted(sent, rows, lambda r: (r[3], r[4]), lambda r: r[0])
+        out: list[EnqueuedJob | None] = [None] * len(jobs)
+        for i, r in zip(order, matched, strict=True):
+            if r is not None:
+                out[i] = EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2])
+        return out
 
     def _django_cursor(self, conn: BaseDatabaseWrapper) -> Any:
         # Django's wrapper from connection.cursor() (rule 41: whatever patched that method, a

@@ -17,9 +17,11 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from .. import unique
 from .base import (
     ClaimBatch,
     ClaimRequest,
+    EnqueuedJob,
     HeldLease,
     JobStore,
     NewJob,
@@ -102,6 +104,46 @@ class SQLiteStore(JobStore):
             due = job.run_at + timedelta(microseconds=1000 - extra) if extra else job.run_at
             row["run_at"] = self._json_time(due)
         return row
+
+    def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
+        """Insert ``jobs``, each keyed one only where no row holds its key (rules 65-67); None
+        for a job whose key is held (``unique.place`` looks the holder up).
+
+        One statement when no key is held. A key held makes two more: the expired holders of
+        the held keys give them up, and the jobs those keys held back are inserted again. Each
+        statement is its own write (or part of the caller's transaction): the unique index, not
+        a transaction around them, keeps one holder per key.
+        """
+        out = self._insert_unique(jobs)
+        held = [i for i, row in enumerate(out) if row is None]
+        if held:
+            keys = sorted({(jobs[i].name, jobs[i].unique_key) for i in held})
+            with self.cursor() as cur:
+                cur.execute(self.sql["unique_release"], {
+                    "keys": json.dumps(keys), "now": self.now_param()})
+                released = cur.fetchall()
+            if released:
+                again = self._insert_unique([jobs[i] for i in held])
+                for i, row in zip(held, again, strict=True):
+                    out[i] = row
+        return out
+
+    def _insert_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
+        if not jobs:
+            return []
+        order = unique.insertion_order(jobs)
+        sent = [jobs[i] for i in order]
+        payload = json.dumps([self._unique_row(job) for job in sent], separators=(",", ":"))
+        with self.cursor() as cur:
+            cur.execute(self.sql["enqueue_unique"], {"jobs": payload, "now": self.now_param()})
+            rows = cur.fetchall()
+        matched = unique.match_inserted(sent, rows, lambda r: (r[3], r[4]), lambda r: r[0])
+        out: list[EnqueuedJob | None] = [None] * len(jobs)
+        for i, r in zip(order, matched, strict=True):
+            if r is not None:
+                out[i] = EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]),
+                                     created_at=self.parse_time(r[2]))
+        return out
 
     @contextmanager
     def _write(self) -> Iterator[Any]:
