@@ -22,10 +22,10 @@ from .base import (
     ClaimBatch,
     ClaimRequest,
     EnqueuedJob,
-    HeldLease,
     JobStore,
     NewJob,
     Settlement,
+    SlotHold,
     check_one_per_job,
     dumps_batch,
 )
@@ -308,7 +308,7 @@ class SQLiteStore(JobStore):
 
     # -- durable steps and events --------------------------------------------------------------
 
-    # -- leases -------------------------------------------------------------------------------
+    # -- fleet slots ---------------------------------------------------------------------------
 
     @staticmethod
     def holders_param(holders: Sequence[str]) -> Any:
@@ -319,7 +319,7 @@ class SQLiteStore(JobStore):
         return json.dumps(list(ids))
 
     @staticmethod
-    def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:
+    def held_params(held: Sequence[SlotHold]) -> dict[str, Any]:
         return {"held": json.dumps([[h.key, h.slot, h.holder] for h in held])}
 
     # -- workers ------------------------------------------------------------------------------
