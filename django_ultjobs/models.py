@@ -75,8 +75,23 @@ class Job(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: The key this job holds (rules 65-67): set at enqueue for ``@job(unique=True)`` or
+    #: ``.using(unique_key=...)``, kept after the job finished, and cleared (NULL) only when a
+    #: later enqueue of the same key takes it over, once this job has been finished for
+    #: ``unique_for`` seconds. NULL for a job that holds no key.
+    unique_key = models.CharField(max_length=200, null=True, blank=True, editable=False)
+    #: Seconds after it finished that this job still holds its key (``@job(unique_for=...)``).
+    unique_for = models.FloatField(default=0.0, db_default=0.0, editable=False)
 
     class Meta:
+        constraints = [
+            # One holder per key, whatever number of processes enqueue it at once (rule 65).
+            # Partial: the rows without a key, nearly all of them, cost the index nothing.
+            models.UniqueConstraint(
+                fields=["name", "unique_key"], name="ultjobs_job_unique_key",
+                condition=models.Q(unique_key__isnull=False),
+            ),
+        ]
         indexes = [
             # The claim: runnable rows of a queue in priority order. Partial, so millions of
             # finished rows cost the claim nothing.

@@ -15,13 +15,14 @@ from django.apps import apps
 from django.utils.module_loading import import_string
 
 from . import jsonargs
+from . import unique as unique_jobs
 from .conf import get_settings
 from .exceptions import JobArgumentError, JobConfigurationError, UnknownJobError
 from .job_options import check_options
 from .logs import log_event
 from .models import Job, JobStatus
 from .slot_keys import MAX_SLOT_JOB_NAME
-from .store import EnqueuedJob, NewJob, get_store
+from .store import EnqueuedJob, JobStore, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
 _registry: dict[str, JobSpec] = {}
@@ -64,6 +65,12 @@ class JobSpec:
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
+    #: Unique jobs (rules 65-67): ``unique`` keys each call by its arguments, ``unique_for``
+    #: keeps the key held that many seconds after the job finished (and implies ``unique``),
+    #: ``unique_key`` (``.using()``) gives the key of one enqueue.
+    unique: bool = False
+    unique_for: float = 0.0
+    unique_key: str | None = None
 
     @cached_property
     def signature(self) -> inspect.Signature | None:
@@ -88,6 +95,7 @@ class JobSpec:
         # Queue, priority, max_attempts, delay, run_at and the backoffs: each must fit its
         # column, or a settle (rules 16 and 31).
         check_options(self)
+        unique_jobs.check_unique_options(self)
         if self.concurrency is not None and (
             isinstance(self.concurrency, bool) or self.concurrency < 1
         ):
@@ -111,8 +119,14 @@ class JobSpec:
         delay: timedelta | float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        unique_key: str | None = None,
     ) -> JobSpec:
-        """Return a copy with other enqueue options; the registered job is unchanged."""
+        """Return a copy with other enqueue options; the registered job is unchanged.
+
+        ``unique_key``: while a job of this name holding that key is queued, running or waiting
+        (or finished less than ``unique_for`` seconds ago), ``enqueue`` returns it instead of
+        creating another (rules 65-67).
+        """
         changes: dict[str, Any] = {}
         if queue is not None:
             changes["queue"] = queue
@@ -124,6 +138,8 @@ class JobSpec:
             changes["run_at"] = run_at
         if max_attempts is not None:
             changes["max_attempts"] = max_attempts
+        if unique_key is not None:
+            changes["unique_key"] = unique_key
         return dataclasses.replace(self, **changes)
 
     # -- enqueueing -----------------------------------------------------------------------------
@@ -150,13 +166,20 @@ class JobSpec:
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
         """Queue one call inside the caller's transaction; return its (unsaved-looking) row.
 
-        Non-JSON arguments raise ``JobArgumentError`` (a ``TypeError``) and write nothing.
+        Non-JSON arguments raise ``JobArgumentError`` (a ``TypeError``) and write nothing. A call
+        whose unique key a job holds writes nothing and returns that job (rule 66).
         """
+        return self.enqueue_or_existing(*args, **kwargs)[0]
+
+    def enqueue_or_existing(self, *args: Any, **kwargs: Any) -> tuple[Job, bool]:
+        """``enqueue``, and whether it created the job (False: the job holding its key)."""
         job_call = self.call(*args, **kwargs)
         new = _new_job(job_call, *capture_trace_context(), current_actor())
         store = get_store()
+        if new.unique_key is not None:
+            return _enqueue_keyed(store, new)
         (row,) = store.enqueue([new])
-        return _as_loaded(new, row, store.alias)
+        return _as_loaded(new, row, store.alias), True
 
     def bulk_enqueue(self, calls: Iterable[Sequence[Any] | JobCall]) -> list[int]:
         """Queue many calls of this job in one statement; each item is an args tuple or a call."""
@@ -177,6 +200,23 @@ def _bare(signature: inspect.Signature) -> inspect.Signature:
         return_annotation=inspect.Signature.empty)
 
 
+def _enqueue_keyed(store: JobStore, new: NewJob) -> tuple[Job, bool]:
+    """Insert ``new`` unless a job holds its key; else return that job, read in a new statement
+    (rule 66). A holder gone before it is read (taken over, pruned) is another round."""
+    assert new.unique_key is not None
+    for _ in range(unique_jobs.MAX_ROUNDS):
+        (row,) = store.enqueue_unique([new])
+        if row is not None:
+            return _as_loaded(new, row, store.alias), True
+        holder = Job.objects.using(store.alias).filter(
+            name=new.name, unique_key=new.unique_key).first()
+        if holder is not None:
+            return holder, False
+    raise unique_jobs.UniqueKeyContendedError(
+        f"enqueue of unique key {new.unique_key!r} of job {new.name!r} found its holder gone "
+        f"{unique_jobs.MAX_ROUNDS} times in a row")
+
+
 def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -> NewJob:
     spec = job_call.spec
     return NewJob(
@@ -191,6 +231,8 @@ def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -
         traceparent=traceparent,
         tracestate=tracestate,
         enqueued_by=actor,
+        unique_key=unique_jobs.key_of(spec, job_call.args, job_call.kwargs),
+        unique_for=spec.unique_for,
     )
 
 
@@ -208,7 +250,8 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "max_attempts": new.max_attempts, "visible_at": row.visible_at,
         "traceparent": new.traceparent, "tracestate": new.tracestate,
         "enqueued_by": new.enqueued_by, "created_at": row.created_at,
-        "updated_at": row.created_at,
+        "updated_at": row.created_at, "unique_key": new.unique_key,
+        "unique_for": new.unique_for,
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
 
@@ -226,16 +269,23 @@ def _column_defaults() -> dict[str, Any]:
 def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
     """Queue many calls (of any jobs) in ONE statement, in the caller's transaction.
 
-    Returns the new ids in the order of ``calls``. Every call is checked before anything is
-    written, so one bad argument writes no row at all.
+    Returns the ids in the order of ``calls``. Every call is checked before anything is
+    written, so one bad argument writes no row at all. A call whose unique key a job holds (one
+    already in the table, or an earlier call of the same batch) writes nothing and gives that
+    job's id (rule 68).
     """
     calls = list(calls)
     if not calls:
         return []
     trace = capture_trace_context()
     actor = current_actor()
-    rows = get_store().enqueue([_new_job(c, *trace, actor) for c in calls])
-    return [row.id for row in rows]
+    news = [_new_job(c, *trace, actor) for c in calls]
+    store = get_store()
+    if all(new.unique_key is None for new in news):
+        return [row.id for row in store.enqueue(news)]
+    placed = unique_jobs.place(news, store.enqueue_unique, unique_jobs.holders_of(store.alias),
+                          lambda row: row.id)
+    return [p.id for p in placed]
 
 
 # -- the registry ---------------------------------------------------------------------------------
@@ -254,6 +304,8 @@ def job(
     concurrency: int | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    unique: bool = False,
+    unique_for: timedelta | float = 0.0,
 ) -> Callable[[Callable[..., Any]], JobSpec]: ...
 
 
@@ -269,6 +321,8 @@ def job(
     concurrency: int | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    unique: bool = False,
+    unique_for: timedelta | float = 0.0,
 ) -> JobSpec | Callable[[Callable[..., Any]], JobSpec]:
     """Register a function as a job; use bare (``@job``) or with options (``@job(queue=...)``).
 
@@ -282,7 +336,8 @@ def job(
         spec = JobSpec(
             func=f, name=name or f.__name__, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
-            backoff=backoff, max_backoff=max_backoff,
+            backoff=backoff, max_backoff=max_backoff, unique=unique,
+            unique_for=unique_jobs.as_seconds(unique_for),
         )
         _register(spec)
         return spec

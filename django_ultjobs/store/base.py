@@ -45,6 +45,10 @@ class NewJob:
     traceparent: str = ""
     tracestate: str = ""
     enqueued_by: str = ""
+    #: The key this job holds while it is live (and ``unique_for`` seconds after it finished),
+    #: or None: ``enqueue_unique`` inserts it only where no row holds the key (rules 65-67).
+    unique_key: str | None = None
+    unique_for: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +406,16 @@ class JobStore(SlotStore):
             EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]), created_at=self.parse_time(r[2]))
             for r in rows
         ]
+
+    def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
+        """Insert ``jobs`` on the caller's connection, each one with a ``unique_key`` only where
+        no row holds that key, after the rows whose hold on these keys expired gave them up;
+        None for each job whose key is held (rules 65-67). Engines implement it."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep unique keys")
+
+    def _unique_row(self, job: NewJob) -> dict[str, Any]:
+        return {**self._new_job_row(job), "unique_key": job.unique_key,
+                "unique_for": float(job.unique_for)}
 
     def claim(
         self,

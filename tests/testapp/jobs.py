@@ -212,3 +212,19 @@ def sized_result(size: int) -> str:
     """Return a string of ``size`` characters: a result the worker or the database may refuse
     to store (rules 30, 31)."""
     return "x" * size
+
+
+# -- unique jobs (rules 65-69) --------------------------------------------------------------------
+
+
+@job(unique=True, max_attempts=1)
+def unique_touch(label: str, pause: float = 0.0) -> str:
+    """A unique job: one per label while it is queued, running or waiting."""
+    time.sleep(pause)
+    return label
+
+
+@job(unique_for=60.0, max_attempts=1)
+def throttled_touch(label: str) -> str:
+    """A throttled job: one per label per minute after it finished."""
+    return label
