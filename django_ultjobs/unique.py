@@ -13,6 +13,7 @@ next enqueue of the key, so the worker's claim and settle pay nothing for unique
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -59,7 +60,7 @@ def check_unique_options(spec: JobSpec) -> None:
     check_unique_for(name, spec.unique_for)
     if spec.unique_key is not None:
         check_unique_key(name, spec.unique_key)
-    if (spec.unique or spec.unique_for) and spec.signature is not None:
+    if spec.unique or spec.unique_for:
         _check_defaults(spec)
 
 
@@ -99,8 +100,10 @@ def as_seconds(value: timedelta | float) -> float:
 def _check_defaults(spec: JobSpec) -> None:
     # The key of a call includes the defaults it left out, so f(1) and f(1, b=2) are one key
     # when b defaults to 2; a default JSON cannot write would fail every enqueue instead.
-    assert spec.signature is not None
-    for param in spec.signature.parameters.values():
+    signature, _ = _call_signature(spec)
+    if signature is None:
+        return
+    for param in signature.parameters.values():
         if param.default is param.empty:
             continue
         try:
@@ -139,16 +142,35 @@ def args_digest(spec: JobSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> s
 
 
 def _bound(spec: JobSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-    signature = spec.signature
+    signature, takes_context = _call_signature(spec)
     if signature is None:
         return {"args": list(args), "kwargs": kwargs}
-    context = (None,) if spec.takes_context else ()
-    bound = signature.bind(*context, *args, **kwargs)
+    context = (None,) if takes_context else ()
+    try:
+        bound = signature.bind(*context, *args, **kwargs)
+    except TypeError:
+        # A call the body cannot take is refused before this (JobSpec.call); a task's is
+        # Django's to refuse: keyed as given.
+        return {"args": list(args), "kwargs": kwargs}
     bound.apply_defaults()
     named = dict(bound.arguments)
-    if spec.takes_context:
+    if takes_context:
         named.pop(next(iter(signature.parameters)))
     return named
+
+
+def _call_signature(spec: JobSpec) -> tuple[inspect.Signature | None, bool]:
+    """The parameters a call binds to, and whether the first is a context: a django.tasks
+    task's own function (its job's body is a runner taking ``*args, **kwargs``), else the
+    job's body."""
+    task = getattr(spec.func, "task", None)
+    func = getattr(task, "func", None)
+    if func is None:
+        return spec.signature, spec.takes_context
+    try:
+        return inspect.signature(func), bool(task.takes_context)
+    except (TypeError, ValueError):
+        return None, False
 
 
 # -- placing keyed jobs -----------------------------------------------------------------------
