@@ -208,10 +208,10 @@ def _enqueue_keyed(store: JobStore, new: NewJob) -> tuple[Job, bool]:
         (row,) = store.enqueue_unique([new])
         if row is not None:
             return _as_loaded(new, row, store.alias), True
-        holder = Job.objects.using(store.alias).filter(
-            name=new.name, unique_key=new.unique_key).first()
-        if holder is not None:
-            return holder, False
+        found = list(Job.objects.using(store.alias).raw(
+            store.sql["unique_holder"], {"name": new.name, "key": new.unique_key}))
+        if found:
+            return found[0], False
     raise unique_jobs.UniqueKeyContendedError(
         f"enqueue of unique key {new.unique_key!r} of job {new.name!r} found its holder gone "
         f"{unique_jobs.MAX_ROUNDS} times in a row")

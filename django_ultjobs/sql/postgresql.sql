@@ -100,11 +100,43 @@ WITH j AS (
         AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
              tracestate, enqueued_by, unique_key, unique_for, ord)
 ),
+{fragment:unique_insert}
+
+-- name: enqueue_unique_one
+-- enqueue_unique for one job, its values as parameters instead of a JSON array: the array form
+-- cost a keyed enqueue() more than the rest of it (as it did the plain one, performance.md,
+-- items 3 and 45).
+WITH j AS (
+    SELECT %(name)s::text AS name, %(queue)s::text AS queue, %(priority)s::int AS priority,
+           %(args)s::jsonb AS args, %(kwargs)s::jsonb AS kwargs,
+           %(max_attempts)s::int AS max_attempts, %(delay)s::float8 AS delay,
+           %(run_at)s::timestamptz AS run_at, %(traceparent)s::text AS traceparent,
+           %(tracestate)s::text AS tracestate, %(enqueued_by)s::text AS enqueued_by,
+           %(unique_key)s::text AS unique_key, %(unique_for)s::float8 AS unique_for,
+           1 AS ord
+),
+{fragment:unique_insert}
+
+-- fragment: unique_insert
+-- The release of expired holders, the insert, and the notify of enqueue_unique and
+-- enqueue_unique_one, after their "j" (the jobs, with "ord" their order).
 released AS (
     UPDATE django_ultjobs_job AS h
     SET unique_key = NULL
     FROM (SELECT DISTINCT name, unique_key FROM j WHERE unique_key IS NOT NULL) AS k
-    WHERE h.name = k.name AND h.unique_key = k.unique_key
+    -- Each key's holder by the unique index, one probe per key: a plain join on the keys let
+    -- the planner hash every row of the table (a seq scan) or every finished one instead. The
+    -- LIMIT keeps the planner from flattening the lateral probe into such a join (there is at
+    -- most one holder anyway; performance.md, item 45).
+    CROSS JOIN LATERAL (
+        SELECT x.id FROM django_ultjobs_job AS x
+        WHERE x.name = k.name AND x.unique_key = k.unique_key
+        LIMIT 1
+    ) AS held
+    WHERE h.id = held.id
+      -- Checked on the row itself, so a concurrent enqueue that took the key first (this
+      -- update waited for its lock) leaves it alone: the recheck sees unique_key NULL.
+      AND h.unique_key IS NOT NULL
       AND h.status IN ('succeeded', 'failed', 'cancelled')
       AND (h.finished_at IS NULL OR h.finished_at <= {now_plus(-h.unique_for)})
     RETURNING h.id
@@ -129,7 +161,13 @@ notified AS (
     FROM (SELECT DISTINCT queue FROM ins WHERE visible_at <= {now}) AS q
 )
 SELECT ins.id, ins.visible_at, ins.created_at, ins.name, ins.unique_key
-FROM ins CROSS JOIN notified ORDER BY ins.id;
+FROM ins CROSS JOIN notified ORDER BY ins.id
+
+-- name: unique_holder
+-- The row holding unique key (name, key), every column (read as a Job by the ORM's raw(),
+-- which maps columns by name): what enqueue() returns when the key is held (rule 66). By the
+-- unique index; the ORM's own query cost more to build than to run (performance.md, item 45).
+SELECT * FROM django_ultjobs_job WHERE name = %(name)s::text AND unique_key = %(key)s::text LIMIT 1;
 
 -- name: claim
 -- Claim up to "limit" runnable jobs in ONE statement: lock, update and return (never select

@@ -78,6 +78,12 @@ WHERE unique_key IS NOT NULL
   AND (finished_at IS NULL OR finished_at <= {now_plus(-unique_for)})
 RETURNING id;
 
+-- name: unique_holder
+-- The row holding unique key (:name, :key), every column (read as a Job by the ORM's raw(),
+-- which maps columns by name): what enqueue() returns when the key is held (rule 66). By the
+-- unique index; the ORM's own query cost more to build than to run (performance.md, item 45).
+SELECT * FROM django_ultjobs_job WHERE name = :name AND unique_key = :key LIMIT 1;
+
 -- name: claim_caps
 -- Free fleet slots per capped kind (:caps is [[name, limit, kept], ...], kept being the slots this
 -- worker kept from its last runs of the kind, free for it), read inside the claim's write

@@ -89,9 +89,18 @@ class PostgresStore(JobStore):
             return []
         order = unique.insertion_order(jobs)
         sent = [jobs[i] for i in order]
-        payload = json.dumps([self._unique_row(job) for job in sent], separators=(",", ":"))
         with self.cursor() as cur:
-            cur.execute(self.sql["enqueue_unique"], {"jobs": payload, "now": self.now_param()})
+            if len(sent) == 1:
+                row = self._unique_row(sent[0])
+                cur.execute(self.sql["enqueue_unique_one"], {
+                    **row, "args": jsonargs.dumps(row["args"]),
+                    "kwargs": jsonargs.dumps(row["kwargs"]), "run_at": sent[0].run_at,
+                    "now": self.now_param()})
+            else:
+                payload = json.dumps([self._unique_row(job) for job in sent],
+                                     separators=(",", ":"))
+                cur.execute(self.sql["enqueue_unique"], {"jobs": payload,
+                                                         "now": self.now_param()})
             rows = cur.fetchall()
         matched = unique.match_inserted(sent, rows, lambda r: (r[3], r[4]), lambda r: r[0])
         out: list[EnqueuedJob | None] = [None] * len(jobs)
