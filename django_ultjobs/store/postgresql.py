@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -12,17 +11,15 @@ import psycopg
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import TransactionStatus
 
-from .. import jsonargs, unique
-from .base import (
+from .. import jsonargs
+from .base import JobStore, check_one_per_job, dumps_batch
+from .records import (
     ClaimBatch,
     ClaimRequest,
     EnqueuedJob,
-    JobStore,
     NewJob,
     Settlement,
     SlotHold,
-    check_one_per_job,
-    dumps_batch,
 )
 
 #: SQLSTATE invalid_sql_statement_name: a prepared statement the server does not have.
@@ -81,40 +78,24 @@ class PostgresStore(JobStore):
             r = cur.fetchone()
         return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2])]
 
-    def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
-        """Insert ``jobs``, each keyed one only where no row holds its key (rules 65-67), in
-        ONE statement that first releases the expired holders of these keys. None for a job
-        whose key is held: ``unique.place`` looks the holder up."""
-        if not jobs:
-            return []
-        order = unique.insertion_order(jobs)
-        sent = [jobs[i] for i in order]
+    def _insert_unique(self, sent: Sequence[NewJob]) -> list[Any]:
+        # One job: its values as parameters, not a JSON array (performance.md, item 45).
+        if len(sent) != 1:
+            return super()._insert_unique(sent)
+        row = self._unique_row(sent[0])
+        params = {**row, "args": jsonargs.dumps(row["args"]),
+                  "kwargs": jsonargs.dumps(row["kwargs"]), "run_at": sent[0].run_at,
+                  "now": self.now_param()}
         with self.cursor() as cur:
-            if len(sent) == 1:
-                row = self._unique_row(sent[0])
-                cur.execute(self.sql["enqueue_unique_one"], {
-                    **row, "args": jsonargs.dumps(row["args"]),
-                    "kwargs": jsonargs.dumps(row["kwargs"]), "run_at": sent[0].run_at,
-                    "now": self.now_param()})
-            else:
-                payload = json.dumps([self._unique_row(job) for job in sent],
-                                     separators=(",", ":"))
-                cur.execute(self.sql["enqueue_unique"], {"jobs": payload,
-                                                         "now": self.now_param()})
-            rows = cur.fetchall()
-        matched = unique.match_inserted(sent, rows, lambda r: (r[3], r[4]), lambda r: r[0])
-        out: list[EnqueuedJob | None] = [None] * len(jobs)
-        for i, r in zip(order, matched, strict=True):
-            if r is not None:
-                out[i] = EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2])
-        return out
+            cur.execute(self.sql["enqueue_unique_one"], params)
+            return cur.fetchall()
 
     def _django_cursor(self, conn: BaseDatabaseWrapper) -> Any:
         # Django's wrapper from connection.cursor() (rule 41: whatever patched that method, a
         # debug toolbar, an APM agent, has wrapped it), with a server-side binding cursor put
         # inside in place of the ORM's, whatever Django's connection uses for the ORM: the
-        # client-side cursor quoted every parameter (arrays, uuids) in Python, ~11 % of the claim
-        # loop's time in a drain profile. Prepared statements follow the site's own choice:
+        # client-side cursor quoted every parameter (arrays, uuids) in Python on every claim
+        # (performance.md item 28). Prepared statements follow the site's own choice:
         # Django opens psycopg connections with prepare_threshold off (a transaction-mode pooler
         # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on
         # for these cursors (the ORM's client-side cursors never prepare unless
@@ -209,21 +190,11 @@ class PostgresStore(JobStore):
         return self.claimed_batch(rows, [r[13:16] for r in rows], str(token),
                                   others_left=bool(rows) and bool(rows[0][16]))
 
-    def heartbeat(
-        self, runs: Sequence[tuple[int, str]], visibility_timeout: float
-    ) -> dict[int, bool]:
-        """Extend every run's lease in one statement; absent ids were lost."""
-        if not runs:
-            return {}
-        params = {
-            "ids": [job_id for job_id, _ in runs],
-            "tokens": [uuid.UUID(token) for _, token in runs],
-            "timeout": float(visibility_timeout),
-            "now": self.now_param(),
-        }
-        with self.cursor() as cur:
-            cur.execute(self.sql["heartbeat"], params)
-            return {row[0]: bool(row[1]) for row in cur.fetchall()}
+    @staticmethod
+    def runs_params(runs: Sequence[tuple[int, str]]) -> dict[str, Any]:
+        """Two arrays the heartbeat unnests side by side."""
+        return {"ids": [job_id for job_id, _ in runs],
+                "tokens": [uuid.UUID(token) for _, token in runs]}
 
     def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
         """Settle a batch in one statement, each row fenced on its token, attempts recorded."""

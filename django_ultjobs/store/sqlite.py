@@ -17,17 +17,14 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .. import unique
-from .base import (
+from .base import JobStore, check_one_per_job, dumps_batch
+from .records import (
     ClaimBatch,
     ClaimRequest,
     EnqueuedJob,
-    JobStore,
     NewJob,
     Settlement,
     SlotHold,
-    check_one_per_job,
-    dumps_batch,
 )
 
 #: SQLITE_TOOBIG, SQLITE_CONSTRAINT, SQLITE_MISMATCH: a statement refused for its values.
@@ -106,15 +103,12 @@ class SQLiteStore(JobStore):
         return row
 
     def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
-        """Insert ``jobs``, each keyed one only where no row holds its key (rules 65-67); None
-        for a job whose key is held (``unique.place`` looks the holder up).
-
-        One statement when no key is held. A key held makes two more: the expired holders of
-        the held keys give them up, and the jobs those keys held back are inserted again. Each
-        statement is its own write (or part of the caller's transaction): the unique index, not
-        a transaction around them, keeps one holder per key.
-        """
-        out = self._insert_unique(jobs)
+        """``JobStore.enqueue_unique``: one statement when no key is held. A key held makes two
+        more: the expired holders of the held keys give them up (``unique_release``), and the
+        jobs those keys held back are inserted again. Each statement is its own write (or part
+        of the caller's transaction): the unique index, not a transaction around them, keeps
+        one holder per key."""
+        out = super().enqueue_unique(jobs)
         held = [i for i, row in enumerate(out) if row is None]
         if held:
             keys = sorted({(jobs[i].name, jobs[i].unique_key) for i in held})
@@ -123,26 +117,9 @@ class SQLiteStore(JobStore):
                     "keys": json.dumps(keys), "now": self.now_param()})
                 released = cur.fetchall()
             if released:
-                again = self._insert_unique([jobs[i] for i in held])
+                again = super().enqueue_unique([jobs[i] for i in held])
                 for i, row in zip(held, again, strict=True):
                     out[i] = row
-        return out
-
-    def _insert_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
-        if not jobs:
-            return []
-        order = unique.insertion_order(jobs)
-        sent = [jobs[i] for i in order]
-        payload = json.dumps([self._unique_row(job) for job in sent], separators=(",", ":"))
-        with self.cursor() as cur:
-            cur.execute(self.sql["enqueue_unique"], {"jobs": payload, "now": self.now_param()})
-            rows = cur.fetchall()
-        matched = unique.match_inserted(sent, rows, lambda r: (r[3], r[4]), lambda r: r[0])
-        out: list[EnqueuedJob | None] = [None] * len(jobs)
-        for i, r in zip(order, matched, strict=True):
-            if r is not None:
-                out[i] = EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]),
-                                     created_at=self.parse_time(r[2]))
         return out
 
     @contextmanager
@@ -266,20 +243,10 @@ class SQLiteStore(JobStore):
         })
         return cur.fetchall()
 
-    def heartbeat(
-        self, runs: Sequence[tuple[int, str]], visibility_timeout: float
-    ) -> dict[int, bool]:
-        """Extend every run's lease in one statement; absent ids were lost."""
-        if not runs:
-            return {}
-        params = {
-            "runs": json.dumps([[job_id, uuid.UUID(token).hex] for job_id, token in runs]),
-            "timeout": float(visibility_timeout),
-            "now": self.now_param(),
-        }
-        with self.cursor() as cur:
-            cur.execute(self.sql["heartbeat"], params)
-            return {row[0]: bool(row[1]) for row in cur.fetchall()}
+    @staticmethod
+    def runs_params(runs: Sequence[tuple[int, str]]) -> dict[str, Any]:
+        """One JSON array of ``[id, token]`` pairs, tokens as the 32 hex digits stored."""
+        return {"runs": json.dumps([[job_id, uuid.UUID(token).hex] for job_id, token in runs])}
 
     def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
         """Settle a batch in one write transaction, each row fenced on its token."""

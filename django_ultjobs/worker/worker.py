@@ -60,7 +60,7 @@ START_BACKOFF_FIRST = 0.25
 START_BACKOFF_MAX = 5.0
 
 
-class Worker:
+class WorkerProcess:
     """One ``runjobworker`` process's worth of job running."""
 
     def __init__(self, options: WorkerOptions, *, store: JobStore | None = None,
@@ -68,13 +68,13 @@ class Worker:
         self.options = options
         self.store = store or get_store(options.database, clock=clock)
         self.worker_id = options.worker_id
-        self.registry = RunsInFlight()
+        self.runs = RunsInFlight()
         self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
-        self.ticker = Ticker(store=self.store, registry=self.registry, slots=self.slots,
+        self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
                              worker_id=self.worker_id,
                              visibility_timeout=options.visibility_timeout,
                              interval=options.heartbeat_interval)
-        self.completer = Completer(store=self.store, registry=self.registry, slots=self.slots,
+        self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
         self.pool = ExecutorPool(options.threads, self._execute)
         self.listener = (
@@ -295,7 +295,7 @@ class Worker:
         episodes = self._park_episodes([run for run in claimed_runs if run.spec is None])
         for run in claimed_runs:
             job = run.job
-            for older in self.registry.others_of(run):
+            for older in self.runs.others_of(run):
                 # This worker claimed its own job again: the older run's lease lapsed (a
                 # database outage longer than the timeout). It is another claim now. Its slot is
                 # given up too: the new run's slot has the same holder, so renewing or releasing
@@ -393,7 +393,7 @@ class Worker:
         try:
             try:
                 settlement = run_job(run, store=self.store, worker_id=self.worker_id,
-                                     on_started=lambda: self.registry.add(run))
+                                     on_started=lambda: self.runs.add(run))
             except BaseException as exc:
                 # run_job turns every outcome into a settlement; this is the guard for a bug in
                 # that (or an exception no str() can print): the run must still be settled, or
