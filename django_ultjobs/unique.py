@@ -30,7 +30,7 @@ from .jsonargs import is_unicode
 from .retry import MAX_DELAY
 
 if TYPE_CHECKING:
-    from .registry import JobSpec
+    from .job_spec import JobSpec
     from .store import NewJob
 
 #: The ``unique_key`` column's length: a key given with ``.using(unique_key=...)`` is 1 to this

@@ -168,7 +168,7 @@ class UltJobsBackend(BaseTaskBackend):
 
     def _existing_result(self, task: Task, job: Any) -> TaskResult:
         """The result of the run holding a unique task's key, as ``get_result`` reads it."""
-        from ..registry import jobs_database
+        from ..conf import jobs_database
         from .results import from_job, load_attempts
 
         return from_job(job, load_attempts(jobs_database(), job.id),
