@@ -7,6 +7,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from . import unique
+from .exceptions import UniqueKeyContendedError
 from .models import Job, JobStatus
 from .store import EnqueuedJob, JobStore, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
@@ -108,6 +109,6 @@ def _enqueue_keyed(store: JobStore, new: NewJob) -> tuple[Job, bool]:
             store.sql["unique_holder"], {"name": new.name, "key": new.unique_key}))
         if found:
             return found[0], False
-    raise unique.UniqueKeyContendedError(
+    raise UniqueKeyContendedError(
         f"enqueue of unique key {new.unique_key!r} of job {new.name!r} found its holder gone "
         f"{unique.MAX_ROUNDS} times in a row")

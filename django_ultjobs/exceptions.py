@@ -38,6 +38,11 @@ class JobOptionError(JobConfigurationError, ValueError):
     """
 
 
+class UniqueKeyContendedError(UltJobsError):
+    """A keyed enqueue found the job holding its key gone before it could read it, 20 times in a
+    row (taken over or pruned each time by other enqueues; rule 66). Never seen in the tests."""
+
+
 class DatabaseUnavailableError(UltJobsError):
     """A starting worker's database stayed unreachable for its whole ``--connect-timeout``."""
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db.models import Q
 
-from .exceptions import JobOptionError, UltJobsError
+from .exceptions import JobOptionError, UniqueKeyContendedError
 from .jsonargs import is_unicode
 from .retry import MAX_DELAY
 
@@ -45,10 +45,6 @@ MAX_ROUNDS = 20
 
 #: A key as the index sees it: the job's name and its ``unique_key``.
 KeyPair = tuple[str, str]
-
-
-class UniqueKeyContendedError(UltJobsError):
-    """A keyed enqueue lost its race ``MAX_ROUNDS`` times in a row (never seen in the tests)."""
 
 
 def check_unique_options(spec: JobSpec) -> None:
