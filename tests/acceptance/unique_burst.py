@@ -6,7 +6,9 @@ each thread waits for the wall-clock instant ``start_at``, enqueues ``unique_tou
 ``unique_key=<key>`` inside ``transaction.atomic()``, keeps that transaction open ``hold``
 seconds (or, when ``hold`` is a path, writes ``<hold>.ready`` and waits until ``<hold>`` exists),
 then commits (mode ``commit``) or rolls back (mode ``rollback``). It prints one JSON list: per
-thread, ``[job id, created, mode]`` or ``["error", repr]``.
+thread, ``[job id, created, mode]`` or ``["error", repr]``. Mode ``bulk`` instead
+``bulk_enqueue``s the keys ``<key>-1`` and ``<key>-2`` twice each, in one order in even threads
+and the other in odd ones, and reports ``[{key: id}, None, "bulk"]``.
 """
 
 from __future__ import annotations
@@ -43,22 +45,34 @@ def main(alias: str, key: str, threads: int, start_at: float, hold: str, mode: s
     django.setup()
     from django.db import connections, transaction
 
+    from django_ultjobs import bulk_enqueue
     from tests.testapp.jobs import unique_touch
 
     spec = unique_touch.using(unique_key=key)
     results: list[list[Any]] = []
     lock = threading.Lock()
 
-    def run() -> None:
+    def run_bulk(index: int) -> tuple[dict[str, int], None]:
+        keys = [f"{key}-1", f"{key}-2"]
+        if index % 2:
+            keys.reverse()
+        calls = [unique_touch.using(unique_key=k).call(k) for k in keys + keys]
+        ids = bulk_enqueue(calls)
+        return dict(zip(keys + keys, ids, strict=True)), None
+
+    def run(index: int) -> None:
         connections[alias].ensure_connection()
         time.sleep(max(0.0, start_at - time.time()))
         try:
             with transaction.atomic(using=alias):
-                found, created = spec.enqueue_or_existing("burst")
+                if mode == "bulk":
+                    found, created = run_bulk(index)
+                else:
+                    found, created = spec.enqueue_or_existing("burst")
                 _hold(hold)
                 if mode == "rollback":
                     raise _RollBack
-            outcome: list[Any] = [found.id, created, mode]
+            outcome: list[Any] = [found if mode == "bulk" else found.id, created, mode]
         except _RollBack:
             outcome = [found.id, created, mode]
         except Exception as exc:  # reported to the test, which fails on it
@@ -68,7 +82,7 @@ def main(alias: str, key: str, threads: int, start_at: float, hold: str, mode: s
         with lock:
             results.append(outcome)
 
-    workers = [threading.Thread(target=run) for _ in range(threads)]
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for thread in workers:
         thread.start()
     for thread in workers:
