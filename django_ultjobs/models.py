@@ -79,7 +79,8 @@ class Job(models.Model):
     #: ``.using(unique_key=...)``, kept after the job finished, and cleared (NULL) only when a
     #: later enqueue of the same key takes it over, once this job has been finished for
     #: ``unique_for`` seconds. NULL for a job that holds no key.
-    unique_key = models.CharField(max_length=200, null=True, blank=True, editable=False)
+    unique_key = models.CharField(_("unique key"), max_length=200, null=True, blank=True,
+                                  editable=False)
     #: Seconds after it finished that this job still holds its key (``@job(unique_for=...)``).
     unique_for = models.FloatField(default=0.0, db_default=0.0, editable=False)
 

@@ -17,7 +17,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='job',
             name='unique_key',
-            field=models.CharField(blank=True, editable=False, max_length=200, null=True),
+            field=models.CharField(blank=True, editable=False, max_length=200, null=True, verbose_name='unique key'),
         ),
         migrations.AddField(
             model_name='job',

@@ -246,3 +246,13 @@ def test_no_add_and_no_delete_anywhere(alias: str, operator) -> None:
                               args=[job.id])).status_code == 403
     html = page(client, JOBS)
     assert "addlink" not in html and "delete_selected" not in html
+
+
+def test_job_detail_shows_the_unique_key_a_job_holds(alias: str, viewer) -> None:
+    # rule 66: why an enqueue returned this job instead of a new one.
+    keyed = add.using(unique_key="invoice:<42>").enqueue(1, 2)
+    plain = add.enqueue(1, 2)
+    html = page(client_for(viewer), reverse("admin:django_ultjobs_job_change", args=[keyed.id]))
+    assert "Unique key" in html and "invoice:&lt;42&gt;" in html
+    html = page(client_for(viewer), reverse("admin:django_ultjobs_job_change", args=[plain.id]))
+    assert "Unique key" not in html
