@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from django_ultjobs.models import Job
 from tests.conftest import REPO, WorkerProcesses, wait_until, worker_env
@@ -95,7 +96,12 @@ def test_a_rolled_back_holder_lets_the_waiting_enqueues_through(
     wait_until(lambda: Path(f"{release}.ready").exists(), timeout=60,
                message="the first enqueue")
     rest = burst(alias, "rb", 3, 4, start_in=2.0)
-    time.sleep(3.5)  # the rest are waiting on the first by now
+    if alias == "postgres":
+        # Every one of the 12 inserts is waiting for the first transaction's row.
+        wait_until(lambda: _waiting_inserts() == 12, timeout=60,
+                   message="the 12 enqueues to wait on the uncommitted holder")
+    else:
+        time.sleep(3.5)  # SQLite shows no waiters: give the rest time to queue for the writer
     assert all(proc.poll() is None for proc in rest), "an enqueue did not wait for the holder"
     release.write_text("go")
     (rolled_back,) = answers(first)
@@ -126,3 +132,12 @@ def test_bulk_enqueues_of_the_same_keys_at_once_make_one_row_per_key(
     rows = {j.unique_key: j.id for j in Job.objects.using(alias).filter(name="unique_touch")}
     assert sorted(rows) == ["bulk-1", "bulk-2"]
     assert all(answer[0] == rows for answer in found)
+
+
+def _waiting_inserts() -> int:
+    """Backends of the test database whose keyed insert waits on a lock (PostgreSQL)."""
+    with connections["postgres"].cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE %s",
+                    ["%django_ultjobs:enqueue_unique_one%"])
+        return cur.fetchone()[0]
