@@ -60,12 +60,13 @@ class RemoveIndexConcurrently(migrations.RemoveIndex):
         schema_editor.add_index(model, index, **_concurrently(schema_editor))
 
 
-class AddUniqueIndexConcurrently(migrations.AddConstraint):
-    """``AddConstraint`` of a partial ``UniqueConstraint`` (a unique index, on both engines),
-    built with ``CREATE UNIQUE INDEX CONCURRENTLY`` on PostgreSQL.
+class AddUniqueConstraintConcurrently(migrations.AddConstraint):
+    """``AddConstraint`` of a ``UniqueConstraint`` built as ``CREATE UNIQUE INDEX CONCURRENTLY``
+    on PostgreSQL, for the reason ``AddIndexConcurrently`` gives; SQLite gets the plain form.
 
-    Why, and how it must be run, as ``AddIndexConcurrently``: the table stays writable while the
-    index is built, and the migration sets ``atomic = False``.
+    PostgreSQL keeps a unique constraint with a condition as a unique index, which is what the
+    statement builds (``ON CONFLICT`` infers it the same). The migration must set
+    ``atomic = False``.
     """
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
@@ -76,9 +77,8 @@ class AddUniqueIndexConcurrently(migrations.AddConstraint):
         _drop_if_exists(schema_editor, self.constraint.name)
         sql = str(self.constraint.create_sql(model, schema_editor))
         if schema_editor.connection.vendor == "postgresql":
-            assert sql.startswith("CREATE UNIQUE INDEX "), sql
-            sql = sql.replace("CREATE UNIQUE INDEX ", "CREATE UNIQUE INDEX CONCURRENTLY ", 1)
-        schema_editor.execute(sql, params=None)
+            sql = sql.replace("CREATE UNIQUE INDEX", "CREATE UNIQUE INDEX CONCURRENTLY", 1)
+        schema_editor.execute(sql)
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:

@@ -1,6 +1,6 @@
 from django.db import migrations, models
 
-from django_ultjobs.migration_operations import AddUniqueIndexConcurrently
+from django_ultjobs.migration_operations import AddUniqueConstraintConcurrently
 
 
 class Migration(migrations.Migration):
@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ('django_ultjobs', '0009_slot_model'),
+        ('django_ultjobs', '0012_schedules'),
     ]
 
     operations = [
@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
             name='unique_for',
             field=models.FloatField(db_default=0.0, default=0.0, editable=False),
         ),
-        AddUniqueIndexConcurrently(
+        AddUniqueConstraintConcurrently(
             model_name='job',
             constraint=models.UniqueConstraint(condition=models.Q(('unique_key__isnull', False)), fields=('name', 'unique_key'), name='ultjobs_job_unique_key'),
         ),
