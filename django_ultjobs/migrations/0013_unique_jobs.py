@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ('django_ultjobs', '0012_schedules'),
+        ('django_ultjobs', '0016_attempt_finished_index'),
     ]
 
     operations = [
