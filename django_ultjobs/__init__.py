@@ -25,6 +25,7 @@ from .exceptions import (
     LeaseLostError,
     StepError,
     UltJobsError,
+    UniqueKeyContendedError,
     UnknownJobError,
     WorkerShutdownError,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "LeaseLostError",
     "StepError",
     "UltJobsError",
+    "UniqueKeyContendedError",
     "UnknownJobError",
     "WorkerShutdownError",
     "bulk_enqueue",

@@ -51,7 +51,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             id="django_ultjobs.W001",
         ))
     messages.extend(_check_unknown_jobs(conf))
+    messages.extend(_check_unique_windows(conf.RETENTION_DAYS))
     return messages
+
+
+def _check_unique_windows(retention_days: Any) -> list[CheckMessage]:
+    """A ``unique_for`` longer than ``RETENTION_DAYS``: ``prunejobs`` deletes a finished job,
+    and the key it held with it, once it finished that many days ago, so such a throttle ends
+    there (rule 67)."""
+    from .registry import registered_jobs
+
+    if not isinstance(retention_days, (int, float)) or isinstance(retention_days, bool):
+        return []
+    kept = retention_days * 86400.0
+    return [
+        Warning(
+            f"job {spec.name!r} has unique_for={spec.unique_for:g} s, longer than "
+            f"ULTJOBS['RETENTION_DAYS'] ({retention_days:g} days): prunejobs deletes the "
+            "finished job, and the key it holds, before the window ends",
+            hint="Keep finished jobs longer than the longest unique_for, or shorten it.",
+            id="django_ultjobs.W045",
+        )
+        for spec in registered_jobs().values() if spec.unique_for > kept
+    ]
 
 
 def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:

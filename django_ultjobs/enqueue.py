@@ -6,8 +6,10 @@ from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from . import unique
+from .exceptions import UniqueKeyContendedError
 from .models import Job, JobStatus
-from .store import EnqueuedJob, NewJob, get_store
+from .store import EnqueuedJob, JobStore, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
 
 if TYPE_CHECKING:
@@ -29,6 +31,8 @@ def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -
         tracestate=tracestate,
         enqueued_by=actor,
         concurrency_key=spec.slot_key_of(job_call.args, job_call.kwargs),
+        unique_key=unique.key_of(spec, job_call.args, job_call.kwargs),
+        unique_for=spec.unique_for,
     )
 
 
@@ -46,8 +50,8 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "max_attempts": new.max_attempts, "visible_at": row.visible_at,
         "traceparent": new.traceparent, "tracestate": new.tracestate,
         "enqueued_by": new.enqueued_by, "concurrency_key": new.concurrency_key,
-        "created_at": row.created_at,
-        "updated_at": row.created_at,
+        "created_at": row.created_at, "updated_at": row.created_at,
+        "unique_key": new.unique_key, "unique_for": new.unique_for,
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
 
@@ -65,21 +69,47 @@ def _column_defaults() -> dict[str, Any]:
 def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
     """Queue many calls (of any jobs) in ONE statement, in the caller's transaction.
 
-    Returns the new ids in the order of ``calls``. Every call is checked before anything is
-    written, so one bad argument writes no row at all.
+    Returns the ids in the order of ``calls``. Every call is checked before anything is
+    written, so one bad argument writes no row at all. A call whose unique key a job holds (one
+    already in the table, or an earlier call of the same batch) writes nothing and gives that
+    job's id (rule 68).
     """
     calls = list(calls)
     if not calls:
         return []
     trace = capture_trace_context()
     actor = current_actor()
-    rows = get_store().enqueue([_new_job(c, *trace, actor) for c in calls])
-    return [row.id for row in rows]
+    news = [_new_job(c, *trace, actor) for c in calls]
+    store = get_store()
+    if all(new.unique_key is None for new in news):
+        return [row.id for row in store.enqueue(news)]
+    placed = unique.place(news, store.enqueue_unique, unique.holders_of(store.alias),
+                          lambda row: row.id)
+    return [p.id for p in placed]
 
 
-def enqueue_one(job_call: JobCall) -> Job:
-    """Queue one checked call inside the caller's transaction; return its row."""
+def enqueue_one(job_call: JobCall) -> tuple[Job, bool]:
+    """Queue one checked call inside the caller's transaction; return its row, and whether it
+    is new (False: the job holding the call's unique key, rule 66)."""
     new = _new_job(job_call, *capture_trace_context(), current_actor())
     store = get_store()
+    if new.unique_key is not None:
+        return _enqueue_keyed(store, new)
     (row,) = store.enqueue([new])
-    return _as_loaded(new, row, store.alias)
+    return _as_loaded(new, row, store.alias), True
+
+
+def _enqueue_keyed(store: JobStore, new: NewJob) -> tuple[Job, bool]:
+    """Insert ``new`` unless a job holds its key; else return that job, read in a new statement
+    (rule 66). A holder gone before it is read (taken over, pruned) is another round."""
+    for _ in range(unique.MAX_ROUNDS):
+        (row,) = store.enqueue_unique([new])
+        if row is not None:
+            return _as_loaded(new, row, store.alias), True
+        found = list(Job.objects.using(store.alias).raw(
+            store.sql["unique_holder"], {"name": new.name, "key": new.unique_key}))
+        if found:
+            return found[0], False
+    raise UniqueKeyContendedError(
+        f"enqueue of unique key {new.unique_key!r} of job {new.name!r} found its holder gone "
+        f"{unique.MAX_ROUNDS} times in a row")

@@ -17,6 +17,7 @@ from .job_options import check_options
 from .rate_limits import RateLimit, parse_rate_limit
 from .schedules import Schedule, check_callable_without_arguments
 from .slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
+from .unique import check_unique_options
 
 if TYPE_CHECKING:
     from .models import Job
@@ -62,6 +63,12 @@ class JobSpec:
     run_at: datetime | None = None
     #: When a periodic job ticks (``@job(cron=...)`` or ``@job(every=...)``); None otherwise.
     schedule: Schedule | None = None
+    #: Unique jobs (rules 65-67): ``unique`` keys each call by its arguments, ``unique_for``
+    #: keeps the key held that many seconds after the job finished (and implies ``unique``),
+    #: ``unique_key`` (``.using()``) gives the key of one enqueue.
+    unique: bool = False
+    unique_for: float = 0.0
+    unique_key: str | None = None
 
     @cached_property
     def signature(self) -> inspect.Signature | None:
@@ -86,6 +93,7 @@ class JobSpec:
         # Queue, priority, max_attempts, delay, run_at and the backoffs: each must fit its
         # column, or a settle (rules 16 and 31).
         check_options(self)
+        check_unique_options(self)
         if self.concurrency is not None and (
             isinstance(self.concurrency, bool) or self.concurrency < 1
         ):
@@ -149,8 +157,14 @@ class JobSpec:
         delay: timedelta | float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        unique_key: str | None = None,
     ) -> JobSpec:
-        """Return a copy with other enqueue options; the registered job is unchanged."""
+        """Return a copy with other enqueue options; the registered job is unchanged.
+
+        ``unique_key``: while a job of this name holding that key is queued, running or waiting
+        (or finished less than ``unique_for`` seconds ago), ``enqueue`` returns it instead of
+        creating another (rules 65-67).
+        """
         changes: dict[str, Any] = {}
         if queue is not None:
             changes["queue"] = queue
@@ -162,6 +176,8 @@ class JobSpec:
             changes["run_at"] = run_at
         if max_attempts is not None:
             changes["max_attempts"] = max_attempts
+        if unique_key is not None:
+            changes["unique_key"] = unique_key
         return dataclasses.replace(self, **changes)
 
     # -- enqueueing -----------------------------------------------------------------------------
@@ -190,8 +206,13 @@ class JobSpec:
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
         """Queue one call inside the caller's transaction; return its (unsaved-looking) row.
 
-        Non-JSON arguments raise ``JobArgumentError`` (a ``TypeError``) and write nothing.
+        Non-JSON arguments raise ``JobArgumentError`` (a ``TypeError``) and write nothing. A call
+        whose unique key a job holds writes nothing and returns that job (rule 66).
         """
+        return enqueue.enqueue_one(self.call(*args, **kwargs))[0]
+
+    def enqueue_or_existing(self, *args: Any, **kwargs: Any) -> tuple[Job, bool]:
+        """``enqueue``, and whether it created the job (False: the job holding its key)."""
         return enqueue.enqueue_one(self.call(*args, **kwargs))
 
     def bulk_enqueue(self, calls: Iterable[Sequence[Any] | JobCall]) -> list[int]:

@@ -82,6 +82,14 @@ class Job(models.Model):
     #: The tick a periodic job's scheduler enqueued this row for (rule 61); None for a job
     #: enqueued by code. Unique per job name, so a tick is never enqueued twice (rule 60).
     scheduled_for = models.DateTimeField(null=True, blank=True)
+    #: The key this job holds (rules 65-67): set at enqueue for ``@job(unique=True)`` or
+    #: ``.using(unique_key=...)``, kept after the job finished, and cleared (NULL) only when a
+    #: later enqueue of the same key takes it over, once this job has been finished for
+    #: ``unique_for`` seconds. NULL for a job that holds no key.
+    unique_key = models.CharField(_("unique key"), max_length=200, null=True, blank=True,
+                                  editable=False)
+    #: Seconds after it finished that this job still holds its key (``@job(unique_for=...)``).
+    unique_for = models.FloatField(default=0.0, db_default=0.0, editable=False)
 
     class Meta:
         constraints = [
@@ -90,6 +98,12 @@ class Job(models.Model):
             models.UniqueConstraint(
                 fields=["name", "scheduled_for"], name="ultjobs_job_tick",
                 condition=models.Q(scheduled_for__isnull=False),
+            ),
+            # One holder per key, whatever number of processes enqueue it at once (rule 65).
+            # Partial: the rows without a key, nearly all of them, cost the index nothing.
+            models.UniqueConstraint(
+                fields=["name", "unique_key"], name="ultjobs_job_unique_key",
+                condition=models.Q(unique_key__isnull=False),
             ),
         ]
         indexes = [

@@ -16,6 +16,7 @@ from .flow_keys import KeyOption
 from .job_spec import JobSpec
 from .logs import log_event
 from .schedules import schedule_from_options
+from .unique import as_seconds
 
 _registry: dict[str, JobSpec] = {}
 # Bumped on every (un)registration, so the worker recomputes its fleet caps only when a job (a
@@ -42,6 +43,8 @@ def job(
     rate_limit_key: KeyOption | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    unique: bool = False,
+    unique_for: timedelta | float = 0.0,
     cron: str | None = None,
     every: float | timedelta | None = None,
     timezone: str | None = None,
@@ -64,6 +67,8 @@ def job(
     rate_limit_key: KeyOption | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    unique: bool = False,
+    unique_for: timedelta | float = 0.0,
     cron: str | None = None,
     every: float | timedelta | None = None,
     timezone: str | None = None,
@@ -90,7 +95,7 @@ def job(
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
             concurrency_key=concurrency_key, rate_limit=rate_limit,
             rate_limit_key=rate_limit_key, backoff=backoff, max_backoff=max_backoff,
-            schedule=schedule,
+            schedule=schedule, unique=unique, unique_for=as_seconds(unique_for),
         )
         register(spec)
         return spec

@@ -383,7 +383,7 @@ class JobAdmin(JobListMixin, JobsAdmin):
     offers_charts = True
     readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
                        "kwargs_display", "result_display", "last_error_display", "claimed",
-                       "visible", "created", "updated", "finished", "outcome")
+                       "visible", "created", "updated", "finished", "outcome", "unique_key")
     claimed = stamp_field("claimed_at", _("claimed"))
     visible = stamp_field("visible_at", _("visible at (the lease clock)"))
     created = stamp_field("created_at", _("enqueued"))
@@ -403,11 +403,14 @@ class JobAdmin(JobListMixin, JobsAdmin):
             state.insert(2, "last_error_display")
         lease = ("worker", "claimed", "lease", "visible", "wait_event") if live else \
             ("worker", "claimed", "finished")
+        call = ["args_display", "kwargs_display", "priority", "cancel_requested"]
+        if obj is not None and obj.unique_key:
+            # The key it holds (rule 66): why an enqueue returned this job instead of a new one.
+            call.append("unique_key")
         return (
             (None, {"fields": state}),
             (_("Lease") if live else _("Last run"), {"fields": lease}),
-            (_("Call"), {"fields": ("args_display", "kwargs_display", "priority",
-                                 "cancel_requested")}),
+            (_("Call"), {"fields": call}),
             # Folded (a <details>): who enqueued it and under which trace is looked up, not
             # read first, and it made the page a screen longer.
             (_("Origin"), {"classes": ("collapse",),

@@ -98,6 +98,99 @@ SELECT ins.id, ins.visible_at, ins.created_at,
        CASE WHEN ins.visible_at <= {now} THEN pg_notify('django_ultjobs', ins.queue)::text END
 FROM ins;
 
+-- name: enqueue_unique
+-- Insert jobs that hold unique keys (and any others of the same batch) in ONE statement, each
+-- keyed job only if no other row holds its (name, unique_key): rules 65-67. First the rows
+-- whose keys these jobs ask for and that have expired (finished, succeeded, failed or
+-- cancelled, at least their own unique_for seconds ago on the database's clock) give their keys
+-- up; then the insert, which the partial unique index ultjobs_job_unique_key lets through only
+-- where no row holds the key. Of a key held by a row another transaction inserted and has not
+-- committed, the insert waits for that transaction: inserted if it rolled back, skipped if it
+-- committed. "released" runs before the insert: the insert reads its count. A skipped job
+-- returns no row; the caller looks the holder up in a new statement (this statement's snapshot
+-- does not see a holder committed while it waited). Rows are inserted in array order.
+WITH j AS (
+    SELECT * FROM ROWS FROM (
+            jsonb_to_recordset(%(jobs)s::jsonb)
+            AS (name text, queue text, priority int, args jsonb, kwargs jsonb,
+                max_attempts int, delay float8, run_at timestamptz, traceparent text,
+                tracestate text, enqueued_by text, concurrency_key text, unique_key text,
+                unique_for float8)
+        ) WITH ORDINALITY
+        AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
+             tracestate, enqueued_by, concurrency_key, unique_key, unique_for, ord)
+),
+{fragment:unique_insert}
+
+-- name: enqueue_unique_one
+-- enqueue_unique for one job, its values as parameters instead of a JSON array: the array form
+-- cost a keyed enqueue() more than the rest of it (as it did the plain one, performance.md,
+-- items 3 and 45).
+WITH j AS (
+    SELECT %(name)s::text AS name, %(queue)s::text AS queue, %(priority)s::int AS priority,
+           %(args)s::jsonb AS args, %(kwargs)s::jsonb AS kwargs,
+           %(max_attempts)s::int AS max_attempts, %(delay)s::float8 AS delay,
+           %(run_at)s::timestamptz AS run_at, %(traceparent)s::text AS traceparent,
+           %(tracestate)s::text AS tracestate, %(enqueued_by)s::text AS enqueued_by,
+           %(concurrency_key)s::text AS concurrency_key,
+           %(unique_key)s::text AS unique_key, %(unique_for)s::float8 AS unique_for,
+           1 AS ord
+),
+{fragment:unique_insert}
+
+-- fragment: unique_insert
+-- The release of expired holders, the insert, and the notify of enqueue_unique and
+-- enqueue_unique_one, after their "j" (the jobs, with "ord" their order).
+released AS (
+    UPDATE django_ultjobs_job AS h
+    SET unique_key = NULL
+    FROM (SELECT DISTINCT name, unique_key FROM j WHERE unique_key IS NOT NULL) AS k
+    -- Each key's holder by the unique index, one probe per key: a plain join on the keys let
+    -- the planner hash every row of the table (a seq scan) or every finished one instead. The
+    -- LIMIT keeps the planner from flattening the lateral probe into such a join (there is at
+    -- most one holder anyway; performance.md, item 45).
+    CROSS JOIN LATERAL (
+        SELECT x.id FROM django_ultjobs_job AS x
+        WHERE x.name = k.name AND x.unique_key = k.unique_key
+        LIMIT 1
+    ) AS held
+    WHERE h.id = held.id
+      -- Checked on the row itself, so a concurrent enqueue that took the key first (this
+      -- update waited for its lock) leaves it alone: the recheck sees unique_key NULL.
+      AND h.unique_key IS NOT NULL
+      AND h.status IN ('succeeded', 'failed', 'cancelled')
+      AND (h.finished_at IS NULL OR h.finished_at <= {now_plus(-h.unique_for)})
+    RETURNING h.id
+),
+ins AS (
+    INSERT INTO django_ultjobs_job
+        (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+         claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+         last_error, wait_event, wait_after, created_at, updated_at, concurrency_key,
+         unique_key, unique_for)
+    SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
+           COALESCE(j.run_at, {now_plus(j.delay)}),
+           NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now},
+           COALESCE(j.concurrency_key, ''), j.unique_key, COALESCE(j.unique_for, 0)
+    FROM j
+    WHERE (SELECT count(*) FROM released) >= 0
+    ORDER BY j.ord
+    ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, visible_at, created_at, queue, name, unique_key
+),
+notified AS (
+    SELECT count(pg_notify('django_ultjobs', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM ins WHERE visible_at <= {now}) AS q
+)
+SELECT ins.id, ins.visible_at, ins.created_at, ins.name, ins.unique_key
+FROM ins CROSS JOIN notified ORDER BY ins.id
+
+-- name: unique_holder
+-- The row holding unique key (name, key), every column (read as a Job by the ORM's raw(),
+-- which maps columns by name): what enqueue() returns when the key is held (rule 66). By the
+-- unique index; the ORM's own query cost more to build than to run (performance.md, item 45).
+SELECT * FROM django_ultjobs_job WHERE name = %(name)s::text AND unique_key = %(key)s::text LIMIT 1;
+
 -- name: claim
 -- Claim up to "limit" runnable jobs in ONE statement: lock, update and return (never select
 -- then save), from one ordered index scan per queue. Rows locked here but not chosen are unlocked

@@ -42,6 +42,51 @@ WHERE true
 ORDER BY key
 RETURNING id, visible_at, created_at;
 
+-- name: enqueue_unique
+-- Insert jobs that hold unique keys (and any others of the same batch) in array order, each
+-- keyed job only if no other row holds its (name, unique_key): the partial unique index
+-- ultjobs_job_unique_key skips it (rules 65-67). SQLite has one writer at a time, so two
+-- enqueues of one key never interleave inside this statement. A skipped job returns no row.
+-- The "WHERE true" lets SQLite parse the ON CONFLICT clause after a SELECT.
+INSERT INTO django_ultjobs_job
+    (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+     claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+     last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, unique_key,
+     unique_for)
+SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
+       json_extract(value, '$.priority'), json_extract(value, '$.args'),
+       json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
+       COALESCE(strftime('%Y-%m-%d %H:%M:%f', json_extract(value, '$.run_at')),
+                {now_plus(json_extract(value, '$.delay'))}),
+       NULL, '', 0, json_extract(value, '$.traceparent'), json_extract(value, '$.tracestate'),
+       json_extract(value, '$.enqueued_by'), '', '', 0, {now}, {now},
+       COALESCE(json_extract(value, '$.concurrency_key'), ''),
+       json_extract(value, '$.unique_key'), COALESCE(json_extract(value, '$.unique_for'), 0)
+FROM json_each(:jobs)
+WHERE true
+ORDER BY key
+ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING id, visible_at, created_at, name, unique_key;
+
+-- name: unique_release
+-- Take the keys of :keys ([[name, key], ...]) from the rows holding them that have expired:
+-- finished (succeeded, failed or cancelled) at least their own unique_for seconds ago on the
+-- database's clock (rule 67). The enqueue that asked inserts again after it.
+UPDATE django_ultjobs_job
+SET unique_key = NULL
+WHERE unique_key IS NOT NULL
+  AND (name, unique_key) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                             FROM json_each(:keys))
+  AND status IN ('succeeded', 'failed', 'cancelled')
+  AND (finished_at IS NULL OR finished_at <= {now_plus(-unique_for)})
+RETURNING id;
+
+-- name: unique_holder
+-- The row holding unique key (:name, :key), every column (read as a Job by the ORM's raw(),
+-- which maps columns by name): what enqueue() returns when the key is held (rule 66). By the
+-- unique index; the ORM's own query cost more to build than to run (performance.md, item 45).
+SELECT * FROM django_ultjobs_job WHERE name = :name AND unique_key = :key LIMIT 1;
+
 -- name: claim_caps
 -- Free fleet slots per capped kind (:caps is [[name, limit, kept], ...], kept being the slots this
 -- worker kept from its last runs of the kind, free for it), read inside the claim's write

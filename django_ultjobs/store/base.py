@@ -38,6 +38,7 @@ from .records import (
     Settlement,
 )
 from .slots import SlotStore
+from .unique_batches import insertion_order, match_inserted
 
 #: A clock the store reads instead of the database's, for tests only; None means the database's.
 Clock = Callable[[], datetime]
@@ -185,6 +186,38 @@ class JobStore(SlotStore):
             EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]), created_at=self.parse_time(r[2]))
             for r in rows
         ]
+
+    def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
+        """Insert ``jobs`` on the caller's connection, each one with a ``unique_key`` only where
+        no row holds that key; None for each job whose key is held (rules 65-68).
+
+        Keyed jobs go in by (name, key) (``insertion_order``). PostgreSQL's statement first
+        releases the expired holders of these keys; SQLite's store does that in a second
+        statement when a key was held."""
+        if not jobs:
+            return []
+        order = insertion_order(jobs)
+        sent = [jobs[i] for i in order]
+        rows = self._insert_unique(sent)
+        matched = match_inserted(sent, rows, lambda r: (r[3], r[4]), lambda r: r[0])
+        out: list[EnqueuedJob | None] = [None] * len(jobs)
+        for i, r in zip(order, matched, strict=True):
+            if r is not None:
+                out[i] = EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]),
+                                     created_at=self.parse_time(r[2]))
+        return out
+
+    def _insert_unique(self, sent: Sequence[NewJob]) -> list[Any]:
+        """Run ``enqueue_unique`` for ``sent`` in that order: the rows it inserted (id,
+        visible_at, created_at, name, unique_key)."""
+        payload = json.dumps([self._unique_row(job) for job in sent], separators=(",", ":"))
+        with self.cursor() as cur:
+            cur.execute(self.sql["enqueue_unique"], {"jobs": payload, "now": self.now_param()})
+            return cur.fetchall()
+
+    def _unique_row(self, job: NewJob) -> dict[str, Any]:
+        return {**self._new_job_row(job), "unique_key": job.unique_key,
+                "unique_for": float(job.unique_for)}
 
     def claim(
         self,

@@ -26,6 +26,10 @@ class NewJob:
     #: The key of the fleet slots its runs take when the job's cap is per key (rule 50);
     #: "" for the job's own.
     concurrency_key: str = ""
+    #: The key this job holds while it is live (and ``unique_for`` seconds after it finished),
+    #: or None: ``enqueue_unique`` inserts it only where no row holds the key (rules 65-67).
+    unique_key: str | None = None
+    unique_for: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from .base import JobStore, check_one_per_job, dumps_batch
 from .records import (
     ClaimBatch,
     ClaimRequest,
+    EnqueuedJob,
     NewJob,
     RateTaken,
     Settlement,
@@ -102,6 +103,26 @@ class SQLiteStore(JobStore):
             due = job.run_at + timedelta(microseconds=1000 - extra) if extra else job.run_at
             row["run_at"] = self._json_time(due)
         return row
+
+    def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
+        """``JobStore.enqueue_unique``: one statement when no key is held. A key held makes two
+        more: the expired holders of the held keys give them up (``unique_release``), and the
+        jobs those keys held back are inserted again. Each statement is its own write (or part
+        of the caller's transaction): the unique index, not a transaction around them, keeps
+        one holder per key."""
+        out = super().enqueue_unique(jobs)
+        held = [i for i, row in enumerate(out) if row is None]
+        if held:
+            keys = sorted({(jobs[i].name, jobs[i].unique_key) for i in held})
+            with self.cursor() as cur:
+                cur.execute(self.sql["unique_release"], {
+                    "keys": json.dumps(keys), "now": self.now_param()})
+                released = cur.fetchall()
+            if released:
+                again = super().enqueue_unique([jobs[i] for i in held])
+                for i, row in zip(held, again, strict=True):
+                    out[i] = row
+        return out
 
     @contextmanager
     def _write(self) -> Iterator[Any]:

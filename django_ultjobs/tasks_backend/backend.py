@@ -99,6 +99,8 @@ class UltJobsBackend(BaseTaskBackend):
             concurrency=getattr(task, "concurrency", None),
             backoff=2.0 if backoff is None else backoff,
             max_backoff=3600.0 if max_backoff is None else max_backoff,
+            unique=bool(getattr(task, "unique", None)),
+            unique_for=getattr(task, "unique_for", None) or 0.0,
         )
 
     def validate_task(self, task: Task) -> None:
@@ -128,6 +130,10 @@ class UltJobsBackend(BaseTaskBackend):
         must be JSON the database keeps unchanged: otherwise ``JobArgumentError`` (a
         ``TypeError``, as Django's backends raise), and nothing written. The task's options were
         checked when it was built: ``InvalidTask``, as Django's API defines.
+
+        A unique task (``@task(unique=True)``) whose arguments a run already holds queues
+        nothing: the result returned is that run's, with its id and its status, and
+        ``task_enqueued`` is not sent (nothing was enqueued; rule 66).
         """
         self.validate_task(task)
         self._check_findable(task)
@@ -139,7 +145,9 @@ class UltJobsBackend(BaseTaskBackend):
         spec = self.job_spec(task)
         if task.run_after is not None:
             spec = spec.using(run_at=_aware(task.run_after))
-        job = spec.enqueue(*args, **kwargs)
+        job, created = spec.enqueue_or_existing(*args, **kwargs)
+        if not created:
+            return self._existing_result(task, job)
         result = TaskResult(
             task=task,
             id=str(job.id),
@@ -157,6 +165,16 @@ class UltJobsBackend(BaseTaskBackend):
         # At once, as Django's backends send it; like theirs, it does not wait for a commit.
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _existing_result(self, task: Task, job: Any) -> TaskResult:
+        """The result of the run holding a unique task's key, as ``get_result`` reads it."""
+        from ..conf import jobs_database
+        from .results import from_job, load_attempts
+
+        return from_job(job, load_attempts(jobs_database(), job.id),
+                        task=as_enqueued(task, queue=job.queue, priority=job.priority,
+                                         backend=self.alias),
+                        backend=self.alias)
 
     def _check_findable(self, task: Task) -> None:
         """Refuse a task a worker could not find by its module path: better now than parked.
@@ -258,8 +276,9 @@ def _same_job(registered: JobSpec | None, spec: JobSpec) -> bool:
         and runner.task.func is other.task.func
         and runner.task.takes_context == other.task.takes_context
         and (registered.max_attempts, registered.concurrency, registered.backoff,
-             registered.max_backoff)
-        == (spec.max_attempts, spec.concurrency, spec.backoff, spec.max_backoff)
+             registered.max_backoff, registered.unique, registered.unique_for)
+        == (spec.max_attempts, spec.concurrency, spec.backoff, spec.max_backoff, spec.unique,
+            spec.unique_for)
     )
 
 

@@ -34,6 +34,11 @@ class UltJobsTask(Task):
     #: ``max_backoff`` (None: 2 s and one hour, as ``@job``).
     backoff: float | None = None
     max_backoff: float | None = None
+    #: Unique tasks (rules 65-67): while a run of this task with the same arguments is queued,
+    #: running or waiting (or finished less than ``unique_for`` seconds ago), ``enqueue()``
+    #: returns that run's result instead of queueing another. None: not unique.
+    unique: bool | None = None
+    unique_for: float | None = None
 
     def job_spec(self) -> JobSpec:
         """Return the job spec a worker runs this task as.
@@ -71,6 +76,8 @@ def task(
     concurrency: int | None = None,
     backoff: float | None = None,
     max_backoff: float | None = None,
+    unique: bool | None = None,
+    unique_for: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """Define a task as ``django.tasks.task`` does, with django_ultjobs' options typed.
@@ -82,7 +89,8 @@ def task(
     options = {
         name: value
         for name, value in (("max_attempts", max_attempts), ("concurrency", concurrency),
-                            ("backoff", backoff), ("max_backoff", max_backoff))
+                            ("backoff", backoff), ("max_backoff", max_backoff),
+                            ("unique", unique), ("unique_for", unique_for))
         if value is not None
     }
     if options and not compat.TASK_OPTIONS_SUPPORTED:

@@ -264,3 +264,13 @@ def test_held_slots_of_a_cap_per_key_show_the_key_the_cap_and_its_waiting_runs(
     assert "keyed_clocked, key acme" in html
     assert '<td class="field-cap">1 per key</td>' in html
     assert re.search(r'<td class="field-runs_waiting"><a href="[^"]+">3</a></td>', html)
+
+
+def test_job_detail_shows_the_unique_key_a_job_holds(alias: str, viewer) -> None:
+    # rule 66: why an enqueue returned this job instead of a new one.
+    keyed = add.using(unique_key="invoice:<42>").enqueue(1, 2)
+    plain = add.enqueue(1, 2)
+    html = page(client_for(viewer), reverse("admin:django_ultjobs_job_change", args=[keyed.id]))
+    assert "Unique key" in html and "invoice:&lt;42&gt;" in html
+    html = page(client_for(viewer), reverse("admin:django_ultjobs_job_change", args=[plain.id]))
+    assert "Unique key" not in html

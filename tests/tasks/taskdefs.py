@@ -149,3 +149,9 @@ def no_context_param(x: int) -> int:
 def plain_function(x: int) -> int:
     """A plain function: tests turn it into a Task of their own."""
     return x
+
+
+@task(unique=True, max_attempts=1)
+def refresh(user_id: int, full: bool = False) -> int:
+    """A unique task: one run per (user_id, full) while one is queued, running or waiting."""
+    return user_id

@@ -228,3 +228,19 @@ def rated_clocked(ctx: JobContext, label: str = "rated") -> int:
     """At most 50 starts a second across the fleet (rule 52), each logged on the database's
     clock."""
     return _clocked_run(ctx, label, 0.0, "")
+
+
+# -- unique jobs (rules 65-69) --------------------------------------------------------------------
+
+
+@job(unique=True, max_attempts=1)
+def unique_touch(label: str, pause: float = 0.0) -> str:
+    """A unique job: one per label while it is queued, running or waiting."""
+    time.sleep(pause)
+    return label
+
+
+@job(unique_for=60.0, max_attempts=1)
+def throttled_touch(label: str) -> str:
+    """A throttled job: one per label per minute after it finished."""
+    return label

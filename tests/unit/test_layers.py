@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     # The only code that writes SQL against them.
     ("store", "retention"),
     # Jobs: declaring, enqueueing, finding, and what a body sees while it runs.
-    ("job_options", "job_spec", "enqueue", "registry", "steps", "context", "events",
+    ("job_options", "unique", "job_spec", "enqueue", "registry", "steps", "context", "events",
      "periodic"),
     # What runs jobs and acts on them.
     ("worker", "operations", "tasks_backend"),
