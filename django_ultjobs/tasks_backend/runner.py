@@ -9,6 +9,7 @@ an async function to completion), then send ``task_finished`` once the task has 
 
 from __future__ import annotations
 
+import sys
 import traceback
 from typing import Any
 
@@ -16,7 +17,13 @@ from django.utils import timezone
 
 from .. import jsonargs
 from ..context import JobContext
-from ..exceptions import JobSlotLostError, LeaseLostError, WorkerShutdownError
+from ..exceptions import (
+    JobSlotLostError,
+    JobTimeoutError,
+    LeaseLostError,
+    NonRetryable,
+    WorkerShutdownError,
+)
 from ..models import Job
 from ..registry import jobs_database
 from ..steps import Suspend
@@ -126,12 +133,16 @@ def _ends_task(ctx: JobContext) -> bool:
     """Whether the exception ending this run makes the task FAILED (no retry, no hand-back).
 
     Mirrors the worker's executor: a run cancelled by a lost slot, a lost lease or a shutdown
-    goes back to the queue; a cancel request ends the task; any other exception is retried
-    while attempts remain.
+    goes back to the queue; a cancel request and ``NonRetryable`` end the task; a timeout and
+    any other exception are retried while attempts remain.
     """
-    reason = ctx.cancel_reason
+    reason = ctx.cancellation
+    if isinstance(reason, JobTimeoutError):
+        return ctx.attempt >= ctx.max_attempts
     if reason is not None:
         return not isinstance(reason, _HANDED_BACK)
+    if isinstance(sys.exception(), NonRetryable):
+        return True
     return ctx.attempt >= ctx.max_attempts
 
 
