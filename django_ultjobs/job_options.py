@@ -1,9 +1,9 @@
 """Check a job's options against the columns that keep them; each refusal names its option.
 
 Each option ends up in a column: ``priority`` and ``max_attempts`` in integers (PostgreSQL's
-are 32-bit), ``queue`` in 100 characters of text, ``delay`` added to the database's clock,
-``run_at`` a moment in time, ``timeout`` in a float column, ``expires_in`` added to the
-database's clock. ``retry_on`` stays in the spec: it must be exception classes. Unchecked, a value a column cannot hold failed differently on each
+are 32-bit), ``queue`` in 100 characters of text, ``delay`` and ``expires_in`` added to the
+database's clock, ``run_at`` a moment in time, ``timeout`` a float; ``retry_on`` stays in the spec
+and must be exception classes. Unchecked, a value a column cannot hold failed differently on each
 engine: PostgreSQL raised a ``DataError`` inside the caller's transaction (which it aborts) or
 rounded ``priority=1.7`` to 2, SQLite kept 1.7, both took ``"5"`` as 5. The spec is checked when
 it is built (``@job``, every ``.using()`` copy), so a refusal always comes before any SQL, the

@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 from . import jsonargs
 from .conf import get_settings
 from .exceptions import JobArgumentError, JobConfigurationError, UnknownJobError
-from .job_options import check_options
+from .job_options import check_options, seconds_of
 from .logs import log_event
 from .models import Job, JobStatus
 from .slot_keys import MAX_SLOT_JOB_NAME
@@ -61,6 +61,12 @@ class JobSpec:
     #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds, capped, with jitter.
     backoff: float = 2.0
     max_backoff: float = 3600.0
+    #: Seconds a run may execute before it is cancelled with ``JobTimeoutError`` (rule 55).
+    timeout: float | None = None
+    #: Only these exceptions of the body are retried (rule 57); ``NonRetryable`` never is.
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    #: Seconds after the enqueue past which a job not started yet is never run (rule 58).
+    expires_in: float | None = None
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
@@ -85,8 +91,14 @@ class JobSpec:
             raise JobConfigurationError(f"job {self.name!r}: {self.func!r} is not callable")
         if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
             raise JobConfigurationError("a job name must be 1 to 200 characters long")
-        # Queue, priority, max_attempts, delay, run_at and the backoffs: each must fit its
-        # column, or a settle (rules 16 and 31).
+        # A timedelta is kept as its seconds, a lone exception class as a tuple of one; set
+        # before the checks, which then see one form only.
+        object.__setattr__(self, "timeout", seconds_of(self.timeout))
+        object.__setattr__(self, "expires_in", seconds_of(self.expires_in))
+        if isinstance(self.retry_on, type):
+            object.__setattr__(self, "retry_on", (self.retry_on,))
+        # Queue, priority, max_attempts, delay, run_at, the backoffs, timeout, expires_in and
+        # retry_on: each must fit its column, or a settle (rules 16, 31, 55, 57 and 58).
         check_options(self)
         if self.concurrency is not None and (
             isinstance(self.concurrency, bool) or self.concurrency < 1
@@ -111,9 +123,15 @@ class JobSpec:
         delay: timedelta | float | None = None,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        timeout: timedelta | float | None = None,
+        expires_in: timedelta | float | None = None,
     ) -> JobSpec:
         """Return a copy with other enqueue options; the registered job is unchanged."""
         changes: dict[str, Any] = {}
+        if timeout is not None:
+            changes["timeout"] = timeout
+        if expires_in is not None:
+            changes["expires_in"] = expires_in
         if queue is not None:
             changes["queue"] = queue
         if priority is not None:
@@ -188,6 +206,8 @@ def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -
         max_attempts=spec.max_attempts,
         delay=spec.delay,
         run_at=spec.run_at,
+        timeout=spec.timeout,
+        expires_in=spec.expires_in,
         traceparent=traceparent,
         tracestate=tracestate,
         enqueued_by=actor,
@@ -208,6 +228,7 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "max_attempts": new.max_attempts, "visible_at": row.visible_at,
         "traceparent": new.traceparent, "tracestate": new.tracestate,
         "enqueued_by": new.enqueued_by, "created_at": row.created_at,
+        "timeout": new.timeout, "expires_at": row.expires_at, "cancel_reason": "",
         "updated_at": row.created_at,
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
@@ -254,6 +275,9 @@ def job(
     concurrency: int | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    timeout: timedelta | float | None = None,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException] = (Exception,),
+    expires_in: timedelta | float | None = None,
 ) -> Callable[[Callable[..., Any]], JobSpec]: ...
 
 
@@ -269,6 +293,9 @@ def job(
     concurrency: int | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    timeout: timedelta | float | None = None,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException] = (Exception,),
+    expires_in: timedelta | float | None = None,
 ) -> JobSpec | Callable[[Callable[..., Any]], JobSpec]:
     """Register a function as a job; use bare (``@job``) or with options (``@job(queue=...)``).
 
@@ -282,7 +309,8 @@ def job(
         spec = JobSpec(
             func=f, name=name or f.__name__, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
-            backoff=backoff, max_backoff=max_backoff,
+            backoff=backoff, max_backoff=max_backoff, timeout=timeout,  # type: ignore[arg-type]
+            retry_on=retry_on, expires_in=expires_in,  # type: ignore[arg-type]
         )
         _register(spec)
         return spec

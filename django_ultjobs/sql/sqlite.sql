@@ -26,7 +26,7 @@ LIMIT :limit
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-     last_error, wait_event, wait_after, created_at, updated_at)
+     last_error, wait_event, wait_after, created_at, updated_at, timeout, expires_at)
 SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.priority'), json_extract(value, '$.args'),
        json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
@@ -35,11 +35,15 @@ SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        COALESCE(strftime('%Y-%m-%d %H:%M:%f', json_extract(value, '$.run_at')),
                 {now_plus(json_extract(value, '$.delay'))}),
        NULL, '', 0, json_extract(value, '$.traceparent'), json_extract(value, '$.tracestate'),
-       json_extract(value, '$.enqueued_by'), '', '', 0, {now}, {now}
+       json_extract(value, '$.enqueued_by'), '', '', 0, {now}, {now},
+       json_extract(value, '$.timeout'),
+       -- CASE, not NULL in the arithmetic: printf() reads a NULL as 0 seconds.
+       CASE WHEN json_extract(value, '$.expires_in') IS NOT NULL
+            THEN {now_plus(json_extract(value, '$.expires_in'))} END
 FROM json_each(:jobs)
 WHERE true
 ORDER BY key
-RETURNING id, visible_at, created_at;
+RETURNING id, visible_at, created_at, expires_at;
 
 -- name: claim_caps
 -- Free fleet slots per capped kind (:caps is [[name, limit, kept], ...], kept being the slots this
@@ -85,7 +89,8 @@ SET status = 'running',
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND {fragment:runnable}
 RETURNING id, name, queue, priority, CAST(args AS BLOB), CAST(kwargs AS BLOB), attempt,
-          max_attempts, traceparent, tracestate, enqueued_by, cancel_requested, claimed_at;
+          max_attempts, traceparent, tracestate, enqueued_by, cancel_requested, claimed_at,
+          timeout, expires_at, cancel_reason;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds, fenced on each run's claim token. A run missing
@@ -348,3 +353,13 @@ WHERE id = :id;
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.
 UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = :id;
+
+-- name: cancel_reasons
+-- The reasons of the cancel requests a heartbeat just found (rule 59). Read only then, so the
+-- heartbeat of every tick returns no more than it did.
+SELECT id, cancel_reason FROM django_ultjobs_job WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: worker_overrunning
+-- Record the runs of this worker still executing past their timeout (rule 56), for the admin.
+-- Written only when that list changes, not on every tick.
+UPDATE django_ultjobs_worker SET overrunning = :overrunning WHERE id = :id;

@@ -45,6 +45,10 @@ class NewJob:
     traceparent: str = ""
     tracestate: str = ""
     enqueued_by: str = ""
+    #: Seconds a run may execute (rule 55), and after how long an unstarted job expires
+    #: (rule 58); None: no limit.
+    timeout: float | None = None
+    expires_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ class EnqueuedJob:
     id: int
     visible_at: datetime
     created_at: datetime
+    #: The enqueue's clock plus ``expires_in``, or None.
+    expires_at: datetime | None = None
 
 
 # The two records made once per job on the worker's hot path are slotted but not frozen: a frozen
@@ -85,6 +91,12 @@ class ClaimedJob:
     #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
     #: the worker fails such a job at once instead of running it (rule 15).
     undecodable: str | None = None
+    #: The run's timeout in seconds (rule 55), None for none; the row's, set at enqueue.
+    timeout: float | None = None
+    #: When the job expires unless started (rule 58), on the database's clock; or None.
+    expires_at: datetime | None = None
+    #: The reason a cancel request gave (rule 59), "" for none.
+    cancel_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +411,8 @@ class JobStore(SlotStore):
             rows = cur.fetchall()
         rows.sort(key=lambda row: row[0])
         return [
-            EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]), created_at=self.parse_time(r[2]))
+            EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]), created_at=self.parse_time(r[2]),
+                        expires_at=None if r[3] is None else self.parse_time(r[3]))
             for r in rows
         ]
 
@@ -442,7 +455,8 @@ class JobStore(SlotStore):
 
         Each row starts with the columns both engines' claim queries return, in this order: id,
         name, queue, priority, args, kwargs, attempt, max_attempts, traceparent, tracestate,
-        enqueued_by, cancel_requested, claimed_at. ``previous[i]`` is what ``rows[i]`` was just
+        enqueued_by, cancel_requested, claimed_at, timeout, expires_at, cancel_reason.
+        ``previous[i]`` is what ``rows[i]`` was just
         before the claim; ``token`` the claim's token in its canonical text form.
         """
         batch = ClaimBatch(others_left=others_left)
@@ -455,6 +469,8 @@ class JobStore(SlotStore):
                 undecodable=undecodable, attempt=r[6], max_attempts=r[7], token=token,
                 traceparent=r[8] or "", tracestate=r[9] or "", enqueued_by=r[10] or "",
                 cancel_requested=bool(r[11]), claimed_at=self.parse_time(r[12]),
+                timeout=r[13], expires_at=None if r[14] is None else self.parse_time(r[14]),
+                cancel_reason=r[15] or "",
                 redelivered_from=prev_worker if redelivered else None,
                 previous_claimed_at=(self.parse_time(prev_claimed_at)
                                      if redelivered and prev_claimed_at else None),
@@ -527,6 +543,15 @@ class JobStore(SlotStore):
         return {row[0]: ParkEpisode(job_id=row[0], attempt_id=row[1], attempt=row[2],
                                     expired=bool(row[3]))
                 for row in rows}
+
+    def cancel_reasons(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The reason of each of ``job_ids``' cancel requests (rule 59), "" where none was
+        given; read only when a heartbeat reports a cancel request."""
+        if not job_ids:
+            return {}
+        with self.cursor() as cur:
+            cur.execute(self.sql["cancel_reasons"], {"ids": self.ids_param(job_ids)})
+            return {row[0]: row[1] or "" for row in cur.fetchall()}
 
     @staticmethod
     def ids_param(ids: Sequence[int]) -> Any:
@@ -613,6 +638,12 @@ class JobStore(SlotStore):
             cur.execute(self.sql["worker_jobs"], {"id": worker_id,
                                                   "jobs": json.dumps(sorted(jobs))})
 
+    def worker_overrunning(self, worker_id: str, runs: Sequence[Mapping[str, Any]]) -> None:
+        """Record the runs of this worker still executing past their timeout (rule 56)."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["worker_overrunning"], {
+                "id": worker_id, "overrunning": json.dumps(list(runs), default=str)})
+
     def worker_touch(self, worker_id: str, in_flight: int) -> None:
         """Keep this worker's row fresh."""
         with self.cursor() as cur:
@@ -663,6 +694,8 @@ class JobStore(SlotStore):
             "traceparent": job.traceparent,
             "tracestate": job.tracestate,
             "enqueued_by": job.enqueued_by,
+            "timeout": job.timeout,
+            "expires_in": job.expires_in,
         }
 
     def _json_time(self, value: datetime) -> str:

@@ -78,7 +78,7 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             cur.execute(self.sql["enqueue_one"], params)
             r = cur.fetchone()
-        return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2])]
+        return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2], expires_at=r[3])]
 
     def _django_cursor(self, conn: BaseDatabaseWrapper) -> Any:
         # Django's wrapper from connection.cursor() (rule 41: whatever patched that method, a
@@ -176,9 +176,9 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()
-        # Columns 13-15: what the row was before (claim_update); 16: others_left.
-        return self.claimed_batch(rows, [r[13:16] for r in rows], str(token),
-                                  others_left=bool(rows) and bool(rows[0][16]))
+        # Columns 16-18: what the row was before (claim_update); 19: others_left.
+        return self.claimed_batch(rows, [r[16:19] for r in rows], str(token),
+                                  others_left=bool(rows) and bool(rows[0][19]))
 
     def heartbeat(
         self, runs: Sequence[tuple[int, str]], visibility_timeout: float
