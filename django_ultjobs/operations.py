@@ -3,7 +3,8 @@
 ```python
 from django_ultjobs.operations import cancel_jobs, retry_jobs
 
-result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"))
+result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"),
+                     reason="the invoice run was started twice")
 result.cancelled, result.requested      # how many were cancelled now / asked to stop
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
 ```
@@ -17,6 +18,7 @@ settles it ``cancelled`` itself under its claim token (rule 4).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +26,9 @@ from django.db import connections, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
+from .exceptions import JobOptionError
+from .jsonargs import storable_text
+from .logs import log_event
 from .models import Job, JobStatus
 from .registry import jobs_database
 from .store import get_store
@@ -38,6 +43,11 @@ RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 #: Ids per statement: keeps a "select all 1,000,000" action under PostgreSQL's 65,535-parameter
 #: limit and every lock short, so the heartbeats it shares rows with wait milliseconds, not seconds.
 CHUNK = 500
+#: The longest cancel reason kept (rule 59): it is written into logs and every cancelled attempt.
+MAX_CANCEL_REASON = 2000
+#: Ids a cancel's log line names, at most (a "select all" cancels a million).
+LOGGED_IDS = 50
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,13 +83,19 @@ class RetryResult:
         return len(self.retried_ids)
 
 
-def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None) -> CancelResult:
+def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
+                reason: str = "") -> CancelResult:
     """Cancel queued or waiting jobs now and ask running ones to stop; return what changed.
 
     ``jobs`` is a queryset of jobs or an iterable of job ids. Jobs in any other status (finished
     ones, running ones already asked) are left alone and not counted. ``using`` is the jobs
     database; it defaults to ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on.
+
+    ``reason`` says why (rule 59): it is stored on each job (``Job.cancel_reason``, shown in the
+    admin), logged, written into the cancelled attempt's error, and a running body reads it as
+    ``ctx.cancel_reason``. At most ``MAX_CANCEL_REASON`` characters of text.
     """
+    reason = _checked_reason(reason)
     alias = using or jobs_database()
     cancelled: list[int] = []
     requested: list[int] = []
@@ -91,7 +107,7 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
             # the operation means, and it stays true if the locking ever changes.
             Job.objects.using(alias).filter(id__in=ids, status__in=CANCEL_NOW).update(
                 status=JobStatus.CANCELLED, cancel_requested=True, claim_token=None,
-                finished_at=Now(), updated_at=Now(),
+                cancel_reason=reason, finished_at=Now(), updated_at=Now(),
             )
             cancelled.extend(ids)
         with transaction.atomic(using=alias):
@@ -99,9 +115,25 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
             running = Q(status=JobStatus.RUNNING, cancel_requested=False)
             ids = _lock(alias, chunk, running)
             Job.objects.using(alias).filter(running, id__in=ids).update(
-                cancel_requested=True, updated_at=Now())
+                cancel_requested=True, cancel_reason=reason, updated_at=Now())
             requested.extend(ids)
+    if cancelled or requested:
+        log_event(logger, logging.INFO, "jobs.operations.cancelled", database=alias,
+                  cancelled=len(cancelled), requested=len(requested), reason=reason,
+                  job_ids=",".join(map(str, (cancelled + requested)[:LOGGED_IDS])))
     return CancelResult(tuple(cancelled), tuple(requested))
+
+
+def _checked_reason(reason: object) -> str:
+    """``reason`` as stored: text of at most ``MAX_CANCEL_REASON`` characters, refused by name
+    before any SQL otherwise (rule 16); a NUL or lone surrogate is spelt out as an escape, the
+    same on both engines."""
+    if not isinstance(reason, str):
+        raise JobOptionError(f"cancel_jobs(): reason must be text, not {reason!r}")
+    if len(reason) > MAX_CANCEL_REASON:
+        raise JobOptionError(f"cancel_jobs(): reason is {len(reason):,} characters; at most "
+                             f"{MAX_CANCEL_REASON:,} are kept")
+    return storable_text(reason.strip())
 
 
 def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None) -> RetryResult:
@@ -122,6 +154,7 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None)
                 visible_at=Now(),
                 max_attempts=Greatest(F("max_attempts"), F("attempt") + 1),
                 cancel_requested=False,
+                cancel_reason="",
                 claim_token=None,
                 finished_at=None,
                 updated_at=Now(),

@@ -49,6 +49,9 @@ class WorkerOptions:
     database: str | None = None
     #: On PostgreSQL, LISTEN for enqueues so an idle worker claims at once (polling remains).
     listen: bool = True
+    #: Drain and exit ``EXIT_OVERRUN`` once a body ignores its timeout for ``cancel_wait``
+    #: seconds (rule 56): a supervisor then replaces the process, the only way to stop it.
+    exit_on_overrun: bool = False
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:

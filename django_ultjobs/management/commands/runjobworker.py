@@ -71,6 +71,10 @@ class Command(BaseCommand):
                             help="Seconds to wait at start for a database that is down or "
                                  "refusing connections, retrying with backoff; 0 fails at "
                                  "once (default: %(default)s).")
+        parser.add_argument("--exit-on-overrun", action="store_true",
+                            help="When a job's body ignores its timeout for --cancel-wait "
+                                 "seconds (Python cannot kill a thread), drain and exit with "
+                                 "status 3, for a supervisor to start a fresh process.")
         parser.add_argument("--no-listen", action="store_true",
                             help="On PostgreSQL, do not LISTEN for enqueues; only poll.")
         parser.add_argument("--database", default=None,
@@ -120,6 +124,7 @@ class Command(BaseCommand):
             connect_timeout=options["connect_timeout"],
             database=options["database"],
             listen=not options["no_listen"],
+            exit_on_overrun=options["exit_on_overrun"],
             **extra,
         )
         worker = Worker(worker_options)
@@ -127,7 +132,12 @@ class Command(BaseCommand):
             worker.check()  # refused before anything process-wide changes (rule 10)
             self._set_up_logging(options)
             tune_the_process()
-        worker.run()
+        code = worker.run()
+        if code:
+            # --exit-on-overrun fired (rule 56): the jobs are drained, the status tells the
+            # supervisor to replace this process. Said in one line, never a traceback.
+            raise CommandError("stopped by --exit-on-overrun: a job's body ignored its timeout; "
+                               "exiting for a fresh process", returncode=code)
 
     def _set_up_logging(self, options: dict[str, Any]) -> None:
         """Log to the console unless the project's LOGGING already covers our loggers."""
