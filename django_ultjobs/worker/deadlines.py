@@ -49,8 +49,9 @@ class Deadlines:
                 continue
             if run.scope.cancel(JobTimeoutError(job=run.job.name, job_id=run.id,
                                                 timeout=over[1])):
-                log_event(logger, logging.WARNING, "jobs.worker.timeout", worker_id=self.worker_id,
-                          job_id=run.id, job=run.job.name, timeout=over[1], thread=run.thread)
+                log_event(logger, logging.WARNING, "jobs.worker.timed-out",
+                          worker_id=self.worker_id, job_id=run.id, job=run.job.name,
+                          timeout=over[1], thread=run.thread)
             elif (isinstance(run.scope.reason, JobTimeoutError) and over[0] >= self.grace
                     and run.key not in self._overrunning):
                 self._report(run, over[0])
@@ -61,6 +62,23 @@ class Deadlines:
         self._write()
         if found and self.on_overrun is not None:
             self.on_overrun()
+
+    def next_due(self, runs: Sequence[Run]) -> float | None:
+        """The soonest moment (``clock``) a run's timeout, or its grace, falls due; None when
+        no run has one pending."""
+        soonest: float | None = None
+        for run in runs:
+            timeout = run.timeout
+            if timeout is None or run.started_at is None or run.settling:
+                continue
+            due = run.started_at + timeout
+            if run.scope.cancelled:
+                if (not isinstance(run.scope.reason, JobTimeoutError)
+                        or run.key in self._overrunning):
+                    continue
+                due += self.grace
+            soonest = due if soonest is None else min(soonest, due)
+        return soonest
 
     @property
     def overrunning(self) -> list[dict[str, Any]]:

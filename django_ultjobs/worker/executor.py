@@ -440,14 +440,12 @@ def timed_out_settlement(run: Run, reason: JobTimeoutError, *, at_least: float =
             and not_retried_outcome(spec.retry_on, reason) is None):
         delay = max(backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff),
                     at_least)
-        log_event(logger, logging.WARNING, "jobs.worker.timed-out", job_id=job.id,
-                  job=job.name, attempt=job.attempt, timeout=reason.timeout,
-                  retry_in=round(delay, 3))
+        log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id, job=job.name,
+                  attempt=job.attempt, max_attempts=job.max_attempts, delay=round(delay, 3),
+                  outcome=AttemptOutcome.TIMED_OUT, error=str(reason))
         return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.TIMED_OUT, delay=delay,
                               error=str(reason))
-    log_event(logger, logging.ERROR, "jobs.worker.timed-out", job_id=job.id, job=job.name,
-              attempt=job.attempt, timeout=reason.timeout, retry_in="never")
-    return settlement_for(run, JobStatus.FAILED, AttemptOutcome.TIMED_OUT, error=str(reason))
+    return _failed(run, str(reason), AttemptOutcome.TIMED_OUT)
 
 
 def _cancel_settlement(run: Run, reason: JobCancelledError) -> Settlement:

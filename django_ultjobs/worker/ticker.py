@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import connections
 
@@ -48,11 +49,27 @@ class Ticker:
 
     def _loop(self) -> None:
         try:
-            while not self._stop.wait(self.interval):
-                self.tick()
+            next_tick = time.monotonic() + self.interval
+            while not self._stop.wait(self._wait(next_tick)):
+                if time.monotonic() >= next_tick:
+                    self.tick()
+                    next_tick = time.monotonic() + self.interval
+                elif self.deadlines is not None:
+                    self.deadlines.check(self.registry.snapshot())
         finally:
             # Every thread the worker starts closes its own connection (rule 13).
             connections.close_all()
+
+    def _wait(self, next_tick: float) -> float:
+        """Seconds until the next tick, or until the next timeout falls due before it: a run
+        is cancelled at its timeout, not up to a heartbeat interval later (rule 55). A run
+        that starts during the wait is seen at its end, within one interval."""
+        due = next_tick
+        if self.deadlines is not None:
+            deadline = self.deadlines.next_due(self.registry.snapshot())
+            if deadline is not None:
+                due = min(due, deadline)
+        return max(0.0, due - time.monotonic())
 
     def tick(self) -> None:
         """Renew every lease and slot once; public so tests can tick without waiting."""
