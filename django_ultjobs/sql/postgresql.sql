@@ -478,7 +478,9 @@ WHERE id = %(id)s::text;
 
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.
-UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = %(id)s::text;
+-- A stopped worker runs nothing: its overrunning bodies (rule 56) ended with its process.
+UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0, overrunning = NULL
+WHERE id = %(id)s::text;
 
 -- name: cancel_reasons
 -- The reasons of the cancel requests a heartbeat just found (rule 59). Read only then, so the

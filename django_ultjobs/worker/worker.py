@@ -24,6 +24,7 @@ from ..conf import get_settings
 from ..exceptions import (
     DatabaseUnavailableError,
     JobConfigurationError,
+    JobTimeoutError,
     LeaseLostError,
     WorkerShutdownError,
 )
@@ -469,12 +470,21 @@ class Worker:
                       worker_id=self.worker_id, error=repr(exc))
 
     def _wait_idle_unless_forced(self, grace: float) -> None:
+        """Let the runs finish within ``grace`` seconds. Not the ones that timed out: they were
+        cancelled already and get ``cancel_wait`` like every cancelled run, not the grace period
+        too (a body overrunning its timeout would hold ``--exit-on-overrun`` up for all of it,
+        and finish meanwhile: rule 56)."""
         deadline = time.monotonic() + grace
-        while self.pool.busy and not self._forced.is_set():
+        while self.pool.busy > self._timed_out_executing() and not self._forced.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
             self.pool.wait_idle(min(remaining, 0.2))
+
+    def _timed_out_executing(self) -> int:
+        """How many bodies still executing were cancelled by their timeout (rule 55)."""
+        return sum(isinstance(run.scope.reason, JobTimeoutError)
+                   for run in self._executing_snapshot())
 
     def _executing_snapshot(self) -> list[Run]:
         with self._executing_lock:
