@@ -254,7 +254,7 @@ def _check_database(alias: str, where: str) -> list[CheckMessage]:
     from django.db.migrations.executor import MigrationExecutor
     from django.utils import timezone
 
-    from .models import Worker as WorkerRow
+    from .models import Worker
 
     messages: list[CheckMessage] = []
     try:
@@ -278,7 +278,7 @@ def _check_database(alias: str, where: str) -> list[CheckMessage]:
     since = timezone.now() - timedelta(seconds=_LIVE_WORKER_WINDOW)
     try:
         hosts = sorted(set(
-            WorkerRow.objects.using(alias)
+            Worker.objects.using(alias)
             .filter(stopped_at__isnull=True, last_seen_at__gte=since)
             .values_list("hostname", flat=True)
         ))

@@ -120,25 +120,25 @@ class StubSlots:
 # -- stores for ``ULTJOBS["STORE"]`` (import_string needs a dotted path) ---------------------------
 
 
-class NoLeaseSQLiteStore(SQLiteStore):
+class NoSlotSQLiteStore(SQLiteStore):
     """The SQLite store pretending its engine ships no lease store (rule 10)."""
 
     @property
-    def leases(self) -> SlotStore | None:
+    def slot_store(self) -> SlotStore | None:
         return None
 
 
-class NoLeasePostgresStore(PostgresStore):
+class NoSlotPostgresStore(PostgresStore):
     """The PostgreSQL store pretending its engine ships no lease store (rule 10)."""
 
     @property
-    def leases(self) -> SlotStore | None:
+    def slot_store(self) -> SlotStore | None:
         return None
 
 
-def no_lease_store_path(alias: str) -> str:
+def no_slot_store_path(alias: str) -> str:
     """The dotted path of the no-lease store for ``alias``'s engine."""
-    name = "NoLeasePostgresStore" if alias == "postgres" else "NoLeaseSQLiteStore"
+    name = "NoSlotPostgresStore" if alias == "postgres" else "NoSlotSQLiteStore"
     return f"{__name__}.{name}"
 
 

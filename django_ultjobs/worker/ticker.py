@@ -25,14 +25,14 @@ logger = logging.getLogger("django_ultjobs.worker")
 class Ticker:
     """Heartbeat (rules 1-3), slot renewal (rules 6-8) and the worker row, every interval."""
 
-    def __init__(self, *, store: JobStore, registry: RunsInFlight, slots: FleetSlots,
+    def __init__(self, *, store: JobStore, runs: RunsInFlight, slots: FleetSlots,
                  worker_id: str, visibility_timeout: float, interval: float,
                  deadlines: Deadlines | None = None) -> None:
         self.store = store
+        self.runs = runs
         #: Run timeouts (rules 55, 56), checked first at every tick: a slow heartbeat must not
         #: hold a timeout back.
         self.deadlines = deadlines
-        self.registry = registry
         self.slots = slots
         self.worker_id = worker_id
         self.visibility_timeout = visibility_timeout
@@ -55,7 +55,7 @@ class Ticker:
                     self.tick()
                     next_tick = time.monotonic() + self.interval
                 elif self.deadlines is not None:
-                    self.deadlines.check(self.registry.snapshot())
+                    self.deadlines.check(self.runs.snapshot())
         finally:
             # Every thread the worker starts closes its own connection (rule 13).
             connections.close_all()
@@ -66,14 +66,14 @@ class Ticker:
         that starts during the wait is seen at its end, within one interval."""
         due = next_tick
         if self.deadlines is not None:
-            deadline = self.deadlines.next_due(self.registry.snapshot())
+            deadline = self.deadlines.next_due(self.runs.snapshot())
             if deadline is not None:
                 due = min(due, deadline)
         return max(0.0, due - time.monotonic())
 
     def tick(self) -> None:
         """Renew every lease and slot once; public so tests can tick without waiting."""
-        runs = self.registry.snapshot()
+        runs = self.runs.snapshot()
         if self.deadlines is not None:
             self.deadlines.check(runs)
         if runs:
@@ -105,7 +105,7 @@ class Ticker:
                 continue
             # Absent from the answer: an explicit "no" from the database. A run whose settle is
             # being written may simply have settled first — that is not a loss.
-            if run.settling or not self.registry.contains(run):
+            if run.settling or not self.runs.contains(run):
                 continue
             if run.scope.cancel(LeaseLostError(
                     f"job {run.job.name!r} (id {run.id}) lost its lease: another claim owns the "

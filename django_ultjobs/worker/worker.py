@@ -65,7 +65,7 @@ START_BACKOFF_FIRST = 0.25
 START_BACKOFF_MAX = 5.0
 
 
-class Worker:
+class WorkerProcess:
     """One ``runjobworker`` process's worth of job running."""
 
     def __init__(self, options: WorkerOptions, *, store: JobStore | None = None,
@@ -73,16 +73,16 @@ class Worker:
         self.options = options
         self.store = store or get_store(options.database, clock=clock)
         self.worker_id = options.worker_id
-        self.registry = RunsInFlight()
+        self.runs = RunsInFlight()
         self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
         self.deadlines = Deadlines(
             store=self.store, worker_id=self.worker_id, grace=options.cancel_wait,
             on_overrun=self._overran if options.exit_on_overrun else None)
-        self.ticker = Ticker(store=self.store, registry=self.registry, slots=self.slots,
+        self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
                              worker_id=self.worker_id,
                              visibility_timeout=options.visibility_timeout,
                              interval=options.heartbeat_interval, deadlines=self.deadlines)
-        self.completer = Completer(store=self.store, registry=self.registry, slots=self.slots,
+        self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
         self.pool = ExecutorPool(options.threads, self._execute)
         self.listener = (
@@ -317,7 +317,7 @@ class Worker:
         episodes = self._park_episodes([run for run in claimed_runs if run.spec is None])
         for run in claimed_runs:
             job = run.job
-            for older in self.registry.others_of(run):
+            for older in self.runs.others_of(run):
                 # This worker claimed its own job again: the older run's lease lapsed (a
                 # database outage longer than the timeout). It is another claim now. Its slot is
                 # given up too: the new run's slot has the same holder, so renewing or releasing
@@ -430,7 +430,7 @@ class Worker:
     def _started(self, run: Run) -> None:
         """The body starts now: its timeout runs from here, and the ticker keeps it alive."""
         run.mark_started()
-        self.registry.add(run)
+        self.runs.add(run)
 
     # -- stopping -------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from django_ultjobs.conf import get_settings
 from django_ultjobs.exceptions import DatabaseUnavailableError
 from django_ultjobs.logs import LOG_FORMATS, configure_console, project_configures_logging
 from django_ultjobs.management.messages import one_line, unknown_alias
-from django_ultjobs.worker import Worker, WorkerOptions
+from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from django_ultjobs.worker.options import MAX_THREADS
 
 
@@ -127,7 +127,7 @@ class Command(BaseCommand):
             exit_on_overrun=options["exit_on_overrun"],
             **extra,
         )
-        worker = Worker(worker_options)
+        worker = WorkerProcess(worker_options)
         if self.owns_the_process:
             worker.check()  # refused before anything process-wide changes (rule 10)
             self._set_up_logging(options)
