@@ -112,6 +112,13 @@ class WorkerShutdownError(JobCancelledError):
     cause = "worker_shutdown"
 
 
+class JobExpiredError(UltJobsError):
+    """A job reached a worker after its expiry (``expires_in``) and was never run (rule 58).
+
+    Never raised into a body: it names the error of an expired job's ``TaskResult``.
+    """
+
+
 class NonRetryable(UltJobsError):
     """Raised by a job's body to fail the job at once, whatever attempts are left (rule 57).
 

@@ -153,7 +153,9 @@ def _expired(run: Run) -> Settlement:
     log_event(logger, logging.INFO, "jobs.worker.expired", job_id=job.id, job=job.name,
               expires_at=job.expires_at.isoformat())
     _unstarted_span(run, AttemptOutcome.EXPIRED, "job.expired", {"message": error})
-    return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.EXPIRED, error=error)
+    # Its attempt is given back: the body never ran (a TaskResult counts 0 attempts).
+    return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.EXPIRED, attempt_delta=-1,
+                          error=error)
 
 
 def unknown_job_settlement(run: Run, episode: ParkEpisode | None) -> Settlement:

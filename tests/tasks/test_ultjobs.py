@@ -238,3 +238,22 @@ def test_a_runjobworker_process_runs_tasks_by_path(pg_tasks: str) -> None:
     assert done[2].return_value == "sent to a@example.com"
     assert done[3].return_value == 8  # a plain Task: registered by the import itself
     assert str(os.getpid()) not in done[0].worker_ids[0].split(":")
+
+
+def test_an_expired_task_fails_with_its_expiry_and_no_attempt(alias: str) -> None:
+    """rule 58: a task whose job expired before any worker started it: FAILED, never run, its
+    error a ``JobExpiredError`` saying when it expired, no attempt counted."""
+    from django.utils import timezone
+
+    result = add.enqueue(1, 2)
+    Job.objects.using(alias).filter(pk=result.id).update(
+        expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    with running_worker(alias):
+        done = finished(result.id)
+    assert done.status == FAILED
+    assert done.attempts == 0 and done.worker_ids == []
+    (error,) = done.errors
+    assert error.exception_class_path == "django_ultjobs.exceptions.JobExpiredError"
+    assert error.traceback.startswith("expired: not started by ")
+    assert list(JobAttempt.objects.using(alias).filter(job_id=result.id)
+                .values_list("attempt", "outcome")) == [(1, "expired")]
