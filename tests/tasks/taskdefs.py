@@ -149,3 +149,20 @@ def no_context_param(x: int) -> int:
 def plain_function(x: int) -> int:
     """A plain function: tests turn it into a Task of their own."""
     return x
+
+
+@task(takes_context=True, timeout=0.3, max_attempts=1)
+def overstays(context: TaskContext, seconds: float) -> None:
+    """Loops (cooperatively) for ``seconds``, past its 0.3 s timeout (rule 55)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        context.job.raise_if_cancelled()
+        time.sleep(0.01)
+
+
+@task(retry_on=(ConnectionError,), max_attempts=3, backoff=0.0)
+def retried_on_connection(kind: str) -> None:
+    """Retried only on ConnectionError (rule 57)."""
+    if kind == "connection":
+        raise ConnectionError("no answer")
+    raise ValueError("a bug")
