@@ -44,21 +44,23 @@ class Deadlines:
         now = self.clock()
         found = False
         for run in runs:
-            over = _over(run, now)
-            if over is None:
+            deadline = run.deadline
+            if deadline is None or now < deadline or run.settling:
                 continue
+            timeout = run.timeout or 0.0
             if run.scope.cancel(JobTimeoutError(job=run.job.name, job_id=run.id,
-                                                timeout=over[1])):
+                                                timeout=timeout)):
                 log_event(logger, logging.WARNING, "jobs.worker.timed-out",
                           worker_id=self.worker_id, job_id=run.id, job=run.job.name,
-                          timeout=over[1], thread=run.thread)
-            elif (isinstance(run.scope.reason, JobTimeoutError) and over[0] >= self.grace
-                    and run.key not in self._overrunning):
-                self._report(run, over[0])
+                          timeout=timeout, thread=run.thread)
+            elif (isinstance(run.scope.reason, JobTimeoutError)
+                    and now - deadline >= self.grace and run.key not in self._overrunning):
+                self._report(run, now - deadline)
                 found = True
-        live = {run.key for run in runs if not run.settling}
-        for key in [k for k in self._overrunning if k not in live]:
-            del self._overrunning[key]
+        if self._overrunning:
+            live = {run.key for run in runs if not run.settling}
+            for key in [k for k in self._overrunning if k not in live]:
+                del self._overrunning[key]
         self._write()
         if found and self.on_overrun is not None:
             self.on_overrun()
@@ -68,16 +70,16 @@ class Deadlines:
         no run has one pending."""
         soonest: float | None = None
         for run in runs:
-            timeout = run.timeout
-            if timeout is None or run.started_at is None or run.settling:
+            due = run.deadline
+            if due is None or run.settling:
                 continue
-            due = run.started_at + timeout
             if run.scope.cancelled:
                 if (not isinstance(run.scope.reason, JobTimeoutError)
                         or run.key in self._overrunning):
                     continue
                 due += self.grace
-            soonest = due if soonest is None else min(soonest, due)
+            if soonest is None or due < soonest:
+                soonest = due
         return soonest
 
     @property
@@ -112,12 +114,3 @@ class Deadlines:
             return
         self._written = current
 
-
-def _over(run: Run, now: float) -> tuple[float, float] | None:
-    """How far past its timeout ``run``'s body is, and the timeout; None when it is not (no
-    timeout, not started, not due, or its outcome is decided already)."""
-    timeout = run.timeout
-    if timeout is None or run.started_at is None or run.settling:
-        return None
-    over = now - run.started_at - timeout
-    return (over, timeout) if over >= 0 else None

@@ -35,6 +35,9 @@ class Run:
     #: then (rule 55), and an overrunning body is reported by its thread (rule 56).
     started_at: float | None = None
     thread: str = ""
+    #: ``started_at`` + the run's timeout, or None: read by the ticker at every wake-up, so
+    #: worked out once (benchmarks/deadlines.py).
+    deadline: float | None = None
     _settle_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -53,6 +56,8 @@ class Run:
         """Note that the body starts now, on the calling thread."""
         self.thread = threading.current_thread().name
         self.started_at = time.monotonic()
+        timeout = self.timeout
+        self.deadline = None if timeout is None else self.started_at + timeout
 
     @property
     def key(self) -> tuple[int, str]:
