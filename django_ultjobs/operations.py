@@ -26,11 +26,11 @@ from django.db import connections, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
+from .conf import jobs_database
 from .exceptions import JobOptionError
 from .jsonargs import storable_text
 from .logs import log_event
 from .models import Job, JobStatus
-from .registry import jobs_database
 from .store import get_store
 
 __all__ = ["CancelResult", "RetryResult", "cancel_jobs", "retry_jobs"]

@@ -14,8 +14,8 @@ from typing import Any
 from django.db import OperationalError
 
 from django_ultjobs.store import ClaimedJob, JobStore, SlotHold, SlotStore, get_store
-from django_ultjobs.store.base import Settlement
 from django_ultjobs.store.postgresql import PostgresStore
+from django_ultjobs.store.records import Settlement
 from django_ultjobs.store.sqlite import SQLiteStore
 
 #: The worker id the hand-driven worker parts run under.
@@ -84,7 +84,7 @@ class StubStore:
 
 
 class StubSlots:
-    """A lease store whose every call is recorded; ``renew_many`` answers what the test sets."""
+    """A slot store whose every call is recorded; ``renew_many`` answers what the test sets."""
 
     def __init__(self) -> None:
         self.renewed: set[tuple[str, int, str]] | Exception = set()
@@ -121,7 +121,7 @@ class StubSlots:
 
 
 class NoSlotSQLiteStore(SQLiteStore):
-    """The SQLite store pretending its engine ships no lease store (rule 10)."""
+    """The SQLite store pretending its engine keeps no fleet slots (rule 10)."""
 
     @property
     def slot_store(self) -> SlotStore | None:
@@ -129,7 +129,7 @@ class NoSlotSQLiteStore(SQLiteStore):
 
 
 class NoSlotPostgresStore(PostgresStore):
-    """The PostgreSQL store pretending its engine ships no lease store (rule 10)."""
+    """The PostgreSQL store pretending its engine keeps no fleet slots (rule 10)."""
 
     @property
     def slot_store(self) -> SlotStore | None:
@@ -137,7 +137,7 @@ class NoSlotPostgresStore(PostgresStore):
 
 
 def no_slot_store_path(alias: str) -> str:
-    """The dotted path of the no-lease store for ``alias``'s engine."""
+    """The dotted path of the no-slot store for ``alias``'s engine."""
     name = "NoSlotPostgresStore" if alias == "postgres" else "NoSlotSQLiteStore"
     return f"{__name__}.{name}"
 

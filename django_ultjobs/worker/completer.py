@@ -24,7 +24,7 @@ from django.db import connections
 
 from ..logs import log_event
 from ..store import JobStore, Settlement
-from ..store.base import settlement_size
+from ..store.records import settlement_size
 from .executor import unstorable_settlement
 from .fleet_slots import FleetSlots
 from .runs import Run, RunsInFlight
@@ -73,9 +73,9 @@ class Completer:
         self._stopping = threading.Event()
         self._abandon_at: float | None = None
         self._thread = threading.Thread(target=self._loop, name="ultjobs-completer", daemon=True)
-        #: How many settles the database refused as stale. Kept for tests, which assert that a
-        #: run's outcome was written under its own claim, not merely that the row ended right
-        #: (each stale settle is also logged, as ``jobs.worker.settle-stale``).
+        #: Outcomes written, and settles the database refused as stale (rule 4): reported when
+        #: the worker stops (``jobs.worker.stopped``).
+        self.settled = 0
         self.stale = 0
         #: How many outcomes the database refused to store, each settled as a failure instead.
         self.unstorable = 0
@@ -247,6 +247,7 @@ class Completer:
         for item in batch:
             run, settlement = item.run, item.settlement
             if run.id in applied or (landed is not None and run.id in landed):
+                self.settled += 1
                 log_event(logger, logging.INFO, "jobs.worker.settled", worker_id=self.worker_id,
                           job_id=run.id, job=run.job.name, attempt=settlement.attempt_no,
                           status=settlement.status, outcome=settlement.outcome,

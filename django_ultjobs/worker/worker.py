@@ -99,9 +99,8 @@ class WorkerProcess:
         self._notified = threading.Event()
         # The registry generation whose job names this worker's row lists.
         self._known_generation = -1
-        #: Claim statements sent. Kept for tests, which bound it to show the loop does not spin
-        #: (an outage, a completer behind, capped kinds held): the statements leave no trace in
-        #: the database, and the loop logs none of them.
+        #: Claim statements sent, reported when the worker stops: a count far above the runs
+        #: settled is a loop that spins (an outage, a completer behind, capped kinds held).
         self.claims = 0
         self.started = threading.Event()
         #: What ``run`` returns: 0, or ``EXIT_OVERRUN`` after ``--exit-on-overrun`` fired.
@@ -161,7 +160,14 @@ class WorkerProcess:
             if self.listener is not None:
                 self.listener.stop()
             self._drain()
-            log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
+            self._log_stopped()
+
+    def _log_stopped(self) -> None:
+        """Say the worker stopped, with what it did: the one summary a ``--burst`` run prints."""
+        done = self.completer
+        log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id,
+                  claims=self.claims, settled=done.settled, stale=done.stale,
+                  unstorable=done.unstorable)
 
     def request_stop(self, *, force: bool = False) -> None:
         """Stop claiming and drain (thread- and signal-safe); ``force`` skips the grace period."""
@@ -535,7 +541,7 @@ class WorkerProcess:
             if self._stopping.wait(delay):
                 if registered:
                     self._mark_stopped()
-                log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
+                self._log_stopped()
                 return False
 
     def _start_threads(self) -> None:

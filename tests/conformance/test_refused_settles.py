@@ -20,7 +20,7 @@ from django.db.backends.signals import connection_created
 
 from django_ultjobs.models import JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore, Settlement
-from django_ultjobs.store.base import LostAttempt
+from django_ultjobs.store.records import LostAttempt
 from django_ultjobs.worker import completer as completer_module
 from django_ultjobs.worker.completer import Completer
 from django_ultjobs.worker.fleet_slots import FleetSlots

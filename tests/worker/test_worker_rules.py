@@ -332,7 +332,7 @@ def test_release_that_raises_is_logged_and_the_job_still_succeeds(
 def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kind_runs_dry(
         alias: str) -> None:
     # rules 5-6: a settled run's slot is kept for the worker's next run of the kind, with no
-    # lease statement, and goes back to the fleet once a claim brings no run to use it, while the
+    # slot statement, and goes back to the fleet once a claim brings no run to use it, while the
     # worker goes on running. The cap holds throughout: concurrency=1 runs never overlap.
     class Counting(engine_store(alias)):  # type: ignore[misc,valid-type]
         acquires: list[list[str]] = []
@@ -417,7 +417,7 @@ def test_a_draining_worker_gives_back_the_slot_of_a_run_that_settles_meanwhile(
         go.touch()
 
 
-# -- rule 5: a job without concurrency never touches the lease table ----------------------------
+# -- rule 5: a job without concurrency never touches the slot table -----------------------------
 
 
 def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> None:

@@ -26,14 +26,13 @@ def tune_the_process() -> None:
     process is then someone else's, and both would outlive the call.
     """
     # Hand the GIL over every 1 ms instead of 5 ms, so a thread woken by a notification or a
-    # finished run is not kept waiting behind another thread's bytecode (idle pickup p50 6.2 ms
-    # -> 3.2 ms on this machine's PostgreSQL).
+    # finished run is not kept waiting behind another thread's bytecode (performance.md item 28).
     sys.setswitchinterval(0.001)
     # Take everything loaded so far (Django, the apps, every jobs module, the worker) out of the
     # cyclic collector's full collections: it lives as long as the process, yet each full
-    # collection walked all of it with the GIL held, seven of about 36 ms in a 50,000-job no-op
-    # drain (0.25 s), every thread stalled meanwhile; 0.05 s once frozen. Collected first, so no
-    # garbage is frozen along; what the worker allocates from here on is collected as usual.
+    # collection walked all of it with the GIL held, every thread stalled meanwhile
+    # (performance.md item 28). Collected first, so no garbage is frozen along; what the worker
+    # allocates from here on is collected as usual.
     gc.collect()
     gc.freeze()
 
