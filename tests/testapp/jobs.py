@@ -230,7 +230,7 @@ def overrunning(ctx: JobContext, seconds: float, label: str = "overrun") -> int:
     looking at its cancellation (rule 56), and stamps its end."""
     from django.db import connections
 
-    from django_ultjobs.registry import jobs_database
+    from django_ultjobs.conf import jobs_database
 
     alias = jobs_database()
     now = _db_now_sql(alias)
