@@ -36,7 +36,7 @@ class Run:
     started_at: float | None = None
     thread: str = ""
     #: ``started_at`` + the run's timeout, or None: read by the ticker at every wake-up, so
-    #: worked out once (benchmarks/deadlines.py).
+    #: worked out once (docs/performance.md, item 35).
     deadline: float | None = None
     _settle_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
