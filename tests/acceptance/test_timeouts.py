@@ -78,13 +78,13 @@ def test_retry_on_non_retryable_and_expiry_end_in_their_states(
 
 
 def test_exit_on_overrun_drains_and_exits_non_zero_losing_no_job(
-        pg_alias: str, worker_processes: WorkerProcesses) -> None:
+        alias: str, worker_processes: WorkerProcesses) -> None:
     """rule 56: worker A runs a body that ignores its 0.5 s timeout beside a cooperative 1.5 s
     run and quick jobs. A logs ``run-overrunning`` (job and thread) and lists it on its row,
     then drains: the 1.5 s run finishes, A exits ``EXIT_OVERRUN`` with one line, no traceback.
     The overrunning job is settled ``timed_out`` and held back for a visibility timeout (its
-    body died with A's process); worker B runs it again, and every job ends as it should."""
-    alias = pg_alias
+    body died with A's process); worker B runs it again, and every job ends as it should.
+    Both engines."""
     fleet = Fleet(worker_processes, alias)
     a = fleet.start("A", "--threads", "4", "--exit-on-overrun", "--cancel-wait", "0.5",
                     "--grace-period", "10")
@@ -110,7 +110,7 @@ def test_exit_on_overrun_drains_and_exits_non_zero_losing_no_job(
     assert attempts(alias, beside.id) == [(1, "succeeded", a)]
     held = job_row(alias, stuck.id)
     assert (held.status, held.attempt) == ("queued", 1)
-    assert held.visible_at > db_now(alias)  # not before A's abandoned body could be gone
+    assert held.visible_at > _now(alias)  # not before A's abandoned body could be gone
     assert attempts(alias, stuck.id) == [(1, "timed_out", a)]
     stopped = WorkerRow.objects.using(alias).get(id=a)
     assert stopped.stopped_at is not None and stopped.overrunning is None
