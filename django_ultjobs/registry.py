@@ -14,6 +14,7 @@ from .conf import get_settings
 from .exceptions import JobConfigurationError
 from .job_spec import JobSpec
 from .logs import log_event
+from .schedules import schedule_from_options
 
 _registry: dict[str, JobSpec] = {}
 # Bumped on every (un)registration, so the worker recomputes its fleet caps only when a job (a
@@ -40,6 +41,10 @@ def job(
     timeout: timedelta | float | None = None,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = (Exception,),
     expires_in: timedelta | float | None = None,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    timezone: str | None = None,
+    catch_up: str = "latest",
 ) -> Callable[[Callable[..., Any]], JobSpec]: ...
 
 
@@ -58,12 +63,23 @@ def job(
     timeout: timedelta | float | None = None,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = (Exception,),
     expires_in: timedelta | float | None = None,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    timezone: str | None = None,
+    catch_up: str = "latest",
 ) -> JobSpec | Callable[[Callable[..., Any]], JobSpec]:
     """Register a function as a job; use bare (``@job``) or with options (``@job(queue=...)``).
 
     ``name`` defaults to the function's ``__name__``: it is what the queue stores, so renaming
     the function renames the job (queued rows of the old name are parked as unknown, rule 12).
+
+    ``cron=`` (read in ``timezone=``, UTC by default) or ``every=`` seconds makes it periodic:
+    the running workers enqueue each tick once between them, ``catch_up=`` says what happens to
+    ticks missed while none ran (docs/scheduling.md, rules 60-64).
     """
+    # Checked at the decorator, before the function is seen: a bad schedule is refused by its
+    # option's name at import time (rule 64).
+    schedule = schedule_from_options(cron, every, timezone, catch_up)
 
     def decorate(f: Callable[..., Any]) -> JobSpec:
         if name is not None and not name.strip():
@@ -71,8 +87,8 @@ def job(
         spec = JobSpec(
             func=f, name=name or f.__name__, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
-            backoff=backoff, max_backoff=max_backoff, timeout=timeout,  # type: ignore[arg-type]
-            retry_on=retry_on, expires_in=expires_in,  # type: ignore[arg-type]
+            backoff=backoff, max_backoff=max_backoff, schedule=schedule,
+            timeout=timeout, retry_on=retry_on, expires_in=expires_in,  # type: ignore[arg-type]
         )
         register(spec)
         return spec

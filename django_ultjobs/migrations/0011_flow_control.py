@@ -11,7 +11,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_ultjobs', '0009_slot_model'),
+        ('django_ultjobs', '0012_schedules'),
     ]
 
     operations = [

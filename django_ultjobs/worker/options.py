@@ -52,6 +52,9 @@ class WorkerOptions:
     #: Drain and exit ``EXIT_OVERRUN`` once a body ignores its timeout for ``cancel_wait``
     #: seconds (rule 56): a supervisor then replaces the process, the only way to stop it.
     exit_on_overrun: bool = False
+    #: Enqueue the ticks of the periodic jobs this process knows (rule 60); ``--no-schedule``
+    #: leaves it to the other workers. A ``burst`` worker never does.
+    schedule: bool = True
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:

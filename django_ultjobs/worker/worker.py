@@ -47,6 +47,7 @@ from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
 from .runs import Run, RunsInFlight
+from .scheduler import Scheduler
 from .ticker import Ticker
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -89,6 +90,12 @@ class WorkerProcess:
             Listener(store=self.store, queues=options.queues, wake=self.notified,
                      worker_id=self.worker_id)
             if self.store.vendor == "postgresql" and options.listen else None
+        )
+        # Every worker may enqueue a tick, none leads (rule 60); a burst worker drains and
+        # exits, so it schedules nothing.
+        self.scheduler = (
+            Scheduler(store=self.store, worker_id=self.worker_id, clock=clock)
+            if options.schedule and not options.burst else None
         )
         self._executing: set[Run] = set()
         self._executing_lock = threading.Lock()
@@ -159,6 +166,8 @@ class WorkerProcess:
         finally:
             if self.listener is not None:
                 self.listener.stop()
+            if self.scheduler is not None:
+                self.scheduler.stop()
             self._drain()
             self._log_stopped()
 
@@ -556,6 +565,8 @@ class WorkerProcess:
         ]
         if self.listener is not None:
             parts.append((self.listener.start, self.listener.stop))
+        if self.scheduler is not None:
+            parts.append((self.scheduler.start, self.scheduler.stop))
         try:
             self.pool.start()
             for start, stop in parts:

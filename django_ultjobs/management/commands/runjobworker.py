@@ -76,6 +76,9 @@ class Command(BaseCommand):
                                  "status 3, for a supervisor to start a fresh process.")
         parser.add_argument("--no-listen", action="store_true",
                             help="On PostgreSQL, do not LISTEN for enqueues; only poll.")
+        parser.add_argument("--no-schedule", action="store_true",
+                            help="Enqueue no ticks of periodic jobs; the other workers do "
+                                 "(each tick is enqueued once whoever sends it).")
         parser.add_argument("--database", default=None,
                             help="Database alias of the job tables (default: ULTJOBS DATABASE).")
         parser.add_argument("--worker-id", default=None,
@@ -124,6 +127,7 @@ class Command(BaseCommand):
             database=options["database"],
             listen=not options["no_listen"],
             exit_on_overrun=options["exit_on_overrun"],
+            schedule=not options["no_schedule"],
             **extra,
         )
         worker = WorkerProcess(worker_options)
