@@ -215,6 +215,25 @@ def check_tasks_backport(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 
 
 @register("django_ultjobs")
+def check_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W035: a job with a ``timeout`` whose body cannot see its cancellation (rules 55, 56)."""
+    from .registry import registered_jobs
+
+    blind = sorted(name for name, spec in registered_jobs().items()
+                   if spec.timeout is not None and not spec.takes_context)
+    if not blind:
+        return []
+    return [Warning(
+        f"job(s) {', '.join(blind)} declare timeout= without takes_context=True: the body "
+        "cannot see its cancellation, so a run past its timeout is not stopped but only "
+        "reported as overrunning (and ends its worker under runjobworker --exit-on-overrun)",
+        hint="Add takes_context=True and call ctx.raise_if_cancelled() in the body's loops and "
+             "before each side effect; Python cannot kill a thread.",
+        id="django_ultjobs.W035",
+    )]
+
+
+@register("django_ultjobs")
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Check the built-in prune job's schedule and the periodic jobs' time zones (rule 64)."""
     from django.conf import settings

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from .cancel import CancelScope
-from .exceptions import JobCancelledError
+from .exceptions import CancelRequestedError, JobCancelledError
 from .steps import StepLedger
 
 T = TypeVar("T")
@@ -31,13 +31,28 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """Whether this run has been cancelled (lost lease, lost slot, cancel request, drain)."""
+        """Whether this run has been cancelled (lost lease, lost slot, cancel request, timeout,
+        drain)."""
         return self.scope.cancelled
 
     @property
-    def cancel_reason(self) -> JobCancelledError | None:
-        """Why this run was cancelled, or None."""
+    def cancellation(self) -> JobCancelledError | None:
+        """The cancellation of this run (its subclass says the cause), or None."""
         return self.scope.reason
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why this run was cancelled, in words, or None while it is not (rule 59).
+
+        For a cancel request, the reason given to ``cancel_jobs(..., reason=...)`` (or the
+        admin's cancel form); for any other cause (a timeout, a lost lease or slot, a
+        shutdown), what happened."""
+        reason = self.scope.reason
+        if reason is None:
+            return None
+        if isinstance(reason, CancelRequestedError) and reason.reason:
+            return reason.reason
+        return str(reason)
 
     def raise_if_cancelled(self) -> None:
         """Raise the cancellation (a ``JobCancelledError``) if this run has been cancelled."""

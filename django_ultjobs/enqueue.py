@@ -25,6 +25,8 @@ def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -
         args=list(job_call.args),
         kwargs=dict(job_call.kwargs),
         max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        expires_in=spec.expires_in,
         delay=spec.delay,
         run_at=spec.run_at,
         traceparent=traceparent,
@@ -52,6 +54,7 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "enqueued_by": new.enqueued_by, "concurrency_key": new.concurrency_key,
         "created_at": row.created_at, "updated_at": row.created_at,
         "unique_key": new.unique_key, "unique_for": new.unique_for,
+        "timeout": new.timeout, "expires_at": row.expires_at, "cancel_reason": "",
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
 

@@ -86,15 +86,55 @@ class JobSlotLostError(JobCancelledError):
 
 
 class CancelRequestedError(JobCancelledError):
-    """Someone asked for this job to be cancelled (the admin action, or ``Job.request_cancel``)."""
+    """Someone asked for this job to be cancelled (the admin action, or ``cancel_jobs``).
+
+    ``reason`` is what they gave (``cancel_jobs(..., reason=...)``), "" when none (rule 59).
+    """
 
     cause = "cancel_requested"
+
+    def __init__(self, message: str = "cancelled on request", *, reason: str = "") -> None:
+        super().__init__(f"{message}: {reason}" if reason else message)
+        self.reason = reason
+
+
+class JobTimeoutError(JobCancelledError):
+    """The run was still executing after its ``timeout`` seconds (rule 55).
+
+    A cancellation like the others: the body sees it through ``ctx.cancelled`` and
+    ``ctx.raise_if_cancelled()``. The attempt is recorded ``timed_out`` and the job's retry
+    policy decides what follows (``retry_on`` included: this is an ``Exception``).
+    """
+
+    cause = "timed_out"
+
+    def __init__(self, *, job: str, job_id: int, timeout: float) -> None:
+        super().__init__(f"job {job!r} (id {job_id}) timed out: still running after its "
+                         f"timeout of {timeout:g} s")
+        self.job = job
+        self.job_id = job_id
+        self.timeout = timeout
 
 
 class WorkerShutdownError(JobCancelledError):
     """The worker is stopping and the grace period ran out; the job is handed back to the queue."""
 
     cause = "worker_shutdown"
+
+
+class JobExpiredError(UltJobsError):
+    """A job reached a worker after its expiry (``expires_in``) and was never run (rule 58).
+
+    Never raised into a body: it names the error of an expired job's ``TaskResult``.
+    """
+
+
+class NonRetryable(UltJobsError):
+    """Raised by a job's body to fail the job at once, whatever attempts are left (rule 57).
+
+    ``raise NonRetryable("the customer was deleted")``: the job ends ``failed`` with that
+    message and its attempt is recorded ``non_retryable``. For an error no retry can mend.
+    """
 
 
 class StepError(UltJobsError):

@@ -1,8 +1,9 @@
 """Check a job's options against the columns that keep them; each refusal names its option.
 
 Each option ends up in a column: ``priority`` and ``max_attempts`` in integers (PostgreSQL's
-are 32-bit), ``queue`` in 100 characters of text, ``delay`` added to the database's clock,
-``run_at`` a moment in time. Unchecked, a value a column cannot hold failed differently on each
+are 32-bit), ``queue`` in 100 characters of text, ``delay`` and ``expires_in`` added to the
+database's clock, ``run_at`` a moment in time, ``timeout`` a float; ``retry_on`` stays in the spec
+and must be exception classes. Unchecked, a value a column cannot hold failed differently on each
 engine: PostgreSQL raised a ``DataError`` inside the caller's transaction (which it aborts) or
 rounded ``priority=1.7`` to 2, SQLite kept 1.7, both took ``"5"`` as 5. The spec is checked when
 it is built (``@job``, every ``.using()`` copy), so a refusal always comes before any SQL, the
@@ -42,6 +43,40 @@ def check_options(spec: JobSpec) -> None:
         _check_seconds(name, option, getattr(spec, option))
     if spec.run_at is not None:
         _check_run_at(name, spec.run_at)
+    for option in ("timeout", "expires_in"):
+        if getattr(spec, option) is not None:
+            _check_duration(name, option, getattr(spec, option))
+    _check_retry_on(name, spec.retry_on)
+
+
+def seconds_of(value: Any) -> Any:
+    """A ``timedelta`` as its seconds; anything else as given (checked by ``check_options``)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def _check_duration(name: str, option: str, value: Any) -> None:
+    """``timeout`` and ``expires_in``: a positive, finite number of seconds (rules 55, 58).
+
+    Zero is refused, not read as "none": a timeout of 0 would cancel every run at its first
+    tick, an expiry of 0 would expire every job before any worker could claim it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _refuse(name, option, "must be a number of seconds or a timedelta (or None)", value)
+    if not math.isfinite(value) or value <= 0:
+        _refuse(name, option, "must be a finite number of seconds greater than 0", value)
+    if value > MAX_DELAY:
+        _refuse(name, option, f"cannot be more than 100 years ({MAX_DELAY:,.0f} seconds)",
+                value)
+
+
+def _check_retry_on(name: str, retry_on: Any) -> None:
+    """A tuple of exception classes (rule 57); ``()`` retries nothing. An instance or a name in
+    quotes would be compared with ``isinstance`` at the first failure, too late to say so."""
+    if not isinstance(retry_on, tuple):
+        _refuse(name, "retry_on", "must be a tuple of exception classes", retry_on)
+    for entry in retry_on:
+        if not (isinstance(entry, type) and issubclass(entry, BaseException)):
+            _refuse(name, "retry_on", "must hold only exception classes (such as "
+                    "ConnectionError)", entry)
 
 
 def _refuse(name: str, option: str, requirement: str, value: Any) -> None:

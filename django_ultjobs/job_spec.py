@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from . import enqueue, jsonargs
 from .exceptions import JobArgumentError, JobConfigurationError
 from .flow_keys import KeyOption, check_key_option, key_value, stored_key
-from .job_options import check_options
+from .job_options import check_options, seconds_of
 from .rate_limits import RateLimit, parse_rate_limit
 from .schedules import Schedule, check_callable_without_arguments
 from .slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
@@ -58,6 +58,12 @@ class JobSpec:
     #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds, capped, with jitter.
     backoff: float = 2.0
     max_backoff: float = 3600.0
+    #: Seconds a run may execute before it is cancelled with ``JobTimeoutError`` (rule 55).
+    timeout: float | None = None
+    #: Only these exceptions of the body are retried (rule 57); ``NonRetryable`` never is.
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    #: Seconds after the enqueue past which a job not started yet is never run (rule 58).
+    expires_in: float | None = None
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
@@ -90,8 +96,14 @@ class JobSpec:
             raise JobConfigurationError(f"job {self.name!r}: {self.func!r} is not callable")
         if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
             raise JobConfigurationError("a job name must be 1 to 200 characters long")
-        # Queue, priority, max_attempts, delay, run_at and the backoffs: each must fit its
-        # column, or a settle (rules 16 and 31).
+        # A timedelta is kept as its seconds, a lone exception class as a tuple of one; set
+        # before the checks, which then see one form only.
+        object.__setattr__(self, "timeout", seconds_of(self.timeout))
+        object.__setattr__(self, "expires_in", seconds_of(self.expires_in))
+        if isinstance(self.retry_on, type):
+            object.__setattr__(self, "retry_on", (self.retry_on,))
+        # Queue, priority, max_attempts, delay, run_at, the backoffs, timeout, expires_in and
+        # retry_on: each must fit its column, or a settle (rules 16, 31, 55, 57 and 58).
         check_options(self)
         check_unique_options(self)
         if self.concurrency is not None and (
@@ -158,6 +170,8 @@ class JobSpec:
         run_at: datetime | None = None,
         max_attempts: int | None = None,
         unique_key: str | None = None,
+        timeout: timedelta | float | None = None,
+        expires_in: timedelta | float | None = None,
     ) -> JobSpec:
         """Return a copy with other enqueue options; the registered job is unchanged.
 
@@ -166,6 +180,10 @@ class JobSpec:
         creating another (rules 65-67).
         """
         changes: dict[str, Any] = {}
+        if timeout is not None:
+            changes["timeout"] = timeout
+        if expires_in is not None:
+            changes["expires_in"] = expires_in
         if queue is not None:
             changes["queue"] = queue
         if priority is not None:

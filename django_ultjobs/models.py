@@ -39,6 +39,14 @@ class AttemptOutcome(models.TextChoices):
     # A graceful shutdown hands the job back without burning an attempt;
     # calling that "cancelled" would tell an operator somebody cancelled it.
     INTERRUPTED = "interrupted", _("interrupted")
+    #: Still running after its timeout (rule 55); the retry policy decided what followed.
+    TIMED_OUT = "timed_out", _("timed out")
+    #: The body raised NonRetryable: failed at once (rule 57).
+    NON_RETRYABLE = "non_retryable", _("non-retryable")
+    #: The body raised an exception outside the job's retry_on: failed at once (rule 57).
+    NOT_RETRIED = "not_retried", _("not retried")
+    #: Claimed after its expiry before it ever started: cancelled, never run (rule 58).
+    EXPIRED = "expired", _("expired")
 
 
 class Job(models.Model):
@@ -62,6 +70,13 @@ class Job(models.Model):
     worker_id = models.CharField(max_length=200, blank=True, default="")
     claimed_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    #: Why it was cancelled, as given to cancel_jobs(reason=...) or the admin's form (rule 59).
+    cancel_reason = models.TextField(blank=True, default="", db_default="")
+    #: Seconds a run may execute before it is cancelled as timed out (rule 55); None: no limit.
+    #: Kept on the row, so a .using(timeout=...) of one enqueue reaches the worker.
+    timeout = models.FloatField(null=True, blank=True)
+    #: A job not started by then is never run (rule 58); on the database's clock.
+    expires_at = models.DateTimeField(null=True, blank=True)
     # What a waiting job waits for (ctx.wait_for_event): send_event wakes it by these. An event
     # with id <= wait_after was already consumed by an earlier wait of the same run.
     wait_event = models.CharField(max_length=200, blank=True, default="")
@@ -350,6 +365,10 @@ class Worker(models.Model):
     #: written before these were kept.
     visibility_timeout = models.FloatField(null=True, blank=True)
     heartbeat_interval = models.FloatField(null=True, blank=True)
+    #: Runs of this worker still executing past their timeout, their bodies ignoring the
+    #: cancellation (rule 56): ``[{"job_id", "job", "thread", "timeout", "since"}]``; [] or None
+    #: when there are none.
+    overrunning = models.JSONField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.id

@@ -4,7 +4,8 @@ admin's actions and ``manage.py ultjobs``, usable from code too.
 ```python
 from django_ultjobs.operations import cancel_jobs, pause_queue, resume_queue, retry_jobs
 
-result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"))
+result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"),
+                     reason="the invoice run was started twice")
 result.cancelled, result.requested      # how many were cancelled now / asked to stop
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
 pause_queue("emails")                   # no worker claims from it; enqueue still works (rule 75)
@@ -30,9 +31,9 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
 from .conf import jobs_database
-from .exceptions import OperationInputError
+from .exceptions import JobOptionError, OperationInputError
 from .job_options import MAX_QUEUE
-from .jsonargs import is_unicode
+from .jsonargs import is_unicode, storable_text
 from .logs import log_event
 from .models import Job, JobSchedule, JobStatus, QueuePause
 from .store import get_store
@@ -57,6 +58,10 @@ RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 CHUNK = 500
 #: The largest id a job can have (the primary key is a 64-bit integer).
 BIGINT_MAX = 2**63 - 1
+#: The longest cancel reason kept (rule 59): it is written into logs and every cancelled attempt.
+MAX_CANCEL_REASON = 2000
+#: Ids a cancel's log line names, at most (a "select all" cancels a million).
+LOGGED_IDS = 50
 
 
 @dataclass(frozen=True)
@@ -100,11 +105,15 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
     ``jobs`` is a queryset of jobs or an iterable of job ids. Jobs in any other status (finished
     ones, running ones already asked) are left alone and not counted. ``using`` is the jobs
     database; it defaults to ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on.
-    ``progress`` is called after each chunk of ``CHUNK`` ids (see ``Progress``). ``by`` and
-    ``reason`` go to the ``jobs.operations.cancelled`` log line; a ``reason`` also becomes the
-    ``last_error`` of the jobs cancelled now, so their page says why.
+    ``progress`` is called after each chunk of ``CHUNK`` ids (see ``Progress``). ``by`` goes
+    to the ``jobs.operations.cancelled`` log line.
+
+    ``reason`` says why (rule 59): it is stored on each job (``Job.cancel_reason``, shown in the
+    admin), logged, written into the cancelled attempt's error and the ``last_error`` of the jobs
+    cancelled now, and a running body reads it as ``ctx.cancel_reason``. At most
+    ``MAX_CANCEL_REASON`` characters of text.
     """
-    reason = _check_text("reason", reason)
+    reason = _checked_reason(reason)
     alias = using or jobs_database()
     error = {"last_error": f"cancelled by {by or 'an operator'}: {reason}"} if reason else {}
     cancelled: list[int] = []
@@ -117,7 +126,7 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
             # the operation means, and it stays true if the locking ever changes.
             Job.objects.using(alias).filter(id__in=ids, status__in=CANCEL_NOW).update(
                 status=JobStatus.CANCELLED, cancel_requested=True, claim_token=None,
-                finished_at=Now(), updated_at=Now(), **error,
+                cancel_reason=reason, finished_at=Now(), updated_at=Now(), **error,
             )
             cancelled.extend(ids)
         with transaction.atomic(using=alias):
@@ -125,11 +134,25 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
             running = Q(status=JobStatus.RUNNING, cancel_requested=False)
             ids = _lock(alias, chunk, running)
             Job.objects.using(alias).filter(running, id__in=ids).update(
-                cancel_requested=True, updated_at=Now())
+                cancel_requested=True, cancel_reason=reason, updated_at=Now())
             requested.extend(ids)
-    log_event(logger, logging.INFO, "jobs.operations.cancelled", by=by, reason=reason,
-              cancelled=len(cancelled), requested=len(requested), database=alias)
+    if cancelled or requested:
+        log_event(logger, logging.INFO, "jobs.operations.cancelled", by=by, database=alias,
+                  cancelled=len(cancelled), requested=len(requested), reason=reason,
+                  job_ids=",".join(map(str, (cancelled + requested)[:LOGGED_IDS])))
     return CancelResult(tuple(cancelled), tuple(requested))
+
+
+def _checked_reason(reason: object) -> str:
+    """``reason`` as stored: text of at most ``MAX_CANCEL_REASON`` characters, refused by name
+    before any SQL otherwise (rule 16); a NUL or lone surrogate is spelt out as an escape, the
+    same on both engines."""
+    if not isinstance(reason, str):
+        raise JobOptionError(f"cancel_jobs(): reason must be text, not {reason!r}")
+    if len(reason) > MAX_CANCEL_REASON:
+        raise JobOptionError(f"cancel_jobs(): reason is {len(reason):,} characters; at most "
+                             f"{MAX_CANCEL_REASON:,} are kept")
+    return storable_text(reason.strip())
 
 
 def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
@@ -151,6 +174,7 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
                 visible_at=Now(),
                 max_attempts=Greatest(F("max_attempts"), F("attempt") + 1),
                 cancel_requested=False,
+                cancel_reason="",
                 claim_token=None,
                 finished_at=None,
                 updated_at=Now(),

@@ -45,6 +45,9 @@ def job(
     max_backoff: float = 3600.0,
     unique: bool = False,
     unique_for: timedelta | float = 0.0,
+    timeout: timedelta | float | None = None,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException] = (Exception,),
+    expires_in: timedelta | float | None = None,
     cron: str | None = None,
     every: float | timedelta | None = None,
     timezone: str | None = None,
@@ -69,6 +72,9 @@ def job(
     max_backoff: float = 3600.0,
     unique: bool = False,
     unique_for: timedelta | float = 0.0,
+    timeout: timedelta | float | None = None,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException] = (Exception,),
+    expires_in: timedelta | float | None = None,
     cron: str | None = None,
     every: float | timedelta | None = None,
     timezone: str | None = None,
@@ -96,6 +102,7 @@ def job(
             concurrency_key=concurrency_key, rate_limit=rate_limit,
             rate_limit_key=rate_limit_key, backoff=backoff, max_backoff=max_backoff,
             schedule=schedule, unique=unique, unique_for=as_seconds(unique_for),
+            timeout=timeout, retry_on=retry_on, expires_in=expires_in,  # type: ignore[arg-type]
         )
         register(spec)
         return spec

@@ -6,12 +6,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.functional import Promise
 from django.utils.html import format_html
@@ -21,8 +23,8 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
-from ..models import LIVE_STATUSES, InFlightJob, Job, JobAttempt, JobStatus, JobStep
-from ..operations import cancel_jobs, retry_jobs
+from ..models import LIVE_STATUSES, InFlightJob, Job, JobAttempt, JobStatus, JobStep, Worker
+from ..operations import MAX_CANCEL_REASON, cancel_jobs, retry_jobs
 from ..registry import registered_jobs
 from .base import JobsAdmin, ReadOnlyInline, actor
 from .display import (
@@ -144,10 +146,14 @@ class JobListMixin:
 
     @admin.display(description=_("status"))
     def status_display(self, obj: Job) -> SafeString | str:
-        """The status, and whether a cancel is pending on a running job."""
+        """The status, whether a cancel is pending on a running job, and whether a cancelled
+        job expired (rule 58): cancelled, but nobody asked for it."""
         if obj.cancel_requested and obj.status == JobStatus.RUNNING:
             return format_html('{} <span class="ultjobs-flag">{}</span>',
                                obj.status, gettext("cancel requested"))
+        if is_expired(obj):
+            return format_html('{} <span class="ultjobs-flag">{}</span>',
+                               obj.status, gettext("expired"))
         return obj.status
 
     @admin.display(description=_("attempt"))
@@ -249,17 +255,38 @@ def _skipped(request: HttpRequest, changed: tuple[int, ...],
         "count": len(left), "why": ", ".join(parts)}
 
 
+class CancelReasonForm(forms.Form):
+    """The reason the cancel action asks for (rule 59): stored, logged, shown, read by the body."""
+
+    reason = forms.CharField(
+        label=_("Reason"), max_length=MAX_CANCEL_REASON,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=_("Why these jobs are cancelled: kept on each job, written into its history "
+                    "and logs, and readable by a running job as ctx.cancel_reason."))
+
+
+#: Posted by the cancel form: the action then cancels instead of asking for a reason.
+CANCEL_CONFIRMED = "_ultjobs_cancel_confirmed"
+#: The posted fields the cancel form carries over, so its answer selects the same jobs.
+CARRIED = ("action", "index", "select_across", admin.helpers.ACTION_CHECKBOX_NAME, FROM_DETAIL)
+
+
 @admin.action(permissions=["change"],
               description=_("Cancel selected jobs (queued now, running at their next heartbeat)"))
 def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
                     queryset: QuerySet[Job]) -> HttpResponse | None:
-    """Cancel the selected queued/waiting jobs now; ask the running ones to stop."""
-    result = cancel_jobs(queryset, using=jobs_database(), by=actor(request))
+    """Ask why, then cancel the selected queued/waiting jobs now and ask running ones to stop."""
+    form = CancelReasonForm(request.POST if request.POST.get(CANCEL_CONFIRMED) else None)
+    if not form.is_valid():
+        return _ask_for_reason(modeladmin, request, form)
+    reason = form.cleaned_data["reason"]
+    result = cancel_jobs(queryset, using=jobs_database(), reason=reason, by=actor(request))
     _log(request, result.cancelled_ids,
-         gettext("Cancelled from the admin before it ran (it was queued or waiting)."))
+         gettext("Cancelled from the admin before it ran (it was queued or waiting): "
+                 "%(reason)s") % {"reason": reason})
     _log(request, result.requested_ids,
          gettext("Cancel requested from the admin while running: its worker cancels the run at "
-                 "its next heartbeat."))
+                 "its next heartbeat: %(reason)s") % {"reason": reason})
     done = []
     if result.cancelled:
         done.append(ngettext("Cancelled %(count)d job that had not started.",
@@ -276,6 +303,26 @@ def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
     _report(modeladmin, request, done, skipped, gettext("Nothing was cancelled."),
             gettext("only queued, waiting or running jobs can be cancelled, a running one once"))
     return _back_to_detail(request)
+
+
+def _ask_for_reason(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                    form: CancelReasonForm) -> TemplateResponse:
+    """The page between the action and the cancel: the selected jobs, and a reason to give."""
+    carried = [(key, value) for key in CARRIED for value in request.POST.getlist(key)]
+    selected = request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": gettext("Why cancel these jobs?"),
+        "opts": modeladmin.model._meta,
+        "form": form,
+        "carried": carried,
+        "confirmed": CANCEL_CONFIRMED,
+        "every_match": request.POST.get("select_across") == "1",
+        "selected_count": len(selected),
+        "selected_ids": selected[:20],
+        "action_url": request.get_full_path(),
+    }
+    return TemplateResponse(request, "admin/django_ultjobs/cancel_reason.html", context)
 
 
 @admin.action(permissions=["change"],
@@ -383,12 +430,14 @@ class JobAdmin(JobListMixin, JobsAdmin):
     offers_charts = True
     readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
                        "kwargs_display", "result_display", "last_error_display", "claimed",
-                       "visible", "created", "updated", "finished", "outcome", "unique_key")
+                       "visible", "created", "updated", "finished", "outcome", "unique_key",
+                       "expires")
     claimed = stamp_field("claimed_at", _("claimed"))
     visible = stamp_field("visible_at", _("visible at (the lease clock)"))
     created = stamp_field("created_at", _("enqueued"))
     updated = stamp_field("updated_at", _("updated"))
     finished = stamp_field("finished_at", _("finished"))
+    expires = stamp_field("expires_at", _("expires unless started"))
 
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
         """Lay out a job's page with what an operator looks for first: state, outcome, error.
@@ -403,7 +452,8 @@ class JobAdmin(JobListMixin, JobsAdmin):
             state.insert(2, "last_error_display")
         lease = ("worker", "claimed", "lease", "visible", "wait_event") if live else \
             ("worker", "claimed", "finished")
-        call = ["args_display", "kwargs_display", "priority", "cancel_requested"]
+        call = ["args_display", "kwargs_display", "priority", "timeout", "expires",
+                "cancel_requested", "cancel_reason"]
         if obj is not None and obj.unique_key:
             # The key it holds (rule 66): why an enqueue returned this job instead of a new one.
             call.append("unique_key")
@@ -465,14 +515,49 @@ class JobAdmin(JobListMixin, JobsAdmin):
             return ngettext("failed after %(count)d attempt: no retry left",
                             "failed after %(count)d attempts: no retry left",
                             obj.attempt) % {"count": obj.attempt}
+        if is_expired(obj):
+            return gettext("expired: not started by %(when)s, never run") % {
+                "when": stamp(obj.expires_at)}
+        if obj.status == JobStatus.CANCELLED and obj.cancel_requested:
+            if obj.cancel_reason:
+                return gettext("cancelled on request: %(reason)s") % {
+                    "reason": obj.cancel_reason}
+            return gettext("cancelled on request")
         if obj.status == JobStatus.CANCELLED:
-            return gettext("cancelled on request") if obj.cancel_requested else gettext("cancelled")
+            return gettext("cancelled")
+        overrunning = overrunning_on(obj)
+        if overrunning:
+            return overrunning
         return lease_text(obj)
 
     @admin.display(description=_("last error"))
     def last_error_display(self, obj: Job) -> SafeString | str:
         """The exception line of the last error, the traceback expandable."""
         return error_block(obj.last_error)
+
+
+def is_expired(job: Job) -> bool:
+    """Whether ``job`` ended by its expiry (rule 58): cancelled with no cancel requested, and an
+    expiry set. Read from the row, so the list shows it without reading attempts."""
+    return (job.status == JobStatus.CANCELLED and not job.cancel_requested
+            and job.expires_at is not None)
+
+
+def overrunning_on(job: Job) -> SafeString | str:
+    """For a running job whose body ignores its timeout (rule 56): which worker, which thread.
+    Read from the rows of the live workers (one small query, on a job's page only)."""
+    if job.status != JobStatus.RUNNING or job.timeout is None or not job.worker_id:
+        return ""
+    listed = (Worker.objects.using(jobs_database()).filter(id=job.worker_id, stopped_at=None)
+              .values_list("overrunning", flat=True).first())
+    for entry in listed if isinstance(listed, list) else ():
+        if isinstance(entry, dict) and entry.get("job_id") == job.pk:
+            return format_html(
+                '<span class="ultjobs-flag">{}</span>',
+                gettext("overrunning: still running past its %(timeout)s s timeout on thread "
+                        "%(thread)s; its body ignores the cancellation") % {
+                    "timeout": f"{job.timeout:g}", "thread": entry.get("thread", "?")})
+    return ""
 
 
 def _json_column(job: Job, field: str) -> SafeString | str:

@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from ..conf import get_settings
 from ..models import Worker
 from .base import JobsAdmin
-from .display import EMPTY, ago, duration, seconds_between
+from .display import EMPTY, ago, duration, job_link, seconds_between
 from .filters import WorkerSeenFilter
 
 
@@ -24,15 +24,15 @@ class WorkerAdmin(JobsAdmin):
     """Recently seen workers: id, host, pid, threads, queues, last heartbeat, runs in flight."""
 
     list_display = ("id", "hostname", "pid", "threads", "queue_list", "started",
-                    "last_heartbeat", "runs_in_flight", "state")
+                    "last_heartbeat", "runs_in_flight", "overrunning_runs", "state")
     list_filter = (WorkerSeenFilter,)
     ordering = ("-last_seen_at",)
     search_fields = ("id", "hostname")
     fields = ("state", "id", "hostname", "pid", "threads", "queue_list", "timings",
               "started_at", "started", "last_seen_at", "last_heartbeat", "runs_in_flight",
-              "stopped_at")
+              "overrunning_runs", "stopped_at")
     readonly_fields = ("queue_list", "timings", "started", "last_heartbeat", "runs_in_flight",
-                       "state")
+                       "overrunning_runs", "state")
 
     @admin.display(description=_("queues"))
     def queue_list(self, obj: Worker) -> str:
@@ -57,6 +57,12 @@ class WorkerAdmin(JobsAdmin):
         url = reverse("admin:django_ultjobs_inflightjob_changelist")
         return format_html('<a href="{}?{}">{}</a>', url,
                            urlencode({"worker_id__exact": obj.id}), obj.in_flight)
+
+    @admin.display(description=_("overrunning"))
+    def overrunning_runs(self, obj: Worker) -> SafeString | str:
+        """Runs still executing past their timeout, their bodies ignoring the cancellation
+        (rule 56): each job linked, with the thread running it."""
+        return overrunning_text(obj.overrunning)
 
     @admin.display(description=_("lease timings"))
     def timings(self, obj: Worker) -> str:
@@ -105,3 +111,19 @@ def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
             "duration": duration(silent), "interval": every(interval)}
         return format_html('{} <span class="ultjobs-flag">{}</span>', gettext("running"), late)
     return gettext("running")
+
+
+def overrunning_text(entries: object) -> SafeString | str:
+    """``job 12 (send_report) on ultjobs-exec-3, past its 30 s timeout``, one per run."""
+    if not isinstance(entries, list) or not entries:
+        return EMPTY
+    parts = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        parts.append(format_html(
+            '<span class="ultjobs-flag">{}</span>',
+            format_html(gettext("{} ({}) on {}, past its {} timeout"),
+                        job_link(entry.get("job_id")), entry.get("job", "?"),
+                        entry.get("thread", "?"), every(float(entry.get("timeout") or 0)))))
+    return format_html_join(SafeString("<br>"), "{}", ((p,) for p in parts)) if parts else EMPTY

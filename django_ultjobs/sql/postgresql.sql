@@ -6,7 +6,8 @@
 -- The columns an enqueue writes, in the order of the values enqueue and enqueue_one give them.
 (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
  claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
- last_error, wait_event, wait_after, created_at, updated_at, concurrency_key)
+ last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, timeout,
+ expires_at)
 
 -- fragment: runnable
 -- A row a claim may take: queued and due, running with its lease lapsed (a re-delivery), or
@@ -38,6 +39,7 @@ FROM chosen
 WHERE j.id = chosen.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
           j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
+          j.timeout, j.expires_at, j.cancel_reason,
           chosen.prev_status, chosen.prev_worker,
           CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
 
@@ -63,23 +65,26 @@ WITH ins AS (
     SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
            COALESCE(j.run_at, {now_plus(j.delay)}),
            NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now},
-           j.concurrency_key
+           j.concurrency_key, j.timeout,
+           CASE WHEN j.expires_in IS NOT NULL THEN {now_plus(j.expires_in)} END
     FROM ROWS FROM (
             jsonb_to_recordset(%(jobs)s::jsonb)
             AS (name text, queue text, priority int, args jsonb, kwargs jsonb,
                 max_attempts int, delay float8, run_at timestamptz, traceparent text,
-                tracestate text, enqueued_by text, concurrency_key text)
+                tracestate text, enqueued_by text, concurrency_key text, timeout float8,
+                expires_in float8)
         ) WITH ORDINALITY
         AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
-             tracestate, enqueued_by, concurrency_key, ord)
+             tracestate, enqueued_by, concurrency_key, timeout, expires_in, ord)
     ORDER BY j.ord
-    RETURNING id, visible_at, created_at, queue
+    RETURNING id, visible_at, created_at, queue, expires_at
 ),
 notified AS (
     SELECT count(pg_notify('django_ultjobs', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM ins WHERE visible_at <= {now}) AS q
 )
-SELECT ins.id, ins.visible_at, ins.created_at FROM ins CROSS JOIN notified ORDER BY ins.id;
+SELECT ins.id, ins.visible_at, ins.created_at, ins.expires_at
+FROM ins CROSS JOIN notified ORDER BY ins.id;
 
 -- name: enqueue_one
 -- One job, one plain INSERT: enqueue() is usually one call inside a view's transaction, and the
@@ -91,10 +96,13 @@ WITH ins AS (
             %(kwargs)s::jsonb, 'queued', 0, %(max_attempts)s::int,
             COALESCE(%(run_at)s::timestamptz, {now_plus(%(delay)s::float8)}),
             NULL, '', false, %(traceparent)s::text, %(tracestate)s::text,
-            %(enqueued_by)s::text, '', '', 0, {now}, {now}, %(concurrency_key)s::text)
-    RETURNING id, visible_at, created_at, queue
+            %(enqueued_by)s::text, '', '', 0, {now}, {now}, %(concurrency_key)s::text,
+            %(timeout)s::float8,
+            CASE WHEN %(expires_in)s::float8 IS NOT NULL
+                 THEN {now_plus(%(expires_in)s::float8)} END)
+    RETURNING id, visible_at, created_at, queue, expires_at
 )
-SELECT ins.id, ins.visible_at, ins.created_at,
+SELECT ins.id, ins.visible_at, ins.created_at, ins.expires_at,
        CASE WHEN ins.visible_at <= {now} THEN pg_notify('django_ultjobs', ins.queue)::text END
 FROM ins;
 
@@ -114,11 +122,12 @@ WITH j AS (
             jsonb_to_recordset(%(jobs)s::jsonb)
             AS (name text, queue text, priority int, args jsonb, kwargs jsonb,
                 max_attempts int, delay float8, run_at timestamptz, traceparent text,
-                tracestate text, enqueued_by text, concurrency_key text, unique_key text,
-                unique_for float8)
+                tracestate text, enqueued_by text, concurrency_key text, timeout float8,
+                expires_in float8, unique_key text, unique_for float8)
         ) WITH ORDINALITY
         AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
-             tracestate, enqueued_by, concurrency_key, unique_key, unique_for, ord)
+             tracestate, enqueued_by, concurrency_key, timeout, expires_in, unique_key,
+             unique_for, ord)
 ),
 {fragment:unique_insert}
 
@@ -132,8 +141,8 @@ WITH j AS (
            %(max_attempts)s::int AS max_attempts, %(delay)s::float8 AS delay,
            %(run_at)s::timestamptz AS run_at, %(traceparent)s::text AS traceparent,
            %(tracestate)s::text AS tracestate, %(enqueued_by)s::text AS enqueued_by,
-           %(concurrency_key)s::text AS concurrency_key,
-           %(unique_key)s::text AS unique_key, %(unique_for)s::float8 AS unique_for,
+           %(concurrency_key)s::text AS concurrency_key, %(timeout)s::float8 AS timeout,
+           %(expires_in)s::float8 AS expires_in, %(unique_key)s::text AS unique_key, %(unique_for)s::float8 AS unique_for,
            1 AS ord
 ),
 {fragment:unique_insert}
@@ -167,22 +176,24 @@ ins AS (
         (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
          claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
          last_error, wait_event, wait_after, created_at, updated_at, concurrency_key,
-         unique_key, unique_for)
+         timeout, expires_at, unique_key, unique_for)
     SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
            COALESCE(j.run_at, {now_plus(j.delay)}),
            NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now},
-           COALESCE(j.concurrency_key, ''), j.unique_key, COALESCE(j.unique_for, 0)
+           COALESCE(j.concurrency_key, ''), j.timeout,
+           CASE WHEN j.expires_in IS NOT NULL THEN {now_plus(j.expires_in)} END,
+           j.unique_key, COALESCE(j.unique_for, 0)
     FROM j
     WHERE (SELECT count(*) FROM released) >= 0
     ORDER BY j.ord
     ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING id, visible_at, created_at, queue, name, unique_key
+    RETURNING id, visible_at, created_at, queue, name, unique_key, expires_at
 ),
 notified AS (
     SELECT count(pg_notify('django_ultjobs', q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM ins WHERE visible_at <= {now}) AS q
 )
-SELECT ins.id, ins.visible_at, ins.created_at, ins.name, ins.unique_key
+SELECT ins.id, ins.visible_at, ins.created_at, ins.name, ins.unique_key, ins.expires_at
 FROM ins CROSS JOIN notified ORDER BY ins.id
 
 -- name: unique_holder
@@ -682,7 +693,19 @@ WHERE id = %(id)s::text;
 
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.
-UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = %(id)s::text;
+-- A stopped worker runs nothing: its overrunning bodies (rule 56) ended with its process.
+UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0, overrunning = NULL
+WHERE id = %(id)s::text;
+
+-- name: cancel_reasons
+-- The reasons of the cancel requests a heartbeat just found (rule 59). Read only then, so the
+-- heartbeat of every tick returns no more than it did.
+SELECT id, cancel_reason FROM django_ultjobs_job WHERE id = ANY (%(ids)s::bigint[]);
+
+-- name: worker_overrunning
+-- Record the runs of this worker still executing past their timeout (rule 56), for the admin.
+-- Written only when that list changes, not on every tick.
+UPDATE django_ultjobs_worker SET overrunning = %(overrunning)s::jsonb WHERE id = %(id)s::text;
 
 -- name: schedule_sync
 -- Register the periodic jobs this worker knows (what they run on, for the admin) and read each

@@ -26,7 +26,8 @@ LIMIT :limit
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-     last_error, wait_event, wait_after, created_at, updated_at, concurrency_key)
+     last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, timeout,
+     expires_at)
 SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.priority'), json_extract(value, '$.args'),
        json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
@@ -36,11 +37,14 @@ SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
                 {now_plus(json_extract(value, '$.delay'))}),
        NULL, '', 0, json_extract(value, '$.traceparent'), json_extract(value, '$.tracestate'),
        json_extract(value, '$.enqueued_by'), '', '', 0, {now}, {now},
-       json_extract(value, '$.concurrency_key')
+       json_extract(value, '$.concurrency_key'), json_extract(value, '$.timeout'),
+       -- CASE, not NULL in the arithmetic: printf() reads a NULL as 0 seconds.
+       CASE WHEN json_extract(value, '$.expires_in') IS NOT NULL
+            THEN {now_plus(json_extract(value, '$.expires_in'))} END
 FROM json_each(:jobs)
 WHERE true
 ORDER BY key
-RETURNING id, visible_at, created_at;
+RETURNING id, visible_at, created_at, expires_at;
 
 -- name: enqueue_unique
 -- Insert jobs that hold unique keys (and any others of the same batch) in array order, each
@@ -51,8 +55,8 @@ RETURNING id, visible_at, created_at;
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-     last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, unique_key,
-     unique_for)
+     last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, timeout,
+     expires_at, unique_key, unique_for)
 SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.priority'), json_extract(value, '$.args'),
        json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
@@ -60,13 +64,15 @@ SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
                 {now_plus(json_extract(value, '$.delay'))}),
        NULL, '', 0, json_extract(value, '$.traceparent'), json_extract(value, '$.tracestate'),
        json_extract(value, '$.enqueued_by'), '', '', 0, {now}, {now},
-       COALESCE(json_extract(value, '$.concurrency_key'), ''),
+       COALESCE(json_extract(value, '$.concurrency_key'), ''), json_extract(value, '$.timeout'),
+       CASE WHEN json_extract(value, '$.expires_in') IS NOT NULL
+            THEN {now_plus(json_extract(value, '$.expires_in'))} END,
        json_extract(value, '$.unique_key'), COALESCE(json_extract(value, '$.unique_for'), 0)
 FROM json_each(:jobs)
 WHERE true
 ORDER BY key
 ON CONFLICT (name, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-RETURNING id, visible_at, created_at, name, unique_key;
+RETURNING id, visible_at, created_at, name, unique_key, expires_at;
 
 -- name: unique_release
 -- Take the keys of :keys ([[name, key], ...]) from the rows holding them that have expired:
@@ -156,7 +162,8 @@ SET status = 'running',
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND {fragment:runnable}
 RETURNING id, name, queue, priority, CAST(args AS BLOB), CAST(kwargs AS BLOB), attempt,
-          max_attempts, traceparent, tracestate, enqueued_by, cancel_requested, claimed_at;
+          max_attempts, traceparent, tracestate, enqueued_by, cancel_requested, claimed_at,
+          timeout, expires_at, cancel_reason;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds, fenced on each run's claim token. A run missing
@@ -471,7 +478,19 @@ WHERE id = :id;
 
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.
-UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = :id;
+-- A stopped worker runs nothing: its overrunning bodies (rule 56) ended with its process.
+UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0, overrunning = NULL
+WHERE id = :id;
+
+-- name: cancel_reasons
+-- The reasons of the cancel requests a heartbeat just found (rule 59). Read only then, so the
+-- heartbeat of every tick returns no more than it did.
+SELECT id, cancel_reason FROM django_ultjobs_job WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: worker_overrunning
+-- Record the runs of this worker still executing past their timeout (rule 56), for the admin.
+-- Written only when that list changes, not on every tick.
+UPDATE django_ultjobs_worker SET overrunning = :overrunning WHERE id = :id;
 
 -- name: schedule_sync
 -- Register the periodic jobs this worker knows (what they run on, for the admin) and read each

@@ -183,7 +183,8 @@ class JobStore(SlotStore):
             rows = cur.fetchall()
         rows.sort(key=lambda row: row[0])
         return [
-            EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]), created_at=self.parse_time(r[2]))
+            EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]), created_at=self.parse_time(r[2]),
+                        expires_at=None if r[3] is None else self.parse_time(r[3]))
             for r in rows
         ]
 
@@ -204,12 +205,13 @@ class JobStore(SlotStore):
         for i, r in zip(order, matched, strict=True):
             if r is not None:
                 out[i] = EnqueuedJob(id=r[0], visible_at=self.parse_time(r[1]),
-                                     created_at=self.parse_time(r[2]))
+                                     created_at=self.parse_time(r[2]),
+                                     expires_at=None if r[5] is None else self.parse_time(r[5]))
         return out
 
     def _insert_unique(self, sent: Sequence[NewJob]) -> list[Any]:
         """Run ``enqueue_unique`` for ``sent`` in that order: the rows it inserted (id,
-        visible_at, created_at, name, unique_key)."""
+        visible_at, created_at, name, unique_key, expires_at)."""
         payload = json.dumps([self._unique_row(job) for job in sent], separators=(",", ":"))
         with self.cursor() as cur:
             cur.execute(self.sql["enqueue_unique"], {"jobs": payload, "now": self.now_param()})
@@ -264,9 +266,10 @@ class JobStore(SlotStore):
 
         Each row starts with the columns both engines' claim queries return, in this order: id,
         name, queue, priority, args, kwargs, attempt, max_attempts, traceparent, tracestate,
-        enqueued_by, cancel_requested, claimed_at. ``previous[i]`` is what ``rows[i]`` was just
-        before the claim; ``token`` the claim's token in its canonical text form;
-        ``slot_keys`` the slot key of each run of a kind capped per key, by job id.
+        enqueued_by, cancel_requested, claimed_at, timeout, expires_at, cancel_reason.
+        ``previous[i]`` is what ``rows[i]`` was just before the claim; ``token`` the claim's
+        token in its canonical text form; ``slot_keys`` the slot key of each run of a kind
+        capped per key, by job id.
         """
         batch = ClaimBatch(others_left=others_left)
         decoded = decode_arguments(rows, 4)
@@ -278,6 +281,8 @@ class JobStore(SlotStore):
                 undecodable=undecodable, attempt=r[6], max_attempts=r[7], token=token,
                 traceparent=r[8] or "", tracestate=r[9] or "", enqueued_by=r[10] or "",
                 cancel_requested=bool(r[11]), claimed_at=self.parse_time(r[12]),
+                timeout=r[13], expires_at=None if r[14] is None else self.parse_time(r[14]),
+                cancel_reason=r[15] or "",
                 redelivered_from=prev_worker if redelivered else None,
                 previous_claimed_at=(self.parse_time(prev_claimed_at)
                                      if redelivered and prev_claimed_at else None),
@@ -378,6 +383,15 @@ class JobStore(SlotStore):
                                     expired=bool(row[3]))
                 for row in rows}
 
+    def cancel_reasons(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The reason of each of ``job_ids``' cancel requests (rule 59), "" where none was
+        given; read only when a heartbeat reports a cancel request."""
+        if not job_ids:
+            return {}
+        with self.cursor() as cur:
+            cur.execute(self.sql["cancel_reasons"], {"ids": self.ids_param(job_ids)})
+            return {row[0]: row[1] or "" for row in cur.fetchall()}
+
     @staticmethod
     def ids_param(ids: Sequence[int]) -> Any:
         """Job ids in this engine's parameter form (an array; SQLite: JSON)."""
@@ -463,6 +477,12 @@ class JobStore(SlotStore):
             cur.execute(self.sql["worker_jobs"], {"id": worker_id,
                                                   "jobs": json.dumps(sorted(jobs))})
 
+    def worker_overrunning(self, worker_id: str, runs: Sequence[Mapping[str, Any]]) -> None:
+        """Record the runs of this worker still executing past their timeout (rule 56)."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["worker_overrunning"], {
+                "id": worker_id, "overrunning": json.dumps(list(runs), default=str)})
+
     def worker_touch(self, worker_id: str, in_flight: int) -> None:
         """Keep this worker's row fresh."""
         with self.cursor() as cur:
@@ -514,6 +534,8 @@ class JobStore(SlotStore):
             "tracestate": job.tracestate,
             "enqueued_by": job.enqueued_by,
             "concurrency_key": job.concurrency_key,
+            "timeout": job.timeout,
+            "expires_in": job.expires_in,
         }
 
     def _json_time(self, value: datetime) -> str:

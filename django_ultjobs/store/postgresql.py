@@ -76,7 +76,7 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             cur.execute(self.sql["enqueue_one"], params)
             r = cur.fetchone()
-        return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2])]
+        return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2], expires_at=r[3])]
 
     def _insert_unique(self, sent: Sequence[NewJob]) -> list[Any]:
         # One job: its values as parameters, not a JSON array (performance.md, item 45).
@@ -190,11 +190,12 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()
-        # Columns 13-15: what the row was before (claim_update); 16: others_left; 17 (with
-        # caps): the slot key of a run capped per key.
-        slot_keys = {r[0]: r[17] for r in rows if caps and r[17] is not None}
-        return self.claimed_batch(rows, [r[13:16] for r in rows], str(token),
-                                  others_left=bool(rows) and bool(rows[0][16]),
+        # Columns 13-15: the run's timeout, expiry and cancel reason; 16-18: what the row was
+        # before (claim_update); 19: others_left; 20 (with caps): the slot key of a run capped
+        # per key.
+        slot_keys = {r[0]: r[20] for r in rows if caps and r[20] is not None}
+        return self.claimed_batch(rows, [r[16:19] for r in rows], str(token),
+                                  others_left=bool(rows) and bool(rows[0][19]),
                                   slot_keys=slot_keys)
 
     @staticmethod

@@ -30,6 +30,10 @@ class NewJob:
     #: or None: ``enqueue_unique`` inserts it only where no row holds the key (rules 65-67).
     unique_key: str | None = None
     unique_for: float = 0.0
+    #: Seconds a run may execute (rule 55), and after how long an unstarted job expires
+    #: (rule 58); None: no limit.
+    timeout: float | None = None
+    expires_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,8 @@ class EnqueuedJob:
     id: int
     visible_at: datetime
     created_at: datetime
+    #: The enqueue's clock plus ``expires_in``, or None.
+    expires_at: datetime | None = None
 
 
 # The two records made once per job on the worker's hot path are slotted but not frozen: a frozen
@@ -72,6 +78,12 @@ class ClaimedJob:
     undecodable: str | None = None
     #: The key of the slot its run takes when its kind is capped per key (rule 50), else None.
     slot_key: str | None = None
+    #: The run's timeout in seconds (rule 55), None for none; the row's, set at enqueue.
+    timeout: float | None = None
+    #: When the job expires unless started (rule 58), on the database's clock; or None.
+    expires_at: datetime | None = None
+    #: The reason a cancel request gave (rule 59), "" for none.
+    cancel_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

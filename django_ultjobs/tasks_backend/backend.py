@@ -88,6 +88,7 @@ class UltJobsBackend(BaseTaskBackend):
         max_attempts = getattr(task, "max_attempts", None)
         backoff = getattr(task, "backoff", None)
         max_backoff = getattr(task, "max_backoff", None)
+        retry_on = getattr(task, "retry_on", None)
         return JobSpec(
             func=TaskRunner(task),
             name=task.module_path,
@@ -101,6 +102,9 @@ class UltJobsBackend(BaseTaskBackend):
             max_backoff=3600.0 if max_backoff is None else max_backoff,
             unique=bool(getattr(task, "unique", None)),
             unique_for=getattr(task, "unique_for", None) or 0.0,
+            timeout=getattr(task, "timeout", None),
+            retry_on=(Exception,) if retry_on is None else retry_on,
+            expires_in=getattr(task, "expires_in", None),
         )
 
     def validate_task(self, task: Task) -> None:

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..exceptions import CancelRequestedError, LeaseLostError, UltJobsError
+from ..exceptions import (
+    CancelRequestedError,
+    JobExpiredError,
+    JobTimeoutError,
+    LeaseLostError,
+    UltJobsError,
+)
 from .compat import Task, TaskError, TaskResult, TaskResultStatus
 
 if TYPE_CHECKING:
@@ -30,7 +36,8 @@ STATUS_MAP: dict[str, TaskResultStatus] = {
 
 #: Attempt outcomes that are errors of the task. Not: slot_lost, interrupted and suspended,
 #: which hand the job back without burning the attempt (nothing failed).
-ERROR_OUTCOMES = frozenset({"retrying", "failed", "cancelled", "lease_lost"})
+ERROR_OUTCOMES = frozenset({"retrying", "failed", "cancelled", "lease_lost", "timed_out",
+                            "non_retryable", "not_retried"})
 
 
 class Attempt(NamedTuple):
@@ -94,7 +101,12 @@ def from_job(job: Job, attempts: list[Attempt], *, task: Task, backend: str) -> 
         current = Attempt(job.attempt, job.worker_id, job.claimed_at, "", "")
     done = history(attempts, job.attempt, current)
     errors = list(done.errors)
-    if job.status == "cancelled" and not any(r.outcome == "cancelled" for r in attempts):
+    if job.status == "cancelled" and any(r.outcome == "expired" for r in attempts):
+        # Expired before it started (rule 58): never run, so no attempt counted, and the
+        # error says so by its class.
+        errors.append(TaskError(exception_class_path=_path(JobExpiredError),
+                                traceback=job.last_error or "expired before it ran"))
+    elif job.status == "cancelled" and not any(r.outcome == "cancelled" for r in attempts):
         # Cancelled while queued: no run, so no attempt row to show it.
         errors.append(TaskError(exception_class_path=_path(CancelRequestedError),
                                 traceback=job.last_error or "cancelled before it ran"))
@@ -131,8 +143,8 @@ def task_error(outcome: str, error: str) -> TaskError:
     """
     path = exception_class_path(error)
     if path is None:
-        path = _path({"cancelled": CancelRequestedError,
-                      "lease_lost": LeaseLostError}.get(outcome, UltJobsError))
+        path = _path({"cancelled": CancelRequestedError, "lease_lost": LeaseLostError,
+                      "timed_out": JobTimeoutError}.get(outcome, UltJobsError))
     return TaskError(exception_class_path=path, traceback=error)
 
 

@@ -9,6 +9,7 @@ an async function to completion), then send ``task_finished`` once the task has 
 
 from __future__ import annotations
 
+import sys
 import traceback
 from typing import Any
 
@@ -17,7 +18,13 @@ from django.utils import timezone
 from .. import jsonargs
 from ..conf import jobs_database
 from ..context import JobContext
-from ..exceptions import JobSlotLostError, LeaseLostError, WorkerShutdownError
+from ..exceptions import (
+    JobSlotLostError,
+    JobTimeoutError,
+    LeaseLostError,
+    NonRetryable,
+    WorkerShutdownError,
+)
 from ..models import Job
 from ..steps import Suspend
 from .compat import (
@@ -72,7 +79,7 @@ class TaskRunner:
             # A durable wait (context.job.sleep / wait_for_event): the task resumes later.
             raise
         except BaseException as exc:
-            if _ends_task(ctx):
+            if _ends_task(ctx, getattr(task, "retry_on", None) or (Exception,)):
                 object.__setattr__(result, "finished_at", timezone.now())
                 result.errors.append(TaskError(
                     exception_class_path=_path(type(exc)),
@@ -122,16 +129,22 @@ def _running_result(task: Task, ctx: JobContext, args: list[Any], kwargs: dict[s
     )
 
 
-def _ends_task(ctx: JobContext) -> bool:
+def _ends_task(ctx: JobContext, retry_on: tuple[type[BaseException], ...]) -> bool:
     """Whether the exception ending this run makes the task FAILED (no retry, no hand-back).
 
     Mirrors the worker's executor: a run cancelled by a lost slot, a lost lease or a shutdown
-    goes back to the queue; a cancel request ends the task; any other exception is retried
-    while attempts remain.
+    goes back to the queue; a cancel request, ``NonRetryable`` and an exception outside the
+    task's ``retry_on`` end the task; a timeout and any other exception are retried while
+    attempts remain.
     """
-    reason = ctx.cancel_reason
+    reason = ctx.cancellation
+    if isinstance(reason, JobTimeoutError):
+        return ctx.attempt >= ctx.max_attempts or not isinstance(reason, retry_on)
     if reason is not None:
         return not isinstance(reason, _HANDED_BACK)
+    raised = sys.exception()
+    if isinstance(raised, NonRetryable) or not isinstance(raised, retry_on):
+        return True
     return ctx.attempt >= ctx.max_attempts
 
 

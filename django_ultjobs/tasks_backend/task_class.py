@@ -39,6 +39,12 @@ class UltJobsTask(Task):
     #: returns that run's result instead of queueing another. None: not unique.
     unique: bool | None = None
     unique_for: float | None = None
+    #: Seconds a run may take before it is cancelled as timed out (rule 55); None: no limit.
+    timeout: float | None = None
+    #: Only these exceptions are retried (rule 57); None: every ``Exception``.
+    retry_on: tuple[type[BaseException], ...] | None = None
+    #: Seconds after the enqueue past which an unstarted task never runs (rule 58).
+    expires_in: float | None = None
 
     def job_spec(self) -> JobSpec:
         """Return the job spec a worker runs this task as.
@@ -78,6 +84,9 @@ def task(
     max_backoff: float | None = None,
     unique: bool | None = None,
     unique_for: float | None = None,
+    timeout: float | None = None,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+    expires_in: float | None = None,
     **kwargs: Any,
 ) -> Any:
     """Define a task as ``django.tasks.task`` does, with django_ultjobs' options typed.
@@ -90,7 +99,9 @@ def task(
         name: value
         for name, value in (("max_attempts", max_attempts), ("concurrency", concurrency),
                             ("backoff", backoff), ("max_backoff", max_backoff),
-                            ("unique", unique), ("unique_for", unique_for))
+                            ("unique", unique), ("unique_for", unique_for),
+                            ("timeout", timeout), ("retry_on", retry_on),
+                            ("expires_in", expires_in))
         if value is not None
     }
     if options and not compat.TASK_OPTIONS_SUPPORTED:

@@ -23,7 +23,9 @@ from ..exceptions import (
     JobCancelledError,
     JobResultTooLargeError,
     JobSlotLostError,
+    JobTimeoutError,
     LeaseLostError,
+    NonRetryable,
     WorkerShutdownError,
 )
 from ..logs import log_event
@@ -108,10 +110,14 @@ def settlement_before_run(run: Run, episode: ParkEpisode | None = None) -> Settl
     job = run.job
     if job.undecodable is not None:
         return _undecodable(run, job.undecodable)
+    if is_expired(job):
+        return _expired(run)
     if run.spec is None:
         return unknown_job_settlement(run, episode)
     if job.cancel_requested:
         error = "cancelled on request before this attempt started"
+        if job.cancel_reason:
+            error = f"{error}: {job.cancel_reason}"
         _unstarted_span(run, AttemptOutcome.CANCELLED, "job.cancelled",
                         {"job.cancel_cause": CancelRequestedError.cause, "message": error})
         return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=error)
@@ -124,6 +130,32 @@ def settlement_before_run(run: Run, episode: ParkEpisode | None = None) -> Settl
                         error=error)
         return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error)
     return None
+
+
+def is_expired(job: ClaimedJob) -> bool:
+    """Whether ``job`` reached a worker after its expiry before its body ever started (rule 58).
+
+    Both times are the database's (the claim's ``now`` and the enqueue's ``now + expires_in``).
+    Only a claim that would start the job's first run counts: a retry (attempt 2 on) or a
+    waiting job that woke has started already, and stopping it halfway is a cancel's job, not
+    an expiry's. A run handed back by a stopping worker gave its attempt back (``interrupted``),
+    so its next claim is a first run again and does expire."""
+    return (job.expires_at is not None and job.attempt == 1 and not job.woke
+            and job.claimed_at >= job.expires_at)
+
+
+def _expired(run: Run) -> Settlement:
+    """The settlement of a job claimed after its expiry: ``cancelled``, outcome ``expired``,
+    its body never run (rule 58)."""
+    job = run.job
+    error = (f"expired: not started by {job.expires_at.isoformat()} (its expires_in), so it "
+             "was never run")
+    log_event(logger, logging.INFO, "jobs.worker.expired", job_id=job.id, job=job.name,
+              expires_at=job.expires_at.isoformat())
+    _unstarted_span(run, AttemptOutcome.EXPIRED, "job.expired", {"message": error})
+    # Its attempt is given back: the body never ran (a TaskResult counts 0 attempts).
+    return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.EXPIRED, attempt_delta=-1,
+                          error=error)
 
 
 def unknown_job_settlement(run: Run, episode: ParkEpisode | None) -> Settlement:
@@ -247,7 +279,15 @@ def failed_by_worker(run: Run, exc: BaseException) -> Settlement:
 def abandonment(run: Run, visibility_timeout: float) -> Settlement:
     """The settlement that hands back a job whose body ignored its cancellation on shutdown,
     after a visibility timeout, as if this worker had died: the body may still run until the
-    process exits."""
+    process exits.
+
+    A run that had timed out is settled as a timeout instead (rule 56), its attempt burned and
+    its retry after the visibility timeout at the earliest: handed back unburned, a body that
+    always overruns would come back for ever, and take a worker down each time under
+    ``--exit-on-overrun``."""
+    reason = run.scope.reason
+    if isinstance(reason, JobTimeoutError):
+        return timed_out_settlement(run, reason, at_least=visibility_timeout)
     return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.INTERRUPTED, attempt_delta=-1,
                           delay=visibility_timeout,
                           error="the worker stopped while the body ignored its cancellation; "
@@ -315,11 +355,12 @@ def _suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:
 def _success_settlement(run: Run, span: Span, result_json: str) -> Settlement:
     """The settlement of a body that returned ``result_json``."""
     reason = run.scope.reason
-    if isinstance(reason, JobSlotLostError):
-        # The body ignored the loss and finished: its result stands (the job succeeded), but
-        # the attempt is recorded as slot_lost so the admin shows the cap was not held.
-        span.set_attribute("job.outcome", AttemptOutcome.SLOT_LOST)
-        return settlement_for(run, JobStatus.SUCCEEDED, AttemptOutcome.SLOT_LOST,
+    if isinstance(reason, JobSlotLostError | JobTimeoutError):
+        # The body ignored the cancellation and finished: its result stands (the job
+        # succeeded), but the attempt is recorded as slot_lost or timed_out so the admin shows
+        # the cap, or the timeout, was not held. Running it again would repeat what it did.
+        span.set_attribute("job.outcome", reason.cause)
+        return settlement_for(run, JobStatus.SUCCEEDED, reason.cause,
                               result_json=result_json,
                               error=f"{reason}; the body finished anyway and its result was kept")
     span.set_attribute("job.outcome", AttemptOutcome.SUCCEEDED)
@@ -357,7 +398,8 @@ def _exception_settlement(run: Run, span: Span, exc: BaseException) -> Settlemen
     error = _trim("".join(traceback.format_exception(exc)))
     job, spec = run.job, run.spec
     assert spec is not None
-    if job.attempt < job.max_attempts:
+    refused = not_retried_outcome(spec.retry_on, exc)
+    if refused is None and job.attempt < job.max_attempts:
         delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
         span.set_attribute("job.outcome", AttemptOutcome.RETRYING)
         log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id, job=job.name,
@@ -365,14 +407,47 @@ def _exception_settlement(run: Run, span: Span, exc: BaseException) -> Settlemen
                   error=describe(exc))
         return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay,
                               error=error)
-    span.set_attribute("job.outcome", AttemptOutcome.FAILED)
-    return _failed(run, error)
+    outcome = refused or AttemptOutcome.FAILED
+    span.set_attribute("job.outcome", outcome)
+    return _failed(run, error, outcome)
 
 
-def _failed(run: Run, error: str) -> Settlement:
+def not_retried_outcome(retry_on: tuple[type[BaseException], ...], exc: BaseException
+                        ) -> str | None:
+    """The outcome of an exception the job's policy never retries, or None (rule 57).
+
+    ``NonRetryable`` fails the job at once whatever ``retry_on`` says: the body said so. Any
+    other exception outside ``retry_on`` (default ``(Exception,)``) is not retried either."""
+    if isinstance(exc, NonRetryable):
+        return AttemptOutcome.NON_RETRYABLE
+    if not isinstance(exc, retry_on):
+        return AttemptOutcome.NOT_RETRIED
+    return None
+
+
+def _failed(run: Run, error: str, outcome: str = AttemptOutcome.FAILED) -> Settlement:
     log_event(logger, logging.ERROR, "jobs.worker.failed", job_id=run.id, job=run.job.name,
-              attempt=run.job.attempt, error=error.strip().splitlines()[-1] if error else "")
-    return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=_trim(error))
+              attempt=run.job.attempt, outcome=outcome,
+              error=error.strip().splitlines()[-1] if error else "")
+    return settlement_for(run, JobStatus.FAILED, outcome, error=_trim(error))
+
+
+def timed_out_settlement(run: Run, reason: JobTimeoutError, *, at_least: float = 0.0
+                         ) -> Settlement:
+    """The settlement of a run cancelled by its timeout: outcome ``timed_out``, and the job's
+    retry policy (attempts, backoff, ``retry_on``) decides between a retry and ``failed``
+    (rule 55). ``at_least``: the soonest the retry may start (an abandoned body may still run)."""
+    job, spec = run.job, run.spec
+    if (spec is not None and job.attempt < job.max_attempts
+            and not_retried_outcome(spec.retry_on, reason) is None):
+        delay = max(backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff),
+                    at_least)
+        log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id, job=job.name,
+                  attempt=job.attempt, max_attempts=job.max_attempts, delay=round(delay, 3),
+                  outcome=AttemptOutcome.TIMED_OUT, error=str(reason))
+        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.TIMED_OUT, delay=delay,
+                              error=str(reason))
+    return _failed(run, str(reason), AttemptOutcome.TIMED_OUT)
 
 
 def _cancel_settlement(run: Run, reason: JobCancelledError) -> Settlement:
@@ -381,6 +456,8 @@ def _cancel_settlement(run: Run, reason: JobCancelledError) -> Settlement:
         # recorded, as slot_lost, so the admin can show it).
         return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.SLOT_LOST, attempt_delta=-1,
                               delay=0.0, error=str(reason))
+    if isinstance(reason, JobTimeoutError):
+        return timed_out_settlement(run, reason)
     if isinstance(reason, CancelRequestedError):
         return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED,
                               error=str(reason))

@@ -49,6 +49,9 @@ class WorkerOptions:
     database: str | None = None
     #: On PostgreSQL, LISTEN for enqueues so an idle worker claims at once (polling remains).
     listen: bool = True
+    #: Drain and exit ``EXIT_OVERRUN`` once a body ignores its timeout for ``cancel_wait``
+    #: seconds (rule 56): a supervisor then replaces the process, the only way to stop it.
+    exit_on_overrun: bool = False
     #: Enqueue the ticks of the periodic jobs this process knows (rule 60); ``--no-schedule``
     #: leaves it to the other workers. A ``burst`` worker never does.
     schedule: bool = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 from ..cancel import CancelScope
@@ -30,11 +31,33 @@ class Run:
     #: handed back on the schedule of a dead worker and the slot is left to lapse, because the
     #: body may still be running (rule 5 holds only if nobody else can start it meanwhile).
     abandoned: bool = False
+    #: When the body started (``time.monotonic()``) and on which thread: its timeout runs from
+    #: then (rule 55), and an overrunning body is reported by its thread (rule 56).
+    started_at: float | None = None
+    thread: str = ""
+    #: ``started_at`` + the run's timeout, or None: read by the ticker at every wake-up, so
+    #: worked out once (docs/performance.md, item 35).
+    deadline: float | None = None
     _settle_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def id(self) -> int:
         return self.job.id
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds the body may run (rule 55): the row's, else the job's declared one (a row
+        enqueued before the job declared it), else None."""
+        if self.job.timeout is not None:
+            return self.job.timeout
+        return self.spec.timeout if self.spec is not None else None
+
+    def mark_started(self) -> None:
+        """Note that the body starts now, on the calling thread."""
+        self.thread = threading.current_thread().name
+        self.started_at = time.monotonic()
+        timeout = self.timeout
+        self.deadline = None if timeout is None else self.started_at + timeout
 
     @property
     def key(self) -> tuple[int, str]:

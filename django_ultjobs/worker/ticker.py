@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import connections
 
 from ..exceptions import CancelRequestedError, LeaseLostError
 from ..logs import log_event
 from ..store import JobStore
+from .deadlines import Deadlines
 from .fleet_slots import FleetSlots
-from .runs import RunsInFlight
+from .runs import Run, RunsInFlight
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -24,9 +26,13 @@ class Ticker:
     """Heartbeat (rules 1-3), slot renewal (rules 6-8) and the worker row, every interval."""
 
     def __init__(self, *, store: JobStore, runs: RunsInFlight, slots: FleetSlots,
-                 worker_id: str, visibility_timeout: float, interval: float) -> None:
+                 worker_id: str, visibility_timeout: float, interval: float,
+                 deadlines: Deadlines | None = None) -> None:
         self.store = store
         self.runs = runs
+        #: Run timeouts (rules 55, 56), checked first at every tick: a slow heartbeat must not
+        #: hold a timeout back.
+        self.deadlines = deadlines
         self.slots = slots
         self.worker_id = worker_id
         self.visibility_timeout = visibility_timeout
@@ -43,15 +49,33 @@ class Ticker:
 
     def _loop(self) -> None:
         try:
-            while not self._stop.wait(self.interval):
-                self.tick()
+            next_tick = time.monotonic() + self.interval
+            while not self._stop.wait(self._wait(next_tick)):
+                if time.monotonic() >= next_tick:
+                    self.tick()
+                    next_tick = time.monotonic() + self.interval
+                elif self.deadlines is not None:
+                    self.deadlines.check(self.runs.snapshot())
         finally:
             # Every thread the worker starts closes its own connection (rule 13).
             connections.close_all()
 
+    def _wait(self, next_tick: float) -> float:
+        """Seconds until the next tick, or until the next timeout falls due before it: a run
+        is cancelled at its timeout, not up to a heartbeat interval later (rule 55). A run
+        that starts during the wait is seen at its end, within one interval."""
+        due = next_tick
+        if self.deadlines is not None:
+            deadline = self.deadlines.next_due(self.runs.snapshot())
+            if deadline is not None:
+                due = min(due, deadline)
+        return max(0.0, due - time.monotonic())
+
     def tick(self) -> None:
         """Renew every lease and slot once; public so tests can tick without waiting."""
         runs = self.runs.snapshot()
+        if self.deadlines is not None:
+            self.deadlines.check(runs)
         if runs:
             self._heartbeat(runs)
         # Every slot the worker holds: its runs' (one not under the ticker yet included) and the
@@ -73,15 +97,11 @@ class Ticker:
             log_event(logger, logging.WARNING, "jobs.worker.heartbeat-failed",
                       worker_id=self.worker_id, runs=len(runs), error=repr(exc))
             return
+        requested = [run for run in runs if alive.get(run.id) is True and not run.scope.cancelled]
+        if requested:
+            self._cancel_requested(requested)
         for run in runs:
-            cancel_requested = alive.get(run.id)
-            if cancel_requested is True:
-                if run.scope.cancel(CancelRequestedError(
-                        f"job {run.job.name!r} (id {run.id}) was cancelled on request")):
-                    log_event(logger, logging.INFO, "jobs.worker.cancel-requested",
-                              worker_id=self.worker_id, job_id=run.id)
-                continue
-            if cancel_requested is False:
+            if run.id in alive:
                 continue
             # Absent from the answer: an explicit "no" from the database. A run whose settle is
             # being written may simply have settled first — that is not a loss.
@@ -92,3 +112,23 @@ class Ticker:
                     "row now, or it no longer exists")):
                 log_event(logger, logging.ERROR, "jobs.worker.lease-lost",
                           worker_id=self.worker_id, job_id=run.id, attempt=run.job.attempt)
+
+    def _cancel_requested(self, runs: list[Run]) -> None:
+        """Cancel ``runs``, whose jobs were asked to stop, with the reason given (rule 59).
+
+        The reasons are read in one statement, only when some cancel was found: the heartbeat
+        of every other tick returns no more than the flag. A read that fails cancels the runs
+        all the same, with no reason: the request is what counts."""
+        try:
+            reasons = self.store.cancel_reasons([run.id for run in runs])
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.cancel-reason-failed",
+                      worker_id=self.worker_id, error=repr(exc))
+            reasons = {}
+        for run in runs:
+            reason = reasons.get(run.id, "")
+            if run.scope.cancel(CancelRequestedError(
+                    f"job {run.job.name!r} (id {run.id}) was cancelled on request",
+                    reason=reason)):
+                log_event(logger, logging.INFO, "jobs.worker.cancel-requested",
+                          worker_id=self.worker_id, job_id=run.id, reason=reason)

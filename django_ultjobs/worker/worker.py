@@ -24,6 +24,7 @@ from ..conf import get_settings
 from ..exceptions import (
     DatabaseUnavailableError,
     JobConfigurationError,
+    JobTimeoutError,
     LeaseLostError,
     WorkerShutdownError,
 )
@@ -33,6 +34,7 @@ from ..models import AttemptOutcome
 from ..registry import get_job, registered_jobs, registry_generation
 from ..store import ClaimBatch, ClaimedJob, Clock, JobStore, LostAttempt, ParkEpisode, get_store
 from .completer import Completer
+from .deadlines import Deadlines
 from .executor import (
     UNKNOWN_JOB_PREFIX,
     abandonment,
@@ -58,6 +60,9 @@ logger = logging.getLogger("django_ultjobs.worker")
 MAX_UNSETTLED = 1000
 #: ...and beyond this many bytes of their outcomes (results, errors) held in memory (rule 31).
 MAX_UNSETTLED_BYTES = 128 * 1024 * 1024
+#: The exit status of a worker stopped by ``--exit-on-overrun`` (rule 56): not 0, which a
+#: supervisor reads as "done", nor 1, which ``runjobworker`` uses for a mistake at start.
+EXIT_OVERRUN = 3
 #: Seconds between a starting worker's tries for its database: doubling from the first, at most
 #: the second (a database back from a restart is used within that long).
 START_BACKOFF_FIRST = 0.25
@@ -75,10 +80,13 @@ class WorkerProcess:
         self.runs = RunsInFlight()
         self.recycler = Recycler(options.max_jobs, options.max_memory)
         self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
+        self.deadlines = Deadlines(
+            store=self.store, worker_id=self.worker_id, grace=options.cancel_wait,
+            on_overrun=self._overran if options.exit_on_overrun else None)
         self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
                              worker_id=self.worker_id,
                              visibility_timeout=options.visibility_timeout,
-                             interval=options.heartbeat_interval)
+                             interval=options.heartbeat_interval, deadlines=self.deadlines)
         self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
         self.pool = ExecutorPool(options.threads, self._execute)
@@ -107,6 +115,8 @@ class WorkerProcess:
         #: settled is a loop that spins (an outage, a completer behind, capped kinds held).
         self.claims = 0
         self.started = threading.Event()
+        #: What ``run`` returns: 0, or ``EXIT_OVERRUN`` after ``--exit-on-overrun`` fired.
+        self.exit_code = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -133,7 +143,19 @@ class WorkerProcess:
             if restore is not None:
                 restore()
             connections.close_all()
-        return 0
+        return self.exit_code
+
+    def _overran(self) -> None:
+        """``--exit-on-overrun``: a body ignores its timeout, and only the process exit can stop
+        it (rule 56). Drain as on SIGTERM, then exit ``EXIT_OVERRUN`` so the supervisor starts a
+        fresh process. The other runs get the grace period; the overrunning one is settled as
+        timed out and retried, after the visibility timeout, by another process."""
+        if self.exit_code:
+            return
+        self.exit_code = EXIT_OVERRUN
+        log_event(logger, logging.ERROR, "jobs.worker.exit-on-overrun", worker_id=self.worker_id,
+                  exit_code=EXIT_OVERRUN, overrunning=len(self.deadlines.overrunning))
+        self.request_stop()
 
     def _serve(self) -> None:
         """Start the threads, claim until stopped, then drain."""
@@ -460,7 +482,7 @@ class WorkerProcess:
         try:
             try:
                 settlement = run_job(run, store=self.store, worker_id=self.worker_id,
-                                     on_started=lambda: self.runs.add(run))
+                                     on_started=lambda: self._started(run))
             except BaseException as exc:
                 # run_job turns every outcome into a settlement; this is the guard for a bug in
                 # that (or an exception no str() can print): the run must still be settled, or
@@ -471,6 +493,11 @@ class WorkerProcess:
             with self._executing_lock:
                 self._executing.discard(run)
             _reset_connections()
+
+    def _started(self, run: Run) -> None:
+        """The body starts now: its timeout runs from here, and the ticker keeps it alive."""
+        run.mark_started()
+        self.runs.add(run)
 
     # -- stopping -------------------------------------------------------------------------------
 
@@ -522,12 +549,21 @@ class WorkerProcess:
             self.pool.wait_idle(0.2)
 
     def _wait_idle_unless_forced(self, grace: float) -> None:
+        """Let the runs finish within ``grace`` seconds. Not the ones that timed out: they were
+        cancelled already and get ``cancel_wait`` like every cancelled run, not the grace period
+        too (a body overrunning its timeout would hold ``--exit-on-overrun`` up for all of it,
+        and finish meanwhile: rule 56)."""
         deadline = time.monotonic() + grace
-        while self.pool.busy and not self._forced.is_set():
+        while self.pool.busy > self._timed_out_executing() and not self._forced.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
             self.pool.wait_idle(min(remaining, 0.2))
+
+    def _timed_out_executing(self) -> int:
+        """How many bodies still executing were cancelled by their timeout (rule 55)."""
+        return sum(isinstance(run.scope.reason, JobTimeoutError)
+                   for run in self._executing_snapshot())
 
     def _executing_snapshot(self) -> list[Run]:
         with self._executing_lock:

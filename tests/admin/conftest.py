@@ -92,3 +92,14 @@ def post_action(client: Client, url: str, action: str, ids: list[int],
     """Run a changelist action on ``ids`` the way the admin's form posts it."""
     return client.post(url, {"action": action, "index": "0",
                              "_selected_action": [str(i) for i in ids], **extra})
+
+
+#: The reason ``post_cancel`` gives, as the cancel form would post it (rule 59).
+CANCEL_REASON = "from the admin tests"
+
+
+def post_cancel(client: Client, url: str, ids: list[int], reason: str = CANCEL_REASON,
+                **extra: str) -> Any:
+    """Run the cancel action on ``ids`` with the reason its form asks for, as answered."""
+    return post_action(client, url, "cancel_selected", ids, reason=reason,
+                       _ultjobs_cancel_confirmed="1", **extra)

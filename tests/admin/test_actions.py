@@ -17,7 +17,15 @@ from django.urls import reverse
 
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.operations import cancel_jobs, retry_jobs
-from tests.admin.conftest import IN_FLIGHT, JOBS, client_for, make_job, post_action
+from tests.admin.conftest import (
+    CANCEL_REASON,
+    IN_FLIGHT,
+    JOBS,
+    client_for,
+    make_job,
+    post_action,
+    post_cancel,
+)
 from tests.conftest import running_worker, wait_until
 from tests.testapp.jobs import block_until, flaky
 
@@ -46,7 +54,7 @@ def test_view_only_user_sees_no_actions_and_cannot_post_one(alias: str, viewer) 
     client = client_for(viewer)
     html = client.get(JOBS).content.decode()
     assert 'name="action"' not in html and "cancel_selected" not in html
-    response = post_action(client, JOBS, "cancel_selected", [job.id])
+    response = post_cancel(client, JOBS, [job.id])
     assert response.status_code in (200, 302)
     assert row(alias, job.id).status == "queued"  # nothing happened
     assert log_messages(job.id) == []
@@ -70,14 +78,14 @@ def test_operator_gets_the_actions(alias: str, operator) -> None:
 def test_cancel_queued_is_immediate_and_logged(alias: str, operator) -> None:
     queued = make_job(alias)
     done = make_job(alias, status="succeeded")
-    response = post_action(client_for(operator), JOBS, "cancel_selected", [queued.id, done.id])
+    response = post_cancel(client_for(operator), JOBS, [queued.id, done.id])
     assert response.status_code == 302
     job = row(alias, queued.id)
     assert (job.status, job.cancel_requested) == ("cancelled", True)
     assert job.finished_at is not None
     assert row(alias, done.id).status == "succeeded"  # fenced on status: left alone
     assert log_messages(queued.id) == [
-        "Cancelled from the admin before it ran (it was queued or waiting)."]
+        f"Cancelled from the admin before it ran (it was queued or waiting): {CANCEL_REASON}"]
     assert log_messages(done.id) == []
     entry = LogEntry.objects.get(object_id=str(queued.id))
     assert entry.user.username == "operator"
@@ -85,7 +93,7 @@ def test_cancel_queued_is_immediate_and_logged(alias: str, operator) -> None:
 
 def test_cancel_button_on_the_detail_page_returns_there(alias: str, operator) -> None:
     job = make_job(alias)
-    response = post_action(client_for(operator), JOBS, "cancel_selected", [job.id],
+    response = post_cancel(client_for(operator), JOBS, [job.id],
                            _ultjobs_from_detail="1")
     assert response.status_code == 302
     assert response["Location"] == reverse("admin:django_ultjobs_job_change", args=[job.id])
@@ -99,7 +107,7 @@ def test_cancel_running_job_through_its_real_worker(alias: str, operator, tmp_pa
         wait_until(lambda: row(alias, job.id).status == "running", message="job running")
         client = client_for(operator)
         assert f"#{job.id}</a>" in client.get(IN_FLIGHT).content.decode()
-        response = post_action(client, IN_FLIGHT, "cancel_selected", [job.id])
+        response = post_cancel(client, IN_FLIGHT, [job.id])
         assert response.status_code == 302
         assert row(alias, job.id).cancel_requested is True
         # The worker sees the request at its next heartbeat and cancels the run (rule 3).
@@ -109,7 +117,11 @@ def test_cancel_running_job_through_its_real_worker(alias: str, operator, tmp_pa
     assert outcomes == [(1, "cancelled")]
     assert log_messages(job.id) == [
         "Cancel requested from the admin while running: its worker cancels the run at its next "
-        "heartbeat."]
+        f"heartbeat: {CANCEL_REASON}"]
+    cancelled = row(alias, job.id)
+    assert cancelled.cancel_reason == CANCEL_REASON
+    error = JobAttempt.objects.using(alias).get(job_id=job.id).error
+    assert error.endswith(f"was cancelled on request: {CANCEL_REASON}")
     assert not release.exists()  # the body never finished: it was unwound
 
 

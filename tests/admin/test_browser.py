@@ -205,6 +205,13 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
                 By.CSS_SELECTOR, f"input[name=_selected_action][value='{job_id}']").click()
         Select(browser.find_element(By.NAME, "action")).select_by_value("cancel_selected")
         browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+        # The action asks why first (rule 59); the answer cancels.
+        WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: d.find_elements(By.NAME, "reason"))
+        assert "2 selected jobs will be cancelled" in body_text(browser)
+        shoot(browser, screenshots, "cancel-reason")
+        browser.find_element(By.NAME, "reason").send_keys("the report is no longer needed")
+        browser.find_element(By.CSS_SELECTOR, "#ultjobs-cancel-reason input[type=submit]").click()
         # The old page's body goes stale when the action's answer replaces it: look again.
         WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda d: "Asked 1 running job to stop" in body_text(d))
@@ -212,7 +219,7 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
 
         # See the cancellation recorded: the worker cancels the run at its next heartbeat.
         detail = f"{base}/admin/django_ultjobs/job/{report.id}/change/"
-        open_until(browser, detail, "cancelled on request")
+        open_until(browser, detail, "cancelled on request: the report is no longer needed")
         assert browser.find_element(By.TAG_NAME, "h1").text == "View job"
         status = browser.find_element(By.CSS_SELECTOR, ".field-status_display .readonly").text
         outcomes = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "td.field-outcome")]

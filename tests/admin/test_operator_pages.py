@@ -26,6 +26,7 @@ from tests.admin.conftest import (
     make_job,
     page,
     post_action,
+    post_cancel,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -158,7 +159,7 @@ def test_cancel_says_what_it_skipped_and_why(alias: str, operator) -> None:
     queued = make_job(alias)
     done = make_job(alias, status="succeeded")
     failed = make_job(alias, status="failed")
-    response = post_action(client_for(operator), JOBS, "cancel_selected",
+    response = post_cancel(client_for(operator), JOBS,
                            [queued.id, done.id, failed.id, 999_999])
     assert messages_of(response) == [
         "Cancelled 1 job that had not started.",
@@ -171,7 +172,7 @@ def test_cancel_says_what_it_skipped_and_why(alias: str, operator) -> None:
 def test_cancel_of_nothing_cancellable_says_so(alias: str, operator) -> None:
     done = make_job(alias, status="succeeded")
     asked = make_job(alias, status="running", cancel_requested=True)
-    response = post_action(client_for(operator), JOBS, "cancel_selected", [done.id, asked.id])
+    response = post_cancel(client_for(operator), JOBS, [done.id, asked.id])
     assert messages_of(response) == [
         "Nothing was cancelled. Skipped 2 jobs (1 running and already asked to stop, "
         "1 already succeeded): only queued, waiting or running jobs can be cancelled, a running "
@@ -191,7 +192,7 @@ def test_retry_says_what_it_skipped_and_why(alias: str, operator) -> None:
 def test_select_all_names_the_rest_without_counting_it(alias: str, operator) -> None:
     queued = make_job(alias)
     make_job(alias, status="succeeded")
-    response = post_action(client_for(operator), JOBS, "cancel_selected", [queued.id],
+    response = post_cancel(client_for(operator), JOBS, [queued.id],
                            select_across="1")
     assert messages_of(response)[-1].startswith("Skipped the other selected jobs: only queued")
 

@@ -20,7 +20,7 @@ from tests.admin.conftest import (
     PASSWORD,
     client_for,
     make_job,
-    post_action,
+    post_cancel,
     staff_user,
 )
 
@@ -91,7 +91,7 @@ def test_a_superuser_gets_an_empty_list_or_no_such_job(
 def test_an_action_posted_from_a_job_page_with_a_bad_id(
         alias: str, superuser: User, value: str) -> None:
     make_job(alias)
-    response = post_action(client_for(superuser), JOBS, "cancel_selected", [],
+    response = post_cancel(client_for(superuser), JOBS, [],
                            _selected_action=value, **{FROM_DETAIL: "1"})
     assert response.status_code in (200, 302, 404), response.status_code
     if response.status_code == 302:

@@ -155,3 +155,20 @@ def plain_function(x: int) -> int:
 def refresh(user_id: int, full: bool = False) -> int:
     """A unique task: one run per (user_id, full) while one is queued, running or waiting."""
     return user_id
+
+
+@task(takes_context=True, timeout=0.3, max_attempts=1)
+def overstays(context: TaskContext, seconds: float) -> None:
+    """Loops (cooperatively) for ``seconds``, past its 0.3 s timeout (rule 55)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        context.job.raise_if_cancelled()
+        time.sleep(0.01)
+
+
+@task(retry_on=(ConnectionError,), max_attempts=3, backoff=0.0)
+def retried_on_connection(kind: str) -> None:
+    """Retried only on ConnectionError (rule 57)."""
+    if kind == "connection":
+        raise ConnectionError("no answer")
+    raise ValueError("a bug")

@@ -238,3 +238,46 @@ def test_a_runjobworker_process_runs_tasks_by_path(pg_tasks: str) -> None:
     assert done[2].return_value == "sent to a@example.com"
     assert done[3].return_value == 8  # a plain Task: registered by the import itself
     assert str(os.getpid()) not in done[0].worker_ids[0].split(":")
+
+
+def test_an_expired_task_fails_with_its_expiry_and_no_attempt(alias: str) -> None:
+    """rule 58: a task whose job expired before any worker started it: FAILED, never run, its
+    error a ``JobExpiredError`` saying when it expired, no attempt counted."""
+    from django.utils import timezone
+
+    result = add.enqueue(1, 2)
+    Job.objects.using(alias).filter(pk=result.id).update(
+        expires_at=timezone.now() - timezone.timedelta(seconds=1))
+    with running_worker(alias):
+        done = finished(result.id)
+    assert done.status == FAILED
+    assert done.attempts == 0 and done.worker_ids == []
+    (error,) = done.errors
+    assert error.exception_class_path == "django_ultjobs.exceptions.JobExpiredError"
+    assert error.traceback.startswith("expired: not started by ")
+    assert list(JobAttempt.objects.using(alias).filter(job_id=result.id)
+                .values_list("attempt", "outcome")) == [(1, "expired")]
+
+
+def test_task_timeout_and_retry_on_hold_through_django_tasks(alias: str,
+                                                             signals: SignalLog) -> None:
+    """rules 55, 57: ``@task(timeout=...)`` and ``@task(retry_on=...)`` reach the job: the
+    timed-out task is FAILED with a JobTimeoutError, the ValueError is not retried, the
+    ConnectionError is, to its last attempt; each sends task_finished once, FAILED."""
+    slow = taskdefs.overstays.enqueue(30.0)
+    bug = taskdefs.retried_on_connection.enqueue("value")
+    flaky_call = taskdefs.retried_on_connection.enqueue("connection")
+    with running_worker(alias, heartbeat_interval=0.2):
+        slow_done, bug_done, flaky_done = (finished(slow.id), finished(bug.id),
+                                           finished(flaky_call.id))
+    assert slow_done.status == FAILED
+    assert slow_done.errors[-1].exception_class_path == (
+        "django_ultjobs.exceptions.JobTimeoutError")
+    assert (bug_done.status, bug_done.attempts) == (FAILED, 1)
+    assert bug_done.errors[-1].exception_class_path == "builtins.ValueError"
+    assert (flaky_done.status, flaky_done.attempts) == (FAILED, 3)
+    assert [o for (o,) in JobAttempt.objects.using(alias).filter(job_id=bug.id)
+            .values_list("outcome")] == ["not_retried"]
+    for result_id in (slow.id, bug.id, flaky_call.id):
+        assert [s.status for s in signals.of(result_id) if s.signal == "finished"] == [
+            str(FAILED)]

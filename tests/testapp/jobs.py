@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from django_ultjobs import job
+from django_ultjobs import NonRetryable, job
 from django_ultjobs.context import JobContext
 
 from .models import RunLog
@@ -244,3 +244,67 @@ def unique_touch(label: str, pause: float = 0.0) -> str:
 def throttled_touch(label: str) -> str:
     """A throttled job: one per label per minute after it finished."""
     return label
+
+
+# -- flow control: timeouts, retry_on, NonRetryable, expiry, cancel reasons (rules 55-59) -------
+
+
+@job(takes_context=True, timeout=0.5, max_attempts=2, backoff=0.0)
+def timed_clocked(ctx: JobContext, label: str = "timed", seconds: float = 30.0,
+                  path: str = "") -> int:
+    """``clocked`` with a declared timeout of 0.5 s (rule 55); cooperative."""
+    return _clocked_run(ctx, label, seconds, path)
+
+
+@job(takes_context=True, max_attempts=2, backoff=0.0)
+def overrunning(ctx: JobContext, seconds: float, label: str = "overrun") -> int:
+    """Logs its start on the database's clock, then sleeps ``seconds`` in one call, never
+    looking at its cancellation (rule 56), and stamps its end."""
+    from django.db import connections
+
+    from django_ultjobs.conf import jobs_database
+
+    alias = jobs_database()
+    now = _db_now_sql(alias)
+    with connections[alias].cursor() as cur:
+        cur.execute(f"INSERT INTO testapp_runlog (job_id, attempt, label, pid, started_at) "
+                    f"VALUES (%s, %s, %s, %s, {now}) RETURNING id",
+                    [ctx.job_id, ctx.attempt, label, os.getpid()])
+        log_id = cur.fetchone()[0]
+    time.sleep(seconds)
+    with connections[alias].cursor() as cur:
+        cur.execute(f"UPDATE testapp_runlog SET ended_at = {now} WHERE id = %s", [log_id])
+    return ctx.attempt
+
+
+@job(takes_context=True, retry_on=(ConnectionError,), max_attempts=3, backoff=0.0)
+def picky(ctx: JobContext, kind: str) -> str:
+    """Retried only on ConnectionError (rule 57): ``kind`` picks what the body raises."""
+    RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label=kind, pid=os.getpid())
+    if kind == "connection":
+        raise ConnectionError(f"the service did not answer (attempt {ctx.attempt})")
+    if kind == "value":
+        raise ValueError("a bug: no retry mends it")
+    if kind == "non_retryable":
+        raise NonRetryable("the customer was deleted")
+    return "ok"
+
+
+@job(takes_context=True, max_attempts=3, backoff=0.0)
+def gives_up(ctx: JobContext) -> None:
+    """Raises NonRetryable on its first attempt, with attempts left (rule 57)."""
+    RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label="gives_up",
+                          pid=os.getpid())
+    raise NonRetryable("the order no longer exists")
+
+
+@job(takes_context=True, max_attempts=1)
+def reads_cancel_reason(ctx: JobContext) -> None:
+    """Waits (cooperatively) to be cancelled, then logs ``ctx.cancel_reason`` (rule 59)."""
+    log = RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label="waiting",
+                                pid=os.getpid())
+    while not ctx.wait(0.01):
+        pass
+    RunLog.objects.filter(pk=log.pk).update(label=(ctx.cancel_reason or "")[:100],
+                                            ended_at=timezone.now())
+    ctx.raise_if_cancelled()

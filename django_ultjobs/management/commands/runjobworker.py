@@ -76,6 +76,10 @@ class Command(BaseCommand):
         parser.add_argument("--max-memory", type=float, default=None, metavar="MB",
                             help="Once the process's resident memory reaches MB MiB, stop "
                                  "claiming, let the runs finish, then exit 0.")
+        parser.add_argument("--exit-on-overrun", action="store_true",
+                            help="When a job's body ignores its timeout for --cancel-wait "
+                                 "seconds (Python cannot kill a thread), drain and exit with "
+                                 "status 3, for a supervisor to start a fresh process.")
         parser.add_argument("--no-listen", action="store_true",
                             help="On PostgreSQL, do not LISTEN for enqueues; only poll.")
         parser.add_argument("--no-schedule", action="store_true",
@@ -130,6 +134,7 @@ class Command(BaseCommand):
             listen=not options["no_listen"],
             max_jobs=options["max_jobs"],
             max_memory=options["max_memory"],
+            exit_on_overrun=options["exit_on_overrun"],
             schedule=not options["no_schedule"],
             **extra,
         )
@@ -138,7 +143,12 @@ class Command(BaseCommand):
             worker.check()  # refused before anything process-wide changes (rule 10)
             self._set_up_logging(options)
             tune_the_process()
-        worker.run()
+        code = worker.run()
+        if code:
+            # --exit-on-overrun fired (rule 56): the jobs are drained, the status tells the
+            # supervisor to replace this process. Said in one line, never a traceback.
+            raise CommandError("stopped by --exit-on-overrun: a job's body ignored its timeout; "
+                               "exiting for a fresh process", returncode=code)
 
     def _set_up_logging(self, options: dict[str, Any]) -> None:
         """Log to the console unless the project's LOGGING already covers our loggers."""

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, connections
 
 from django_ultjobs.conf import get_settings
-from django_ultjobs.exceptions import OperationInputError
+from django_ultjobs.exceptions import JobOptionError, OperationInputError
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
 from django_ultjobs.management.reports import (
     as_dict,
@@ -128,7 +128,7 @@ class Command(BaseCommand):
         action = getattr(self, f"_{options['subcommand']}")
         try:
             action(alias, options)
-        except OperationInputError as exc:
+        except (OperationInputError, JobOptionError) as exc:
             raise CommandError(str(exc)) from exc
         except (DatabaseError, InterfaceError) as exc:
             if get_store(alias).schema_missing(exc):
