@@ -30,6 +30,8 @@ class Run:
     #: handed back on the schedule of a dead worker and the slot is left to lapse, because the
     #: body may still be running (rule 5 holds only if nobody else can start it meanwhile).
     abandoned: bool = False
+    #: Seconds the body ran, once it has (None for a run settled without running its body).
+    duration: float | None = None
     _settle_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
