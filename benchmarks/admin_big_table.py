@@ -81,7 +81,7 @@ FROM django_ultjobs_job AS j
 WHERE j.status IN ('succeeded', 'failed', 'cancelled')
 """
 LEASES = """
-INSERT INTO django_ultjobs_joblease (key, slot, holder, acquired_at, expires_at)
+INSERT INTO django_ultjobs_slot (key, slot, holder, acquired_at, expires_at)
 SELECT 'job:app.jobs.job_' || (j.id %% 20), row_number() OVER (PARTITION BY j.id %% 20) - 1,
        j.worker_id || ':' || j.id, now() - interval '5 seconds',
        CASE WHEN j.visible_at > now() THEN now() + interval '10 minutes'

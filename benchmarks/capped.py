@@ -31,7 +31,7 @@ def main() -> int:
     from django.db.models import Max, Min
 
     from benchmarks.jobs import noop, noop_capped
-    from django_ultjobs.models import Job, JobAttempt, JobLease
+    from django_ultjobs.models import Job, JobAttempt, Slot
 
     call_command("migrate", database="postgres", verbosity=0)
     rates: dict[str, list[float]] = {"uncapped": [], "capped": []}
@@ -39,7 +39,7 @@ def main() -> int:
         for label, spec in (("uncapped", noop), ("capped", noop_capped)):
             JobAttempt.objects.all().delete()
             Job.objects.all().delete()
-            JobLease.objects.all().delete()
+            Slot.objects.all().delete()
             with transaction.atomic():
                 spec.bulk_enqueue([()] * args.jobs)
             subprocess.run([sys.executable, "-m", "django", "runjobworker", "--database",

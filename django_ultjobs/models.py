@@ -1,4 +1,4 @@
-"""The job tables: jobs, their attempts, fleet-slot leases and the workers that hold them.
+"""The job tables: jobs, their attempts, fleet slots and the workers that hold them.
 
 The worker never reads or writes these through the ORM on its hot path (``store/`` owns that SQL);
 the models are for migrations, the admin, listings and user code.
@@ -196,7 +196,7 @@ class JobEvent(models.Model):
         return f"{self.name}#{self.pk}"
 
 
-class JobLease(models.Model):
+class Slot(models.Model):
     """One HELD fleet slot: ``(key, slot)`` is held by ``holder`` until ``expires_at``.
 
     A row whose ``expires_at`` has passed is a lapsed hold: free for the next acquire, and never
@@ -212,8 +212,10 @@ class JobLease(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["key", "slot"], name="ultjobs_lease_key_slot"),
+            models.UniqueConstraint(fields=["key", "slot"], name="ultjobs_slot_key_slot"),
         ]
+        verbose_name = _("fleet slot")
+        verbose_name_plural = _("fleet slots")
 
     def __str__(self) -> str:
         return f"{self.key}[{self.slot}] held by {self.holder}"
@@ -247,7 +249,7 @@ class Worker(models.Model):
 # -- admin views ----------------------------------------------------------------------------------
 # Proxies, so the admin index lists each operator's question as a page of its own. No tables, and
 # no permissions of their own (default_permissions = ()): the admin governs the in-flight and
-# lost-slot pages with Job's permissions and the held slots with JobLease's (docs/admin.md).
+# lost-slot pages with Job's permissions and the held slots with Slot's (docs/admin.md).
 
 
 class InFlightJob(Job):
@@ -260,8 +262,8 @@ class InFlightJob(Job):
         verbose_name_plural = _("in-flight jobs")
 
 
-class HeldSlot(JobLease):
-    """A fleet slot as the admin lists it: every lease row, held or lapsed."""
+class HeldSlot(Slot):
+    """A fleet slot as the admin lists it: every slot row, held or lapsed."""
 
     class Meta:
         proxy = True

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import OperationalError
 
-from django_ultjobs.store import ClaimedJob, HeldLease, JobStore, LeaseStore, get_store
+from django_ultjobs.store import ClaimedJob, JobStore, SlotHold, SlotStore, get_store
 from django_ultjobs.store.base import Settlement
 from django_ultjobs.store.postgresql import PostgresStore
 from django_ultjobs.store.sqlite import SQLiteStore
@@ -83,35 +83,35 @@ class StubStore:
         pass
 
 
-class StubLeases:
+class StubSlots:
     """A lease store whose every call is recorded; ``renew_many`` answers what the test sets."""
 
     def __init__(self) -> None:
         self.renewed: set[tuple[str, int, str]] | Exception = set()
-        self.renew_calls: list[list[HeldLease]] = []
+        self.renew_calls: list[list[SlotHold]] = []
         self.release_error: Exception | None = None
-        self.released: list[list[HeldLease]] = []
+        self.released: list[list[SlotHold]] = []
         self.acquired: list[tuple[str, int, float, str]] = []
         self.acquire_error: Exception | None = None
 
     def acquire_many(self, key: str, limit: int, ttl: float,
-                     holders: Sequence[str]) -> dict[str, HeldLease]:
+                     holders: Sequence[str]) -> dict[str, SlotHold]:
         if isinstance(self.acquire_error, Exception):
             raise self.acquire_error
         got = {}
         for holder in holders:
             self.acquired.append((key, limit, ttl, holder))
-            got[holder] = HeldLease(key=key, slot=len(self.acquired) - 1, holder=holder,
+            got[holder] = SlotHold(key=key, slot=len(self.acquired) - 1, holder=holder,
                                     expires_at=datetime.now(UTC))
         return got
 
-    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
+    def renew_many(self, held: Sequence[SlotHold], ttl: float) -> set[tuple[str, int, str]]:
         self.renew_calls.append(list(held))
         if isinstance(self.renewed, Exception):
             raise self.renewed
         return self.renewed
 
-    def release_many(self, held: Sequence[HeldLease]) -> None:
+    def release_many(self, held: Sequence[SlotHold]) -> None:
         self.released.append(list(held))
         if self.release_error is not None:
             raise self.release_error
@@ -124,7 +124,7 @@ class NoLeaseSQLiteStore(SQLiteStore):
     """The SQLite store pretending its engine ships no lease store (rule 10)."""
 
     @property
-    def leases(self) -> LeaseStore | None:
+    def leases(self) -> SlotStore | None:
         return None
 
 
@@ -132,7 +132,7 @@ class NoLeasePostgresStore(PostgresStore):
     """The PostgreSQL store pretending its engine ships no lease store (rule 10)."""
 
     @property
-    def leases(self) -> LeaseStore | None:
+    def leases(self) -> SlotStore | None:
         return None
 
 

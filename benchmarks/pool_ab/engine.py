@@ -20,7 +20,7 @@ from django.db import connections, transaction  # noqa: E402
 from django.db.models import Max, Min  # noqa: E402
 
 from benchmarks.jobs import noop  # noqa: E402
-from django_ultjobs.models import Job, JobAttempt, JobEvent, JobLease, JobStep  # noqa: E402
+from django_ultjobs.models import Job, JobAttempt, JobEvent, JobStep, Slot  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ALIAS = os.environ["BENCH_ALIAS"]
@@ -45,7 +45,7 @@ def reset_database() -> None:
 def enqueue(jobs: int) -> None:
     """An empty table, then ``jobs`` queued no-ops (ANALYZEd on PostgreSQL, as autovacuum would)."""
     with connections[ALIAS].cursor() as cur:
-        for model in (JobAttempt, JobEvent, JobStep, JobLease, Job):
+        for model in (JobAttempt, JobEvent, JobStep, Slot, Job):
             cur.execute(f"DELETE FROM {model._meta.db_table}")
     with transaction.atomic(using=ALIAS):
         for start in range(0, jobs, 5_000):

@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import JobStatus, Worker
 from ..registry import jobs_database, registered_jobs
-from ..worker.fleet_slots import lease_key
+from ..slot_keys import slot_key_for
 
 
 def _choices(values: Iterable[str], current: str | None) -> list[tuple[str, str]]:
@@ -77,7 +77,7 @@ class SlotKeyFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         """Offer the lease key of every registered job with ``concurrency`` (rule 5)."""
-        return _choices((lease_key(name) for name, spec in registered_jobs().items()
+        return _choices((slot_key_for(name) for name, spec in registered_jobs().items()
                          if spec.concurrency is not None), self.value())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

@@ -25,9 +25,9 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from ..models import HeldSlot, Job, JobAttempt, JobLease, JobStatus, LostSlotCancellation
+from ..models import HeldSlot, Job, JobAttempt, JobStatus, LostSlotCancellation, Slot
 from ..registry import registered_jobs
-from ..worker.fleet_slots import lease_key
+from ..slot_keys import slot_key_for
 from .base import JobsAdmin
 from .display import EMPTY, ago, duration, job_link, seconds_between, split_holder, worker_link
 from .filters import LapsedFilter, SinceFilter, SlotKeyFilter
@@ -37,7 +37,7 @@ from .filters import LapsedFilter, SinceFilter, SlotKeyFilter
 class HeldSlotAdmin(JobsAdmin):
     """Every lease row: one held (or lapsed, not yet taken over) fleet slot (rule 5)."""
 
-    permission_model = JobLease
+    permission_model = Slot
     rows_have_pages = False
     list_display = ("key", "cap", "slot", "holder_worker", "holder_job", "acquired", "expires",
                     "lapsed", "runs_waiting")
@@ -51,7 +51,7 @@ class HeldSlotAdmin(JobsAdmin):
         """Every lease row, with whether it lapsed by the database's clock."""
         # Runnable queued runs of the key's job: with every slot held, they wait for one. An
         # index lookup on (name, status) per row of the page.
-        waiting = (Job.objects.filter(name=Substr(OuterRef("key"), len(lease_key("")) + 1),
+        waiting = (Job.objects.filter(name=Substr(OuterRef("key"), len(slot_key_for("")) + 1),
                                       status=JobStatus.QUEUED, visible_at__lte=Now())
                    .order_by().values("name").annotate(n=Count("id")).values("n")[:1])
         # Lapsed by the database's clock, the one the renewal is fenced on (rule 7).
@@ -61,40 +61,40 @@ class HeldSlotAdmin(JobsAdmin):
             waiting=Coalesce(Subquery(waiting), 0))
 
     @admin.display(description=_("cap"))
-    def cap(self, obj: JobLease) -> str:
+    def cap(self, obj: Slot) -> str:
         """The key's ``concurrency``, as this process registers its job."""
-        name = obj.key.removeprefix(lease_key(""))
+        name = obj.key.removeprefix(slot_key_for(""))
         spec = registered_jobs().get(name) if name != obj.key else None
         return str(spec.concurrency) if spec is not None and spec.concurrency else EMPTY
 
     @admin.display(description=_("runs waiting"))
-    def runs_waiting(self, obj: JobLease) -> SafeString | str:
+    def runs_waiting(self, obj: Slot) -> SafeString | str:
         """How many runs of the key's job are runnable now: with every slot held, they wait."""
         count = getattr(obj, "waiting", 0) or 0
         if not count:
             return "0"
         url = reverse("admin:django_ultjobs_job_changelist")
-        query = urlencode({"name": obj.key.removeprefix(lease_key("")), "lease": "runnable"})
+        query = urlencode({"name": obj.key.removeprefix(slot_key_for("")), "lease": "runnable"})
         return format_html('<a href="{}?{}">{}</a>', url, query, count)
 
     @admin.display(description=_("holder (worker)"))
-    def holder_worker(self, obj: JobLease) -> SafeString | str:
+    def holder_worker(self, obj: Slot) -> SafeString | str:
         """The worker holding the slot, linked to its page."""
         return worker_link(split_holder(obj.holder)[0])
 
     @admin.display(description=_("taken for job"))
-    def holder_job(self, obj: JobLease) -> SafeString | str:
+    def holder_job(self, obj: Slot) -> SafeString | str:
         """The job whose run took the slot, linked to its page. The worker passes a slot on to
         its next runs of the kind while it has them, so a later run may be using it now."""
         return job_link(split_holder(obj.holder)[1])
 
     @admin.display(description=_("acquired"), ordering="acquired_at")
-    def acquired(self, obj: JobLease) -> str:
+    def acquired(self, obj: Slot) -> str:
         """When this holder took the slot."""
         return ago(obj.acquired_at, getattr(obj, "db_now", None))
 
     @admin.display(description=_("expires"), ordering="expires_at")
-    def expires(self, obj: JobLease) -> str:
+    def expires(self, obj: Slot) -> str:
         """``in 12 s`` while held; ``3 s ago`` once lapsed."""
         ahead = seconds_between(getattr(obj, "db_now", None), obj.expires_at)
         if ahead is None:
@@ -105,7 +105,7 @@ class HeldSlotAdmin(JobsAdmin):
         return gettext("%(duration)s ago") % when
 
     @admin.display(description=_("lapsed"), ordering="is_lapsed")
-    def lapsed(self, obj: JobLease) -> SafeString | str:
+    def lapsed(self, obj: Slot) -> SafeString | str:
         """Whether the hold lapsed: the slot is free, and its old holder can never renew it."""
         # Words, not Django's boolean icons: a red icon on every healthy "not lapsed" row
         # would read as an alarm.

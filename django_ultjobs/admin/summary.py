@@ -20,12 +20,12 @@ from ..models import (
     LIVE_STATUSES,
     Job,
     JobAttempt,
-    JobLease,
     JobStatus,
+    Slot,
     Worker,
 )
 from ..registry import registered_jobs
-from ..worker.fleet_slots import lease_key
+from ..slot_keys import slot_key_for
 from .display import duration, seconds_between
 from .paginator import EstimatedCountPaginator
 
@@ -112,8 +112,8 @@ def slot_wait(alias: str, name: str) -> SlotWait | None:
     spec = registered_jobs().get(name)
     if spec is None or not spec.concurrency:
         return None
-    key = lease_key(name)
-    held = JobLease.objects.using(alias).filter(key=key, expires_at__gt=Now()).count()
+    key = slot_key_for(name)
+    held = Slot.objects.using(alias).filter(key=key, expires_at__gt=Now()).count()
     return SlotWait(key, spec.concurrency, held) if held >= spec.concurrency else None
 
 
@@ -167,7 +167,7 @@ def jobs_summary(alias: str) -> Summary:
         oldest_runnable = OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
                                          slot_wait(alias, oldest["name"]))
 
-    slots = JobLease.objects.using(alias).aggregate(
+    slots = Slot.objects.using(alias).aggregate(
         held=Count("id", filter=Q(expires_at__gt=Now())),
         lapsed=Count("id", filter=Q(expires_at__lte=Now())))
     lost = JobAttempt.objects.using(alias).filter(

@@ -123,7 +123,7 @@ chosen AS (
 WITH caps AS MATERIALIZED (
     -- The slots this worker kept from its last runs of a kind ("kept") count as free for it.
     SELECT c.name,
-           c.lim + c.kept - (SELECT count(*) FROM django_ultjobs_joblease AS l
+           c.lim + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
                              WHERE l.key = {slot_key(c.name)} AND l.slot < c.lim
                                AND l.expires_at > {now}) AS free
     FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
@@ -387,7 +387,7 @@ LISTEN django_ultjobs;
 -- The database's clock (durable sleeps and wait timeouts are judged by it).
 SELECT {now};
 
--- name: lease_acquire
+-- name: slot_acquire
 -- Take the lowest free slots of key in [0, limit), one per holder (in holder order), in ONE
 -- statement however many runs of the kind were claimed together: free means no row, or a
 -- lapsed row (taken over in place). Two racing acquirers of one slot serialise on its unique
@@ -399,12 +399,12 @@ free AS (
     SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS rn
     FROM (SELECT s.slot FROM generate_series(0, %(limit)s::int - 1) AS s(slot)
           WHERE NOT EXISTS (
-              SELECT 1 FROM django_ultjobs_joblease AS h
+              SELECT 1 FROM django_ultjobs_slot AS h
               WHERE h.key = %(key)s::text AND h.slot = s.slot AND h.expires_at > {now})
           ORDER BY s.slot
           LIMIT cardinality(%(holders)s::text[])) AS f
 )
-INSERT INTO django_ultjobs_joblease AS l (key, slot, holder, acquired_at, expires_at)
+INSERT INTO django_ultjobs_slot AS l (key, slot, holder, acquired_at, expires_at)
 SELECT %(key)s::text, free.slot, want.holder, {now}, {now_plus(%(ttl)s::float8)}
 FROM free JOIN want ON want.ord = free.rn
 ORDER BY free.slot
@@ -414,7 +414,7 @@ ON CONFLICT (key, slot) DO UPDATE
     WHERE l.expires_at <= {now}
 RETURNING l.key, l.slot, l.holder, l.expires_at;
 
--- name: lease_renew
+-- name: slot_renew
 -- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that
 -- lapsed, answers "no" by its absence from the result. A lapsed slot never revives itself.
 WITH r AS (
@@ -422,30 +422,30 @@ WITH r AS (
         AS r(key, slot, holder)
 ),
 locked AS (
-    SELECT l.id FROM django_ultjobs_joblease AS l
+    SELECT l.id FROM django_ultjobs_slot AS l
     JOIN r ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
     WHERE l.expires_at > {now}
     ORDER BY l.key, l.slot
     FOR UPDATE OF l
 )
-UPDATE django_ultjobs_joblease AS l
+UPDATE django_ultjobs_slot AS l
 SET expires_at = {now_plus(%(ttl)s::float8)}
 FROM locked
 WHERE l.id = locked.id
 RETURNING l.key, l.slot, l.holder;
 
--- name: lease_release
+-- name: slot_release
 -- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).
 -- Rows are locked in (key, slot) order, as the renewal and the acquire's ON CONFLICT lock them,
 -- so no two lease statements can deadlock.
 WITH locked AS (
-    SELECT l.id FROM django_ultjobs_joblease AS l
+    SELECT l.id FROM django_ultjobs_slot AS l
     JOIN unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)
         ON l.key = r.key AND l.slot = r.slot AND l.holder = r.holder
     ORDER BY l.key, l.slot
     FOR UPDATE OF l
 )
-DELETE FROM django_ultjobs_joblease WHERE id IN (SELECT id FROM locked);
+DELETE FROM django_ultjobs_slot WHERE id IN (SELECT id FROM locked);
 
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.

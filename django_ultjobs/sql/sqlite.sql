@@ -47,7 +47,7 @@ RETURNING id, visible_at, created_at;
 -- transaction so nothing can take a slot between this and the claim.
 SELECT json_extract(c.value, '$[0]'),
        json_extract(c.value, '$[1]') + json_extract(c.value, '$[2]') - (
-           SELECT count(*) FROM django_ultjobs_joblease AS l
+           SELECT count(*) FROM django_ultjobs_slot AS l
            WHERE l.key = {slot_key(json_extract(c.value, '$[0]'))}
              AND l.slot < json_extract(c.value, '$[1]') AND l.expires_at > {now})
 FROM json_each(:caps) AS c;
@@ -272,7 +272,7 @@ RETURNING id, wait_until;
 -- The database's clock (durable sleeps and wait timeouts are judged by it).
 SELECT {now};
 
--- name: lease_acquire
+-- name: slot_acquire
 -- Take the lowest free slots of :key in [0, :limit), one per holder of the :holders JSON array
 -- (in order), in one statement: no row, or a lapsed row taken over in place. SQLite runs one
 -- writer at a time, so two acquirers cannot share a slot.
@@ -283,7 +283,7 @@ free AS (
     SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS rn
     FROM (SELECT s.slot FROM slots AS s
           WHERE NOT EXISTS (
-              SELECT 1 FROM django_ultjobs_joblease AS h
+              SELECT 1 FROM django_ultjobs_slot AS h
               WHERE h.key = :key AND h.slot = s.slot AND h.expires_at > {now})
           ORDER BY s.slot
           LIMIT json_array_length(:holders)) AS f
@@ -291,7 +291,7 @@ free AS (
 want AS (
     SELECT value AS holder, key + 1 AS ord FROM json_each(:holders)
 )
-INSERT INTO django_ultjobs_joblease (key, slot, holder, acquired_at, expires_at)
+INSERT INTO django_ultjobs_slot (key, slot, holder, acquired_at, expires_at)
 SELECT :key, free.slot, want.holder, {now}, {now_plus(:ttl)}
 FROM free JOIN want ON want.ord = free.rn
 WHERE true
@@ -299,13 +299,13 @@ ORDER BY free.slot
 ON CONFLICT (key, slot) DO UPDATE
     SET holder = excluded.holder, acquired_at = excluded.acquired_at,
         expires_at = excluded.expires_at
-    WHERE django_ultjobs_joblease.expires_at <= {now}
+    WHERE django_ultjobs_slot.expires_at <= {now}
 RETURNING key, slot, holder, expires_at;
 
--- name: lease_renew
+-- name: slot_renew
 -- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that
 -- lapsed, answers "no" by its absence from the result.
-UPDATE django_ultjobs_joblease AS l
+UPDATE django_ultjobs_slot AS l
 SET expires_at = {now_plus(:ttl)}
 FROM (SELECT json_extract(value, '$[0]') AS key, json_extract(value, '$[1]') AS slot,
              json_extract(value, '$[2]') AS holder
@@ -313,14 +313,14 @@ FROM (SELECT json_extract(value, '$[0]') AS key, json_extract(value, '$[1]') AS 
 WHERE l.key = r.key AND l.slot = r.slot AND l.holder = r.holder AND l.expires_at > {now}
 RETURNING key, slot, holder;
 
--- name: lease_release
+-- name: slot_release
 -- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).
-DELETE FROM django_ultjobs_joblease
+DELETE FROM django_ultjobs_slot
 WHERE EXISTS (
     SELECT 1 FROM json_each(:held) AS r
-    WHERE json_extract(r.value, '$[0]') = django_ultjobs_joblease.key
-      AND json_extract(r.value, '$[1]') = django_ultjobs_joblease.slot
-      AND json_extract(r.value, '$[2]') = django_ultjobs_joblease.holder);
+    WHERE json_extract(r.value, '$[0]') = django_ultjobs_slot.key
+      AND json_extract(r.value, '$[1]') = django_ultjobs_slot.slot
+      AND json_extract(r.value, '$[2]') = django_ultjobs_slot.holder);
 
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.

@@ -13,14 +13,14 @@ from .base import (
     ClaimRequest,
     Clock,
     EnqueuedJob,
-    HeldLease,
     JobStore,
-    LeaseStore,
     LostAttempt,
     NewJob,
     ParkEpisode,
     SavedStep,
     Settlement,
+    SlotHold,
+    SlotStore,
 )
 
 __all__ = [
@@ -29,14 +29,14 @@ __all__ = [
     "ClaimedJob",
     "Clock",
     "EnqueuedJob",
-    "HeldLease",
     "JobStore",
-    "LeaseStore",
     "LostAttempt",
     "NewJob",
     "ParkEpisode",
     "SavedStep",
     "Settlement",
+    "SlotHold",
+    "SlotStore",
     "get_store",
 ]
 

@@ -187,7 +187,7 @@ class LostAttempt:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldLease:
+class SlotHold:
     """A fleet slot held by ``holder`` until ``expires_at`` (database clock)."""
 
     key: str
@@ -196,16 +196,16 @@ class HeldLease:
     expires_at: datetime
 
 
-class LeaseStore(ABC):
+class SlotStore(ABC):
     """Fleet slots as rows, one per held ``(key, slot)``, every expiry on the database clock."""
 
-    def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
+    def acquire(self, key: str, limit: int, ttl: float, holder: str) -> SlotHold | None:
         """Take the lowest free slot of ``key`` below ``limit`` in one statement; None when all
         are held."""
         return self.acquire_many(key, limit, ttl, [holder]).get(holder)
 
     def acquire_many(self, key: str, limit: int, ttl: float,
-                     holders: Sequence[str]) -> dict[str, HeldLease]:
+                     holders: Sequence[str]) -> dict[str, SlotHold]:
         """Take one free slot of ``key`` for each of ``holders`` (lowest slots first, in holder
         order) in ONE statement; holders missing from the answer got none."""
         if not holders:
@@ -213,10 +213,10 @@ class LeaseStore(ABC):
         params = {"key": key, "limit": limit, "ttl": float(ttl),
                   "holders": self.holders_param(holders), "now": self.now_param()}
         with self.cursor() as cur:
-            cur.execute(self.sql["lease_acquire"], params)
+            cur.execute(self.sql["slot_acquire"], params)
             rows = cur.fetchall()
         return {
-            row[2]: HeldLease(key=row[0], slot=row[1], holder=row[2],
+            row[2]: SlotHold(key=row[0], slot=row[1], holder=row[2],
                               expires_at=self.parse_time(row[3]))
             for row in rows
         }
@@ -226,42 +226,42 @@ class LeaseStore(ABC):
         """Holders in this engine's parameter form (an array; SQLite: JSON)."""
         return list(holders)
 
-    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
-        """Extend each lease still held by its holder and unexpired, in one statement; return the
-        ``(key, slot, holder)`` of each one renewed. A lease missing from the answer is lost
-        (rule 7). The holder is part of the answer: two leases of one slot (one lapsed, then
+    def renew_many(self, held: Sequence[SlotHold], ttl: float) -> set[tuple[str, int, str]]:
+        """Extend each slot still held by its holder and unexpired, in one statement; return the
+        ``(key, slot, holder)`` of each one renewed. A slot missing from the answer is lost
+        (rule 7). The holder is part of the answer: two holds of one slot (one lapsed, then
         taken again) must never be told apart by ``(key, slot)`` alone."""
         if not held:
             return set()
         with self.cursor() as cur:
-            cur.execute(self.sql["lease_renew"], {**self.held_params(held), "ttl": float(ttl),
+            cur.execute(self.sql["slot_renew"], {**self.held_params(held), "ttl": float(ttl),
                                                   "now": self.now_param()})
             return {(row[0], row[1], row[2]) for row in cur.fetchall()}
 
-    def release_many(self, held: Sequence[HeldLease]) -> None:
+    def release_many(self, held: Sequence[SlotHold]) -> None:
         """Hand back slots in one statement; one that another holder has taken meanwhile is left
         alone (fenced on holder)."""
         if not held:
             return
         with self.cursor() as cur:
-            cur.execute(self.sql["lease_release"], self.held_params(held))
+            cur.execute(self.sql["slot_release"], self.held_params(held))
 
     @staticmethod
     @abstractmethod
-    def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:
-        """The held leases as this engine's parameters for the renew and release queries."""
+    def held_params(held: Sequence[SlotHold]) -> dict[str, Any]:
+        """The held slots as this engine's parameters for the renew and release queries."""
 
-    def renew(self, held: HeldLease, ttl: float) -> bool:
-        """Extend one lease: False when another holder took it OR it lapsed (rule 7)."""
+    def renew(self, held: SlotHold, ttl: float) -> bool:
+        """Extend one slot hold: False when another holder took it OR it lapsed (rule 7)."""
         return (held.key, held.slot, held.holder) in self.renew_many([held], ttl)
 
-    def release(self, held: HeldLease) -> None:
+    def release(self, held: SlotHold) -> None:
         """Hand back one slot."""
         self.release_many([held])
 
 
-class JobStore(LeaseStore):
-    """Claim, heartbeat, settle and enqueue jobs; hold fleet slots (``leases``)."""
+class JobStore(SlotStore):
+    """Claim, heartbeat, settle and enqueue jobs; hold fleet slots (``slot_store``)."""
 
     #: The Django ``connection.vendor`` this store speaks to.
     vendor: ClassVar[str]
@@ -274,7 +274,7 @@ class JobStore(LeaseStore):
         self.sql = django_queries(self.dialect)
 
     @property
-    def leases(self) -> LeaseStore | None:
+    def slot_store(self) -> SlotStore | None:
         """The fleet-slot store, or None for an engine that has none (rule 10 refuses to start)."""
         return self
 

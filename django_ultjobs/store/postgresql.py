@@ -16,10 +16,10 @@ from .base import (
     ClaimBatch,
     ClaimRequest,
     EnqueuedJob,
-    HeldLease,
     JobStore,
     NewJob,
     Settlement,
+    SlotHold,
     check_one_per_job,
     dumps_batch,
 )
@@ -228,10 +228,10 @@ class PostgresStore(JobStore):
 
     # -- durable steps and events --------------------------------------------------------------
 
-    # -- leases -------------------------------------------------------------------------------
+    # -- fleet slots ---------------------------------------------------------------------------
 
     @staticmethod
-    def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:
+    def held_params(held: Sequence[SlotHold]) -> dict[str, Any]:
         return {
             "keys": [h.key for h in held],
             "slots": [h.slot for h in held],

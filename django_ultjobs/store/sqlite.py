@@ -20,10 +20,10 @@ from django.db import connections, transaction
 from .base import (
     ClaimBatch,
     ClaimRequest,
-    HeldLease,
     JobStore,
     NewJob,
     Settlement,
+    SlotHold,
     check_one_per_job,
     dumps_batch,
 )
@@ -266,7 +266,7 @@ class SQLiteStore(JobStore):
 
     # -- durable steps and events --------------------------------------------------------------
 
-    # -- leases -------------------------------------------------------------------------------
+    # -- fleet slots ---------------------------------------------------------------------------
 
     @staticmethod
     def holders_param(holders: Sequence[str]) -> Any:
@@ -277,7 +277,7 @@ class SQLiteStore(JobStore):
         return json.dumps(list(ids))
 
     @staticmethod
-    def held_params(held: Sequence[HeldLease]) -> dict[str, Any]:
+    def held_params(held: Sequence[SlotHold]) -> dict[str, Any]:
         return {"held": json.dumps([[h.key, h.slot, h.holder] for h in held])}
 
     # -- workers ------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from ..store import JobStore, Settlement
 from ..store.base import settlement_size
 from .executor import unstorable_settlement
 from .fleet_slots import FleetSlots
-from .runs import Run, RunRegistry
+from .runs import Run, RunsInFlight
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -57,7 +57,7 @@ class Completer:
     """A thread that settles runs in batches, keeps their slots for the next runs of their
     kinds, and lets them go."""
 
-    def __init__(self, *, store: JobStore, registry: RunRegistry, slots: FleetSlots,
+    def __init__(self, *, store: JobStore, registry: RunsInFlight, slots: FleetSlots,
                  worker_id: str, on_written: Callable[[], None] | None = None) -> None:
         self.store = store
         # Called after each batch is written: its slots are kept for the next claim and its

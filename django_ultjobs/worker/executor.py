@@ -63,8 +63,8 @@ def settlement_for(run: Run, status: str, outcome: str | None, **fields: Any) ->
         attempt_no=run.job.attempt,
         started_at=run.job.claimed_at,
         outcome=outcome,
-        slot_key=run.lease.key if run.lease else None,
-        slot=run.lease.slot if run.lease else None,
+        slot_key=run.slot.key if run.slot else None,
+        slot=run.slot.slot if run.slot else None,
         **fields,
     )
 

@@ -1,4 +1,4 @@
-"""Fleet slots: ``@job(concurrency=N)`` held fleet-wide as lease rows (rules 5-9).
+"""Fleet slots: ``@job(concurrency=N)`` held fleet-wide as slot rows (rules 5-9).
 
 Apart from the claim loop because its question is "may I start this one?"; which run holds which
 slot, and who gives it back, is bookkeeping of its own. A slot is taken at claim time and renewed
@@ -6,7 +6,7 @@ on the heartbeat's tick (one clock for "I own the job" and "I own the slot").
 
 A worker KEEPS the slot of a run whose settle is written, for the next run of the same kind it
 claims, and gives it back to the fleet only when its next claim brought no run to use it. Taking
-a slot for every run and handing it back with every settle wrote two lease rows per job, a
+a slot for every run and handing it back with every settle wrote two slot rows per job, a
 large share of a capped drain's cost (see performance.md item 24); a kept slot costs nothing until
 its kind runs dry.
 The cap still holds: a slot is held by one run at a time, from its claim until its settle is
@@ -25,14 +25,10 @@ from ..exceptions import JobSlotLostError
 from ..logs import log_event
 from ..registry import JobSpec
 from ..slot_keys import slot_key_for
-from ..store import HeldLease, LeaseStore
+from ..store import SlotHold, SlotStore
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")
-
-
-#: The lease key of a job's fleet slots.
-lease_key = slot_key_for
 
 
 def _boot_clock() -> float:
@@ -43,7 +39,7 @@ def _boot_clock() -> float:
 
 _CLOCK: Callable[[], float] = _boot_clock if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
 
-#: A lease's identity: two holds of one slot (one lapsed, then taken again) are never confused.
+#: A hold's identity: two holds of one slot (one lapsed, then taken again) are never confused.
 _Ident = tuple[str, int, str]
 
 
@@ -52,7 +48,7 @@ class _Kept:
     """A slot this worker holds between runs of its kind."""
 
     kind: str
-    lease: HeldLease
+    hold: SlotHold
     #: When the worker took it back from its run (the clock of ``FleetSlots``).
     kept_at: float
     #: The claim round that offered it (0: not offered yet); see ``offer``.
@@ -67,9 +63,9 @@ class FleetSlots:
     is not under the ticker yet, in one statement.
     """
 
-    def __init__(self, leases: LeaseStore | None, worker_id: str, ttl: float, *,
+    def __init__(self, store: SlotStore | None, worker_id: str, ttl: float, *,
                  clock: Callable[[], float] = _CLOCK) -> None:
-        self.leases = leases
+        self.store = store
         self.worker_id = worker_id
         # The worker's visibility timeout: a SIGKILLed worker gives its slot back on exactly the
         # schedule the queue gives its job back. A longer TTL would leave concurrency=1
@@ -93,7 +89,7 @@ class FleetSlots:
         """Give claimed runs of ONE capped job a slot each: a kept one first, else a new one, all
         new ones in one statement; return the runs that got none (the caller hands them back).
 
-        A job without ``concurrency`` never touches the lease table (rule 5). One statement per
+        A job without ``concurrency`` never touches the slot table (rule 5). One statement per
         kind per claim, not per run: a round trip per run was most of a capped drain's cost
         (see performance.md item 2).
         """
@@ -102,17 +98,17 @@ class FleetSlots:
         spec: JobSpec | None = runs[0].spec
         if spec is None or spec.concurrency is None:
             return []
-        if self.leases is None:
-            # Unreachable through the worker, which refuses to start without a lease store
+        if self.store is None:
+            # Unreachable through the worker, which refuses to start without a slot store
             # (rule 10); kept as a guard so a cap can never silently hold per process.
-            raise RuntimeError(f"job {spec.name!r} declares concurrency but has no lease store")
+            raise RuntimeError(f"job {spec.name!r} declares concurrency but has no slot store")
         reused, waiting = self._reuse_kept(spec.name, spec.concurrency, runs)
         if not waiting:
             return []
         holders = {f"{self.worker_id}:{run.id}": run for run in waiting}
         sent = self._clock()
         try:
-            held = self.leases.acquire_many(lease_key(spec.name), spec.concurrency, self.ttl,
+            held = self.store.acquire_many(slot_key_for(spec.name), spec.concurrency, self.ttl,
                                             list(holders))
         except Exception:
             self._unreuse(reused, runs)
@@ -136,8 +132,8 @@ class FleetSlots:
                 self._kept.remove(kept)
                 reused.append(kept)
                 run = waiting.pop(0)
-                run.lease = kept.lease
-                self._busy[_ident(kept.lease)] = run
+                run.slot = kept.hold
+                self._busy[_ident(kept.hold)] = run
         return reused, waiting
 
     def _unreuse(self, reused: Sequence[_Kept], runs: Sequence[Run]) -> None:
@@ -145,13 +141,13 @@ class FleetSlots:
         run of the group back, and the kept slots stay kept, for the next claim to offer again."""
         with self._lock:
             for kept in reused:
-                self._busy.pop(_ident(kept.lease), None)
+                self._busy.pop(_ident(kept.hold), None)
                 kept.offered = 0
                 self._kept.append(kept)
         for run in runs:
-            run.lease = None
+            run.slot = None
 
-    def _take_new(self, holders: Mapping[str, Run], held: Mapping[str, HeldLease],
+    def _take_new(self, holders: Mapping[str, Run], held: Mapping[str, SlotHold],
                   sent: float) -> tuple[list[Run], list[Run]]:
         """Give each run the slot the database granted its holder; return the runs that got
         none, and the runs of this worker that lost their slot to those grants."""
@@ -159,29 +155,29 @@ class FleetSlots:
         displaced: list[Run] = []
         with self._lock:
             for holder, run in holders.items():
-                lease = held.get(holder)
-                run.lease = lease
-                if lease is None:
+                hold = held.get(holder)
+                run.slot = hold
+                if hold is None:
                     missing.append(run)
                     continue
-                displaced += self._forget_other_holds(lease)
-                self._confirmed[_ident(lease)] = sent
-                self._busy[_ident(lease)] = run
+                displaced += self._forget_other_holds(hold)
+                self._confirmed[_ident(hold)] = sent
+                self._busy[_ident(hold)] = run
         return missing, displaced
 
-    def _forget_other_holds(self, lease: HeldLease) -> list[Run]:
+    def _forget_other_holds(self, hold: SlotHold) -> list[Run]:
         """Forget every other hold this worker knew of the slot the database just granted as
-        ``lease`` (they have lapsed); return the runs that were using one. Called under the lock.
+        ``hold`` (they have lapsed); return the runs that were using one. Called under the lock.
 
         A kept hold is forgotten, or it could be handed to a second run; a run using one has
         lost its slot. The holder alone cannot tell them apart: a kept slot keeps the holder of
         the run that took it, and that job may be claimed again (a retry) and take the same slot
         afresh."""
-        for stale in [k for k in self._kept if _slot(k.lease) == _slot(lease)]:
+        for stale in [k for k in self._kept if _slot(k.hold) == _slot(hold)]:
             self._kept.remove(stale)
         displaced: list[Run] = []
         for ident, other in list(self._busy.items()):
-            if ident[:2] == _slot(lease):
+            if ident[:2] == _slot(hold):
                 del self._busy[ident]
                 other.slot_lost = True
                 displaced.append(other)
@@ -190,9 +186,9 @@ class FleetSlots:
     def _usable(self, kept: _Kept, limit: int | None) -> bool:
         """Whether a kept slot may serve a new run: still under the kind's cap (a lowered cap
         leaves the slots above it to lapse out of use), and renewed lately."""
-        if limit is None or kept.lease.slot >= limit:
+        if limit is None or kept.hold.slot >= limit:
             return False
-        confirmed = self._confirmed.get(_ident(kept.lease))
+        confirmed = self._confirmed.get(_ident(kept.hold))
         return confirmed is not None and confirmed >= self._clock() - self.ttl / 2
 
     # -- keeping and giving back ----------------------------------------------------------------
@@ -201,14 +197,14 @@ class FleetSlots:
         """Keep the slots of runs whose settles are written (or given up) for the next runs of
         their kinds. Called only then: a slot is held for as long as its run's job is (rule 6).
         """
-        back: list[HeldLease] = []
+        back: list[SlotHold] = []
         with self._lock:
             now = self._clock()
             for run in runs:
-                lease = run.lease
-                if lease is None:
+                hold = run.slot
+                if hold is None:
                     continue
-                ident = _ident(lease)
+                ident = _ident(hold)
                 if self._busy.get(ident) is not run:
                     # Not this run's any more (lost, or taken afresh for another run): nothing
                     # to keep, nothing to give back.
@@ -219,23 +215,23 @@ class FleetSlots:
                     # running, so its slot is left to lapse on its TTL (never renewed again).
                     continue
                 if self._stopping:
-                    back.append(lease)
+                    back.append(hold)
                     continue
-                self._kept.append(_Kept(kind=run.job.name, lease=lease, kept_at=now))
+                self._kept.append(_Kept(kind=run.job.name, hold=hold, kept_at=now))
         self._release(back)
 
     def offer(self, caps: Mapping[str, int]) -> dict[str, int]:
         """The kept slots per capped kind (``caps``: name -> concurrency) a claim about to be
         sent may fill besides the fleet's free ones; ``give_back_unused`` after the claim returns
         those no run took. Kept slots that may no longer serve (see ``_usable``) go back now."""
-        stale: list[HeldLease] = []
+        stale: list[SlotHold] = []
         offered: dict[str, int] = {}
         with self._lock:
             self._round += 1
             for kept in list(self._kept):
                 if not self._usable(kept, caps.get(kept.kind)):
                     self._kept.remove(kept)
-                    stale.append(kept.lease)
+                    stale.append(kept.hold)
                     continue
                 kept.offered = self._round
                 offered[kept.kind] = offered.get(kept.kind, 0) + 1
@@ -250,7 +246,7 @@ class FleetSlots:
             unused = [k for k in self._kept if k.offered == self._round]
             for kept in unused:
                 self._kept.remove(kept)
-        self._release([k.lease for k in unused])
+        self._release([k.hold for k in unused])
 
     def give_back_idle(self, longer_than: float) -> None:
         """Give back slots kept for longer than ``longer_than`` seconds: the claim loop may not
@@ -261,7 +257,7 @@ class FleetSlots:
             idle = [k for k in self._kept if k.kept_at < before]
             for kept in idle:
                 self._kept.remove(kept)
-        self._release([k.lease for k in idle])
+        self._release([k.hold for k in idle])
 
     def give_back_all(self) -> None:
         """Give back every kept slot and keep none from now on (the worker is stopping: while it
@@ -269,15 +265,15 @@ class FleetSlots:
         with self._lock:
             self._stopping = True
             kept, self._kept = self._kept, []
-        self._release([k.lease for k in kept])
+        self._release([k.hold for k in kept])
 
     def give_up(self, run: Run) -> None:
         """Stop renewing ``run``'s slot and never keep it: the worker claimed the run's job
         again after its lease lapsed, and the new run's slot may be the same hold."""
         with self._lock:
             run.slot_lost = True
-            if run.lease is not None and self._busy.get(_ident(run.lease)) is run:
-                del self._busy[_ident(run.lease)]
+            if run.slot is not None and self._busy.get(_ident(run.slot)) is run:
+                del self._busy[_ident(run.slot)]
 
     @property
     def kept(self) -> int:
@@ -285,20 +281,20 @@ class FleetSlots:
         with self._lock:
             return len(self._kept)
 
-    def _release(self, held: Sequence[HeldLease]) -> None:
+    def _release(self, held: Sequence[SlotHold]) -> None:
         """Hand slots back; never fails (rule 9).
 
         An error is logged and swallowed: the slot expires on its own TTL (it is no longer
         renewed), and bookkeeping must never stop the worker claiming.
         """
-        if not held or self.leases is None:
+        if not held or self.store is None:
             return
         try:
-            self.leases.release_many(held)
+            self.store.release_many(held)
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.lease-release-failed",
                       worker_id=self.worker_id, slots=",".join(
-                          f"{lease.key}[{lease.slot}]" for lease in held),
+                          f"{hold.key}[{hold.slot}]" for hold in held),
                       error=repr(exc))
 
     # -- renewing -------------------------------------------------------------------------------
@@ -312,25 +308,25 @@ class FleetSlots:
         """
         with self._lock:
             busy = [(ident, run) for ident, run in self._busy.items() if not run.slot_lost]
-            held = [run.lease for _, run in busy if run.lease is not None]
-            held += [k.lease for k in self._kept]
-        if not held or self.leases is None:
+            held = [run.slot for _, run in busy if run.slot is not None]
+            held += [k.hold for k in self._kept]
+        if not held or self.store is None:
             return
         sent = self._clock()
         try:
-            renewed = self.leases.renew_many(held, self.ttl)
+            renewed = self.store.renew_many(held, self.ttl)
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.slot-renew-failed",
                       worker_id=self.worker_id, slots=len(held), error=repr(exc))
             return
-        lost = {_ident(lease) for lease in held} - renewed
+        lost = {_ident(hold) for hold in held} - renewed
         lost_runs: list[Run] = []
         with self._lock:
             for ident in renewed:
                 self._confirmed[ident] = sent
             # Lost between runs (or kept by a settle written while this renewal ran): never
             # handed to a run, never renewed again.
-            self._kept = [k for k in self._kept if _ident(k.lease) not in lost]
+            self._kept = [k for k in self._kept if _ident(k.hold) not in lost]
             for ident, run in busy:
                 if ident not in lost:
                     continue
@@ -343,7 +339,7 @@ class FleetSlots:
                 lost_runs.append(run)
             # The one place confirmations of holds no longer held are dropped: only kept holds
             # are ever judged by theirs, and a hold taken again is confirmed afresh.
-            held_now = set(self._busy) | {_ident(k.lease) for k in self._kept}
+            held_now = set(self._busy) | {_ident(k.hold) for k in self._kept}
             self._confirmed = {i: t for i, t in self._confirmed.items() if i in held_now}
         self._cancel_lost(lost_runs)
 
@@ -353,18 +349,18 @@ class FleetSlots:
         for run in runs:
             if run.settling:
                 continue
-            lease = run.lease
-            assert lease is not None
+            hold = run.slot
+            assert hold is not None
             log_event(logger, logging.ERROR, "jobs.worker.slot-lost",
-                      worker_id=self.worker_id, job_id=run.id, lease_key=lease.key,
-                      slot=lease.slot)
+                      worker_id=self.worker_id, job_id=run.id, lease_key=hold.key,
+                      slot=hold.slot)
             run.scope.cancel(JobSlotLostError(
-                job=run.job.name, job_id=run.id, key=lease.key, slot=lease.slot))
+                job=run.job.name, job_id=run.id, key=hold.key, slot=hold.slot))
 
 
-def _slot(lease: HeldLease) -> tuple[str, int]:
-    return (lease.key, lease.slot)
+def _slot(hold: SlotHold) -> tuple[str, int]:
+    return (hold.key, hold.slot)
 
 
-def _ident(lease: HeldLease) -> _Ident:
-    return (lease.key, lease.slot, lease.holder)
+def _ident(hold: SlotHold) -> _Ident:
+    return (hold.key, hold.slot, hold.holder)

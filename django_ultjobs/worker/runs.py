@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..cancel import CancelScope
 from ..registry import JobSpec
 from ..steps import StepLedger
-from ..store import ClaimedJob, HeldLease
+from ..store import ClaimedJob, SlotHold
 
 
 @dataclass(eq=False)
@@ -18,7 +18,7 @@ class Run:
     job: ClaimedJob
     spec: JobSpec | None
     scope: CancelScope = field(default_factory=CancelScope)
-    lease: HeldLease | None = None
+    slot: SlotHold | None = None
     #: Set once the run's outcome is handed to the completer: the body is over, so a heartbeat
     #: "no" can no longer cancel anything (and may just be the settle landing first).
     settling: bool = False
@@ -54,7 +54,7 @@ class Run:
             return True
 
 
-class RunRegistry:
+class RunsInFlight:
     """Thread-safe set of runs the ticker keeps alive until the completer lets them go."""
 
     def __init__(self) -> None:

@@ -15,7 +15,7 @@ from ..exceptions import CancelRequestedError, LeaseLostError
 from ..logs import log_event
 from ..store import JobStore
 from .fleet_slots import FleetSlots
-from .runs import RunRegistry
+from .runs import RunsInFlight
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -23,7 +23,7 @@ logger = logging.getLogger("django_ultjobs.worker")
 class Ticker:
     """Heartbeat (rules 1-3), slot renewal (rules 6-8) and the worker row, every interval."""
 
-    def __init__(self, *, store: JobStore, registry: RunRegistry, slots: FleetSlots,
+    def __init__(self, *, store: JobStore, registry: RunsInFlight, slots: FleetSlots,
                  worker_id: str, visibility_timeout: float, interval: float) -> None:
         self.store = store
         self.registry = registry

@@ -44,7 +44,7 @@ from .fleet_slots import FleetSlots
 from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
-from .runs import Run, RunRegistry
+from .runs import Run, RunsInFlight
 from .ticker import Ticker
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -68,8 +68,8 @@ class Worker:
         self.options = options
         self.store = store or get_store(options.database, clock=clock)
         self.worker_id = options.worker_id
-        self.registry = RunRegistry()
-        self.slots = FleetSlots(self.store.leases, self.worker_id, options.visibility_timeout)
+        self.registry = RunsInFlight()
+        self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
         self.ticker = Ticker(store=self.store, registry=self.registry, slots=self.slots,
                              worker_id=self.worker_id,
                              visibility_timeout=options.visibility_timeout,
@@ -102,7 +102,7 @@ class Worker:
     def check(self) -> None:
         """Refuse promises that would do nothing (rule 10)."""
         capped = sorted(n for n, spec in registered_jobs().items() if spec.concurrency)
-        if capped and self.store.leases is None:
+        if capped and self.store.slot_store is None:
             raise JobConfigurationError(
                 f"job(s) {', '.join(capped)} declare concurrency=, but the job store "
                 f"{type(self.store).__name__} on database {self.store.alias!r} has no lease "
@@ -360,7 +360,7 @@ class Worker:
                       worker_id=self.worker_id, job_ids=",".join(str(r.id) for r in group),
                       error=repr(exc))
             for run in group:
-                run.lease = None
+                run.slot = None
             return list(group)
 
     def _record_lost_attempts(self, claimed: Sequence[ClaimedJob]) -> None:

@@ -30,7 +30,7 @@ from uuid import uuid4
 import pytest
 from django.db import connections
 
-from django_ultjobs.models import Job, JobAttempt, JobLease, Worker
+from django_ultjobs.models import Job, JobAttempt, Slot, Worker
 from tests.conftest import REPO, WorkerProcesses, running_worker, wait_until, worker_env
 from tests.testapp.jobs import capped_clocked, clocked, record, serial
 from tests.testapp.models import RunLog
@@ -327,7 +327,7 @@ def test_fleet_slots_hold_fleet_wide_while_workers_are_killed(
     ids = capped_clocked.bulk_enqueue(
         [capped_clocked.call(label="chaos", seconds=0.15) for _ in range(CHAOS_JOBS)])
     jobs = Job.objects.using(pg_alias).filter(id__in=ids)
-    leases = JobLease.objects.using(pg_alias).filter(key=CAPPED_KEY)
+    leases = Slot.objects.using(pg_alias).filter(key=CAPPED_KEY)
     killed_at: dict[int, datetime] = {}
     killed_ids: set[str] = set()
 
@@ -416,7 +416,7 @@ def test_slot_lapsed_while_holder_stopped_is_lost_not_revived(
     fleet.wait_registered(a)
     j1 = capped_clocked.enqueue(label="held", path=str(gate))
     j2 = capped_clocked.enqueue(label="held", path=str(gate))
-    leases = JobLease.objects.using(pg_alias).filter(key=CAPPED_KEY)
+    leases = Slot.objects.using(pg_alias).filter(key=CAPPED_KEY)
     fleet.wait(lambda: RunLog.objects.using(pg_alias).filter(job_id__in=[j1.id, j2.id])
                .count() == 2, 20, "A to run both capped jobs")
     held_by_a = dict(leases.values_list("holder", "slot"))

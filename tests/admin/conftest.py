@@ -65,13 +65,13 @@ def staff_user(username: str, *codenames: str) -> User:
 @pytest.fixture
 def viewer() -> User:
     """A staff user who may see every jobs page and act on nothing."""
-    return staff_user("viewer", "view_job", "view_jobattempt", "view_joblease", "view_worker")
+    return staff_user("viewer", "view_job", "view_jobattempt", "view_slot", "view_worker")
 
 
 @pytest.fixture
 def operator() -> User:
     """A staff user who may also cancel and retry (the change permission on jobs)."""
-    return staff_user("operator", "view_job", "change_job", "view_joblease", "view_worker")
+    return staff_user("operator", "view_job", "change_job", "view_slot", "view_worker")
 
 
 def client_for(user: User) -> Client:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 
-from django_ultjobs.models import Job, JobAttempt, JobLease
+from django_ultjobs.models import Job, JobAttempt, Slot
 from tests.admin.conftest import PASSWORD
 from tests.conftest import running_worker, wait_until
 from tests.testapp.jobs import block_until, flaky, record, worker_serial_block_until
@@ -149,13 +149,13 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
 
     with running_worker(pg_alias, **FAST):
         wait_until(lambda: jobs.get(id=report.id).status == "running", message="report running")
-        wait_until(lambda: JobLease.objects.using(pg_alias).exists(), message="slot held")
+        wait_until(lambda: Slot.objects.using(pg_alias).exists(), message="slot held")
         # The slot lapses under its holder (as if its worker stalled past the TTL and another
         # took it): the holder's renewal answers "no", and the run is cancelled (rule 8).
-        JobLease.objects.using(pg_alias).all().delete()
+        Slot.objects.using(pg_alias).all().delete()
         wait_until(lambda: JobAttempt.objects.using(pg_alias).filter(
             job_id=capped.id, outcome="slot_lost").exists(), message="slot lost")
-        wait_until(lambda: JobLease.objects.using(pg_alias).exists(), message="slot again")
+        wait_until(lambda: Slot.objects.using(pg_alias).exists(), message="slot again")
         wait_until(lambda: jobs.filter(status="failed").exists(), message="flaky failed")
         wait_until(lambda: jobs.get(id=done.id).status == "succeeded", message="record done")
         capped_waiting = worker_serial_block_until.enqueue(str(slot_release))

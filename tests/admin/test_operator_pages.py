@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from django_ultjobs.models import Job, JobAttempt, JobLease, Worker
+from django_ultjobs.models import Job, JobAttempt, Slot, Worker
 from tests.admin.conftest import (
     APP_INDEX,
     JOBS,
@@ -231,7 +231,7 @@ def test_held_slots_show_the_cap_and_the_runs_waiting(alias: str, viewer) -> Non
     for _ in range(2):  # runnable, waiting for the one slot
         make_job(alias, name="worker_serial_block_until", visible_at=now - timedelta(seconds=10))
     make_job(alias, name="worker_serial_block_until", visible_at=now + timedelta(hours=1))
-    JobLease.objects.using(alias).create(key="job:worker_serial_block_until", slot=0,
+    Slot.objects.using(alias).create(key="job:worker_serial_block_until", slot=0,
                                          holder=f"w:1:abc:{running.id}",
                                          expires_at=now + timedelta(seconds=20))
     client = client_for(viewer)

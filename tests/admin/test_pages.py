@@ -16,7 +16,7 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils import timezone
 
-from django_ultjobs.models import Job, JobAttempt, JobLease, JobStep, Worker
+from django_ultjobs.models import Job, JobAttempt, JobStep, Slot, Worker
 from tests.admin.conftest import (
     APP_INDEX,
     IN_FLIGHT,
@@ -113,10 +113,10 @@ def test_job_detail_escapes_truncates_and_shows_history(alias: str, viewer) -> N
 def test_held_slots_show_holder_worker_and_job(alias: str, viewer) -> None:
     job = make_job(alias, status="running", worker_id=WORKER_ID)
     now = timezone.now()
-    JobLease.objects.using(alias).create(key="job:serial", slot=0,
+    Slot.objects.using(alias).create(key="job:serial", slot=0,
                                          holder=f"{WORKER_ID}:{job.id}",
                                          expires_at=now + timedelta(seconds=20))
-    JobLease.objects.using(alias).create(key="job:serial", slot=1, holder="host-b:1:ffffff:999",
+    Slot.objects.using(alias).create(key="job:serial", slot=1, holder="host-b:1:ffffff:999",
                                          expires_at=now - timedelta(seconds=90))
     client = client_for(viewer)
     html = page(client, SLOTS)
@@ -174,7 +174,7 @@ def test_app_index_summary(alias: str, viewer) -> None:
     make_job(alias, status="running", visible_at=now + timedelta(seconds=30))
     for _ in range(3):
         make_job(alias, status="succeeded")
-    JobLease.objects.using(alias).create(key="job:x", slot=0, holder="w:1",
+    Slot.objects.using(alias).create(key="job:x", slot=0, holder="w:1",
                                          expires_at=now + timedelta(seconds=30))
     lost = make_job(alias, status="queued", visible_at=now + timedelta(hours=1))
     JobAttempt.objects.using(alias).create(job_id=lost.id, attempt=1, outcome="slot_lost")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from django_ultjobs.slot_keys import slot_key_for
 from django_ultjobs.store import JobStore
-from django_ultjobs.worker.fleet_slots import lease_key
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job
@@ -21,15 +21,15 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
 def test_claim_skips_a_kind_whose_slots_are_all_held(cstore: JobStore) -> None:  # rule 5
     enqueue(cstore, *(new_job("capped", priority=9) for _ in range(50)))
     others = enqueue(cstore, new_job("add"), new_job("noop"))
-    assert cstore.acquire(lease_key("capped"), 2, 60, "w0:1") is not None
-    assert cstore.acquire(lease_key("capped"), 2, 60, "w0:2") is not None
+    assert cstore.acquire(slot_key_for("capped"), 2, 60, "w0:1") is not None
+    assert cstore.acquire(slot_key_for("capped"), 2, 60, "w0:2") is not None
     got = claim(cstore, limit=4, caps={"capped": 2})
     assert sorted(j.id for j in got) == others
 
 
 def test_claim_takes_at_most_the_free_slots_of_a_capped_kind(cstore: JobStore) -> None:
     enqueue(cstore, *(new_job("capped") for _ in range(5)))
-    assert cstore.acquire(lease_key("capped"), 3, 60, "w0:1") is not None
+    assert cstore.acquire(slot_key_for("capped"), 3, 60, "w0:1") is not None
     got = claim(cstore, limit=10, caps={"capped": 3})
     assert [j.name for j in got] == ["capped", "capped"]
     # Uncapped, the same rows are all claimable.
@@ -52,7 +52,7 @@ def test_each_capped_kind_gets_its_free_slots_in_claim_order(cstore: JobStore) -
     enqueue(cstore, *(new_job("serial", priority=9) for _ in range(20)))
     enqueue(cstore, *(new_job("capped", priority=5) for _ in range(20)))
     enqueue(cstore, *(new_job("add", priority=1) for _ in range(20)))
-    assert cstore.acquire(lease_key("capped"), 3, 60, "w0:1") is not None
+    assert cstore.acquire(slot_key_for("capped"), 3, 60, "w0:1") is not None
     got = claim(cstore, limit=6, caps={"serial": 1, "capped": 3})
     assert [j.name for j in got] == ["serial", "capped", "capped", "add", "add", "add"]
     # The limit still cuts in claim order: priority first, whatever the kind.
@@ -112,7 +112,7 @@ def test_a_capped_kind_is_claimed_only_from_the_requested_queues(cstore: JobStor
 def test_lapsed_slots_count_as_free_for_the_claim(cstore: JobStore,
                                                   clock: FakeClock) -> None:  # rule 5
     (job_id,) = enqueue(cstore, new_job("capped"))
-    assert cstore.acquire(lease_key("capped"), 1, 10, "dead:1") is not None
+    assert cstore.acquire(slot_key_for("capped"), 1, 10, "dead:1") is not None
     assert claim(cstore, caps={"capped": 1}) == []
     clock.advance(10)
     assert [j.id for j in claim(cstore, caps={"capped": 1})] == [job_id]
@@ -123,9 +123,9 @@ def test_slots_a_worker_kept_count_as_free_for_it_alone(cstore: JobStore) -> Non
     # run per kept slot beyond the fleet's free ones, and no other worker may take more.
     ids = enqueue(cstore, *(new_job("capped") for _ in range(5)))
     for holder in ("w1:1", "w1:2"):
-        assert cstore.acquire(lease_key("capped"), 3, 60, holder) is not None
+        assert cstore.acquire(slot_key_for("capped"), 3, 60, holder) is not None
     assert [j.id for j in claim(cstore, "w2", limit=5, caps={"capped": 3})] == ids[:1]
-    assert cstore.acquire(lease_key("capped"), 3, 60, f"w2:{ids[0]}") is not None
+    assert cstore.acquire(slot_key_for("capped"), 3, 60, f"w2:{ids[0]}") is not None
     # All three slots held now; w1 kept two of them.
     assert claim(cstore, "w2", limit=5, caps={"capped": 3}) == []
     got = claim(cstore, "w1", limit=5, caps={"capped": 3}, kept={"capped": 2})

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from django_ultjobs.models import JobLease
-from django_ultjobs.store import HeldLease, JobStore
+from django_ultjobs.models import Slot
+from django_ultjobs.store import JobStore, SlotHold
 from tests.doubles import FakeClock
 
 # available_apps: between tests, flush only the queue's tables and skip re-creating every
@@ -21,12 +21,12 @@ KEY = "job:capped"
 
 
 def _rows(alias: str, key: str = KEY) -> list[tuple[int, str]]:
-    return list(JobLease.objects.using(alias).filter(key=key).order_by("slot")
+    return list(Slot.objects.using(alias).filter(key=key).order_by("slot")
                 .values_list("slot", "holder"))
 
 
-def _expiry(alias: str, held: HeldLease) -> object:
-    return JobLease.objects.using(alias).get(key=held.key, slot=held.slot).expires_at
+def _expiry(alias: str, held: SlotHold) -> object:
+    return Slot.objects.using(alias).get(key=held.key, slot=held.slot).expires_at
 
 
 # -- acquire --------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def test_acquire_many_takes_over_lapsed_slots(cstore: JobStore, clock: FakeClock
     clock.advance(10)
     got = cstore.acquire_many(KEY, 2, 10, ["b:1", "b:2", "b:3"])
     assert sorted(lease.slot for lease in got.values()) == [0, 1]
-    assert not cstore.renew(HeldLease(KEY, 0, "a:1", clock()), 10)   # rule 7
+    assert not cstore.renew(SlotHold(KEY, 0, "a:1", clock()), 10)   # rule 7
 
 
 # -- renew ----------------------------------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_renew_many_answers_per_slot(cstore: JobStore, clock: FakeClock) -> None
     other_key = cstore.acquire("job:other", 1, 60, "w1:3")
     assert short is not None and long is not None and other_key is not None
     clock.advance(5)
-    forged = HeldLease(key=KEY, slot=2, holder="w1:4", expires_at=clock.now)  # never acquired
+    forged = SlotHold(key=KEY, slot=2, holder="w1:4", expires_at=clock.now)  # never acquired
     renewed = cstore.renew_many([short, long, other_key, forged], 60)
     assert renewed == {(KEY, 1, "w1:2"), ("job:other", 0, "w1:3")}
     assert cstore.renew_many([], 60) == set()
@@ -185,7 +185,7 @@ def test_release_by_a_non_holder_does_nothing(cstore: JobStore, clock: FakeClock
     taken = cstore.acquire(KEY, 1, 10, "w2:2")
     assert taken is not None
     cstore.release(held)  # the lapsed holder's late release
-    cstore.release(HeldLease(key=KEY, slot=0, holder="stranger", expires_at=clock.now))
+    cstore.release(SlotHold(key=KEY, slot=0, holder="stranger", expires_at=clock.now))
     assert _rows(alias) == [(0, "w2:2")]
     assert cstore.renew(taken, 10) is True
     cstore.release_many([])

@@ -129,3 +129,28 @@ def test_0007_leaves_the_writes_of_older_code_working(alias: str) -> None:
         assert Worker.objects.using(alias).get(id="old").jobs is None
     finally:
         call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+
+
+def test_0009_carries_the_held_slots_permissions_over_to_the_renamed_model(alias: str) -> None:
+    # An operator granted the held-slots page before the fleet-slot model was renamed keeps it:
+    # the permission follows the model (its content type and codename), no second copy appears.
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+
+    try:
+        call_command("migrate", "django_ultjobs", "0008", database=alias, verbosity=0)
+        ContentType.objects.db_manager(alias).clear_cache()
+        old_type, _ = ContentType.objects.db_manager(alias).get_or_create(
+            app_label="django_ultjobs", model="joblease")
+        Permission.objects.using(alias).filter(content_type__app_label="django_ultjobs",
+                                               codename__endswith="_slot").delete()
+        Permission.objects.using(alias).get_or_create(
+            content_type=old_type, codename="view_joblease",
+            defaults={"name": "Can view job lease"})
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        views = Permission.objects.using(alias).filter(
+            content_type__app_label="django_ultjobs", codename__in=["view_slot", "view_joblease"])
+        assert [(p.codename, p.content_type.model) for p in views] == [("view_slot", "slot")]
+    finally:
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        ContentType.objects.db_manager(alias).clear_cache()

@@ -88,7 +88,7 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_or_event_find(
         assert store.settle([settlement(claimed)], "w1") == {uncapped_id}
         clock.advance(1)
     prepared = _prepared(pg_alias)
-    assert {"enqueue_one", "heartbeat", "settle", "lease_acquire", "lease_renew",
+    assert {"enqueue_one", "heartbeat", "settle", "slot_acquire", "slot_renew",
             "event_insert", "event_wake"} <= prepared
     # Their generic plans ignore the values that make them fast (docs/deployment.md).
     assert not {"claim", "claim_capped", "event_find"} & prepared

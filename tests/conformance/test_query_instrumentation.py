@@ -93,7 +93,7 @@ def test_the_workers_statements_are_seen(cstore: JobStore) -> None:
         cstore.worker_upsert("w1", "host", 1, 1, ["default"])
         cstore.worker_touch("w1", 0)
     names = _names(seen)
-    for name in ("heartbeat", "lease_acquire", "lease_renew", "lease_release", "settle",
+    for name in ("heartbeat", "slot_acquire", "slot_renew", "slot_release", "settle",
                  "worker_upsert", "worker_touch"):
         assert name in names, (name, names)
     assert any(name.startswith("claim") for name in names)

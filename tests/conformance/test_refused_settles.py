@@ -24,7 +24,7 @@ from django_ultjobs.store.base import LostAttempt
 from django_ultjobs.worker import completer as completer_module
 from django_ultjobs.worker.completer import Completer
 from django_ultjobs.worker.fleet_slots import FleetSlots
-from django_ultjobs.worker.runs import Run, RunRegistry
+from django_ultjobs.worker.runs import Run, RunsInFlight
 from tests.doubles import FakeClock
 from tests.testapp.jobs import add
 
@@ -153,7 +153,7 @@ def test_settle_landed_finds_this_workers_written_settles_only(
 
 
 def _completer(store: JobStore, runs: Sequence[tuple[Run, Settlement]]) -> Completer:
-    registry = RunRegistry()
+    registry = RunsInFlight()
     done = Completer(store=store, registry=registry,
                      slots=FleetSlots(store.leases, "w1", ttl=30.0), worker_id="w1")
     done.start()

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from django_ultjobs.models import FINISHED_STATUSES, Job, JobAttempt, JobLease
+from django_ultjobs.models import FINISHED_STATUSES, Job, JobAttempt, Slot
 from django_ultjobs.store import NewJob, get_store
 from django_ultjobs.tracing import _process_actor, capture_trace_context
 from tests.conftest import running_worker, wait_until
@@ -174,9 +174,9 @@ def test_a_lost_slot_shows_on_the_run_it_cancelled(alias: str, spans: Spans,
     # runs again in a new span.
     job = jobs.capped.enqueue(str(tmp_path / "first-run"))
     with running_worker(alias, **FAST):
-        wait_until(lambda: JobLease.objects.using(alias).filter(
+        wait_until(lambda: Slot.objects.using(alias).filter(
             holder__endswith=f":{job.id}").exists(), message="slot held")
-        JobLease.objects.using(alias).filter(holder__endswith=f":{job.id}").delete()
+        Slot.objects.using(alias).filter(holder__endswith=f":{job.id}").delete()
         wait_until(lambda: _finished(alias, job.id), message="second run")
     assert _row(alias, job.id).result == "second run"
     lost, again = spans.of_job(job.id)

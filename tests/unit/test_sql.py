@@ -22,8 +22,8 @@ def test_macros_are_expanded(dialect: str) -> None:
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_the_protocol_queries_exist_in_both_dialects(dialect: str) -> None:
-    assert {"enqueue", "claim", "heartbeat", "settle", "record_attempts", "lease_acquire",
-            "lease_renew", "lease_release"} <= set(queries(dialect))
+    assert {"enqueue", "claim", "heartbeat", "settle", "record_attempts", "slot_acquire",
+            "slot_renew", "slot_release"} <= set(queries(dialect))
 
 
 #: psycopg caches a statement's conversion to ``$n`` placeholders only up to this length

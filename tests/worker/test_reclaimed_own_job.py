@@ -58,7 +58,7 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
     # rule 8: when this worker claims its own lapsed job again, the new run's slot has the same
     # holder (<worker>:<job id>) as the old run's. The old run must stop renewing and must not
     # release: either would extend or free the slot the new run's body is using.
-    from django_ultjobs.store import ClaimedJob, HeldLease
+    from django_ultjobs.store import ClaimedJob, SlotHold
     from django_ultjobs.worker import Worker, WorkerOptions
     from django_ultjobs.worker.runs import Run
     from tests.testapp.jobs import capped
@@ -74,7 +74,7 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
 
     holder = f"{worker.worker_id}:{job.id}"
     older = Run(job=claimed("00000000-0000-0000-0000-00000000000a"), spec=capped,
-                lease=HeldLease(key="job:capped", slot=0, holder=holder,
+                lease=SlotHold(key="job:capped", slot=0, holder=holder,
                                 expires_at=timezone.now()))
     worker.registry.add(older)
     worker._dispatch([claimed("00000000-0000-0000-0000-00000000000b")])

@@ -16,22 +16,23 @@ from django.db import OperationalError
 from django_ultjobs.exceptions import CancelRequestedError, JobSlotLostError, LeaseLostError
 from django_ultjobs.models import AttemptOutcome, JobStatus
 from django_ultjobs.registry import get_job
+from django_ultjobs.slot_keys import slot_key_for
 from django_ultjobs.worker.executor import run_job
-from django_ultjobs.worker.fleet_slots import FleetSlots, lease_key
-from django_ultjobs.worker.runs import Run, RunRegistry
+from django_ultjobs.worker.fleet_slots import FleetSlots
+from django_ultjobs.worker.runs import Run, RunsInFlight
 from django_ultjobs.worker.ticker import Ticker
-from tests.doubles import WORKER, StubLeases, StubStore, claimed
+from tests.doubles import WORKER, StubSlots, StubStore, claimed
 
 #: What run_job hands the step ledger; these jobs write no steps, so it is never called.
 STORE: Any = None
 
 
-def make_ticker() -> tuple[Ticker, StubStore, StubLeases, RunRegistry]:
-    store, leases, registry = StubStore(), StubLeases(), RunRegistry()
-    slots = FleetSlots(leases, WORKER, ttl=3.0)  # type: ignore[arg-type]
+def make_ticker() -> tuple[Ticker, StubStore, StubSlots, RunsInFlight]:
+    store, slot_store, registry = StubStore(), StubSlots(), RunsInFlight()
+    slots = FleetSlots(slot_store, WORKER, ttl=3.0)  # type: ignore[arg-type]
     ticker = Ticker(store=store, registry=registry, slots=slots,  # type: ignore[arg-type]
                     worker_id=WORKER, visibility_timeout=3.0, interval=0.5)
-    return ticker, store, leases, registry
+    return ticker, store, slot_store, registry
 
 
 def acquire(slots: FleetSlots, run: Run) -> bool:
@@ -96,39 +97,39 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
         caplog: pytest.LogCaptureFixture) -> None:
     # rule 2 (for slots), rules 7 and 8.
     caplog.set_level(logging.INFO, logger="django_ultjobs")
-    ticker, store, leases, registry = make_ticker()
+    ticker, store, slot_store, registry = make_ticker()
     run = Run(job=claimed(7, "capped"), spec=get_job("capped"))
     assert acquire(ticker.slots, run)
-    lease = run.lease
-    assert lease is not None and lease.holder == f"{WORKER}:7"
+    hold = run.slot
+    assert hold is not None and hold.holder == f"{WORKER}:7"
     registry.add(run)
     store.answer = {run.id: False}
 
-    leases.renewed = OperationalError("database is locked")
+    slot_store.renewed = OperationalError("database is locked")
     for _ in range(4):
         ticker.tick()
-    assert len(leases.renew_calls) == 4
+    assert len(slot_store.renew_calls) == 4
     assert not run.scope.cancelled and not run.slot_lost
     assert len(events(caplog, "jobs.worker.slot-renew-failed")) == 4
 
-    leases.renewed = {(lease.key, lease.slot, lease.holder)}
+    slot_store.renewed = {(hold.key, hold.slot, hold.holder)}
     ticker.tick()
     assert not run.scope.cancelled
 
-    leases.renewed = set()  # another holder took it, or it lapsed
+    slot_store.renewed = set()  # another holder took it, or it lapsed
     ticker.tick()
     assert isinstance(run.scope.reason, JobSlotLostError)
-    assert (run.scope.reason.key, run.scope.reason.slot) == (lease_key("capped"), 0)
+    assert (run.scope.reason.key, run.scope.reason.slot) == (slot_key_for("capped"), 0)
     assert run.slot_lost
     assert events(caplog, "jobs.worker.slot-lost") == [
         {"worker_id": WORKER, "job_id": 7, "lease_key": "job:capped", "slot": 0}]
 
     # Renewal stops: extending a slot this worker no longer holds would push out someone else's.
-    calls = len(leases.renew_calls)
-    leases.renewed = {(lease.key, lease.slot, lease.holder)}
+    calls = len(slot_store.renew_calls)
+    slot_store.renewed = {(hold.key, hold.slot, hold.holder)}
     for _ in range(3):
         ticker.tick()
-    assert all(lease not in call for call in leases.renew_calls[calls:])
+    assert all(hold not in call for call in slot_store.renew_calls[calls:])
     assert len(events(caplog, "jobs.worker.slot-lost")) == 1
 
     # ... and a lost slot is neither kept for a next run nor given back (it may be somebody
@@ -136,20 +137,20 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
     ticker.slots.keep([run])
     assert ticker.slots.kept == 0
     ticker.slots.give_back_all()
-    assert leases.released == []
+    assert slot_store.released == []
 
 
 def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFixture) -> None:
     # rule 9
     caplog.set_level(logging.INFO, logger="django_ultjobs")
-    ticker, _, leases, _ = make_ticker()
+    ticker, _, slot_store, _ = make_ticker()
     run = Run(job=claimed(3, "capped"), spec=get_job("capped"))
     assert acquire(ticker.slots, run)
     ticker.slots.keep([run])
     ticker.slots.offer({"capped": 2})
-    leases.release_error = OperationalError("deadlock detected")
+    slot_store.release_error = OperationalError("deadlock detected")
     ticker.slots.give_back_unused()  # must not raise
-    assert leases.released == [[run.lease]]
+    assert slot_store.released == [[run.slot]]
     (logged,) = events(caplog, "jobs.worker.lease-release-failed")
     assert logged["worker_id"] == WORKER and logged["slots"] == "job:capped[0]"
     # Not kept either: it lapses on its TTL, never renewed again.
@@ -158,10 +159,10 @@ def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFi
 
 def test_job_without_concurrency_never_touches_the_lease_store() -> None:
     # rule 5
-    ticker, store, leases, registry = make_ticker()
+    ticker, store, slot_store, registry = make_ticker()
     run = Run(job=claimed(5, "record"), spec=get_job("record"))
     assert acquire(ticker.slots, run) is True
-    assert run.lease is None
+    assert run.slot is None
     registry.add(run)
     store.answer = {run.id: False}
     ticker.tick()
@@ -169,7 +170,7 @@ def test_job_without_concurrency_never_touches_the_lease_store() -> None:
     ticker.slots.offer({"capped": 2})
     ticker.slots.give_back_unused()
     ticker.slots.give_back_all()
-    assert (leases.acquired, leases.renew_calls, leases.released) == ([], [], [])
+    assert (slot_store.acquired, slot_store.renew_calls, slot_store.released) == ([], [], [])
 
 
 @pytest.mark.parametrize(("args", "kwargs", "what"), [

@@ -35,9 +35,9 @@ from django_ultjobs.exceptions import (
     WorkerShutdownError,
 )
 from django_ultjobs.management.commands.runjobworker import Command
-from django_ultjobs.models import Job, JobAttempt, JobLease
+from django_ultjobs.models import Job, JobAttempt, Slot
 from django_ultjobs.models import Worker as WorkerRow
-from django_ultjobs.store import HeldLease, NewJob, Settlement, get_store
+from django_ultjobs.store import NewJob, Settlement, SlotHold, get_store
 from django_ultjobs.worker import Worker, WorkerOptions
 from django_ultjobs.worker import worker as worker_module
 from django_ultjobs.worker.runs import Run
@@ -152,7 +152,7 @@ def test_slot_renewal_that_raises_is_not_a_lost_slot(alias: str, go: Path,
     class BlippingRenewal(engine_store(alias)):  # type: ignore[misc,valid-type]
         failed = 0
 
-        def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
+        def renew_many(self, held: Sequence[SlotHold], ttl: float) -> set[tuple[str, int, str]]:
             if self.failed < failures:
                 self.failed += 1
                 raise OperationalError("could not serialize access")
@@ -163,11 +163,11 @@ def test_slot_renewal_that_raises_is_not_a_lost_slot(alias: str, go: Path,
     with running_worker(alias, store=store, **FAST) as worker:
         run = running_run(worker, job.id)
         wait_until(lambda: store.failed == failures, message="renewals failing")
-        assert JobLease.objects.using(alias).filter(
+        assert Slot.objects.using(alias).filter(
             holder=f"{worker.worker_id}:{job.id}").exists()
         go.touch()
         wait_until(status_is(alias, job.id, "succeeded", "failed", "queued", "cancelled"))
-        wait_until(lambda: not JobLease.objects.using(alias).exists(), message="slot released")
+        wait_until(lambda: not Slot.objects.using(alias).exists(), message="slot released")
     assert not run.scope.cancelled and not run.slot_lost
     assert attempts(alias, job.id) == [(1, "succeeded")]
     assert len(events(info_logs, "jobs.worker.slot-renew-failed")) >= failures
@@ -234,9 +234,9 @@ class RecordingRenewals:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.renewals: list[tuple[list[HeldLease], set[tuple[str, int, str]]]] = []
+        self.renewals: list[tuple[list[SlotHold], set[tuple[str, int, str]]]] = []
 
-    def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
+    def renew_many(self, held: Sequence[SlotHold], ttl: float) -> set[tuple[str, int, str]]:
         renewed = super().renew_many(held, ttl)  # type: ignore[misc]
         self.renewals.append((list(held), renewed))
         return renewed
@@ -252,10 +252,10 @@ def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
     key = "job:worker_serial_block_until"
     with running_worker(alias, store=store, **FAST) as worker:
         run = running_run(worker, job.id)
-        lease = run.lease
+        lease = run.slot
         assert lease is not None and (lease.key, lease.slot) == (key, 0)
         holder = f"{worker.worker_id}:{job.id}"
-        leases = JobLease.objects.using(alias).filter(key=key, slot=0)
+        leases = Slot.objects.using(alias).filter(key=key, slot=0)
         wait_until(lambda: any(lease in h and (key, 0, holder) in r for h, r in store.renewals),
                    message="one successful renewal")
         intruder_expiry = timezone.now() + timedelta(seconds=1.5)
@@ -278,7 +278,7 @@ def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
             assert leases.get().expires_at == intruder_expiry
         go.touch()
         wait_until(status_is(alias, job.id, "succeeded", "failed", "cancelled"))
-        wait_until(lambda: not JobLease.objects.using(alias).exists(), message="slot released")
+        wait_until(lambda: not Slot.objects.using(alias).exists(), message="slot released")
 
     assert isinstance(run.scope.reason, JobSlotLostError)
     assert run.slot_lost
@@ -307,7 +307,7 @@ def test_release_that_raises_is_logged_and_the_job_still_succeeds(
     # next claim brings none; a give-back that raises is logged and swallowed, the slot left to
     # lapse on its TTL, and the worker goes on claiming.
     class BrokenRelease(engine_store(alias)):  # type: ignore[misc,valid-type]
-        def release_many(self, held: Sequence[HeldLease]) -> None:
+        def release_many(self, held: Sequence[SlotHold]) -> None:
             raise OperationalError("connection reset by peer")
 
     job = capped.enqueue(0.3)
@@ -324,7 +324,7 @@ def test_release_that_raises_is_logged_and_the_job_still_succeeds(
     (logged, *_) = events(info_logs, "jobs.worker.lease-release-failed")
     assert logged["worker_id"] == worker_id and logged["slots"] == "job:capped[0]"
     # The slot was left to expire on its TTL, exactly as the release failing means.
-    assert JobLease.objects.using(alias).filter(holder=f"{worker_id}:{job.id}").count() == 1
+    assert Slot.objects.using(alias).filter(holder=f"{worker_id}:{job.id}").count() == 1
 
 
 # -- rules 5-6: a slot passes from run to run in the worker ----------------------------------------
@@ -337,14 +337,14 @@ def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kin
     # worker goes on running. The cap holds throughout: concurrency=1 runs never overlap.
     class Counting(engine_store(alias)):  # type: ignore[misc,valid-type]
         acquires: list[list[str]] = []
-        releases: list[list[HeldLease]] = []
+        releases: list[list[SlotHold]] = []
 
         def acquire_many(self, key: str, limit: int, ttl: float,
-                         holders: Sequence[str]) -> dict[str, HeldLease]:
+                         holders: Sequence[str]) -> dict[str, SlotHold]:
             self.acquires.append(list(holders))
             return super().acquire_many(key, limit, ttl, holders)
 
-        def release_many(self, held: Sequence[HeldLease]) -> None:
+        def release_many(self, held: Sequence[SlotHold]) -> None:
             self.releases.append(list(held))
             super().release_many(held)
 
@@ -353,7 +353,7 @@ def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kin
     with running_worker(alias, store=store, threads=2, **FAST):
         wait_until(lambda: Job.objects.using(alias).filter(
             id__in=ids, status="succeeded").count() == 6, message="six serial runs")
-        wait_until(lambda: not JobLease.objects.using(alias).exists(),
+        wait_until(lambda: not Slot.objects.using(alias).exists(),
                    message="the slot given back while the worker runs on")
     assert len(store.acquires) == 1, store.acquires
     assert [len(r) for r in store.releases] == [1]
@@ -385,7 +385,7 @@ def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: 
         with running_worker(alias, store=store, threads=2, **FAST):
             wait_until(lambda: row(alias, s).status == "succeeded", message="the serial run")
             wait_until(lambda: row(alias, b).status == "running", message="B running")
-            wait_until(lambda: not JobLease.objects.using(alias).exists(),
+            wait_until(lambda: not Slot.objects.using(alias).exists(),
                        message="the kept slot given back while both threads are busy")
             assert store.leases.acquire("job:serial", 1, 3.0, "other:1") is not None
             assert row(alias, b).status == "running"
@@ -402,7 +402,7 @@ def test_a_draining_worker_gives_back_the_slot_of_a_run_that_settles_meanwhile(
     go = tmp_path / "go"
     long = capped_clocked.enqueue(label="long", seconds=0.0, path=str(go)).id
     short = capped_clocked.enqueue(label="short", seconds=0.6).id
-    leases = JobLease.objects.using(alias).filter(key="job:capped_clocked")
+    leases = Slot.objects.using(alias).filter(key="job:capped_clocked")
     try:
         with running_worker(alias, threads=2, grace_period=30.0, **FAST) as worker:
             wait_until(lambda: leases.count() == 2, message="both runs holding their slots")
@@ -426,15 +426,15 @@ def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> No
     touched: list[str] = []
 
     class NoLeaseCalls(engine_store(alias)):  # type: ignore[misc,valid-type]
-        def acquire(self, key: str, limit: int, ttl: float, holder: str) -> HeldLease | None:
+        def acquire(self, key: str, limit: int, ttl: float, holder: str) -> SlotHold | None:
             touched.append(f"acquire {key}")
             return super().acquire(key, limit, ttl, holder)
 
-        def renew_many(self, held: Sequence[HeldLease], ttl: float) -> set[tuple[str, int, str]]:
+        def renew_many(self, held: Sequence[SlotHold], ttl: float) -> set[tuple[str, int, str]]:
             touched.append(f"renew {held}")
             return super().renew_many(held, ttl)
 
-        def release_many(self, held: Sequence[HeldLease]) -> None:
+        def release_many(self, held: Sequence[SlotHold]) -> None:
             touched.append(f"release {held}")
             super().release_many(held)
 
@@ -444,7 +444,7 @@ def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> No
     lease_rows: list[int] = []
 
     def all_done() -> bool:
-        lease_rows.append(JobLease.objects.using(alias).count())
+        lease_rows.append(Slot.objects.using(alias).count())
         return Job.objects.using(alias).filter(id__in=ids, status="succeeded").count() == 3
 
     with running_worker(alias, store=NoLeaseCalls(alias), **FAST):
@@ -535,7 +535,7 @@ def test_bad_stored_args_fail_cleanly_before_the_run_starts(alias: str,
     with running_worker(alias, **FAST):
         wait_until(lambda: Job.objects.using(alias).filter(
             id__in=[bad.id, good.id], status__in=["succeeded", "failed"]).count() == 2)
-        wait_until(lambda: not JobLease.objects.using(alias).exists(), message="slots released")
+        wait_until(lambda: not Slot.objects.using(alias).exists(), message="slots released")
     assert started_runs == [good.id]
     failed = row(alias, bad.id)
     assert (failed.status, failed.attempt) == ("failed", 1)
@@ -706,7 +706,7 @@ def test_a_drain_does_not_free_the_slot_of_a_body_that_ignores_it(alias: str) ->
     row = Job.objects.using(alias).get(pk=job.id)
     assert row.status == "queued" and row.attempt == 0
     assert row.visible_at > timezone.now() + timedelta(seconds=2)
-    assert JobLease.objects.using(alias).filter(key="job:capped_ignoring").exists()
+    assert Slot.objects.using(alias).filter(key="job:capped_ignoring").exists()
     # Let the abandoned body end so its thread does not outlive this test.
     wait_until(lambda: not any(t.is_alive() for t in worker.pool._threads), timeout=10)
 
