@@ -85,6 +85,9 @@ class ClaimedJob:
     #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
     #: the worker fails such a job at once instead of running it (rule 15).
     undecodable: str | None = None
+    #: When the row was due, just before this claim (enqueued, scheduled, retried or woken):
+    #: the start of the job's wait (``ultjobs.job.wait``). None from a store that does not say.
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +107,9 @@ class ClaimRequest:
         return self.kept.get(name, 0)
 
 
-#: What a claimed row was just before the claim: its status, its worker and its claim time.
-Previous = tuple[str, str | None, Any]
+#: What a claimed row was just before the claim: its status, its worker, its claim time and
+#: when it was due (its ``visible_at``).
+Previous = tuple[str, str | None, Any, Any]
 
 
 class ClaimBatch(list[ClaimedJob]):
@@ -447,8 +451,8 @@ class JobStore(SlotStore):
         """
         batch = ClaimBatch(others_left=others_left)
         decoded = decode_arguments(rows, 4)
-        for r, (args, kwargs, undecodable), (prev_status, prev_worker, prev_claimed_at) in zip(
-                rows, decoded, previous, strict=True):
+        for r, (args, kwargs, undecodable), prev in zip(rows, decoded, previous, strict=True):
+            prev_status, prev_worker, prev_claimed_at, due = prev
             redelivered = prev_status == "running"
             batch.append(ClaimedJob(
                 id=r[0], name=r[1], queue=r[2], priority=r[3], args=args, kwargs=kwargs,
@@ -459,6 +463,7 @@ class JobStore(SlotStore):
                 previous_claimed_at=(self.parse_time(prev_claimed_at)
                                      if redelivered and prev_claimed_at else None),
                 woke=prev_status == "waiting",
+                due_at=self.parse_time(due),
             ))
         batch.sort(key=lambda job: (-job.priority, job.id))
         return batch
@@ -585,6 +590,17 @@ class JobStore(SlotStore):
         if "notify" in self.sql and queues:
             with self.cursor() as cur:
                 cur.execute(self.sql["notify"], {"queues": sorted(set(queues))})
+
+    def gauge_rows(self) -> tuple[list[tuple[str, int, float]], list[tuple[str, int]]]:
+        """What the gauges show, in two statements: per queue ``(queue, runnable jobs, seconds
+        the oldest has been due)``, and per key ``(key, fleet slots held)``."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["gauge_queues"], {"now": self.now_param()})
+            queues = [(row[0], int(row[1]), max(0.0, float(row[2] or 0.0)))
+                      for row in cur.fetchall()]
+            cur.execute(self.sql["gauge_slots"], {"now": self.now_param()})
+            slots = [(row[0], int(row[1])) for row in cur.fetchall()]
+        return queues, slots
 
     def db_now(self) -> datetime:
         """The database's clock (or the injected one)."""

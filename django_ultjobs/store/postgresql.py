@@ -176,9 +176,9 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()
-        # Columns 13-15: what the row was before (claim_update); 16: others_left.
-        return self.claimed_batch(rows, [r[13:16] for r in rows], str(token),
-                                  others_left=bool(rows) and bool(rows[0][16]))
+        # Columns 13-16: what the row was before (claim_update); 17: others_left.
+        return self.claimed_batch(rows, [r[13:17] for r in rows], str(token),
+                                  others_left=bool(rows) and bool(rows[0][17]))
 
     def heartbeat(
         self, runs: Sequence[tuple[int, str]], visibility_timeout: float

@@ -164,7 +164,8 @@ class SQLiteStore(JobStore):
             # PostgreSQL returns, so a ClaimedJob looks the same on both engines.
             token = uuid.uuid4()
             rows = self._take(cur, list(candidates), request, token.hex, now)
-        previous = [candidates[r[0]][3:] for r in rows]
+        # What each row was (status, worker, claim time), then when it was due.
+        previous = [(*candidates[r[0]][3:], candidates[r[0]][2]) for r in rows]
         return self.claimed_batch(rows, previous, str(token), others_left)
 
     def _choose_candidates(self, cur: Any, request: ClaimRequest, now: Any

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connections
 
+from .. import metrics
 from ..conf import get_settings
 from ..exceptions import (
     DatabaseUnavailableError,
@@ -41,6 +42,7 @@ from .executor import (
     slot_unavailable_settlement,
 )
 from .fleet_slots import FleetSlots
+from .gauges import GaugeSampler
 from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
@@ -82,6 +84,8 @@ class Worker:
                      worker_id=self.worker_id)
             if self.store.vendor == "postgresql" and options.listen else None
         )
+        #: The gauge sampler, started with the other threads when metrics are on (rule 71).
+        self.gauges: GaugeSampler | None = None
         self._executing: set[Run] = set()
         self._executing_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -435,6 +439,8 @@ class Worker:
                                "visibility timeout, and the process exit stops it")
         self.completer.stop(timeout=max(10.0, self.options.heartbeat_interval))
         self.ticker.stop()
+        if self.gauges is not None:
+            self.gauges.stop()
         self.pool.stop(timeout=0.5)
         try:
             self.store.worker_stop(self.worker_id)
@@ -514,6 +520,9 @@ class Worker:
         ]
         if self.listener is not None:
             parts.append((self.listener.start, self.listener.stop))
+        self.gauges = self._gauge_sampler()
+        if self.gauges is not None:
+            parts.append((self.gauges.start, self.gauges.stop))
         try:
             self.pool.start()
             for start, stop in parts:
@@ -528,6 +537,16 @@ class Worker:
                 f"({exc}): lower --threads, or raise the system's limit on threads "
                 "(ulimit -u, a container's pids limit)"
             ) from exc
+
+    def _gauge_sampler(self) -> GaugeSampler | None:
+        """The gauge sampler of this worker, or None: with no SDK configured nothing samples
+        (rule 70), a ``--burst`` worker leaves sampling to the long-lived ones, and a store
+        without fleet slots could not keep it to one worker of the fleet (rule 71)."""
+        slot_store = self.store.slot_store
+        if self.options.burst or slot_store is None or not metrics.enabled():
+            return None
+        return GaugeSampler(store=self.store, slot_store=slot_store, worker_id=self.worker_id,
+                            interval=get_settings().GAUGE_INTERVAL)
 
     def _mark_stopped(self) -> None:
         """Mark this worker's row stopped (a start that failed after registering), or log why
