@@ -19,6 +19,7 @@ from .conf import get_settings
 from .exceptions import JobArgumentError, JobConfigurationError, UnknownJobError
 from .job_options import check_options
 from .logs import log_event
+from .metrics import record_enqueued
 from .models import Job, JobStatus
 from .slot_keys import MAX_SLOT_JOB_NAME
 from .store import EnqueuedJob, NewJob, get_store
@@ -156,6 +157,7 @@ class JobSpec:
         new = _new_job(job_call, *capture_trace_context(), current_actor())
         store = get_store()
         (row,) = store.enqueue([new])
+        record_enqueued(((new.name, new.queue),), store.alias)
         return _as_loaded(new, row, store.alias)
 
     def bulk_enqueue(self, calls: Iterable[Sequence[Any] | JobCall]) -> list[int]:
@@ -234,7 +236,9 @@ def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
         return []
     trace = capture_trace_context()
     actor = current_actor()
-    rows = get_store().enqueue([_new_job(c, *trace, actor) for c in calls])
+    store = get_store()
+    rows = store.enqueue([_new_job(c, *trace, actor) for c in calls])
+    record_enqueued(((c.spec.name, c.spec.queue) for c in calls), store.alias)
     return [row.id for row in rows]
 
 
