@@ -1,0 +1,160 @@
+"""What metrics and run hooks cost the drain: the same drain with no SDK, with one, and with an
+SDK plus a receiver of each run hook (docs/performance.md, items 50-52).
+
+    python -m benchmarks.metrics_cost [--jobs 20000] [--threads 16] [--repeat 3]
+                                      [--engine postgres]
+
+Each round drains the same number of no-op jobs with one ``runjobworker --burst`` process per
+mode, the modes interleaved (a busy minute on a shared machine falls on all of them); jobs/s
+from the first claim to the last settle, read from the database. Then the cost of each record
+call, timed in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import timeit
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+MODES = {"off": {}, "sdk": {"BENCH_METRICS": "1"},
+         "sdk+hooks": {"BENCH_METRICS": "1", "BENCH_HOOKS": "1"}}
+
+
+def configure_sdk() -> None:
+    """Install an SDK meter provider with a Prometheus reader (not scraped)."""
+    from opentelemetry import metrics
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    metrics.set_meter_provider(MeterProvider(metric_readers=[PrometheusMetricReader()]))
+
+
+def _noop_receiver(sender: Any, **kwargs: Any) -> None:
+    return None
+
+
+def connect_hooks() -> None:
+    """A receiver of each run hook that does nothing: the cost of sending them."""
+    from django_ultjobs.signals import job_finished, job_started
+
+    job_started.connect(_noop_receiver, dispatch_uid="bench-started")
+    job_finished.connect(_noop_receiver, dispatch_uid="bench-finished")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--engine", default="postgres")
+    args = parser.parse_args()
+    os.environ.update(DJANGO_SETTINGS_MODULE="benchmarks.settings", BENCH_ALIAS=args.engine)
+    import django
+
+    django.setup()
+    _reset_database(args.engine)
+    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for round_ in range(args.repeat):
+        for mode, env in MODES.items():
+            rates[mode].append(_drain(args.engine, args.jobs, args.threads, env))
+            print(f"round {round_ + 1} {mode}: {rates[mode][-1]:,.0f} jobs/s", flush=True)
+    base = statistics.median(rates["off"])
+    print(f"\n{args.jobs:,} no-op jobs, one worker process x {args.threads} threads, "
+          f"{args.engine}, medians of {args.repeat}:\n")
+    print("mode | drain jobs/s | vs no SDK")
+    print("--- | --- | ---")
+    for mode, values in rates.items():
+        median = statistics.median(values)
+        print(f"{mode} | {median:,.0f} | {median / base:.3f}x")
+    _micro()
+    return 0
+
+
+def _reset_database(alias: str) -> None:
+    """An empty, migrated database of the benchmark's own (PostgreSQL: dropped and created)."""
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connections
+
+    conf = settings.DATABASES[alias]
+    connections[alias].close()
+    if conf["ENGINE"].endswith("sqlite3"):
+        for suffix in ("", "-wal", "-shm"):
+            Path(conf["NAME"] + suffix).unlink(missing_ok=True)
+    else:
+        import psycopg
+
+        with psycopg.connect(host=conf["HOST"], port=conf["PORT"], user=conf["USER"],
+                             dbname="postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{conf["NAME"]}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{conf["NAME"]}"')
+    call_command("migrate", database=alias, verbosity=0)
+
+
+def _drain(engine: str, jobs: int, threads: int, env: dict[str, str]) -> float:
+    from django.db import transaction
+    from django.db.models import Max, Min
+
+    from benchmarks.jobs import noop
+    from django_ultjobs.models import Job
+
+    Job.objects.using(engine).all().delete()
+    with transaction.atomic(using=engine):
+        for start in range(0, jobs, 5_000):
+            noop.bulk_enqueue([()] * min(5_000, jobs - start))
+    subprocess.run(
+        [sys.executable, "-m", "django", "runjobworker", "--database", engine, "--burst",
+         "--threads", str(threads), "--visibility-timeout", "60", "--heartbeat-interval", "10"],
+        env={**os.environ, "PYTHONPATH": str(REPO), **env}, cwd=REPO, check=True)
+    done = Job.objects.using(engine).filter(status="succeeded")
+    if done.count() != jobs:
+        raise SystemExit(f"drain left {jobs - done.count()} jobs unfinished")
+    span = done.aggregate(start=Min("claimed_at"), end=Max("finished_at"))
+    return jobs / (span["end"] - span["start"]).total_seconds()
+
+
+def _micro() -> None:
+    """Each hot-path call, timed alone: with no SDK, and with one."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_ultjobs import metrics
+    from django_ultjobs.signals import job_started
+
+    def calls() -> dict[str, float]:
+        n = 100_000
+        return {
+            "record_finished": _per_call(
+                lambda: metrics.record_finished("noop", "default", "succeeded", 0.001), n),
+            "record_wait": _per_call(lambda: metrics.record_wait("noop", "default", 0.01), n),
+            "job_started.send (no receiver)": _per_call(
+                lambda: job_started.send(sender=None, context=None, args=[], kwargs={}), n),
+        }
+
+    off = calls()
+    metrics.use_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    on = calls()
+    metrics.use_meter_provider(None)
+    print("\ncall | µs, no SDK | µs, SDK")
+    print("--- | --- | ---")
+    for name in off:
+        print(f"{name} | {off[name]:.2f} | {on[name]:.2f}")
+
+
+def _per_call(fn: Any, n: int) -> float:
+    best = min(timeit.repeat(fn, number=n, repeat=3))
+    return best / n * 1e6
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    code = main()
+    print(f"\n{time.monotonic() - started:.0f} s in all")
+    raise SystemExit(code)
