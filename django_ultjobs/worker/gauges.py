@@ -42,6 +42,9 @@ class GaugeSampler:
         #: of two samples and the other never does.
         self.samples = 0
         self._held: SlotHold | None = None
+        # The queues and slot keys sampled so far (see _with_zeros).
+        self._queues: set[str] = set()
+        self._keys: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ultjobs-gauges", daemon=True)
 
@@ -78,11 +81,23 @@ class GaugeSampler:
             log_event(logger, logging.WARNING, "jobs.worker.gauges-failed",
                       worker_id=self.worker_id, error=repr(exc))
             return False
-        self.board.publish(self.worker_id, GaugeSample(
-            queues=tuple(QueueSample(q, depth, age) for q, depth, age in queues),
-            slots=tuple((key, n) for key, n in slots if key.startswith(SLOT_KEY_PREFIX))))
+        self.board.publish(self.worker_id, self._with_zeros(queues, slots))
         self.samples += 1
         return True
+
+    def _with_zeros(self, queues: list[tuple[str, int, float]], slots: list[tuple[str, int]]
+                    ) -> GaugeSample:
+        """The sample, with 0 for every queue and key this sampler saw before and the database
+        no longer lists: a queue that drained reads 0 on a dashboard, not a series that stops."""
+        seen_queues = {q for q, _, _ in queues}
+        seen_keys = {key for key, _ in slots}
+        queues = queues + [(q, 0, 0.0) for q in sorted(self._queues - seen_queues)]
+        slots = slots + [(key, 0) for key in sorted(self._keys - seen_keys)]
+        self._queues |= seen_queues
+        self._keys |= seen_keys
+        return GaugeSample(
+            queues=tuple(QueueSample(q, depth, age) for q, depth, age in queues),
+            slots=tuple((key, n) for key, n in slots if key.startswith(SLOT_KEY_PREFIX)))
 
     def _hold(self) -> bool:
         """Renew the sampler slot, or try to take it; whether this worker holds it now."""

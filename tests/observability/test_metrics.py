@@ -135,7 +135,12 @@ def test_gauges_are_sampled_by_one_worker_at_a_time(alias, reader):
             first_cm.__exit__(None, None, None)
         wait_until(lambda: second.gauges.samples >= 1, message="the second takes over")
         assert by(points(reader)["ultjobs.queue.depth"], "queue") == {("unserved",): 3}
+        # A queue that drains reads 0, not a series that stops.
+        Job.objects.using(alias).filter(queue="unserved").delete()
+        store.slot_store.release(held)
+        wait_until(lambda: by(points(reader)["ultjobs.queue.depth"], "queue")
+                   == {("unserved",): 0}, message="the drained queue at 0")
+        assert by(points(reader)["ultjobs.slots.held"], "key") == {("job:metered_capped",): 0}
     # Stopped, each gave the sampler slot back and withdrew its figures.
     assert not Slot.objects.using(alias).filter(key=GAUGE_SLOT_KEY).exists()
     assert by(points(reader).get("ultjobs.queue.depth", []), "queue") == {}
-    store.slot_store.release(held)
