@@ -8,6 +8,7 @@ separate pieces; this module only connects them and decides when to stop.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -104,7 +105,13 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Refuse promises that would do nothing (rule 10)."""
+        """Refuse promises that would do nothing (rule 10), and a gauge interval that would
+        spin the sampler (django_ultjobs.E050)."""
+        interval = get_settings().GAUGE_INTERVAL
+        if metrics.enabled() and not _positive_seconds(interval):
+            raise JobConfigurationError(
+                f"ULTJOBS['GAUGE_INTERVAL'] is {interval!r}; it must be a positive, finite "
+                "number of seconds (leave it out for the default, 15)")
         capped = sorted(n for n, spec in registered_jobs().items() if spec.concurrency)
         if capped and self.store.slot_store is None:
             raise JobConfigurationError(
@@ -677,6 +684,11 @@ def _others_left(claimed: Sequence[ClaimedJob], *, full: bool) -> bool:
     than risk an outranked job waiting a poll interval."""
     others_left = claimed.others_left if isinstance(claimed, ClaimBatch) else None
     return full if others_left is None else others_left
+
+
+def _positive_seconds(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 def _one_line(exc: BaseException) -> str:

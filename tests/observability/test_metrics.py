@@ -144,3 +144,30 @@ def test_gauges_are_sampled_by_one_worker_at_a_time(alias, reader):
     # Stopped, each gave the sampler slot back and withdrew its figures.
     assert not Slot.objects.using(alias).filter(key=GAUGE_SLOT_KEY).exists()
     assert by(points(reader).get("ultjobs.queue.depth", []), "queue") == {}
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), "15", True])
+def test_a_bad_gauge_interval_is_e050(value):
+    from django_ultjobs.checks import check_settings
+
+    with override_settings(ULTJOBS={"GAUGE_INTERVAL": value}):
+        ids = [m.id for m in check_settings()]
+    assert "django_ultjobs.E050" in ids
+
+
+def test_a_brisk_gauge_interval_is_w050_and_the_default_is_quiet():
+    from django_ultjobs.checks import check_settings
+
+    with override_settings(ULTJOBS={"GAUGE_INTERVAL": 0.2}):
+        assert "django_ultjobs.W050" in [m.id for m in check_settings()]
+    ids = [m.id for m in check_settings()]
+    assert "django_ultjobs.E050" not in ids and "django_ultjobs.W050" not in ids
+
+
+def test_a_worker_with_metrics_on_refuses_a_bad_gauge_interval(alias, reader):
+    from django_ultjobs.exceptions import JobConfigurationError
+    from django_ultjobs.worker import Worker, WorkerOptions
+
+    with override_settings(ULTJOBS={"DATABASE": alias, "GAUGE_INTERVAL": 0}), \
+            pytest.raises(JobConfigurationError, match="GAUGE_INTERVAL"):
+        Worker(WorkerOptions(database=alias)).check()
