@@ -6,14 +6,17 @@ SDK plus a receiver of each run hook (docs/performance.md, items 50-52).
 
 Each round drains the same number of no-op jobs with one ``runjobworker --burst`` process per
 mode, the modes interleaved (a busy minute on a shared machine falls on all of them); jobs/s
-from the first claim to the last settle, read from the database. Then the cost of each record
-call, timed in this process.
+from the first claim to the last settle, read from the database, and the worker process's own
+CPU per job (user + system, from the kernel's accounting of the child): on a machine shared
+with other work the wall clock swings by 2x between rounds, the CPU a job costs much less. Then
+the cost of each record call, timed in this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,20 +64,26 @@ def main() -> int:
     django.setup()
     _reset_database(args.engine)
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
     modes = list(MODES)
     for round_ in range(args.repeat):
         # Each round starts with another mode, so no mode always drains first or last.
         for mode in modes[round_ % 3:] + modes[:round_ % 3]:
-            rates[mode].append(_drain(args.engine, args.jobs, args.threads, MODES[mode]))
-            print(f"round {round_ + 1} {mode}: {rates[mode][-1]:,.0f} jobs/s", flush=True)
+            rate, cpu_us = _drain(args.engine, args.jobs, args.threads, MODES[mode])
+            rates[mode].append(rate)
+            cpu[mode].append(cpu_us)
+            print(f"round {round_ + 1} {mode}: {rate:,.0f} jobs/s, {cpu_us:.0f} µs CPU/job",
+                  flush=True)
     base = statistics.median(rates["off"])
+    base_cpu = statistics.median(cpu["off"])
     print(f"\n{args.jobs:,} no-op jobs, one worker process x {args.threads} threads, "
           f"{args.engine}, medians of {args.repeat}:\n")
-    print("mode | drain jobs/s | vs no SDK")
-    print("--- | --- | ---")
-    for mode, values in rates.items():
-        median = statistics.median(values)
-        print(f"{mode} | {median:,.0f} | {median / base:.3f}x")
+    print("mode | drain jobs/s | vs no SDK | worker CPU µs/job | vs no SDK")
+    print("--- | --- | --- | --- | ---")
+    for mode in MODES:
+        median, median_cpu = statistics.median(rates[mode]), statistics.median(cpu[mode])
+        print(f"{mode} | {median:,.0f} | {median / base:.3f}x | {median_cpu:.0f} | "
+              f"{median_cpu / base_cpu:.3f}x")
     _micro()
     return 0
 
@@ -123,7 +132,9 @@ def _analyze(alias: str) -> None:
         cur.execute("ANALYZE")
 
 
-def _drain(engine: str, jobs: int, threads: int, env: dict[str, str]) -> float:
+def _drain(engine: str, jobs: int, threads: int, env: dict[str, str]) -> tuple[float, float]:
+    """Drain ``jobs`` no-op jobs with one worker process; (jobs/s, the worker's CPU µs per
+    job)."""
     from django.db import transaction
     from django.db.models import Max, Min
 
@@ -131,19 +142,30 @@ def _drain(engine: str, jobs: int, threads: int, env: dict[str, str]) -> float:
     from django_ultjobs.models import Job
 
     _empty(engine)
+    # The process's start and exit, alone (an empty queue): taken off the drain's CPU, so the
+    # SDK's import is not counted as a cost per job.
+    idle_s = _worker_cpu(engine, threads, env)
     with transaction.atomic(using=engine):
         for start in range(0, jobs, 5_000):
             noop.bulk_enqueue([()] * min(5_000, jobs - start))
     _analyze(engine)
-    subprocess.run(
-        [sys.executable, "-m", "django", "runjobworker", "--database", engine, "--burst",
-         "--threads", str(threads), "--visibility-timeout", "60", "--heartbeat-interval", "10"],
-        env={**os.environ, "PYTHONPATH": str(REPO), **env}, cwd=REPO, check=True)
+    cpu_s = _worker_cpu(engine, threads, env) - idle_s
     done = Job.objects.using(engine).filter(status="succeeded")
     if done.count() != jobs:
         raise SystemExit(f"drain left {jobs - done.count()} jobs unfinished")
     span = done.aggregate(start=Min("claimed_at"), end=Max("finished_at"))
-    return jobs / (span["end"] - span["start"]).total_seconds()
+    return jobs / (span["end"] - span["start"]).total_seconds(), cpu_s / jobs * 1e6
+
+
+def _worker_cpu(engine: str, threads: int, env: dict[str, str]) -> float:
+    """Run one ``runjobworker --burst`` to its exit; the CPU seconds it used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        [sys.executable, "-m", "django", "runjobworker", "--database", engine, "--burst",
+         "--threads", str(threads), "--visibility-timeout", "60", "--heartbeat-interval", "10"],
+        env={**os.environ, "PYTHONPATH": str(REPO), **env}, cwd=REPO, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _micro() -> None:

@@ -63,7 +63,8 @@ def by(points_: list[Any], *keys: str, value: str = "value") -> dict[tuple, Any]
 
 
 def test_counters_and_histograms_from_a_real_worker(alias, reader):
-    """The counters and histograms carry job.name, queue and outcome."""
+    """The counters and histograms carry job.name, queue and outcome; a retried attempt is
+    counted as ``retrying`` (rule 73: only settles that applied are counted)."""
     for _ in range(3):
         metered_ok.enqueue()
     metered_flaky.enqueue()
@@ -88,7 +89,8 @@ def test_counters_and_histograms_from_a_real_worker(alias, reader):
 
 
 def test_a_rolled_back_enqueue_is_not_counted(alias, reader):
-    """What was enqueued counts once the transaction commits: a rollback queued nothing."""
+    """Rule 73: what was enqueued counts once the transaction commits; a rollback queued
+    nothing."""
     with pytest.raises(RuntimeError), transaction.atomic(using=alias):
         metered_ok.enqueue()
         raise RuntimeError("roll back")
@@ -171,3 +173,24 @@ def test_a_worker_with_metrics_on_refuses_a_bad_gauge_interval(alias, reader):
     with override_settings(ULTJOBS={"DATABASE": alias, "GAUGE_INTERVAL": 0}), \
             pytest.raises(JobConfigurationError, match="GAUGE_INTERVAL"):
         Worker(WorkerOptions(database=alias)).check()
+
+
+def test_an_sdk_that_raises_never_fails_a_run(alias, reader, monkeypatch, caplog):
+    """Rule 73: the instruments raising on every call leave runs and enqueues as they were,
+    with one log line for the whole process."""
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("exporter broke")
+
+    inst = metrics.instruments()
+    for instrument in (inst.enqueued, inst.finished, inst.duration, inst.wait):
+        monkeypatch.setattr(instrument, "add" if hasattr(instrument, "add") else "record", boom)
+    monkeypatch.setattr(metrics, "_failed_once", False)
+    rows = [metered_ok.enqueue() for _ in range(3)] + [metered_flaky.enqueue()]
+    with running_worker(alias):
+        wait_until(lambda: Job.objects.using(alias).filter(
+            pk__in=[r.id for r in rows], status=JobStatus.SUCCEEDED).count() == 4,
+            message="every job succeeded")
+    failures = [r for r in caplog.records
+                if getattr(r, "ultjobs_event", None) == "jobs.metrics.record-failed"]
+    assert len(failures) == 1 and "exporter broke" in failures[0].ultjobs["error"]
