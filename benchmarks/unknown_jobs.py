@@ -75,7 +75,7 @@ def _run(legacy: int, repeat: int) -> None:
     from django.db import connections
 
     from django_ultjobs.store import NewJob, get_store
-    from django_ultjobs.store.base import Settlement
+    from django_ultjobs.store.records import Settlement
     from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
 
     call_command("migrate", database="postgres", verbosity=0)

@@ -31,8 +31,10 @@ from .exceptions import (
 
 if TYPE_CHECKING:
     from .context import JobContext
+    from .enqueue import bulk_enqueue
     from .events import send_event
-    from .registry import JobCall, JobSpec, bulk_enqueue, job
+    from .job_spec import JobCall, JobSpec
+    from .registry import job
 
 __all__ = [
     "CancelRequestedError",
@@ -55,13 +57,13 @@ __all__ = [
     "send_event",
 ]
 
-# The registry imports the models, so it is loaded on first use rather than at import time:
+# These import the models, so they are loaded on first use rather than at import time:
 # `import django_ultjobs` must work in settings.py and before the app registry is ready.
 _LAZY = {
     "job": "registry",
-    "bulk_enqueue": "registry",
-    "JobSpec": "registry",
-    "JobCall": "registry",
+    "bulk_enqueue": "enqueue",
+    "JobSpec": "job_spec",
+    "JobCall": "job_spec",
     "JobContext": "context",
     "send_event": "events",
 }

@@ -20,8 +20,8 @@ class CancelScope:
 
     def __init__(self) -> None:
         # The event exists only once a body waits on the scope (ctx.sleep, a wait for an
-        # event): most runs never do, and building an Event per run (a Condition, two locks)
-        # was ~7 % of a no-op drain's GIL time.
+        # event): most runs never do, and an Event per run (a Condition, two locks) is a
+        # cost every run would pay (performance.md item 28).
         self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._reason: JobCancelledError | None = None

@@ -62,8 +62,8 @@ _generation = 0
 def get_settings() -> UltJobsSettings:
     """Return the current settings, read once and again after ``override_settings``.
 
-    Every ``enqueue()`` asks (for the database alias): reading and checking them each time was
-    3 µs of a 0.3 ms enqueue.
+    Every ``enqueue()`` asks (for the database alias), so they are not read and checked again
+    each time (performance.md item 28).
     """
     global _current
     current = _current
@@ -99,3 +99,8 @@ def _read_settings() -> UltJobsSettings:
             f"settings.ULTJOBS has unknown keys {unknown}; known keys are {sorted(known)}"
         )
     return UltJobsSettings(**raw)
+
+
+def jobs_database() -> str:
+    """The database alias the job tables live in."""
+    return get_settings().DATABASE

@@ -20,7 +20,7 @@ from .jsonargs import is_unicode
 from .retry import MAX_DELAY
 
 if TYPE_CHECKING:
-    from .registry import JobSpec
+    from .job_spec import JobSpec
 
 #: PostgreSQL's ``integer``, the column type of ``priority`` and ``max_attempts``.
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1

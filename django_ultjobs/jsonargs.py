@@ -29,8 +29,8 @@ _INT_BITS_SURELY_SHORT = 14_284
 
 
 #: One encoder for every call: ``json.dumps`` with options builds a new ``JSONEncoder`` each
-#: time, most of the 4 µs it took to write a job's ``None`` result. (Encoding keeps no state
-#: between calls, so threads share it.)
+#: time, most of what encoding a job's ``None`` result cost (performance.md item 28). Encoding
+#: keeps no state between calls, so threads share it.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 

@@ -90,7 +90,7 @@ class Job(models.Model):
             ),
             # The claim of a capped kind (concurrency=N): its runnable rows in priority order,
             # so the claim takes the first free-slots of them instead of sorting every queued
-            # run of the kind (a seq scan and a 20,000-row sort, 6.7 of a 9.7 ms claim).
+            # run of the kind (performance.md item 28).
             models.Index(
                 "name",
                 models.F("priority").desc(),

@@ -24,8 +24,8 @@ from django.db import connections, transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
+from .conf import jobs_database
 from .models import Job, JobStatus
-from .registry import jobs_database
 from .store import get_store
 
 __all__ = ["CancelResult", "RetryResult", "cancel_jobs", "retry_jobs"]

@@ -1,29 +1,18 @@
-"""``@job``: the frozen job spec, its ``.using()`` copies, and enqueueing (one or in bulk)."""
+"""``@job`` and the registry of jobs by name: how a worker finds the code of a stored name."""
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from functools import cache, cached_property
+from collections.abc import Callable
 from typing import Any, overload
 
 from django.apps import apps
 from django.utils.module_loading import import_string
 
-from . import jsonargs
 from .conf import get_settings
-from .exceptions import JobArgumentError, JobConfigurationError, UnknownJobError
-from .job_options import check_options
+from .exceptions import JobConfigurationError
+from .job_spec import JobSpec
 from .logs import log_event
-from .metrics import record_enqueued
-from .models import Job, JobStatus
-from .slot_keys import MAX_SLOT_JOB_NAME
-from .store import EnqueuedJob, NewJob, get_store
-from .tracing import capture_trace_context, current_actor
 
 _registry: dict[str, JobSpec] = {}
 # Bumped on every (un)registration, so the worker recomputes its fleet caps only when a job (a
@@ -32,217 +21,6 @@ _generation = 0
 # Names refused by the import rule, logged once per process rather than at every park.
 _refused: set[str] = set()
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class JobCall:
-    """One call of a job, ready to be enqueued (alone or with others in ``bulk_enqueue``)."""
-
-    spec: JobSpec
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """A registered job: the function and how its calls are queued, run and retried.
-
-    Frozen: ``.using(...)`` returns a changed copy for one enqueue and leaves the registered
-    spec alone, as ``django.tasks.Task.using`` does.
-    """
-
-    func: Callable[..., Any] = field(repr=False)
-    name: str
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = 3
-    takes_context: bool = False
-    #: Fleet-wide cap on simultaneous runs of this job (rule 5); None means no cap.
-    concurrency: int | None = None
-    #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds, capped, with jitter.
-    backoff: float = 2.0
-    max_backoff: float = 3600.0
-    #: Per-enqueue options set through ``.using()``.
-    delay: float = 0.0
-    run_at: datetime | None = None
-
-    @cached_property
-    def signature(self) -> inspect.Signature | None:
-        """The body's parameters, to check each call against before it is queued; None for a
-        callable whose parameters Python cannot tell (some builtins), which is not checked."""
-        try:
-            return inspect.signature(self.func)
-        except (TypeError, ValueError):
-            return None
-
-    @cached_property
-    def is_coroutine(self) -> bool:
-        """Whether the body is ``async def`` (run in an event loop of its own); asked once, not
-        on every run."""
-        return inspect.iscoroutinefunction(self.func)
-
-    def __post_init__(self) -> None:
-        if not callable(self.func):
-            raise JobConfigurationError(f"job {self.name!r}: {self.func!r} is not callable")
-        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
-            raise JobConfigurationError("a job name must be 1 to 200 characters long")
-        # Queue, priority, max_attempts, delay, run_at and the backoffs: each must fit its
-        # column, or a settle (rules 16 and 31).
-        check_options(self)
-        if self.concurrency is not None and (
-            isinstance(self.concurrency, bool) or self.concurrency < 1
-        ):
-            raise JobConfigurationError(
-                f"job {self.name!r}: concurrency must be a whole number of at least 1, or None"
-            )
-        if self.concurrency is not None and len(self.name) > MAX_SLOT_JOB_NAME:
-            # Its fleet slots' key (slot_key_for) must fit the lease key column.
-            raise JobConfigurationError(
-                f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most "
-                f"{MAX_SLOT_JOB_NAME} characters"
-            )
-
-    # -- configuring ----------------------------------------------------------------------------
-
-    def using(
-        self,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        delay: timedelta | float | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-    ) -> JobSpec:
-        """Return a copy with other enqueue options; the registered job is unchanged."""
-        changes: dict[str, Any] = {}
-        if queue is not None:
-            changes["queue"] = queue
-        if priority is not None:
-            changes["priority"] = priority
-        if delay is not None:
-            changes["delay"] = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        if run_at is not None:
-            changes["run_at"] = run_at
-        if max_attempts is not None:
-            changes["max_attempts"] = max_attempts
-        return dataclasses.replace(self, **changes)
-
-    # -- enqueueing -----------------------------------------------------------------------------
-
-    def call(self, *args: Any, **kwargs: Any) -> JobCall:
-        """Return a checked call of this job, for ``bulk_enqueue``."""
-        jsonargs.check_arguments(self.name, args, kwargs)
-        self._check_signature(args, kwargs)
-        return JobCall(self, args, kwargs)
-
-    def _check_signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-        """Refuse a call the body could never take (a missing or extra argument) now, before
-        any SQL, instead of queueing a job that fails every attempt (rule 16)."""
-        if self.signature is None:
-            return
-        context = (None,) if self.takes_context else ()
-        try:
-            self.signature.bind(*context, *args, **kwargs)
-        except TypeError as exc:
-            raise JobArgumentError(
-                f"{self.name}{_bare(self.signature)}: {exc}; the call would fail on every attempt"
-            ) from None
-
-    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
-        """Queue one call inside the caller's transaction; return its (unsaved-looking) row.
-
-        Non-JSON arguments raise ``JobArgumentError`` (a ``TypeError``) and write nothing.
-        """
-        job_call = self.call(*args, **kwargs)
-        new = _new_job(job_call, *capture_trace_context(), current_actor())
-        store = get_store()
-        (row,) = store.enqueue([new])
-        record_enqueued(((new.name, new.queue),), store.alias)
-        return _as_loaded(new, row, store.alias)
-
-    def bulk_enqueue(self, calls: Iterable[Sequence[Any] | JobCall]) -> list[int]:
-        """Queue many calls of this job in one statement; each item is an args tuple or a call."""
-        return bulk_enqueue(
-            c if isinstance(c, JobCall) else self.call(*c) for c in calls
-        )
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the function now, in this process (for tests and shells)."""
-        return self.func(*args, **kwargs)
-
-
-def _bare(signature: inspect.Signature) -> inspect.Signature:
-    """``signature`` without annotations, as an error message shows it: ``(a, b=2)``."""
-    empty = inspect.Parameter.empty
-    return signature.replace(
-        parameters=[p.replace(annotation=empty) for p in signature.parameters.values()],
-        return_annotation=inspect.Signature.empty)
-
-
-def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -> NewJob:
-    spec = job_call.spec
-    return NewJob(
-        name=spec.name,
-        queue=spec.queue,
-        priority=spec.priority,
-        args=list(job_call.args),
-        kwargs=dict(job_call.kwargs),
-        max_attempts=spec.max_attempts,
-        delay=spec.delay,
-        run_at=spec.run_at,
-        traceparent=traceparent,
-        tracestate=tracestate,
-        enqueued_by=actor,
-    )
-
-
-def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
-    """The row just inserted, as a query would have loaded it (what the enqueue statement wrote
-    and returned, every other column at its default).
-
-    Built the way a query builds rows (``from_db``, positional): the keyword ``Job(...)`` took
-    14 µs, a twentieth of an enqueue inside a transaction on prepared statements; this takes 5.
-    """
-    values = {
-        **_column_defaults(),
-        "id": row.id, "name": new.name, "queue": new.queue, "priority": new.priority,
-        "args": new.args, "kwargs": new.kwargs, "status": JobStatus.QUEUED, "attempt": 0,
-        "max_attempts": new.max_attempts, "visible_at": row.visible_at,
-        "traceparent": new.traceparent, "tracestate": new.tracestate,
-        "enqueued_by": new.enqueued_by, "created_at": row.created_at,
-        "updated_at": row.created_at,
-    }
-    return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
-
-
-@cache
-def _column_defaults() -> dict[str, Any]:
-    """The model's default of every column the enqueue statement leaves at its default.
-
-    Shared by every returned row, so only plain defaults (None, text, numbers, booleans); a
-    callable default makes a fresh value per row and its column is always written above."""
-    return {f.attname: f.get_default() for f in Job._meta.concrete_fields
-            if not f.has_db_default() and not (f.has_default() and callable(f.default))}
-
-
-def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
-    """Queue many calls (of any jobs) in ONE statement, in the caller's transaction.
-
-    Returns the new ids in the order of ``calls``. Every call is checked before anything is
-    written, so one bad argument writes no row at all.
-    """
-    calls = list(calls)
-    if not calls:
-        return []
-    trace = capture_trace_context()
-    actor = current_actor()
-    store = get_store()
-    rows = store.enqueue([_new_job(c, *trace, actor) for c in calls])
-    record_enqueued(((c.spec.name, c.spec.queue) for c in calls), store.alias)
-    return [row.id for row in rows]
-
-
-# -- the registry ---------------------------------------------------------------------------------
 
 
 @overload
@@ -280,7 +58,7 @@ def job(
     the function renames the job (queued rows of the old name are parked as unknown, rule 12).
     """
 
-    def register(f: Callable[..., Any]) -> JobSpec:
+    def decorate(f: Callable[..., Any]) -> JobSpec:
         if name is not None and not name.strip():
             raise JobConfigurationError(f"@job(name=...) of {_origin(f)} is empty")
         spec = JobSpec(
@@ -288,13 +66,14 @@ def job(
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
             backoff=backoff, max_backoff=max_backoff,
         )
-        _register(spec)
+        register(spec)
         return spec
 
-    return register(func) if func is not None else register
+    return decorate(func) if func is not None else decorate
 
 
-def _register(spec: JobSpec) -> None:
+def register(spec: JobSpec) -> None:
+    """Register ``spec`` under its name; refuse a second function under a name already taken."""
     existing = _registry.get(spec.name)
     if existing is not None and _origin(existing.func) != _origin(spec.func):
         raise JobConfigurationError(
@@ -364,19 +143,13 @@ def _resolve_path(name: str) -> JobSpec | None:
         return None
     if not isinstance(spec, JobSpec) or spec.name != name:
         return None
-    _register(spec)
+    register(spec)
     return spec
 
 
-def require_job(name: str) -> JobSpec:
-    """Return the job registered as ``name``, or raise ``UnknownJobError`` listing the known."""
-    spec = _registry.get(name)
-    if spec is None:
-        raise UnknownJobError(
-            f"no job registered as {name!r}; registered: {sorted(_registry) or 'none'}. "
-            "Is the app that defines it in INSTALLED_APPS, with the job in its jobs.py?"
-        )
-    return spec
+def registered(name: str) -> JobSpec | None:
+    """The job registered as ``name``, or None; never imports anything (unlike ``get_job``)."""
+    return _registry.get(name)
 
 
 def registered_jobs() -> dict[str, JobSpec]:
@@ -394,8 +167,3 @@ def unregister(name: str) -> None:
 def registry_generation() -> int:
     """A number that changes whenever the set of registered jobs does."""
     return _generation
-
-
-def jobs_database() -> str:
-    """The database alias the job tables live in."""
-    return get_settings().DATABASE

@@ -1,4 +1,4 @@
-"""The lease key of a job's fleet slots: ``job:<name>``, in one place for Python and SQL."""
+"""The key of a job's fleet slots: ``job:<name>``, in one place for Python and SQL."""
 
 from __future__ import annotations
 
@@ -11,5 +11,5 @@ MAX_SLOT_JOB_NAME = MAX_SLOT_KEY - len(SLOT_KEY_PREFIX)
 
 
 def slot_key_for(job_name: str) -> str:
-    """The lease key of ``job_name``'s fleet slots."""
+    """The slot key of ``job_name``'s fleet slots."""
     return f"{SLOT_KEY_PREFIX}{job_name}"

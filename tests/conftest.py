@@ -19,7 +19,7 @@ from django.db import connections
 from django.test.utils import override_settings
 
 from django_ultjobs.store import JobStore, get_store
-from django_ultjobs.worker import Worker, WorkerOptions
+from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from tests.doubles import FakeClock
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,15 +77,15 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: fl
 
 
 @contextmanager
-def running_worker(alias: str, **options: Any) -> Iterator[Worker]:
-    """Run a Worker on a thread of this process; stop it (gracefully) when the block ends."""
+def running_worker(alias: str, **options: Any) -> Iterator[WorkerProcess]:
+    """Run a WorkerProcess on a thread of this process; stop it (gracefully) when the block ends."""
     options.setdefault("threads", 4)
     options.setdefault("visibility_timeout", 5.0)
     options.setdefault("heartbeat_interval", 0.5)
     options.setdefault("poll_interval", 0.05)
     options.setdefault("grace_period", 5.0)
     store = options.pop("store", None)
-    worker = Worker(WorkerOptions(database=alias, **options), store=store)
+    worker = WorkerProcess(WorkerOptions(database=alias, **options), store=store)
     errors: list[BaseException] = []
 
     def target() -> None:

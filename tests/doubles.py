@@ -14,8 +14,8 @@ from typing import Any
 from django.db import OperationalError
 
 from django_ultjobs.store import ClaimedJob, JobStore, SlotHold, SlotStore, get_store
-from django_ultjobs.store.base import Settlement
 from django_ultjobs.store.postgresql import PostgresStore
+from django_ultjobs.store.records import Settlement
 from django_ultjobs.store.sqlite import SQLiteStore
 
 #: The worker id the hand-driven worker parts run under.
@@ -84,7 +84,7 @@ class StubStore:
 
 
 class StubSlots:
-    """A lease store whose every call is recorded; ``renew_many`` answers what the test sets."""
+    """A slot store whose every call is recorded; ``renew_many`` answers what the test sets."""
 
     def __init__(self) -> None:
         self.renewed: set[tuple[str, int, str]] | Exception = set()
@@ -120,25 +120,25 @@ class StubSlots:
 # -- stores for ``ULTJOBS["STORE"]`` (import_string needs a dotted path) ---------------------------
 
 
-class NoLeaseSQLiteStore(SQLiteStore):
-    """The SQLite store pretending its engine ships no lease store (rule 10)."""
+class NoSlotSQLiteStore(SQLiteStore):
+    """The SQLite store pretending its engine keeps no fleet slots (rule 10)."""
 
     @property
-    def leases(self) -> SlotStore | None:
+    def slot_store(self) -> SlotStore | None:
         return None
 
 
-class NoLeasePostgresStore(PostgresStore):
-    """The PostgreSQL store pretending its engine ships no lease store (rule 10)."""
+class NoSlotPostgresStore(PostgresStore):
+    """The PostgreSQL store pretending its engine keeps no fleet slots (rule 10)."""
 
     @property
-    def leases(self) -> SlotStore | None:
+    def slot_store(self) -> SlotStore | None:
         return None
 
 
-def no_lease_store_path(alias: str) -> str:
-    """The dotted path of the no-lease store for ``alias``'s engine."""
-    name = "NoLeasePostgresStore" if alias == "postgres" else "NoLeaseSQLiteStore"
+def no_slot_store_path(alias: str) -> str:
+    """The dotted path of the no-slot store for ``alias``'s engine."""
+    name = "NoSlotPostgresStore" if alias == "postgres" else "NoSlotSQLiteStore"
     return f"{__name__}.{name}"
 
 

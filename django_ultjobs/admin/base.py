@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 
-from ..registry import jobs_database
+from ..conf import jobs_database
 from .display import EMPTY
 from .paginator import EstimatedCountPaginator
 

@@ -17,8 +17,9 @@ from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import jobs_database
 from ..models import JobStatus, Worker
-from ..registry import jobs_database, registered_jobs
+from ..registry import registered_jobs
 from ..slot_keys import slot_key_for
 
 
@@ -70,13 +71,13 @@ class QueueFilter(admin.SimpleListFilter):
 
 
 class SlotKeyFilter(admin.SimpleListFilter):
-    """Filter lost-slot cancellations by lease key; choices from the jobs that declare a cap."""
+    """Filter lost-slot cancellations by slot key; choices from the jobs that declare a cap."""
 
     title = _("slot key")
     parameter_name = "slot_key"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        """Offer the lease key of every registered job with ``concurrency`` (rule 5)."""
+        """Offer the slot key of every registered job with ``concurrency`` (rule 5)."""
         return _choices((slot_key_for(name) for name, spec in registered_jobs().items()
                          if spec.concurrency is not None), self.value())
 

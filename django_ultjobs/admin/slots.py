@@ -35,7 +35,7 @@ from .filters import LapsedFilter, SinceFilter, SlotKeyFilter
 
 @admin.register(HeldSlot)
 class HeldSlotAdmin(JobsAdmin):
-    """Every lease row: one held (or lapsed, not yet taken over) fleet slot (rule 5)."""
+    """Every slot row: one held (or lapsed, not yet taken over) fleet slot (rule 5)."""
 
     permission_model = Slot
     rows_have_pages = False
@@ -45,10 +45,10 @@ class HeldSlotAdmin(JobsAdmin):
     list_filter = (LapsedFilter, "key")
     ordering = ("key", "slot")
     search_fields = ("key", "holder")
-    search_help_text = _("Part of a lease key (job:<name>) or of a holder (<worker id>:<job id>).")
+    search_help_text = _("Part of a slot key (job:<name>) or of a holder (<worker id>:<job id>).")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        """Every lease row, with whether it lapsed by the database's clock."""
+        """Every slot row, with whether it lapsed by the database's clock."""
         # Runnable queued runs of the key's job: with every slot held, they wait for one. An
         # index lookup on (name, status) per row of the page.
         waiting = (Job.objects.filter(name=Substr(OuterRef("key"), len(slot_key_for("")) + 1),

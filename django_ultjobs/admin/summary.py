@@ -132,10 +132,10 @@ def _running_workers(alias: str) -> list[object]:
             if (seconds_between(seen, now) or 0.0) <= (timeout or default)]
 
 
-def jobs_summary(alias: str) -> Summary:
-    """Return the summary of the jobs in ``alias``, in a handful of index-backed queries."""
+def _live_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts]]:
+    """Live jobs by status, and by queue split into runnable, delayed, in flight, lapsed and
+    waiting: one grouped query over the live rows only (the claim's partial index covers them)."""
     due = Q(visible_at__lte=Now())
-    # One grouped query over the live rows only (the claim's partial index covers them).
     live = (Job.objects.using(alias).filter(status__in=LIVE_STATUSES)
             .values("status", "queue").order_by()
             .annotate(total=Count("id"), due=Count("id", filter=due)))
@@ -155,17 +155,26 @@ def jobs_summary(alias: str) -> Summary:
         else:
             counts.waiting += total - due_now
             counts.runnable += due_now
-    statuses = [StatusCount(s, n) for s, n in by_status.items()]
-    statuses += [_count_or_estimate(alias, s) for s in FINISHED_STATUSES]
+    return by_status, queues
 
-    oldest = (Job.objects.using(alias).filter(due, status__in=LIVE_STATUSES)
+
+def _oldest_runnable(alias: str) -> OldestRunnable | None:
+    """The live job due longest ago, how long it has waited, and whether for a fleet slot."""
+    oldest = (Job.objects.using(alias).filter(visible_at__lte=Now(), status__in=LIVE_STATUSES)
               .order_by("visible_at").annotate(db_now=Now())
               .values("id", "name", "visible_at", "db_now").first())
-    oldest_runnable = None
-    if oldest is not None:
-        waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
-        oldest_runnable = OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
-                                         slot_wait(alias, oldest["name"]))
+    if oldest is None:
+        return None
+    waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
+    return OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
+                          slot_wait(alias, oldest["name"]))
+
+
+def jobs_summary(alias: str) -> Summary:
+    """Return the summary of the jobs in ``alias``, in a handful of index-backed queries."""
+    by_status, queues = _live_counts(alias)
+    statuses = [StatusCount(s, n) for s, n in by_status.items()]
+    statuses += [_count_or_estimate(alias, s) for s in FINISHED_STATUSES]
 
     slots = Slot.objects.using(alias).aggregate(
         held=Count("id", filter=Q(expires_at__gt=Now())),
@@ -177,7 +186,7 @@ def jobs_summary(alias: str) -> Summary:
     return Summary(
         statuses=statuses,
         queues=sorted(queues.values(), key=lambda q: q.queue),
-        oldest_runnable=oldest_runnable,
+        oldest_runnable=_oldest_runnable(alias),
         in_flight=sum(q.in_flight for q in queues.values()),
         lapsed=sum(q.lapsed for q in queues.values()),
         slots_held=slots["held"] or 0,

@@ -439,7 +439,7 @@ RETURNING l.key, l.slot, l.holder;
 -- name: slot_release
 -- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).
 -- Rows are locked in (key, slot) order, as the renewal and the acquire's ON CONFLICT lock them,
--- so no two lease statements can deadlock.
+-- so no two slot statements can deadlock.
 WITH locked AS (
     SELECT l.id FROM django_ultjobs_slot AS l
     JOIN unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[]) AS r(key, slot, holder)

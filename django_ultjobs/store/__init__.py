@@ -7,21 +7,20 @@ from django.utils.module_loading import import_string
 
 from ..conf import get_settings
 from ..exceptions import JobConfigurationError
-from .base import (
+from .base import Clock, JobStore
+from .records import (
     ClaimBatch,
     ClaimedJob,
     ClaimRequest,
-    Clock,
     EnqueuedJob,
-    JobStore,
     LostAttempt,
     NewJob,
     ParkEpisode,
     SavedStep,
     Settlement,
     SlotHold,
-    SlotStore,
 )
+from .slots import SlotStore
 
 __all__ = [
     "ClaimBatch",

@@ -12,16 +12,14 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import TransactionStatus
 
 from .. import jsonargs
-from .base import (
+from .base import JobStore, check_one_per_job, dumps_batch
+from .records import (
     ClaimBatch,
     ClaimRequest,
     EnqueuedJob,
-    JobStore,
     NewJob,
     Settlement,
     SlotHold,
-    check_one_per_job,
-    dumps_batch,
 )
 
 #: SQLSTATE invalid_sql_statement_name: a prepared statement the server does not have.
@@ -84,8 +82,8 @@ class PostgresStore(JobStore):
         # Django's wrapper from connection.cursor() (rule 41: whatever patched that method, a
         # debug toolbar, an APM agent, has wrapped it), with a server-side binding cursor put
         # inside in place of the ORM's, whatever Django's connection uses for the ORM: the
-        # client-side cursor quoted every parameter (arrays, uuids) in Python, ~11 % of the claim
-        # loop's time in a drain profile. Prepared statements follow the site's own choice:
+        # client-side cursor quoted every parameter (arrays, uuids) in Python on every claim
+        # (performance.md item 28). Prepared statements follow the site's own choice:
         # Django opens psycopg connections with prepare_threshold off (a transaction-mode pooler
         # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on
         # for these cursors (the ORM's client-side cursors never prepare unless
@@ -180,21 +178,11 @@ class PostgresStore(JobStore):
         return self.claimed_batch(rows, [r[13:17] for r in rows], str(token),
                                   others_left=bool(rows) and bool(rows[0][17]))
 
-    def heartbeat(
-        self, runs: Sequence[tuple[int, str]], visibility_timeout: float
-    ) -> dict[int, bool]:
-        """Extend every run's lease in one statement; absent ids were lost."""
-        if not runs:
-            return {}
-        params = {
-            "ids": [job_id for job_id, _ in runs],
-            "tokens": [uuid.UUID(token) for _, token in runs],
-            "timeout": float(visibility_timeout),
-            "now": self.now_param(),
-        }
-        with self.cursor() as cur:
-            cur.execute(self.sql["heartbeat"], params)
-            return {row[0]: bool(row[1]) for row in cur.fetchall()}
+    @staticmethod
+    def runs_params(runs: Sequence[tuple[int, str]]) -> dict[str, Any]:
+        """Two arrays the heartbeat unnests side by side."""
+        return {"ids": [job_id for job_id, _ in runs],
+                "tokens": [uuid.UUID(token) for _, token in runs]}
 
     def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
         """Settle a batch in one statement, each row fenced on its token, attempts recorded."""

@@ -17,22 +17,20 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .base import (
+from .base import JobStore, check_one_per_job, dumps_batch
+from .records import (
     ClaimBatch,
     ClaimRequest,
-    JobStore,
     NewJob,
     Settlement,
     SlotHold,
-    check_one_per_job,
-    dumps_batch,
 )
 
 #: SQLITE_TOOBIG, SQLITE_CONSTRAINT, SQLITE_MISMATCH: a statement refused for its values.
 _REFUSED_CODES = (sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH)
 
 #: A claim candidate: id, priority, visible_at (its rank), then status, worker_id and claimed_at
-#: (what it was before the claim: ``Previous``).
+#: (what it was before the claim: ``Previous``, with visible_at last).
 _Candidate = tuple[int, int, str, str, str | None, str | None]
 
 #: Django's SQLite transaction modes that begin a transaction as the writer (in WAL the two are
@@ -225,20 +223,10 @@ class SQLiteStore(JobStore):
         })
         return cur.fetchall()
 
-    def heartbeat(
-        self, runs: Sequence[tuple[int, str]], visibility_timeout: float
-    ) -> dict[int, bool]:
-        """Extend every run's lease in one statement; absent ids were lost."""
-        if not runs:
-            return {}
-        params = {
-            "runs": json.dumps([[job_id, uuid.UUID(token).hex] for job_id, token in runs]),
-            "timeout": float(visibility_timeout),
-            "now": self.now_param(),
-        }
-        with self.cursor() as cur:
-            cur.execute(self.sql["heartbeat"], params)
-            return {row[0]: bool(row[1]) for row in cur.fetchall()}
+    @staticmethod
+    def runs_params(runs: Sequence[tuple[int, str]]) -> dict[str, Any]:
+        """One JSON array of ``[id, token]`` pairs, tokens as the 32 hex digits stored."""
+        return {"runs": json.dumps([[job_id, uuid.UUID(token).hex] for job_id, token in runs])}
 
     def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
         """Settle a batch in one write transaction, each row fenced on its token."""

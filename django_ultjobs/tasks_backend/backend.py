@@ -31,7 +31,7 @@ from .compat import (
 from .task_class import UltJobsTask, as_enqueued
 
 if TYPE_CHECKING:
-    from ..registry import JobSpec
+    from ..job_spec import JobSpec
 
 #: ``TASKS[alias]["OPTIONS"]`` this backend reads, with their defaults.
 OPTION_DEFAULTS: dict[str, Any] = {
@@ -82,7 +82,7 @@ class UltJobsBackend(BaseTaskBackend):
 
         Raises ``JobConfigurationError`` for options a job cannot have.
         """
-        from ..registry import JobSpec
+        from ..job_spec import JobSpec
         from .runner import TaskRunner
 
         max_attempts = getattr(task, "max_attempts", None)
@@ -114,8 +114,8 @@ class UltJobsBackend(BaseTaskBackend):
         try:
             spec = self.job_spec(task)
             # Not get_job(): that imports unknown dotted names, and this runs mid-import.
-            if not _same_job(registry._registry.get(spec.name), spec):
-                registry._register(spec)  # refuses another function under the same name
+            if not _same_job(registry.registered(spec.name), spec):
+                registry.register(spec)  # refuses another function under the same name
         except JobConfigurationError as exc:
             raise InvalidTask(str(exc)) from exc
 
@@ -201,8 +201,9 @@ class UltJobsBackend(BaseTaskBackend):
 
         Raises ``TaskResultDoesNotExist`` when there is no such job, or it is not a task's.
         """
+        from ..conf import jobs_database
         from ..models import Job
-        from ..registry import get_job, jobs_database
+        from ..registry import get_job
         from .results import from_job, load_attempts
         from .runner import TaskRunner
         from .task_class import unknown_task
@@ -236,7 +237,7 @@ class UltJobsBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> Iterable[CheckMessage]:
         """Report misconfiguration with system-check ids (``django_ultjobs.E1xx``/``W1xx``)."""
-        from ..checks import check_tasks_backend
+        from .checks import check_tasks_backend
 
         yield from super().check(**kwargs)
         yield from check_tasks_backend(self, **kwargs)

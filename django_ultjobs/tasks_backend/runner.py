@@ -15,10 +15,10 @@ from typing import Any
 from django.utils import timezone
 
 from .. import jsonargs
+from ..conf import jobs_database
 from ..context import JobContext
 from ..exceptions import JobSlotLostError, LeaseLostError, WorkerShutdownError
 from ..models import Job
-from ..registry import jobs_database
 from ..steps import Suspend
 from .compat import (
     Task,

@@ -13,7 +13,7 @@ from .compat import InvalidTask, Task, TaskContext
 
 if TYPE_CHECKING:
     from ..context import JobContext
-    from ..registry import JobSpec
+    from ..job_spec import JobSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,7 @@ from typing import Any
 from django import template
 
 from ..admin.summary import Summary, jobs_summary
-from ..registry import jobs_database
+from ..conf import jobs_database
 
 register = template.Library()
 

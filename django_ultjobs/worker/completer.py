@@ -1,7 +1,7 @@
 """The completer: writes settles in batches, each row still fenced on its own claim token.
 
 Every extra per-job transaction roughly halves throughput, so outcomes queue here and are written
-many to a statement. The runs stay in the registry (their leases and slots heartbeated) until
+many to a statement. The runs stay in flight (their leases and slots heartbeated) until
 their settle is written, so a slow or retrying completer never lets a finished job be
 re-delivered; a settle the database refuses (the token no longer owns the row) changes nothing and
 is logged (rule 4).
@@ -25,7 +25,7 @@ from django.db import connections
 from .. import metrics
 from ..logs import log_event
 from ..store import JobStore, Settlement
-from ..store.base import settlement_size
+from ..store.records import settlement_size
 from .executor import unstorable_settlement
 from .fleet_slots import FleetSlots
 from .runs import Run, RunsInFlight
@@ -57,14 +57,14 @@ class Completer:
     """A thread that settles runs in batches, keeps their slots for the next runs of their
     kinds, and lets them go."""
 
-    def __init__(self, *, store: JobStore, registry: RunsInFlight, slots: FleetSlots,
+    def __init__(self, *, store: JobStore, runs: RunsInFlight, slots: FleetSlots,
                  worker_id: str, on_written: Callable[[], None] | None = None) -> None:
         self.store = store
         # Called after each batch is written: its slots are kept for the next claim and its
         # hand-backs visible, so a claim loop waiting for either should look again now, not at
         # its next poll.
         self.on_written = on_written
-        self.registry = registry
+        self.runs = runs
         self.slots = slots
         self.worker_id = worker_id
         self._queue: queue.Queue[Pending] = queue.Queue()
@@ -74,9 +74,9 @@ class Completer:
         self._stopping = threading.Event()
         self._abandon_at: float | None = None
         self._thread = threading.Thread(target=self._loop, name="ultjobs-completer", daemon=True)
-        #: How many settles the database refused as stale. Kept for tests, which assert that a
-        #: run's outcome was written under its own claim, not merely that the row ended right
-        #: (each stale settle is also logged, as ``jobs.worker.settle-stale``).
+        #: Outcomes written, and settles the database refused as stale (rule 4): reported when
+        #: the worker stops (``jobs.worker.stopped``).
+        self.settled = 0
         self.stale = 0
         #: How many outcomes the database refused to store, each settled as a failure instead.
         self.unstorable = 0
@@ -96,7 +96,7 @@ class Completer:
         # Only the caller that decided the outcome may say the body was abandoned (its slot is
         # then left to lapse); a body that finished first hands its slot on as usual.
         run.abandoned = abandoned
-        self.registry.add(run)
+        self.runs.add(run)
         item = Pending(run, settlement, settlement_size(settlement))
         with self._lock:
             self._pending += 1
@@ -251,6 +251,7 @@ class Completer:
         for item in batch:
             run, settlement = item.run, item.settlement
             if run.id in applied or (landed is not None and run.id in landed):
+                self.settled += 1
                 if finished is not None and settlement.outcome is not None:
                     finished.append((run.job.name, run.job.queue, settlement.outcome,
                                      run.duration))
@@ -296,7 +297,7 @@ class Completer:
         # is held for as long as the job is); the claim loop hands it to the next run of its kind
         # or gives it back to the fleet.
         runs = [item.run for item in items]
-        self.registry.remove_many(runs)
+        self.runs.remove_many(runs)
         self.slots.keep(runs)
         with self._lock:
             self._pending -= len(items)

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..exceptions import JobSlotLostError
+from ..job_spec import JobSpec
 from ..logs import log_event
-from ..registry import JobSpec
 from ..slot_keys import slot_key_for
 from ..store import SlotHold, SlotStore
 from .runs import Run

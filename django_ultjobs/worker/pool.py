@@ -1,11 +1,10 @@
 """Executor threads: a fixed pool whose free count is exactly what the claim loop may claim.
 
-Waking a thread is the most expensive thing a no-op job costs this process: a futex wake and a
-GIL hand-off, about 40 µs of the worker's CPU per run when every run woke a thread of its own
-(py-spy ``--gil`` put a quarter of the process's GIL time in ``Condition.notify``). So a claim is
-handed over under one lock and wakes ONE idle thread, and a thread that finishes a run takes the
-next queued one without sleeping. More threads are woken only when runs wait, checked every
-``STALL`` seconds while any do:
+Waking a thread is the most expensive thing a no-op job costs this process: a futex wake and a GIL
+hand-off per run when every run woke a thread of its own (performance.md items 26 and 28). So a
+claim is handed over under one lock and wakes ONE idle thread, and a thread that finishes a run
+takes the next queued one without sleeping. More threads are woken only when runs wait, checked
+every ``STALL`` seconds while any do:
 
 * no thread has taken a run for ``STALL``: the threads awake are in bodies that block, so every
   waiting run gets a thread of its own at once (as if each had been woken on submit);
@@ -38,7 +37,7 @@ from .runs import Run
 logger = logging.getLogger("django_ultjobs.worker")
 
 #: Seconds a queued run may wait with no thread taking runs before more threads are woken: short
-#: against any job that does I/O, long against a no-op's ~50 µs.
+#: against any job that does I/O, long against a no-op body.
 STALL = 0.001
 
 

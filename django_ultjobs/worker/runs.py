@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ..cancel import CancelScope
-from ..registry import JobSpec
+from ..job_spec import JobSpec
 from ..steps import StepLedger
 from ..store import ClaimedJob, SlotHold
 

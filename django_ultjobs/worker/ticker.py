@@ -23,10 +23,10 @@ logger = logging.getLogger("django_ultjobs.worker")
 class Ticker:
     """Heartbeat (rules 1-3), slot renewal (rules 6-8) and the worker row, every interval."""
 
-    def __init__(self, *, store: JobStore, registry: RunsInFlight, slots: FleetSlots,
+    def __init__(self, *, store: JobStore, runs: RunsInFlight, slots: FleetSlots,
                  worker_id: str, visibility_timeout: float, interval: float) -> None:
         self.store = store
-        self.registry = registry
+        self.runs = runs
         self.slots = slots
         self.worker_id = worker_id
         self.visibility_timeout = visibility_timeout
@@ -51,7 +51,7 @@ class Ticker:
 
     def tick(self) -> None:
         """Renew every lease and slot once; public so tests can tick without waiting."""
-        runs = self.registry.snapshot()
+        runs = self.runs.snapshot()
         if runs:
             self._heartbeat(runs)
         # Every slot the worker holds: its runs' (one not under the ticker yet included) and the
@@ -85,7 +85,7 @@ class Ticker:
                 continue
             # Absent from the answer: an explicit "no" from the database. A run whose settle is
             # being written may simply have settled first — that is not a loss.
-            if run.settling or not self.registry.contains(run):
+            if run.settling or not self.runs.contains(run):
                 continue
             if run.scope.cancel(LeaseLostError(
                     f"job {run.job.name!r} (id {run.id}) lost its lease: another claim owns the "

@@ -63,7 +63,7 @@ START_BACKOFF_FIRST = 0.25
 START_BACKOFF_MAX = 5.0
 
 
-class Worker:
+class WorkerProcess:
     """One ``runjobworker`` process's worth of job running."""
 
     def __init__(self, options: WorkerOptions, *, store: JobStore | None = None,
@@ -71,13 +71,13 @@ class Worker:
         self.options = options
         self.store = store or get_store(options.database, clock=clock)
         self.worker_id = options.worker_id
-        self.registry = RunsInFlight()
+        self.runs = RunsInFlight()
         self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
-        self.ticker = Ticker(store=self.store, registry=self.registry, slots=self.slots,
+        self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
                              worker_id=self.worker_id,
                              visibility_timeout=options.visibility_timeout,
                              interval=options.heartbeat_interval)
-        self.completer = Completer(store=self.store, registry=self.registry, slots=self.slots,
+        self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
         self.pool = ExecutorPool(options.threads, self._execute)
         self.listener = (
@@ -96,9 +96,8 @@ class Worker:
         self._notified = threading.Event()
         # The registry generation whose job names this worker's row lists.
         self._known_generation = -1
-        #: Claim statements sent. Kept for tests, which bound it to show the loop does not spin
-        #: (an outage, a completer behind, capped kinds held): the statements leave no trace in
-        #: the database, and the loop logs none of them.
+        #: Claim statements sent, reported when the worker stops: a count far above the runs
+        #: settled is a loop that spins (an outage, a completer behind, capped kinds held).
         self.claims = 0
         self.started = threading.Event()
 
@@ -150,7 +149,14 @@ class Worker:
             if self.listener is not None:
                 self.listener.stop()
             self._drain()
-            log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
+            self._log_stopped()
+
+    def _log_stopped(self) -> None:
+        """Say the worker stopped, with what it did: the one summary a ``--burst`` run prints."""
+        done = self.completer
+        log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id,
+                  claims=self.claims, settled=done.settled, stale=done.stale,
+                  unstorable=done.unstorable)
 
     def request_stop(self, *, force: bool = False) -> None:
         """Stop claiming and drain (thread- and signal-safe); ``force`` skips the grace period."""
@@ -306,7 +312,7 @@ class Worker:
         episodes = self._park_episodes([run for run in claimed_runs if run.spec is None])
         for run in claimed_runs:
             job = run.job
-            for older in self.registry.others_of(run):
+            for older in self.runs.others_of(run):
                 # This worker claimed its own job again: the older run's lease lapsed (a
                 # database outage longer than the timeout). It is another claim now. Its slot is
                 # given up too: the new run's slot has the same holder, so renewing or releasing
@@ -404,7 +410,7 @@ class Worker:
         try:
             try:
                 settlement = run_job(run, store=self.store, worker_id=self.worker_id,
-                                     on_started=lambda: self.registry.add(run))
+                                     on_started=lambda: self.runs.add(run))
             except BaseException as exc:
                 # run_job turns every outcome into a settlement; this is the guard for a bug in
                 # that (or an exception no str() can print): the run must still be settled, or
@@ -512,7 +518,7 @@ class Worker:
             if self._stopping.wait(delay):
                 if registered:
                     self._mark_stopped()
-                log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id)
+                self._log_stopped()
                 return False
 
     def _start_threads(self) -> None:

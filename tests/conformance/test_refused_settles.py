@@ -20,7 +20,7 @@ from django.db.backends.signals import connection_created
 
 from django_ultjobs.models import JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore, Settlement
-from django_ultjobs.store.base import LostAttempt
+from django_ultjobs.store.records import LostAttempt
 from django_ultjobs.worker import completer as completer_module
 from django_ultjobs.worker.completer import Completer
 from django_ultjobs.worker.fleet_slots import FleetSlots
@@ -154,8 +154,8 @@ def test_settle_landed_finds_this_workers_written_settles_only(
 
 def _completer(store: JobStore, runs: Sequence[tuple[Run, Settlement]]) -> Completer:
     registry = RunsInFlight()
-    done = Completer(store=store, registry=registry,
-                     slots=FleetSlots(store.leases, "w1", ttl=30.0), worker_id="w1")
+    done = Completer(store=store, runs=registry,
+                     slots=FleetSlots(store.slot_store, "w1", ttl=30.0), worker_id="w1")
     done.start()
     for run, outcome in runs:
         assert done.submit(run, outcome)

@@ -168,11 +168,11 @@ def test_a_brisk_gauge_interval_is_w050_and_the_default_is_quiet():
 
 def test_a_worker_with_metrics_on_refuses_a_bad_gauge_interval(alias, reader):
     from django_ultjobs.exceptions import JobConfigurationError
-    from django_ultjobs.worker import Worker, WorkerOptions
+    from django_ultjobs.worker import WorkerOptions, WorkerProcess
 
     with override_settings(ULTJOBS={"DATABASE": alias, "GAUGE_INTERVAL": 0}), \
             pytest.raises(JobConfigurationError, match="GAUGE_INTERVAL"):
-        Worker(WorkerOptions(database=alias)).check()
+        WorkerProcess(WorkerOptions(database=alias)).check()
 
 
 def test_an_sdk_that_raises_never_fails_a_run(alias, reader, monkeypatch, caplog):

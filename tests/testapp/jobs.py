@@ -162,7 +162,7 @@ def _clocked_run(ctx: JobContext, label: str, seconds: float, path: str) -> int:
     """
     from django.db import connections
 
-    from django_ultjobs.registry import jobs_database
+    from django_ultjobs.conf import jobs_database
 
     alias = jobs_database()
     now = _db_now_sql(alias)

@@ -10,15 +10,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_ultjobs import JobArgumentError, JobConfigurationError, UnknownJobError, job
-from django_ultjobs.registry import (
-    JobCall,
-    JobSpec,
-    get_job,
-    registered_jobs,
-    require_job,
-    unregister,
-)
+from django_ultjobs import JobArgumentError, JobConfigurationError, job
+from django_ultjobs.job_spec import JobCall, JobSpec
+from django_ultjobs.registry import get_job, registered, registered_jobs, unregister
 from tests.testapp.jobs import add
 
 
@@ -48,7 +42,7 @@ def test_bare_decorator_registers_under_the_function_name(names: list[str]) -> N
     names.append("unit_bare_job")
     spec = job(unit_bare_job)
     assert isinstance(spec, JobSpec)
-    assert get_job("unit_bare_job") is spec is require_job("unit_bare_job")
+    assert get_job("unit_bare_job") is spec is registered("unit_bare_job")
     assert (spec.name, spec.queue, spec.priority, spec.max_attempts, spec.concurrency) == (
         "unit_bare_job", "default", 0, 3, None)
     assert "unit_bare_job" in registered_jobs()
@@ -165,7 +159,5 @@ def test_call_checks_the_arguments_before_anything_is_written() -> None:
         add.call(1, b=object())
 
 
-def test_require_job_names_the_registered_jobs() -> None:
-    with pytest.raises(UnknownJobError, match=r"no job registered as 'unit\.missing'.*'add'"):
-        require_job("unit.missing")
-    assert get_job("unit.missing") is None
+def test_an_unregistered_plain_name_is_unknown_and_imports_nothing() -> None:
+    assert get_job("unit.missing") is None and registered("unit.missing") is None

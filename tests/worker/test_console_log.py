@@ -55,6 +55,9 @@ def test_a_project_without_logging_gets_readable_lines_at_info() -> None:
     assert lines and all(TEXT_LINE.match(line) for line in lines), result.stderr
     seen = events(lines)
     assert seen[0] == "jobs.worker.started" and seen[-1] == "jobs.worker.stopped", seen
+    # The stop line sums the run up: six outcomes written (1 + 2 runs of flaky + 3 of
+    # worker_always_fails), none stale.
+    assert " settled=6 stale=0 unstorable=0" in lines[-1], lines[-1]
     # Failures and retries, with their level: two retries of worker_always_fails and one of
     # flaky, then worker_always_fails fails for good.
     assert seen.count("jobs.worker.retrying") == 3, result.stderr

@@ -169,7 +169,7 @@ def test_a_slot_kept_while_the_claim_loop_cannot_claim_goes_back_after_a_while()
 
 
 class LeaseRows:
-    """Lease rows on the test's clock, fenced on holder and expiry as the stores fence them."""
+    """Slot rows on the test's clock, fenced on holder and expiry as the stores fence them."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock

@@ -59,12 +59,12 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
     # holder (<worker>:<job id>) as the old run's. The old run must stop renewing and must not
     # release: either would extend or free the slot the new run's body is using.
     from django_ultjobs.store import ClaimedJob, SlotHold
-    from django_ultjobs.worker import Worker, WorkerOptions
+    from django_ultjobs.worker import WorkerOptions, WorkerProcess
     from django_ultjobs.worker.runs import Run
     from tests.testapp.jobs import capped
 
     job = capped.enqueue(0.01)
-    worker = Worker(WorkerOptions(database=alias, threads=2))
+    worker = WorkerProcess(WorkerOptions(database=alias, threads=2))
 
     def claimed(token: str) -> ClaimedJob:
         return ClaimedJob(id=job.id, name="capped", queue="default", priority=0, args=[0.01],
@@ -74,9 +74,9 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
 
     holder = f"{worker.worker_id}:{job.id}"
     older = Run(job=claimed("00000000-0000-0000-0000-00000000000a"), spec=capped,
-                lease=SlotHold(key="job:capped", slot=0, holder=holder,
-                                expires_at=timezone.now()))
-    worker.registry.add(older)
+                slot=SlotHold(key="job:capped", slot=0, holder=holder,
+                              expires_at=timezone.now()))
+    worker.runs.add(older)
     worker._dispatch([claimed("00000000-0000-0000-0000-00000000000b")])
     assert older.scope.cancelled
     assert older.slot_lost

@@ -30,7 +30,7 @@ STORE: Any = None
 def make_ticker() -> tuple[Ticker, StubStore, StubSlots, RunsInFlight]:
     store, slot_store, registry = StubStore(), StubSlots(), RunsInFlight()
     slots = FleetSlots(slot_store, WORKER, ttl=3.0)  # type: ignore[arg-type]
-    ticker = Ticker(store=store, registry=registry, slots=slots,  # type: ignore[arg-type]
+    ticker = Ticker(store=store, runs=registry, slots=slots,  # type: ignore[arg-type]
                     worker_id=WORKER, visibility_timeout=3.0, interval=0.5)
     return ticker, store, slot_store, registry
 
@@ -157,7 +157,7 @@ def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFi
     assert ticker.slots.kept == 0
 
 
-def test_job_without_concurrency_never_touches_the_lease_store() -> None:
+def test_job_without_concurrency_never_touches_the_slot_store() -> None:
     # rule 5
     ticker, store, slot_store, registry = make_ticker()
     run = Run(job=claimed(5, "record"), spec=get_job("record"))

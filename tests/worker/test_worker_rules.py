@@ -1,4 +1,4 @@
-"""The worker's rules, proved in-process against a real Worker on SQLite and PostgreSQL.
+"""The worker's rules, proved in-process against a real WorkerProcess on SQLite and PostgreSQL.
 
 Failures are injected by wrapping the real store (a subclass of the engine's store overriding one
 method) or by writing the job tables through the ORM, as another worker or the admin would. Every
@@ -35,14 +35,13 @@ from django_ultjobs.exceptions import (
     WorkerShutdownError,
 )
 from django_ultjobs.management.commands.runjobworker import Command
-from django_ultjobs.models import Job, JobAttempt, Slot
-from django_ultjobs.models import Worker as WorkerRow
+from django_ultjobs.models import Job, JobAttempt, Slot, Worker
 from django_ultjobs.store import NewJob, Settlement, SlotHold, get_store
-from django_ultjobs.worker import Worker, WorkerOptions
+from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from django_ultjobs.worker import worker as worker_module
 from django_ultjobs.worker.runs import Run
 from tests.conftest import engine_store, events, running_worker, wait_until
-from tests.doubles import no_lease_store_path, settle_outage_store
+from tests.doubles import no_slot_store_path, settle_outage_store
 from tests.stepsapp.jobs import cancel_myself_then_fail, raises_unprintable
 from tests.testapp import jobs as testjobs
 from tests.testapp.jobs import (
@@ -84,9 +83,9 @@ def status_is(alias: str, job_id: int, *statuses: str) -> Callable[[], bool]:
     return lambda: row(alias, job_id).status in statuses
 
 
-def running_run(worker: Worker, job_id: int) -> Run:
+def running_run(worker: WorkerProcess, job_id: int) -> Run:
     """Wait until ``job_id`` is running under the ticker in ``worker``; return its Run."""
-    return wait_until(lambda: next((r for r in worker.registry.snapshot() if r.id == job_id),
+    return wait_until(lambda: next((r for r in worker.runs.snapshot() if r.id == job_id),
                                    None), message=f"job {job_id} running")
 
 
@@ -333,7 +332,7 @@ def test_release_that_raises_is_logged_and_the_job_still_succeeds(
 def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kind_runs_dry(
         alias: str) -> None:
     # rules 5-6: a settled run's slot is kept for the worker's next run of the kind, with no
-    # lease statement, and goes back to the fleet once a claim brings no run to use it, while the
+    # slot statement, and goes back to the fleet once a claim brings no run to use it, while the
     # worker goes on running. The cap holds throughout: concurrency=1 runs never overlap.
     class Counting(engine_store(alias)):  # type: ignore[misc,valid-type]
         acquires: list[list[str]] = []
@@ -387,7 +386,7 @@ def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: 
             wait_until(lambda: row(alias, b).status == "running", message="B running")
             wait_until(lambda: not Slot.objects.using(alias).exists(),
                        message="the kept slot given back while both threads are busy")
-            assert store.leases.acquire("job:serial", 1, 3.0, "other:1") is not None
+            assert store.slot_store.acquire("job:serial", 1, 3.0, "other:1") is not None
             assert row(alias, b).status == "running"
             go.touch()
     finally:
@@ -418,14 +417,14 @@ def test_a_draining_worker_gives_back_the_slot_of_a_run_that_settles_meanwhile(
         go.touch()
 
 
-# -- rule 5: a job without concurrency never touches the lease table ----------------------------
+# -- rule 5: a job without concurrency never touches the slot table -----------------------------
 
 
 def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> None:
     # rule 5
     touched: list[str] = []
 
-    class NoLeaseCalls(engine_store(alias)):  # type: ignore[misc,valid-type]
+    class NoSlotCalls(engine_store(alias)):  # type: ignore[misc,valid-type]
         def acquire(self, key: str, limit: int, ttl: float, holder: str) -> SlotHold | None:
             touched.append(f"acquire {key}")
             return super().acquire(key, limit, ttl, holder)
@@ -441,33 +440,33 @@ def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> No
 
     ids = [add.enqueue(1, 2).id, record.enqueue(label="slow", seconds=1.0).id,
            flaky.enqueue(1).id]
-    lease_rows: list[int] = []
+    slot_rows: list[int] = []
 
     def all_done() -> bool:
-        lease_rows.append(Slot.objects.using(alias).count())
+        slot_rows.append(Slot.objects.using(alias).count())
         return Job.objects.using(alias).filter(id__in=ids, status="succeeded").count() == 3
 
-    with running_worker(alias, store=NoLeaseCalls(alias), **FAST):
+    with running_worker(alias, store=NoSlotCalls(alias), **FAST):
         wait_until(all_done)
     assert touched == []
-    assert set(lease_rows) == {0}
+    assert set(slot_rows) == {0}
     assert JobAttempt.objects.using(alias).exclude(slot_key="").count() == 0
 
 
 # -- rule 10: no promise that does nothing -------------------------------------------------------
 
 
-def test_runjobworker_refuses_concurrency_without_a_lease_store(
+def test_runjobworker_refuses_concurrency_without_a_slot_store(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # rule 10
-    with override_settings(ULTJOBS={"DATABASE": alias, "STORE": no_lease_store_path(alias)}):
-        assert get_store(alias).leases is None
+    with override_settings(ULTJOBS={"DATABASE": alias, "STORE": no_slot_store_path(alias)}):
+        assert get_store(alias).slot_store is None
         with pytest.raises(CommandError) as refused:
             call_command("runjobworker", database=alias, burst=True)
         message = str(refused.value)
         for name in ("capped", "serial", "worker_serial_block_until"):
             assert name in message
-        assert not WorkerRow.objects.using(alias).exists(), "the worker started anyway"
+        assert not Worker.objects.using(alias).exists(), "the worker started anyway"
 
         # Only the capped jobs make it refuse: without them the same store runs jobs.
         for name, spec in job_registry.registered_jobs().items():
@@ -589,7 +588,7 @@ def test_nothing_of_a_run_is_held_after_it(alias: str, monkeypatch: pytest.Monke
         ids = [worker_weakref_probe.enqueue().id for _ in range(3)]
         wait_until(lambda: Job.objects.using(alias).filter(
             id__in=ids, status="succeeded").count() == 3)
-        wait_until(lambda: worker.completer.pending == 0 and len(worker.registry) == 0)
+        wait_until(lambda: worker.completer.pending == 0 and len(worker.runs) == 0)
         # While the worker lives on, idle, nothing of the finished runs may be reachable.
         gc.collect()
         assert len(testjobs.WORKER_CTX_REFS) == 3 and len(run_refs) == 6
@@ -732,7 +731,7 @@ def test_runjobworker_tunes_only_a_process_of_its_own(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Full collections walked Django, the apps and the jobs modules with the GIL held (36 ms,
     # seven times in a 50,000-job drain): the command run as a process freezes them, and hands
-    # the GIL over every millisecond. From code (call_command, a Worker) it leaves both alone:
+    # the GIL over every millisecond. From code (call_command, WorkerProcess) it leaves both alone:
     # the process is someone else's.
     switch: list[float] = []
     monkeypatch.setattr(sys, "setswitchinterval", switch.append)
@@ -742,11 +741,11 @@ def test_runjobworker_tunes_only_a_process_of_its_own(
         pass
     assert gc.get_freeze_count() == frozen and switch == []
 
-    def run(self: Worker, *, install_signals: bool = True) -> int:
+    def run(self: WorkerProcess, *, install_signals: bool = True) -> int:
         seen.append(gc.get_freeze_count())
         return 0
 
-    monkeypatch.setattr(Worker, "run", run)
+    monkeypatch.setattr(WorkerProcess, "run", run)
     call_command("runjobworker", burst=True, database=alias)
     assert seen == [frozen] and switch == []
 
@@ -762,7 +761,7 @@ def test_runjobworker_as_a_process_refuses_before_it_tunes_anything(
     switch: list[float] = []
     monkeypatch.setattr(sys, "setswitchinterval", switch.append)
     frozen = gc.get_freeze_count()
-    with override_settings(ULTJOBS={"DATABASE": alias, "STORE": no_lease_store_path(alias)}), \
+    with override_settings(ULTJOBS={"DATABASE": alias, "STORE": no_slot_store_path(alias)}), \
             pytest.raises(SystemExit):
         # run_from_argv prints a CommandError and exits, as manage.py does.
         Command().run_from_argv(["manage.py", "runjobworker", "--burst", "--database", alias])
@@ -864,7 +863,7 @@ def _drain_noting_scans(alias: str, *, plain_list: bool = False) -> list[bool]:
         return list(claimed) if plain_list else claimed
 
     store.claim = noting_claim  # type: ignore[method-assign]
-    worker = Worker(WorkerOptions(database=alias, threads=1, burst=True, poll_interval=30.0,
+    worker = WorkerProcess(WorkerOptions(database=alias, threads=1, burst=True, poll_interval=30.0,
                                   visibility_timeout=5.0, heartbeat_interval=0.5), store=store)
     worker.run(install_signals=False)
     return looked

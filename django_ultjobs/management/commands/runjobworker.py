@@ -15,7 +15,7 @@ from django_ultjobs.conf import get_settings
 from django_ultjobs.exceptions import DatabaseUnavailableError
 from django_ultjobs.logs import LOG_FORMATS, configure_console, project_configures_logging
 from django_ultjobs.management.messages import one_line, unknown_alias
-from django_ultjobs.worker import Worker, WorkerOptions
+from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from django_ultjobs.worker.options import MAX_THREADS
 
 
@@ -26,14 +26,13 @@ def tune_the_process() -> None:
     process is then someone else's, and both would outlive the call.
     """
     # Hand the GIL over every 1 ms instead of 5 ms, so a thread woken by a notification or a
-    # finished run is not kept waiting behind another thread's bytecode (idle pickup p50 6.2 ms
-    # -> 3.2 ms on this machine's PostgreSQL).
+    # finished run is not kept waiting behind another thread's bytecode (performance.md item 28).
     sys.setswitchinterval(0.001)
     # Take everything loaded so far (Django, the apps, every jobs module, the worker) out of the
     # cyclic collector's full collections: it lives as long as the process, yet each full
-    # collection walked all of it with the GIL held, seven of about 36 ms in a 50,000-job no-op
-    # drain (0.25 s), every thread stalled meanwhile; 0.05 s once frozen. Collected first, so no
-    # garbage is frozen along; what the worker allocates from here on is collected as usual.
+    # collection walked all of it with the GIL held, every thread stalled meanwhile
+    # (performance.md item 28). Collected first, so no garbage is frozen along; what the worker
+    # allocates from here on is collected as usual.
     gc.collect()
     gc.freeze()
 
@@ -122,7 +121,7 @@ class Command(BaseCommand):
             listen=not options["no_listen"],
             **extra,
         )
-        worker = Worker(worker_options)
+        worker = WorkerProcess(worker_options)
         if self.owns_the_process:
             worker.check()  # refused before anything process-wide changes (rule 10)
             self._set_up_logging(options)

@@ -1,0 +1,159 @@
+"""A job's spec: the function, how its calls are queued, run and retried, and its calls."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from . import enqueue, jsonargs
+from .exceptions import JobArgumentError, JobConfigurationError
+from .job_options import check_options
+from .slot_keys import MAX_SLOT_JOB_NAME
+
+if TYPE_CHECKING:
+    from .models import Job
+
+
+@dataclass(frozen=True, slots=True)
+class JobCall:
+    """One call of a job, ready to be enqueued (alone or with others in ``bulk_enqueue``)."""
+
+    spec: JobSpec
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A registered job: the function and how its calls are queued, run and retried.
+
+    Frozen: ``.using(...)`` returns a changed copy for one enqueue and leaves the registered
+    spec alone, as ``django.tasks.Task.using`` does.
+    """
+
+    func: Callable[..., Any] = field(repr=False)
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    takes_context: bool = False
+    #: Fleet-wide cap on simultaneous runs of this job (rule 5); None means no cap.
+    concurrency: int | None = None
+    #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds, capped, with jitter.
+    backoff: float = 2.0
+    max_backoff: float = 3600.0
+    #: Per-enqueue options set through ``.using()``.
+    delay: float = 0.0
+    run_at: datetime | None = None
+
+    @cached_property
+    def signature(self) -> inspect.Signature | None:
+        """The body's parameters, to check each call against before it is queued; None for a
+        callable whose parameters Python cannot tell (some builtins), which is not checked."""
+        try:
+            return inspect.signature(self.func)
+        except (TypeError, ValueError):
+            return None
+
+    @cached_property
+    def is_coroutine(self) -> bool:
+        """Whether the body is ``async def`` (run in an event loop of its own); asked once, not
+        on every run."""
+        return inspect.iscoroutinefunction(self.func)
+
+    def __post_init__(self) -> None:
+        if not callable(self.func):
+            raise JobConfigurationError(f"job {self.name!r}: {self.func!r} is not callable")
+        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
+            raise JobConfigurationError("a job name must be 1 to 200 characters long")
+        # Queue, priority, max_attempts, delay, run_at and the backoffs: each must fit its
+        # column, or a settle (rules 16 and 31).
+        check_options(self)
+        if self.concurrency is not None and (
+            isinstance(self.concurrency, bool) or self.concurrency < 1
+        ):
+            raise JobConfigurationError(
+                f"job {self.name!r}: concurrency must be a whole number of at least 1, or None"
+            )
+        if self.concurrency is not None and len(self.name) > MAX_SLOT_JOB_NAME:
+            # Its fleet slots' key (slot_key_for) must fit the slot key column.
+            raise JobConfigurationError(
+                f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most "
+                f"{MAX_SLOT_JOB_NAME} characters"
+            )
+
+    # -- configuring ----------------------------------------------------------------------------
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: timedelta | float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> JobSpec:
+        """Return a copy with other enqueue options; the registered job is unchanged."""
+        changes: dict[str, Any] = {}
+        if queue is not None:
+            changes["queue"] = queue
+        if priority is not None:
+            changes["priority"] = priority
+        if delay is not None:
+            changes["delay"] = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if run_at is not None:
+            changes["run_at"] = run_at
+        if max_attempts is not None:
+            changes["max_attempts"] = max_attempts
+        return dataclasses.replace(self, **changes)
+
+    # -- enqueueing -----------------------------------------------------------------------------
+
+    def call(self, *args: Any, **kwargs: Any) -> JobCall:
+        """Return a checked call of this job, for ``bulk_enqueue``."""
+        jsonargs.check_arguments(self.name, args, kwargs)
+        self._check_signature(args, kwargs)
+        return JobCall(self, args, kwargs)
+
+    def _check_signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Refuse a call the body could never take (a missing or extra argument) now, before
+        any SQL, instead of queueing a job that fails every attempt (rule 16)."""
+        if self.signature is None:
+            return
+        context = (None,) if self.takes_context else ()
+        try:
+            self.signature.bind(*context, *args, **kwargs)
+        except TypeError as exc:
+            raise JobArgumentError(
+                f"{self.name}{_bare(self.signature)}: {exc}; the call would fail on every attempt"
+            ) from None
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+        """Queue one call inside the caller's transaction; return its (unsaved-looking) row.
+
+        Non-JSON arguments raise ``JobArgumentError`` (a ``TypeError``) and write nothing.
+        """
+        return enqueue.enqueue_one(self.call(*args, **kwargs))
+
+    def bulk_enqueue(self, calls: Iterable[Sequence[Any] | JobCall]) -> list[int]:
+        """Queue many calls of this job in one statement; each item is an args tuple or a call."""
+        return enqueue.bulk_enqueue(
+            c if isinstance(c, JobCall) else self.call(*c) for c in calls
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function now, in this process (for tests and shells)."""
+        return self.func(*args, **kwargs)
+
+
+def _bare(signature: inspect.Signature) -> inspect.Signature:
+    """``signature`` without annotations, as an error message shows it: ``(a, b=2)``."""
+    empty = inspect.Parameter.empty
+    return signature.replace(
+        parameters=[p.replace(annotation=empty) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty)

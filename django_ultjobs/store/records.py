@@ -1,0 +1,184 @@
+"""The values the store takes and returns: rows to write, claims, settlements, slot holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to insert: everything enqueue knows before the database assigns an id."""
+
+    name: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    max_attempts: int
+    delay: float = 0.0
+    run_at: datetime | None = None
+    traceparent: str = ""
+    tracestate: str = ""
+    enqueued_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueuedJob:
+    """What the database assigned to a new job row."""
+
+    id: int
+    visible_at: datetime
+    created_at: datetime
+
+
+# The two records made once per job on the worker's hot path are slotted but not frozen: a frozen
+# dataclass sets each field through object.__setattr__, a cost the claim loop pays per job
+# (docs/performance.md, item 28). Nothing mutates them after construction.
+@dataclass(slots=True)
+class ClaimedJob:
+    """One job this worker now holds under ``token`` until its lease lapses."""
+
+    id: int
+    name: str
+    queue: str
+    priority: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    token: str
+    traceparent: str
+    tracestate: str
+    enqueued_by: str
+    cancel_requested: bool
+    claimed_at: datetime
+    #: The worker whose lease lapsed when this claim is a re-delivery of a running row.
+    redelivered_from: str | None = None
+    previous_claimed_at: datetime | None = None
+    #: True when the row was waiting (a durable sleep or event wait) and woke: not a new attempt.
+    woke: bool = False
+    #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
+    #: the worker fails such a job at once instead of running it (rule 15).
+    undecodable: str | None = None
+    #: When the row was due, just before this claim (enqueued, scheduled, retried or woken):
+    #: the start of the job's wait (``ultjobs.job.wait``). None from a store that does not say.
+    due_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """What one claim asks for; ``JobStore.claim`` describes each field."""
+
+    worker_id: str
+    queues: Sequence[str]
+    limit: int
+    visibility_timeout: float
+    caps: Mapping[str, int]
+    uncapped: bool = True
+    kept: Mapping[str, int] = field(default_factory=dict)
+
+    def kept_of(self, name: str) -> int:
+        """The fleet slots this worker kept for capped kind ``name``."""
+        return self.kept.get(name, 0)
+
+
+#: What a claimed row was just before the claim: its status, its worker, its claim time and
+#: when it was due (its ``visible_at``).
+Previous = tuple[str, str | None, Any, Any]
+
+
+class ClaimBatch(list[ClaimedJob]):
+    """The jobs one claim took, and whether it left runnable jobs of uncapped kinds behind.
+
+    ``others_left``: True when the scan of the uncapped kinds found runnable rows that the
+    claim's limit cut (they rank below everything it took); False when everything that scan
+    found was taken (possibly nothing; there may be more beyond what it looked at, which the
+    worker tells by whether the claim took any), or when the scan was left out; None when the
+    store does not say, and the worker then reads a full claim as "maybe crowded out". Only
+    "found nothing and took nothing" lets the worker leave that scan out of its next claims.
+    """
+
+    def __init__(self, jobs: Iterable[ClaimedJob] = (), *, others_left: bool | None = None
+                 ) -> None:
+        super().__init__(jobs)
+        self.others_left = others_left
+
+
+@dataclass(slots=True)
+class Settlement:
+    """How one run ends: the row's next state, fenced on ``token``, and the attempt to record."""
+
+    job_id: int
+    token: str
+    status: str
+    attempt_no: int
+    started_at: datetime | None
+    outcome: str | None
+    #: Added to the row's attempt count: -1 hands the attempt back (nothing was burned).
+    attempt_delta: int = 0
+    #: Seconds from now until a queued/waiting row is visible again.
+    delay: float = 0.0
+    error: str | None = None
+    result_json: str | None = None
+    slot_key: str | None = None
+    slot: int | None = None
+    #: For status "waiting" on an event: what wakes it (see ``send_event``).
+    wait_event: str | None = None
+    wait_match: dict[str, Any] | None = None
+    wait_after: int = 0
+    steps_run: tuple[str, ...] = ()
+    steps_replayed: tuple[str, ...] = ()
+    #: The id of an attempt row this settle adds a claim to instead of recording a new one:
+    #: the park of a job no worker knows, continuing its episode (rule 12). Recorded anew if
+    #: that row is gone.
+    extends: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParkEpisode:
+    """The latest attempt row of a claimed job, when it is an unknown-job park (rule 12)."""
+
+    job_id: int
+    #: The attempt row, and the attempt number it recorded.
+    attempt_id: int
+    attempt: int
+    #: Whether the episode began (its row's ``started_at``) at least the timeout ago.
+    expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SavedStep:
+    """A step row written under the run's token; ``wait_until`` for a pending wait."""
+
+    wait_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LostAttempt:
+    """An attempt whose worker never reported back; recorded by whoever finds it lapsed."""
+
+    job_id: int
+    attempt: int
+    worker_id: str
+    started_at: datetime | None
+    outcome: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class SlotHold:
+    """A fleet slot held by ``holder`` until ``expires_at`` (database clock)."""
+
+    key: str
+    slot: int
+    holder: str
+    expires_at: datetime
+
+
+def settlement_size(s: Settlement) -> int:
+    """Roughly the bytes ``s`` adds to a settle batch: its result and error, plus the rest of
+    its row. The completer bounds batches, and the worker its backlog, by this."""
+    return 400 + len(s.result_json or "") + len(s.error or "")
