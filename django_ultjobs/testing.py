@@ -5,7 +5,7 @@ runnable job through the worker's own executor and the store's own fenced statem
 time, including the jobs those jobs enqueue, and returns how each run ended (rule 74). It uses
 the caller's connection, so it sees (and writes inside) the transaction of a ``TestCase``.
 
-For pytest, ``pytest_plugins = ["django_ultjobs.testing"]`` in a ``conftest.py`` adds the
+For pytest, ``pytest_plugins = ["django_ultjobs.testing"]`` in the root ``conftest.py`` adds the
 ``ultjobs`` fixture (docs/testing.md).
 """
 
