@@ -214,3 +214,43 @@ def check_tasks_backport(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         hint="Add 'django_tasks' to INSTALLED_APPS.",
         id="django_ultjobs.W103",
     )]
+
+
+@register("django_ultjobs")
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the built-in prune job's schedule and the periodic jobs' time zones (rule 64)."""
+    from django.conf import settings
+
+    from .exceptions import JobOptionError
+    from .registry import registered_jobs
+    from .schedules import Schedule
+
+    try:
+        conf = get_settings()
+    except JobConfigurationError:
+        return []  # django_ultjobs.E001 says why
+    messages: list[CheckMessage] = []
+    if conf.PRUNE_SCHEDULE is not None:
+        try:
+            Schedule(cron=conf.PRUNE_SCHEDULE, timezone=conf.PRUNE_TIMEZONE)
+        except JobOptionError as exc:
+            messages.append(Error(
+                f"ULTJOBS['PRUNE_SCHEDULE'] / ['PRUNE_TIMEZONE']: {exc}",
+                hint="Give a five-field cron expression such as '0 3 * * *' and an IANA time "
+                     "zone, or set PRUNE_SCHEDULE to None to turn the built-in prune off.",
+                id="django_ultjobs.E040",
+            ))
+    site_zone = getattr(settings, "TIME_ZONE", "UTC") or "UTC"
+    for name, spec in sorted(registered_jobs().items()):
+        schedule = spec.schedule
+        if schedule is None or schedule.cron is None or schedule.timezone is not None:
+            continue
+        if site_zone != "UTC":
+            messages.append(Warning(
+                f"job {name!r} runs on cron {schedule.cron!r} read in UTC, while TIME_ZONE "
+                f"is {site_zone!r}",
+                hint=f"Pass @job(..., timezone={site_zone!r}) if the hours are local ones; "
+                     "pass timezone='UTC' to say UTC is meant (and silence this).",
+                id="django_ultjobs.W040",
+            ))
+    return messages

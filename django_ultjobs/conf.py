@@ -7,6 +7,7 @@ ULTJOBS = {
     "UNKNOWN_JOB_TIMEOUT": 604800,  # seconds a job no worker knows stays parked, then fails
     "JOB_MODULES": [],              # modules outside INSTALLED_APPS a worker may import jobs from
     "MAX_RESULT_BYTES": 4 * 1024 * 1024,  # a job's result larger than this as JSON fails it
+    "PRUNE_SCHEDULE": "0 3 * * *",  # when the built-in prune job runs (cron), None: never
 }
 ```
 """
@@ -36,6 +37,11 @@ class UltJobsSettings:
     POLL_INTERVAL: float = 1.0
     # How long finished jobs are kept before ``prunejobs`` removes them (None keeps them).
     RETENTION_DAYS: float | None = 14.0
+    # When the built-in periodic job ``django_ultjobs.prune`` runs that pruning: a cron
+    # expression read in PRUNE_TIMEZONE (UTC by default), or None to turn it off (then run
+    # ``manage.py prunejobs`` yourself). docs/scheduling.md.
+    PRUNE_SCHEDULE: str | None = "0 3 * * *"
+    PRUNE_TIMEZONE: str | None = None
     # A job no worker knows is parked (rule 12) for UNKNOWN_JOB_DELAY seconds at a time; once its
     # parking began UNKNOWN_JOB_TIMEOUT seconds ago (7 days), it fails (rule 12). None parks for
     # ever. docs/unknown-jobs.md.

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from . import enqueue, jsonargs
 from .exceptions import JobArgumentError, JobConfigurationError
 from .job_options import check_options
+from .schedules import Schedule, check_callable_without_arguments
 from .slot_keys import MAX_SLOT_JOB_NAME
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class JobSpec:
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
+    #: When a periodic job ticks (``@job(cron=...)`` or ``@job(every=...)``); None otherwise.
+    schedule: Schedule | None = None
 
     @cached_property
     def signature(self) -> inspect.Signature | None:
@@ -86,6 +89,9 @@ class JobSpec:
                 f"job {self.name[:40]!r}…: a job with concurrency= needs a name of at most "
                 f"{MAX_SLOT_JOB_NAME} characters"
             )
+        if self.schedule is not None:
+            # A tick enqueues the job with no arguments (rule 64).
+            check_callable_without_arguments(self.name, self.func, self.takes_context)
 
     # -- configuring ----------------------------------------------------------------------------
 

@@ -60,6 +60,33 @@ class RemoveIndexConcurrently(migrations.RemoveIndex):
         schema_editor.add_index(model, index, **_concurrently(schema_editor))
 
 
+class AddUniqueConstraintConcurrently(migrations.AddConstraint):
+    """``AddConstraint`` of a ``UniqueConstraint`` built as ``CREATE UNIQUE INDEX CONCURRENTLY``
+    on PostgreSQL, for the reason ``AddIndexConcurrently`` gives; SQLite gets the plain form.
+
+    PostgreSQL keeps a unique constraint with a condition as a unique index, which is what the
+    statement builds (``ON CONFLICT`` infers it the same). The migration must set
+    ``atomic = False``.
+    """
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        _drop_if_exists(schema_editor, self.constraint.name)
+        sql = str(self.constraint.create_sql(model, schema_editor))
+        if schema_editor.connection.vendor == "postgresql":
+            sql = sql.replace("CREATE UNIQUE INDEX", "CREATE UNIQUE INDEX CONCURRENTLY", 1)
+        schema_editor.execute(sql)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            _drop_if_exists(schema_editor, self.constraint.name)
+
+
 def _drop_if_exists(schema_editor: Any, name: str) -> None:
     """Drop index ``name`` if it is there: concurrently on PostgreSQL, plainly on SQLite.
 

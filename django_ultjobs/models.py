@@ -75,8 +75,19 @@ class Job(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: The tick a periodic job's scheduler enqueued this row for (rule 61); None for a job
+    #: enqueued by code. Unique per job name, so a tick is never enqueued twice (rule 60).
+    scheduled_for = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        constraints = [
+            # One row per (job, tick) across the fleet: a second worker's insert of the same
+            # tick is skipped (rule 60). Partial: jobs enqueued by code have no tick.
+            models.UniqueConstraint(
+                fields=["name", "scheduled_for"], name="ultjobs_job_tick",
+                condition=models.Q(scheduled_for__isnull=False),
+            ),
+        ]
         indexes = [
             # The claim: runnable rows of a queue in priority order. Partial, so millions of
             # finished rows cost the claim nothing.
@@ -219,6 +230,33 @@ class Slot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}[{self.slot}] held by {self.holder}"
+
+
+class JobSchedule(models.Model):
+    """A periodic job's schedule across the fleet: its cursor, and whether it is paused.
+
+    Written by the workers (each registers the periodic jobs it knows) and paused or resumed
+    from the admin. ``last_tick`` is the newest tick enqueued; it only moves forward, and a
+    tick is enqueued only by the statement that moves it (rule 60).
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    #: ``*/5 * * * *`` or ``every 30 s``, as the last worker to start described it.
+    schedule = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, blank=True, default="")
+    catch_up = models.CharField(max_length=16, default="latest")
+    #: A paused schedule enqueues no tick on any worker; resumed, it starts again from now.
+    paused = models.BooleanField(default=False)
+    last_tick = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class Worker(models.Model):

@@ -1,4 +1,5 @@
-"""Cancel and retry jobs: the operations behind the admin's actions, usable from code too.
+"""Cancel and retry jobs, pause and resume schedules: the operations behind the admin's
+actions, usable from code too.
 
 ```python
 from django_ultjobs.operations import cancel_jobs, retry_jobs
@@ -6,6 +7,7 @@ from django_ultjobs.operations import cancel_jobs, retry_jobs
 result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"))
 result.cancelled, result.requested      # how many were cancelled now / asked to stop
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
+pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it is resumed
 ```
 
 Every change is one ``UPDATE`` fenced on the status it starts from, so an operation racing a
@@ -25,10 +27,11 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
 from .conf import jobs_database
-from .models import Job, JobStatus
+from .models import Job, JobSchedule, JobStatus
 from .store import get_store
 
-__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "retry_jobs"]
+__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "pause_schedules", "resume_schedules",
+           "retry_jobs"]
 
 #: Statuses cancelled at once: no worker holds such a job, so nobody else writes its row. A
 #: waiting job is parked on an event or a durable sleep and holds no thread either.
@@ -131,6 +134,44 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None)
                 .distinct()))
             retried.extend(ids)
     return RetryResult(tuple(retried))
+
+
+def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
+                    using: str | None = None) -> tuple[str, ...]:
+    """Pause periodic jobs fleet-wide: no worker enqueues their ticks until they are resumed
+    (rule 63). Jobs already enqueued still run. Returns the names paused now (those already
+    paused are left alone and not counted)."""
+    alias = using or jobs_database()
+    # Begun as the writer on SQLite: it reads, then writes (rule 21).
+    with get_store(alias).write_transaction():
+        rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=False)
+        paused = tuple(sorted(rows.values_list("name", flat=True)))
+        # Fenced on the state it starts from: the tick statement reads "paused" under the
+        # schedule's row lock, so from this commit on no worker sends a tick.
+        JobSchedule.objects.using(alias).filter(name__in=paused, paused=False).update(
+            paused=True, updated_at=Now())
+    return paused
+
+
+def resume_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
+                     using: str | None = None) -> tuple[str, ...]:
+    """Resume paused periodic jobs from now on: the ticks that passed while they were paused
+    are not caught up (rule 63), whatever their ``catch_up``. Returns the names resumed now."""
+    alias = using or jobs_database()
+    with get_store(alias).write_transaction():
+        rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=True)
+        resumed = tuple(sorted(rows.values_list("name", flat=True)))
+        # The cursor moves to now (the database's clock): a worker that starts after this sees
+        # no tick of the pause as missed.
+        JobSchedule.objects.using(alias).filter(name__in=resumed, paused=True).update(
+            paused=False, last_tick=Greatest(F("last_tick"), Now()), updated_at=Now())
+    return resumed
+
+
+def _names(names: QuerySet[JobSchedule] | Iterable[str]) -> list[str]:
+    if isinstance(names, QuerySet):
+        return list(names.values_list("name", flat=True))
+    return [str(name) for name in names]
 
 
 def _candidate_ids(jobs: QuerySet[Job] | Iterable[int], alias: str,

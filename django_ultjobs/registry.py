@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, overload
 
 from django.apps import apps
@@ -13,6 +14,7 @@ from .conf import get_settings
 from .exceptions import JobConfigurationError
 from .job_spec import JobSpec
 from .logs import log_event
+from .schedules import schedule_from_options
 
 _registry: dict[str, JobSpec] = {}
 # Bumped on every (un)registration, so the worker recomputes its fleet caps only when a job (a
@@ -36,6 +38,10 @@ def job(
     concurrency: int | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    timezone: str | None = None,
+    catch_up: str = "latest",
 ) -> Callable[[Callable[..., Any]], JobSpec]: ...
 
 
@@ -51,12 +57,23 @@ def job(
     concurrency: int | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    timezone: str | None = None,
+    catch_up: str = "latest",
 ) -> JobSpec | Callable[[Callable[..., Any]], JobSpec]:
     """Register a function as a job; use bare (``@job``) or with options (``@job(queue=...)``).
 
     ``name`` defaults to the function's ``__name__``: it is what the queue stores, so renaming
     the function renames the job (queued rows of the old name are parked as unknown, rule 12).
+
+    ``cron=`` (read in ``timezone=``, UTC by default) or ``every=`` seconds makes it periodic:
+    the running workers enqueue each tick once between them, ``catch_up=`` says what happens to
+    ticks missed while none ran (docs/scheduling.md, rules 60-64).
     """
+    # Checked at the decorator, before the function is seen: a bad schedule is refused by its
+    # option's name at import time (rule 64).
+    schedule = schedule_from_options(cron, every, timezone, catch_up)
 
     def decorate(f: Callable[..., Any]) -> JobSpec:
         if name is not None and not name.strip():
@@ -64,7 +81,7 @@ def job(
         spec = JobSpec(
             func=f, name=name or f.__name__, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
-            backoff=backoff, max_backoff=max_backoff,
+            backoff=backoff, max_backoff=max_backoff, schedule=schedule,
         )
         register(spec)
         return spec

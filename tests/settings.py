@@ -29,6 +29,10 @@ INSTALLED_APPS = [
     "example_project.shop",
 ]
 
+# Worker processes of the scheduling tests also run a periodic job (tests/periodicapp).
+if os.environ.get("ULTJOBS_TEST_PERIODIC"):
+    INSTALLED_APPS.append("tests.periodicapp")
+
 # The queue's tests run against real engines, never a mock: SQLite in a file (threads and worker
 # processes share it) and the machine's PostgreSQL.
 # Parallel test runs on one machine (several sessions, or CI beside a developer) each take their

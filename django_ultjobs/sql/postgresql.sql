@@ -476,6 +476,55 @@ WHERE id = %(id)s::text;
 -- Mark this worker as stopped on a clean exit.
 UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = %(id)s::text;
 
+-- name: schedule_sync
+-- Register the periodic jobs this worker knows (what they run on, for the admin) and read each
+-- one's cursor (the newest tick enqueued) and pause, with the database's clock. A schedule seen
+-- for the first time begins now: no tick from before it existed is caught up (rule 62).
+INSERT INTO django_ultjobs_jobschedule AS s
+    (name, schedule, timezone, catch_up, paused, last_tick, created_at, updated_at)
+SELECT x.name, x.schedule, x.timezone, x.catch_up, false, {now}, {now}, {now}
+FROM jsonb_to_recordset(%(schedules)s::jsonb)
+    AS x(name text, schedule text, timezone text, catch_up text)
+ORDER BY x.name
+ON CONFLICT (name) DO UPDATE
+    SET schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone,
+        catch_up = EXCLUDED.catch_up, updated_at = EXCLUDED.updated_at
+RETURNING s.name, s.last_tick, s.paused, {now};
+
+-- name: schedule_tick
+-- Enqueue ticks of one periodic job, each at most once across the fleet, by whichever worker
+-- gets there first (rule 60). The schedule's cursor moves forward only: an UPDATE fenced on
+-- "not paused and older than the newest tick" locks the schedule's row, so a second worker
+-- sending the same ticks waits for the first, finds the cursor moved and inserts nothing. The
+-- unique index on (name, scheduled_for) holds the rule on its own as well: a tick already in
+-- the table is skipped (ON CONFLICT DO NOTHING), never an error. Each job is visible at its
+-- tick (rule 61); idle workers are notified on commit of the ones runnable now.
+WITH cursor AS (
+    UPDATE django_ultjobs_jobschedule
+    SET last_tick = %(newest)s::timestamptz, updated_at = {now}
+    WHERE name = %(name)s::text AND NOT paused
+      AND (last_tick IS NULL OR last_tick < %(newest)s::timestamptz)
+    RETURNING name
+),
+ins AS (
+    INSERT INTO django_ultjobs_job
+        (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+         claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+         last_error, wait_event, wait_after, created_at, updated_at, scheduled_for)
+    SELECT cursor.name, %(queue)s::text, %(priority)s::int, '[]'::jsonb, '{}'::jsonb, 'queued', 0,
+           %(max_attempts)s::int, t.tick, NULL, '', false, '', '', %(enqueued_by)s::text, '',
+           '', 0, {now}, {now}, t.tick
+    FROM cursor CROSS JOIN unnest(%(ticks)s::timestamptz[]) AS t(tick)
+    ORDER BY t.tick
+    ON CONFLICT (name, scheduled_for) WHERE scheduled_for IS NOT NULL DO NOTHING
+    RETURNING id, scheduled_for, queue, visible_at
+),
+notified AS (
+    SELECT count(pg_notify('django_ultjobs', q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM ins WHERE visible_at <= {now}) AS q
+)
+SELECT ins.id, ins.scheduled_for FROM ins CROSS JOIN notified ORDER BY ins.scheduled_for;
+
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
 -- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by

@@ -349,6 +349,49 @@ WHERE id = :id;
 -- Mark this worker as stopped on a clean exit.
 UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0 WHERE id = :id;
 
+-- name: schedule_sync
+-- Register the periodic jobs this worker knows (what they run on, for the admin) and read each
+-- one's cursor (the newest tick enqueued) and pause, with the database's clock. A schedule seen
+-- for the first time begins now: no tick from before it existed is caught up (rule 62).
+INSERT INTO django_ultjobs_jobschedule
+    (name, schedule, timezone, catch_up, paused, last_tick, created_at, updated_at)
+SELECT json_extract(value, '$.name'), json_extract(value, '$.schedule'),
+       json_extract(value, '$.timezone'), json_extract(value, '$.catch_up'), 0, {now}, {now},
+       {now}
+FROM json_each(:schedules)
+WHERE true
+ON CONFLICT (name) DO UPDATE
+    SET schedule = excluded.schedule, timezone = excluded.timezone,
+        catch_up = excluded.catch_up, updated_at = excluded.updated_at
+RETURNING name, last_tick, paused, {now};
+
+-- name: schedule_advance
+-- The first half of a tick's enqueue (rule 60), inside one write transaction with the second:
+-- move the schedule's cursor forward to the newest tick, unless it is paused or already there.
+-- No row back: another worker enqueued these ticks first, or the schedule is paused.
+UPDATE django_ultjobs_jobschedule
+SET last_tick = :newest, updated_at = {now}
+WHERE name = :name AND NOT paused AND (last_tick IS NULL OR last_tick < :newest)
+RETURNING name;
+
+-- name: schedule_insert
+-- The second half: one job per tick, visible at its tick (rule 61); a tick already in the table
+-- is skipped by the unique index on (name, scheduled_for), never an error. :ticks is
+-- [[scheduled_for, visible_at], ...]: the tick in Django's text form (what an ORM lookup
+-- compares), and in the clock's millisecond form (what the claim compares).
+INSERT INTO django_ultjobs_job
+    (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+     claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+     last_error, wait_event, wait_after, created_at, updated_at, scheduled_for)
+SELECT :name, :queue, :priority, '[]', '{}', 'queued', 0, :max_attempts,
+       json_extract(value, '$[1]'), NULL, '', 0, '', '', :enqueued_by, '', '', 0, {now}, {now},
+       json_extract(value, '$[0]')
+FROM json_each(:ticks)
+WHERE true
+ORDER BY key
+ON CONFLICT (name, scheduled_for) WHERE scheduled_for IS NOT NULL DO NOTHING
+RETURNING id, scheduled_for;
+
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
 -- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by

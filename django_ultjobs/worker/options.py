@@ -49,6 +49,9 @@ class WorkerOptions:
     database: str | None = None
     #: On PostgreSQL, LISTEN for enqueues so an idle worker claims at once (polling remains).
     listen: bool = True
+    #: Enqueue the ticks of the periodic jobs this process knows (rule 60); ``--no-schedule``
+    #: leaves it to the other workers. A ``burst`` worker never does.
+    schedule: bool = True
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:

@@ -48,6 +48,7 @@ from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
 from .runs import Run, RunsInFlight
+from .scheduler import Scheduler
 from .ticker import Ticker
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -84,6 +85,12 @@ class WorkerProcess:
             Listener(store=self.store, queues=options.queues, wake=self.notified,
                      worker_id=self.worker_id)
             if self.store.vendor == "postgresql" and options.listen else None
+        )
+        # Every worker may enqueue a tick, none leads (rule 60); a burst worker drains and
+        # exits, so it schedules nothing.
+        self.scheduler = (
+            Scheduler(store=self.store, worker_id=self.worker_id, clock=clock)
+            if options.schedule and not options.burst else None
         )
         #: The gauge sampler, started with the other threads when metrics are on (rule 71).
         self.gauges: GaugeSampler | None = None
@@ -148,6 +155,8 @@ class WorkerProcess:
         finally:
             if self.listener is not None:
                 self.listener.stop()
+            if self.scheduler is not None:
+                self.scheduler.stop()
             self._drain()
             self._log_stopped()
 
@@ -533,6 +542,8 @@ class WorkerProcess:
         ]
         if self.listener is not None:
             parts.append((self.listener.start, self.listener.stop))
+        if self.scheduler is not None:
+            parts.append((self.scheduler.start, self.scheduler.stop))
         self.gauges = self._gauge_sampler()
         if self.gauges is not None:
             parts.append((self.gauges.start, self.gauges.stop))

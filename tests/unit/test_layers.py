@@ -17,13 +17,14 @@ PACKAGE = Path(django_ultjobs.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     # Plain Python: settings, errors, values and helpers that know nothing of the tables.
     ("exceptions", "conf", "jsonargs", "retry", "slot_keys", "logs", "cancel", "tracing", "sql",
-     "metrics", "signals"),
+     "schedules", "metrics", "signals"),
     # The tables.
     ("models", "migration_operations"),
     # The only code that writes SQL against them.
     ("store", "retention"),
     # Jobs: declaring, enqueueing, finding, and what a body sees while it runs.
-    ("job_options", "job_spec", "enqueue", "registry", "steps", "context", "events"),
+    ("job_options", "job_spec", "enqueue", "registry", "steps", "context", "events",
+     "periodic"),
     # What runs jobs and acts on them.
     ("worker", "operations", "tasks_backend"),
     # What people and Django call: the admin, commands, middleware, checks, the app itself.

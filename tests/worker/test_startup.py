@@ -57,7 +57,7 @@ def no_worker_may_start(monkeypatch: pytest.MonkeyPatch) -> None:
         def __init__(self, options: WorkerOptions) -> None:
             raise _NotStarted(f"the worker was built with {options!r}")
 
-    monkeypatch.setattr(runjobworker, "Worker", Refuse)
+    monkeypatch.setattr(runjobworker, "WorkerProcess", Refuse)
 
 
 @pytest.mark.parametrize("flag", FLOAT_FLAGS)
@@ -81,7 +81,7 @@ def test_the_documented_maxima_are_accepted(monkeypatch: pytest.MonkeyPatch) -> 
         def run(self) -> int:
             return 0
 
-    monkeypatch.setattr(runjobworker, "Worker", Record)
+    monkeypatch.setattr(runjobworker, "WorkerProcess", Record)
     call_command("runjobworker", "--visibility-timeout", "86400", "--heartbeat-interval",
                  "43200", "--poll-interval", "86400", "--grace-period", "86400",
                  "--connect-timeout", "86400")

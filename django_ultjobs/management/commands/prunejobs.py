@@ -1,4 +1,5 @@
-"""``manage.py prunejobs``: keep the job tables bounded (run it from cron, daily)."""
+"""``manage.py prunejobs``: keep the job tables bounded, by hand (the built-in periodic job
+``django_ultjobs.prune`` does the same daily; docs/scheduling.md)."""
 
 from __future__ import annotations
 

@@ -72,6 +72,9 @@ class Command(BaseCommand):
                                  "once (default: %(default)s).")
         parser.add_argument("--no-listen", action="store_true",
                             help="On PostgreSQL, do not LISTEN for enqueues; only poll.")
+        parser.add_argument("--no-schedule", action="store_true",
+                            help="Enqueue no ticks of periodic jobs; the other workers do "
+                                 "(each tick is enqueued once whoever sends it).")
         parser.add_argument("--database", default=None,
                             help="Database alias of the job tables (default: ULTJOBS DATABASE).")
         parser.add_argument("--worker-id", default=None,
@@ -119,6 +122,7 @@ class Command(BaseCommand):
             connect_timeout=options["connect_timeout"],
             database=options["database"],
             listen=not options["no_listen"],
+            schedule=not options["no_schedule"],
             **extra,
         )
         worker = WorkerProcess(worker_options)

@@ -1,0 +1,63 @@
+"""The periodic jobs of this process: those declared with a schedule, and the built-in prune.
+
+``django_ultjobs.prune`` deletes what ``RETENTION_DAYS`` says may go, as ``manage.py prunejobs``
+does, on ``ULTJOBS["PRUNE_SCHEDULE"]`` (daily at 03:00 UTC unless set; None turns it off). Its
+schedule comes from the settings when asked, not from its declaration, so a change of setting
+(or ``override_settings`` in a test) applies without a new registration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import timedelta
+from typing import Any
+
+from .conf import get_settings
+from .exceptions import JobOptionError
+from .job_spec import JobSpec
+from .logs import log_event
+from .registry import job, registered_jobs
+from .retention import prune
+from .schedules import Schedule
+
+logger = logging.getLogger(__name__)
+
+#: The built-in prune job's name.
+PRUNE_JOB = "django_ultjobs.prune"
+
+
+@job(name=PRUNE_JOB, max_attempts=3, backoff=60.0)
+def prune_finished_jobs() -> dict[str, Any]:
+    """Delete finished jobs, old events and dead workers past ``RETENTION_DAYS``; return the
+    counts (kept as the job's result, so the admin shows what each run removed)."""
+    conf = get_settings()
+    if conf.RETENTION_DAYS is None:
+        return {"skipped": "ULTJOBS['RETENTION_DAYS'] is None: retention is off"}
+    pruned = prune(older_than=timedelta(days=conf.RETENTION_DAYS), using=conf.DATABASE)
+    return dataclasses.asdict(pruned)
+
+
+def prune_schedule() -> Schedule | None:
+    """The built-in prune job's schedule from the settings; None when it is off, or when the
+    setting cannot be read (``django_ultjobs.E040`` says why)."""
+    conf = get_settings()
+    if conf.PRUNE_SCHEDULE is None or conf.RETENTION_DAYS is None:
+        return None
+    try:
+        return Schedule(cron=conf.PRUNE_SCHEDULE, timezone=conf.PRUNE_TIMEZONE)
+    except JobOptionError as exc:
+        log_event(logger, logging.WARNING, "jobs.scheduler.prune-schedule-refused",
+                  error=str(exc))
+        return None
+
+
+def periodic_jobs() -> dict[str, JobSpec]:
+    """Every job this process schedules, by name: the declared ones, and the prune job when
+    it is on."""
+    jobs = {name: spec for name, spec in registered_jobs().items() if spec.schedule is not None}
+    schedule = prune_schedule()
+    spec = registered_jobs().get(PRUNE_JOB)
+    if schedule is not None and spec is not None:
+        jobs[PRUNE_JOB] = dataclasses.replace(spec, schedule=schedule)
+    return jobs

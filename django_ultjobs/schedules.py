@@ -1,0 +1,273 @@
+"""Periodic jobs: when a schedule ticks, and which missed ticks a worker enqueues.
+
+```python
+@job(cron="*/5 * * * *", timezone="Europe/Paris")
+def refresh_rates() -> None: ...
+
+@job(every=30)
+def poll_inbox() -> None: ...
+```
+
+Pure functions over a frozen ``Schedule``: no SQL and no clock of their own, so a test drives
+them with any "now" it likes. The worker's scheduler (``worker/scheduler.py``) asks ``due`` for
+the ticks to enqueue, and the store enqueues each at most once fleet-wide (rule 60). Cron
+expressions are read and stepped by ``cronsim``, which handles time zones and DST the way
+Debian's cron does (docs/scheduling.md): no parser of our own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from .exceptions import JobOptionError
+
+#: What to do with ticks that passed while no worker was running (rule 62).
+CATCH_UP_CHOICES = ("latest", "none", "all")
+#: The most ticks one catch-up enqueues with ``catch_up="all"``: the most recent ones. A fleet
+#: down for a day must not come back to 86,400 runs of an ``every=1`` job (rule 62).
+MAX_CATCH_UP = 100
+#: ``every`` bounds, in seconds. Below a second the tick's row costs more than the schedule is
+#: worth; past a year it is a typo.
+MIN_EVERY = 1.0
+MAX_EVERY = 366 * 86_400.0
+#: How late a tick may be enqueued and still count as on time for ``catch_up="none"``: a worker
+#: wakes for a tick a few milliseconds after it, and a busy one later still.
+ON_TIME = timedelta(seconds=5)
+#: A cron expression that matches nothing in this many steps (``0 0 30 2 *``) is refused.
+_MAX_CRON_STEPS = 8
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a periodic job ticks: a cron expression in a time zone, or every N seconds.
+
+    Checked when built (at ``@job``), so a bad expression, zone or interval is refused at
+    import time by its option's name, before any worker or SQL sees it (rule 64).
+    """
+
+    cron: str | None = None
+    every: float | None = None
+    timezone: str | None = None
+    catch_up: str = "latest"
+
+    def __post_init__(self) -> None:
+        if (self.cron is None) == (self.every is None):
+            raise JobOptionError("a periodic job takes cron= or every=, not both")
+        if self.every is not None:
+            _check_every(self.every)
+            if self.timezone is not None:
+                raise JobOptionError(
+                    "timezone= applies to cron= only: every= counts seconds, which no time "
+                    "zone changes")
+        else:
+            _check_cron(self.cron, self.zone)
+        if self.catch_up not in CATCH_UP_CHOICES:
+            raise JobOptionError(
+                f"catch_up must be one of {', '.join(map(repr, CATCH_UP_CHOICES))}, not "
+                f"{self.catch_up!r}")
+
+    @cached_property
+    def zone(self) -> ZoneInfo:
+        """The time zone the cron expression is read in (UTC unless ``timezone=`` says)."""
+        return _zone(self.timezone or "UTC")
+
+    @cached_property
+    def _step(self) -> int:
+        """``every`` in microseconds, rounded to the millisecond."""
+        return round(float(self.every or 0) * 1000) * 1000
+
+    def describe(self) -> str:
+        """``every 30 s`` or ``*/5 * * * *``, as the admin and the logs show it."""
+        if self.every is not None:
+            return f"every {self.every:g} s"
+        return str(self.cron)
+
+    def next_tick(self, after: datetime) -> datetime:
+        """The first tick strictly after ``after``, in UTC.
+
+        Interval ticks are the multiples of ``every`` since the Unix epoch, in whole
+        milliseconds (the finest both engines' clocks compare), so every worker computes the
+        same instants whatever its start time.
+        """
+        if self.every is not None:
+            step = self._step
+            micros = _epoch_micros(after)
+            return _from_epoch_micros((micros // step + 1) * step)
+        return _next_cron(str(self.cron), self.zone, after)
+
+    def due(self, cursor: datetime, now: datetime) -> list[datetime]:
+        """The ticks to enqueue now, oldest first: those in ``(cursor, now]`` that the catch-up
+        policy keeps (rule 62).
+
+        ``cursor`` is the newest tick already enqueued (or when the schedule began). A tick is
+        missed when it is more than ``ON_TIME`` late: ``latest`` keeps only the newest due tick,
+        ``none`` keeps it only when it is on time, ``all`` keeps the newest ``MAX_CATCH_UP``.
+        """
+        ticks = self._ticks_between(cursor, now, MAX_CATCH_UP if self.catch_up == "all" else 1)
+        if not ticks:
+            return []
+        if self.catch_up == "all":
+            return ticks
+        newest = ticks[-1]
+        if self.catch_up == "none" and now - newest > ON_TIME:
+            return []
+        return [newest]
+
+    def _ticks_between(self, cursor: datetime, now: datetime, limit: int) -> list[datetime]:
+        """The newest ``limit`` ticks in ``(cursor, now]``, oldest first.
+
+        Counted back from ``now``, so the work is ``limit`` ticks however long ago the cursor
+        is: a minutely cron whose fleet was down for a year is not stepped through 525,600
+        times to find its latest tick.
+        """
+        if self.every is not None:
+            step = self._step
+            last = _epoch_micros(now) // step
+            first = max(_epoch_micros(cursor) // step + 1, last - limit + 1)
+            return [_from_epoch_micros(n * step) for n in range(first, last + 1)]
+        ticks: list[datetime] = []
+        for tick in _cron_backwards(str(self.cron), self.zone, now):
+            if tick <= cursor or len(ticks) == limit:
+                break
+            ticks.append(tick)
+        return ticks[::-1]
+
+
+def schedule_from_options(cron: str | None, every: float | timedelta | None,
+                          timezone: str | None, catch_up: str) -> Schedule | None:
+    """The schedule ``@job(cron=..., every=..., timezone=..., catch_up=...)`` asks for, or None
+    for a job that is not periodic (then ``timezone`` and ``catch_up`` must be left alone)."""
+    if cron is None and every is None:
+        if timezone is not None or catch_up != "latest":
+            raise JobOptionError("timezone= and catch_up= apply to a periodic job: add cron= "
+                                 "or every=")
+        return None
+    if isinstance(every, timedelta):
+        every = every.total_seconds()
+    return Schedule(cron=cron, every=every, timezone=timezone, catch_up=catch_up)
+
+
+def described(text: str, timezone: str = "", catch_up: str = "latest") -> Schedule | None:
+    """The schedule ``Schedule.describe()`` wrote as ``text`` (a schedule's row), or None when
+    it cannot be read back (a row of another version)."""
+    try:
+        if text.startswith("every ") and text.endswith(" s"):
+            return Schedule(every=float(text[6:-2]), catch_up=catch_up)
+        return Schedule(cron=text, timezone=timezone or None, catch_up=catch_up)
+    except (ValueError, JobOptionError):
+        return None
+
+
+def check_callable_without_arguments(name: str, func: Callable[..., Any],
+                                     takes_context: bool) -> None:
+    """Refuse a periodic job whose body needs an argument: a tick has none to give (rule 64)."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    params = list(signature.parameters.values())
+    if takes_context and params:
+        params = params[1:]
+    required = [p.name for p in params
+                if p.default is inspect.Parameter.empty
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL,
+                                   inspect.Parameter.VAR_KEYWORD)]
+    if required:
+        raise JobOptionError(
+            f"job {name!r} is periodic, so every parameter needs a default (a tick enqueues it "
+            f"with no arguments); {', '.join(required)} has none")
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+
+def _check_every(every: Any) -> None:
+    if isinstance(every, bool) or not isinstance(every, (int, float)):
+        raise JobOptionError(f"every must be a number of seconds or a timedelta, not {every!r}")
+    if not math.isfinite(every) or not MIN_EVERY <= every <= MAX_EVERY:
+        raise JobOptionError(
+            f"every must be from {MIN_EVERY:g} second to {MAX_EVERY:,.0f} seconds (366 days), "
+            f"not {every!r}")
+
+
+def _check_cron(cron: Any, zone: ZoneInfo) -> None:
+    if not isinstance(cron, str) or not cron.strip():
+        raise JobOptionError(f"cron must be a cron expression like '*/5 * * * *', not {cron!r}")
+    if len(cron) > 200:  # the schedules table keeps it in 200 characters
+        raise JobOptionError(f"cron must be at most 200 characters, not {len(cron)}")
+    try:
+        iterator = CronSim(cron, datetime(2000, 1, 1, tzinfo=zone))
+        next(iterator)
+    except CronSimError as exc:
+        raise JobOptionError(f"cron {cron!r} is refused: {exc} (five fields: minute hour "
+                             "day-of-month month day-of-week)") \
+            from None
+    except StopIteration:
+        raise JobOptionError(f"cron {cron!r} never matches a date") from None
+
+
+def _zone(name: Any) -> ZoneInfo:
+    if not isinstance(name, str) or not name:
+        raise JobOptionError(f"timezone must be an IANA zone name like 'Europe/Paris', not "
+                             f"{name!r}")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise JobOptionError(f"timezone {name!r} is no IANA time zone (e.g. 'Europe/Paris', "
+                             "'UTC')") from None
+
+
+# -- instants -------------------------------------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _epoch_micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def _from_epoch_micros(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+#: How far past ``now`` a backward walk starts: more than any DST change moves a wall clock.
+_FOLD_MARGIN = timedelta(hours=3)
+
+
+def _cron_backwards(cron: str, zone: ZoneInfo, now: datetime) -> Iterator[datetime]:
+    """The instants matching ``cron`` in ``zone`` at or before ``now``, newest first, in UTC.
+
+    ``cronsim`` reads the start's wall clock without its ``fold`` (inside the hour a DST change
+    repeats, two instants have one wall clock), so the walk starts a few hours later, where no
+    ambiguity can hide a tick, and skips what lies after ``now``.
+    """
+    now = now.astimezone(UTC)
+    for local in CronSim(cron, (now + _FOLD_MARGIN).astimezone(zone), reverse=True):
+        tick = local.astimezone(UTC)
+        if tick <= now:
+            yield tick
+
+
+def _next_cron(cron: str, zone: ZoneInfo, after: datetime) -> datetime:
+    """The first instant after ``after`` matching ``cron`` read in ``zone``, in UTC.
+
+    ``cronsim`` steps local wall-clock times and reads the start's wall clock without its
+    ``fold``: started inside the hour a DST change repeats, it may answer an instant before
+    ``after``. Steps that land at or before ``after`` are skipped.
+    """
+    after = after.astimezone(UTC)
+    iterator = CronSim(cron, after.astimezone(zone))
+    for _ in range(_MAX_CRON_STEPS):
+        tick = next(iterator).astimezone(UTC)
+        if tick > after:
+            return tick
+    raise JobOptionError(f"cron {cron!r} found no tick after {after.isoformat()}")
