@@ -144,6 +144,8 @@ def record_enqueued(jobs: Iterable[tuple[str, str]], alias: str) -> None:
     counts: dict[tuple[str, str], int] = {}
     for key in jobs:
         counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return
 
     def add() -> None:
         try:

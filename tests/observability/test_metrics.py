@@ -194,3 +194,33 @@ def test_an_sdk_that_raises_never_fails_a_run(alias, reader, monkeypatch, caplog
     failures = [r for r in caplog.records
                 if getattr(r, "ultjobs_event", None) == "jobs.metrics.record-failed"]
     assert len(failures) == 1 and "exporter broke" in failures[0].ultjobs["error"]
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__",
+                       available_apps=["django_ultjobs", "tests.testapp"])
+def test_a_periodic_tick_is_counted_once_by_the_worker_that_enqueued_it(alias, reader, clock):
+    """Two schedulers send the same tick; the one whose insert took it counts it."""
+    from django.conf import settings
+
+    from django_ultjobs.registry import unregister
+    from django_ultjobs.worker.scheduler import Scheduler
+
+    clock.now = clock.now.replace(second=10, microsecond=0)
+    with override_settings(ULTJOBS={**settings.ULTJOBS, "DATABASE": alias,
+                                    "PRUNE_SCHEDULE": None}):
+        @job(name="metered_minutely", every=60)
+        def metered_minutely() -> None: ...
+
+        try:
+            pair = [Scheduler(store=get_store(alias, clock=clock), worker_id=w, clock=clock)
+                    for w in ("a", "b")]
+            for scheduler in pair:
+                scheduler.step()
+            clock.advance(51)
+            for scheduler in pair:
+                scheduler.step()
+        finally:
+            unregister("metered_minutely")
+    assert Job.objects.using(alias).filter(name="metered_minutely").count() == 1
+    assert by(points(reader)["ultjobs.jobs.enqueued"], "job.name") == {
+        ("metered_minutely",): 1}
