@@ -36,6 +36,7 @@ PG = {
 #: never run. (A count that is bounded in SQL but still scans is caught by the seq scan check.)
 FULL_COUNT = re.compile(r'COUNT\(.*FROM "django_ultjobs_job"(?!.*(WHERE|LIMIT))', re.S | re.I)
 JOB_TABLE = "django_ultjobs_job"
+ATTEMPT_TABLE = "django_ultjobs_jobattempt"
 
 FILL = """
 INSERT INTO django_ultjobs_job
@@ -79,6 +80,20 @@ SELECT j.id, 1, j.worker_id, j.created_at, j.created_at + interval '1 second',
        CASE WHEN j.id %% 500 = 0 THEN 0 END, '[]'::jsonb, '[]'::jsonb
 FROM django_ultjobs_job AS j
 WHERE j.status IN ('succeeded', 'failed', 'cancelled')
+"""
+#: A busy last hour for the charts (the history above ends 85 minutes ago, where the queued and
+#: running tail begins): attempts of finished jobs spread over the hour, a few failing and
+#: retrying, runs of 10 ms to a few seconds.
+RECENT_ATTEMPTS = """
+INSERT INTO django_ultjobs_jobattempt
+    (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
+     steps_run, steps_replayed)
+SELECT j.id, 2, 'bench-1:100:abcdef', f.at - (0.01 + (g %% 300) / 100.0) * interval '1 second',
+       f.at, CASE WHEN g %% 50 = 0 THEN 'failed' WHEN g %% 23 = 0 THEN 'retrying'
+                  ELSE 'succeeded' END, '', '', NULL, '[]'::jsonb, '[]'::jsonb
+FROM generate_series(1, %(recent)s) AS g
+CROSS JOIN LATERAL (SELECT now() - (g * 3600.0 / %(recent)s) * interval '1 second' AS at) AS f
+JOIN django_ultjobs_job AS j ON j.id = 1 + (g * 7919) %% (%(rows)s - 6000)
 """
 LEASES = """
 INSERT INTO django_ultjobs_slot (key, slot, holder, acquired_at, expires_at)
@@ -177,16 +192,20 @@ class Timing:
     full_counts: int
     rows_read: int
     slowest_sql_ms: float
+    attempt_rows_read: int = 0
 
 
-def fill(rows: int) -> float:
-    """Write ``rows`` jobs and their history; return the seconds it took."""
+def fill(rows: int, recent: int) -> float:
+    """Write ``rows`` jobs and their history, ``recent`` attempts in the last hour; return the
+    seconds it took."""
     from django.db import connection
 
     started = time.perf_counter()
     with connection.cursor() as cur:
         cur.execute(FILL, {"rows": rows})
         cur.execute(ATTEMPTS, {})
+        if recent:
+            cur.execute(RECENT_ATTEMPTS, {"rows": rows, "recent": recent})
         cur.execute(LEASES, {})
         cur.execute(WORKERS, {})
     with connection.cursor() as cur:
@@ -216,13 +235,15 @@ def measure(client: object, name: str, url: str, repeat: int) -> Timing:
     for sql in full:
         print(f"  FULL COUNT on {name}: {sql[:200]}", file=sys.stderr)
     rows_read = sum(_job_rows_read(q["sql"]) for q in captured.captured_queries)
+    attempts_read = sum(_job_rows_read(q["sql"], ATTEMPT_TABLE)
+                        for q in captured.captured_queries)
     slowest = max((float(q["time"]) for q in captured.captured_queries), default=0.0)
     return Timing(name, statistics.median(times), min(times), len(captured.captured_queries),
-                  len(full), rows_read, slowest * 1000)
+                  len(full), rows_read, slowest * 1000, attempts_read)
 
 
-def _job_rows_read(sql: str) -> int:
-    """Return how many rows of the jobs table (or its index entries) ``sql`` read.
+def _job_rows_read(sql: str, table: str = JOB_TABLE) -> int:
+    """Return how many rows of the jobs table (or ``table``; or its index entries) ``sql`` read.
 
     From ``EXPLAIN ANALYZE``: the rows each scan node on the table returned plus those its
     filter threw away, times its loops. A list page should read about a page of rows; a full
@@ -230,7 +251,7 @@ def _job_rows_read(sql: str) -> int:
     """
     from django.db import connection
 
-    if JOB_TABLE not in sql or not sql.lstrip().upper().startswith("SELECT"):
+    if table not in sql or not sql.lstrip().upper().startswith(("SELECT", "/*")):
         return 0
     with connection.cursor() as cur:
         cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
@@ -239,7 +260,7 @@ def _job_rows_read(sql: str) -> int:
     nodes = [plan[0]["Plan"]]
     while nodes:
         node = nodes.pop()
-        if node.get("Relation Name") == JOB_TABLE:
+        if node.get("Relation Name") == table:
             per_loop = node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
             total += int(per_loop * node["Actual Loops"])
         nodes.extend(node.get("Plans", ()))
@@ -269,6 +290,9 @@ def pages(job_id: int) -> list[tuple[str, str]]:
         ("lost-slot cancellations", f"{base}lostslotcancellation/"),
         ("workers", f"{base}worker/"),
         ("app index summary", f"{base}"),
+        ("app index, 24 h charts", f"{base}?charts=24h"),
+        ("name list + its charts", f"{base}job/?name=app.jobs.job_3"),
+        ("name list + charts, 24 h", f"{base}job/?name=app.jobs.job_3&charts=24h"),
     ]
 
 
@@ -277,6 +301,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--recent-attempts", type=int, default=60_000,
+                        help="attempts finished in the last hour, for the charts")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args()
 
@@ -291,13 +317,14 @@ def main() -> int:
         from django.test import Client
         from django.test.utils import setup_test_environment
 
-        from django_ultjobs.models import Job
+        from django_ultjobs.models import Job, JobAttempt
 
         setup_test_environment()
         register_jobs()
         call_command("migrate", verbosity=0)
-        seconds = fill(args.rows)
-        print(f"filled {Job.objects.count():,} jobs in {seconds:.1f} s "
+        seconds = fill(args.rows, args.recent_attempts)
+        print(f"filled {Job.objects.count():,} jobs, {JobAttempt.objects.count():,} attempts "
+              f"in {seconds:.1f} s "
               f"(PostgreSQL {connection.pg_version // 10000})")
         client = Client()
         client.force_login(User.objects.create_superuser("bench", password="bench"))
@@ -305,11 +332,12 @@ def main() -> int:
             "id", flat=True)[0]
         results = [measure(client, name, url, args.repeat) for name, url in pages(job_id)]
         print(f"\n| {'page':30} | median ms | best ms | queries | slowest SQL ms "
-              "| job rows read | full counts |")
-        print("|" + "|".join("-" * w for w in (32, 11, 9, 9, 16, 15, 13)) + "|")
+              "| job rows read | attempt rows read | full counts |")
+        print("|" + "|".join("-" * w for w in (32, 11, 9, 9, 16, 15, 19, 13)) + "|")
         for r in results:
             print(f"| {r.page:30} | {r.median_ms:9.1f} | {r.best_ms:7.1f} | {r.queries:7d} "
-                  f"| {r.slowest_sql_ms:14.1f} | {r.rows_read:13,d} | {r.full_counts:11d} |")
+                  f"| {r.slowest_sql_ms:14.1f} | {r.rows_read:13,d} "
+                  f"| {r.attempt_rows_read:17,d} | {r.full_counts:11d} |")
         full = sum(r.full_counts for r in results)
         print(f"\nfull-table counts: {full}")
         connection.close()

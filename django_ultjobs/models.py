@@ -160,6 +160,10 @@ class JobAttempt(models.Model):
             # index on every attempt's outcome was one more index write per job).
             models.Index("finished_at", "id", name="ultjobs_attempt_slot_lost",
                          condition=models.Q(outcome="slot_lost")),
+            # The admin's charts read the attempts of the last hour or day, newest first, and at
+            # most a bounded number of them (rule 80). Finish times only grow, so each settle
+            # adds at the index's right edge (docs/performance.md, item 61, has its cost).
+            models.Index("finished_at", name="ultjobs_attempt_finished"),
         ]
 
     def __str__(self) -> str:

@@ -6,6 +6,7 @@ long lock or a long transaction against the claim.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,11 +28,17 @@ class Pruned:
     workers: int = 0
 
 
+def prunable_jobs(*, older_than: timedelta, using: str) -> int:
+    """Count the jobs a prune would delete now (the finished-jobs index, no table scan)."""
+    return _finished_jobs(using, timezone.now() - older_than).count()
+
+
 def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
-          dry_run: bool = False) -> Pruned:
+          dry_run: bool = False, on_batch: Callable[[int], None] | None = None) -> Pruned:
     """Delete what finished more than ``older_than`` ago; return the counts.
 
-    With ``dry_run`` nothing is deleted: the counts are of what would be.
+    With ``dry_run`` nothing is deleted: the counts are of what would be. ``on_batch`` is
+    called with the number of jobs each committed batch deleted (a progress bar's advance).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
@@ -54,7 +61,10 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
             attempts += JobAttempt.objects.using(using).filter(job_id__in=ids).delete()[0]
             steps += JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
             _, deleted = Job.objects.using(using).filter(id__in=ids).delete()
-            jobs += deleted.get(Job._meta.label, 0)
+            batch = deleted.get(Job._meta.label, 0)
+        jobs += batch
+        if on_batch is not None:
+            on_batch(batch)
     events = _old_events(using, cutoff).delete()[0]
     workers = _dead_workers(using, cutoff).delete()[0]
     return Pruned(jobs=jobs, attempts=attempts, steps=steps, events=events, workers=workers)

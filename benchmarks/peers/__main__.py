@@ -28,6 +28,7 @@ from typing import Any
 
 from benchmarks.peers import common
 from benchmarks.peers.common import log
+from django_ultjobs.progress import Progress
 
 SYSTEMS = ("ours", "pgqueuer", "procrastinate", "django-tasks-db")
 MODULES = {
@@ -78,7 +79,10 @@ def parse_args() -> argparse.Namespace:
                    help="drain never-analyzed tables (by default every system's tables are "
                         "ANALYZEd after the enqueue, as autovacuum would have done in production)")
     p.add_argument("--db-prefix", default="ultjobs_peers_")
-    p.add_argument("--output", type=Path, help="also write the report (markdown) here")
+    p.add_argument("--output", type=Path, help="also write the report (markdown) here, and its "
+                   "chart beside it (the same name, .png)")
+    p.add_argument("--chart", type=Path, help="write the chart here instead (.png or .svg; "
+                   "needs matplotlib, in the bench-peers extra)")
     p.add_argument("--json", type=Path, help="also write every raw figure (JSON) here")
     return p.parse_args()
 
@@ -88,10 +92,12 @@ def missing_packages(system: str) -> list[str]:
 
 
 class Runner:
-    """Runs one phase of one system at a time, each in a process of its own."""
+    """Runs one phase of one system at a time, each in a process of its own, and counts them
+    on a progress bar (on a terminal)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, progress: Progress | None = None) -> None:
         self.args = args
+        self.progress = progress
 
     def db(self, system: str) -> str:
         return self.args.db_prefix + system.replace("-", "_")
@@ -103,7 +109,27 @@ class Runner:
     def phase(self, system: str, phase: str, *extra: str) -> dict[str, Any]:
         # Ours takes its connections' prepare_threshold first, so an explicit one in extra wins.
         ours = ("--prepare-threshold", self.args.ours_prepare_threshold) if system == "ours" else ()
-        return common.run_child(MODULES[system], [phase, "--db", self.db(system), *ours, *extra])
+        try:
+            return common.run_child(MODULES[system],
+                                    [phase, "--db", self.db(system), *ours, *extra])
+        finally:
+            if self.progress is not None:
+                self.progress.advance()
+
+
+def planned_phases(args: argparse.Namespace, systems: list[str]) -> int:
+    """How many child phases a run starts (the progress bar's total)."""
+    ours = "ours" in systems
+    prepared = ours and args.ours_prepare_threshold != "off"
+    count = 2 * len(systems)  # setup and teardown
+    count += len(args.threads.split(",")) if ours else 0  # the --threads sweep
+    count += args.repeat * (len(systems) + (1 if prepared else 0))  # the measured rounds
+    count += 2 * len(systems)  # single enqueues and pickup
+    count += 1 if "django-tasks-db" in systems and args.dtdb_default_interval_samples else 0
+    if ours and args.capped_jobs:
+        count += len(set(args.slots_threads.split(","))) * args.repeat
+    count += 1 if ours and args.history_rows else 0
+    return count
 
 
 def main() -> int:
@@ -115,7 +141,8 @@ def main() -> int:
     common.exit_on_sigterm()
     started = time.monotonic()
     env = environment()
-    runner = Runner(args)
+    progress = Progress("benchmark phases", unit="phase", stream=sys.stderr)
+    runner = Runner(args, progress)
     results: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
     for system in systems:
@@ -125,6 +152,7 @@ def main() -> int:
                                "pip install -e '.[bench-peers]'")
             log(f"{system}: skipped, {skipped[system]}")
     systems = [s for s in systems if s not in skipped]
+    progress.set_total(planned_phases(args, systems))
     set_up: list[str] = []
     try:
         for system in systems:
@@ -138,6 +166,7 @@ def main() -> int:
                 runner.phase(system, "teardown")
             except RuntimeError as exc:
                 log(f"{system}: teardown failed: {exc}")
+        progress.close()
     env["load_after"] = round(os.getloadavg()[0], 2)
     env["git_after"] = _git_state()
     env["total_s"] = round(time.monotonic() - started)
@@ -145,10 +174,24 @@ def main() -> int:
     print(report)
     if args.output:
         args.output.write_text(report + "\n")
+    chart = args.chart or (args.output.with_suffix(".png") if args.output else None)
+    if chart is not None:
+        write_chart(results, env, chart)
     if args.json:
         args.json.write_text(json.dumps({"environment": env, "results": results,
                                          "skipped": skipped}, indent=2) + "\n")
     return 0
+
+
+def write_chart(results: dict[str, dict[str, Any]], env: dict[str, Any], path: Path) -> None:
+    """Draw the chart beside the report; say so, and why not, when matplotlib is missing."""
+    if importlib.util.find_spec("matplotlib") is None:
+        log(f"chart not written to {path}: matplotlib is missing (pip install -e "
+            "'.[bench-peers]')")
+        return
+    from benchmarks.peers.chart import draw
+
+    log(f"chart written to {draw(results, env, path)}")
 
 
 def measure(runner: Runner, systems: list[str], results: dict[str, dict[str, Any]]) -> None:

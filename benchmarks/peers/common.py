@@ -224,7 +224,10 @@ def time_single_enqueues(enqueue_one: Callable[[], None], count: int = SINGLE_EN
 
 def log(message: str) -> None:
     """Progress for the person watching (stderr; stdout carries the RESULT line)."""
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    # Through tqdm: on a terminal the progress bar is lifted, the line written, the bar redrawn.
+    from tqdm import tqdm
+
+    tqdm.write(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr)
 
 
 def exit_on_sigterm() -> None:

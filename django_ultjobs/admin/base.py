@@ -15,6 +15,7 @@ from django.utils.translation import gettext
 
 from ..conf import jobs_database
 from .display import EMPTY
+from .page_options import page_options, without_options
 from .paginator import EstimatedCountPaginator
 
 
@@ -42,6 +43,10 @@ class JobsAdmin(admin.ModelAdmin):
     #: Whether a row links to a page of its own: the list is then titled "Select job to view",
     #: as Django titles a view-only model's list; else by what it lists ("Held slots").
     rows_have_pages = True
+    #: Whether the page offers auto-refresh (``?refresh=30``: rule 83), and charts of a job
+    #: name's runs when the list is filtered by name (``?name=...``, ``?charts=24h``).
+    offers_refresh = False
+    offers_charts = False
 
     def get_queryset(self, request: HttpRequest) -> models.QuerySet[Any]:
         """Read from the jobs database, with the database's clock on every row."""
@@ -56,7 +61,14 @@ class JobsAdmin(admin.ModelAdmin):
         # Django's own words for a view-only list, so its catalogs translate them too.
         title = (gettext("Select %s to view") % opts.verbose_name if self.rows_have_pages
                  else capfirst(opts.verbose_name_plural))
-        return super().changelist_view(request, {"title": title, **(extra_context or {})})
+        options = page_options(request.GET, charts=self.offers_charts,
+                               refresh=self.offers_refresh)
+        request.GET = without_options(request.GET)
+        context = {"title": title, "ultjobs_options": options,
+                   "ultjobs_refresh": options.refresh if self.offers_refresh else None}
+        if self.offers_charts:
+            context["ultjobs_chart_name"] = request.GET.get("name") or None
+        return super().changelist_view(request, {**context, **(extra_context or {})})
 
     def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
         """Report no change permission to the index, so it links the pages as "View"."""

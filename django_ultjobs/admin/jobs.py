@@ -380,6 +380,7 @@ class JobAdmin(JobListMixin, JobsAdmin):
     sortable_by = ("job_id",)
     actions = (cancel_selected, retry_selected)
     inlines = (AttemptInline, StepInline)
+    offers_charts = True
     readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
                        "kwargs_display", "result_display", "last_error_display", "claimed",
                        "visible", "created", "updated", "finished", "outcome")
@@ -487,6 +488,7 @@ class InFlightJobAdmin(JobListMixin, JobsAdmin):
     """Running jobs with a live lease: what the fleet is doing right now."""
 
     permission_model = Job
+    offers_refresh = True
     list_display = ("job_id", "name", "queue", "attempt_of_max", "worker", "running_for", "lease",
                     "cancel", "enqueued_by")
     list_display_links = None

@@ -39,6 +39,7 @@ class HeldSlotAdmin(JobsAdmin):
 
     permission_model = Slot
     rows_have_pages = False
+    offers_refresh = True
     list_display = ("key", "cap", "slot", "holder_worker", "holder_job", "acquired", "expires",
                     "lapsed", "runs_waiting")
     list_display_links = None

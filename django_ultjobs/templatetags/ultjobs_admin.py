@@ -1,4 +1,4 @@
-"""Template tags of the jobs admin: ``{% ultjobs_summary as summary %}`` for the app index."""
+"""Template tags of the jobs admin: the summary and the charts of the app index, page options."""
 
 from __future__ import annotations
 
@@ -6,21 +6,43 @@ from typing import Any
 
 from django import template
 
+from ..admin.chart_view import ChartsView, charts_view
+from ..admin.page_options import PageOptions, page_options
 from ..admin.summary import Summary, jobs_summary
 from ..conf import jobs_database
 
 register = template.Library()
 
 
+def _may_view_jobs(context: dict[str, Any]) -> bool:
+    user = getattr(context.get("request"), "user", None)
+    return user is not None and (user.has_perm("django_ultjobs.view_job")
+                                 or user.has_perm("django_ultjobs.change_job"))
+
+
 @register.simple_tag(takes_context=True)
 def ultjobs_summary(context: dict[str, Any]) -> Summary | None:
     """Return the jobs summary, or None for a user who may not view jobs."""
-    request = context.get("request")
-    user = getattr(request, "user", None)
-    if user is None or not (user.has_perm("django_ultjobs.view_job")
-                            or user.has_perm("django_ultjobs.change_job")):
+    if not _may_view_jobs(context):
         return None
     return jobs_summary(jobs_database())
+
+
+@register.simple_tag(takes_context=True)
+def ultjobs_page_options(context: dict[str, Any]) -> PageOptions:
+    """Return the charts' window and the auto-refresh the page's query string asks for."""
+    request = context.get("request")
+    return page_options(request.GET) if request is not None else PageOptions()
+
+
+@register.simple_tag(takes_context=True)
+def ultjobs_charts(context: dict[str, Any], options: PageOptions,
+                   name: str | None = None) -> ChartsView | None:
+    """Return the charts of every job (or of job ``name``), or None for a user who may not
+    view jobs."""
+    if not _may_view_jobs(context):
+        return None
+    return charts_view(jobs_database(), options.span, name or None)
 
 
 @register.filter

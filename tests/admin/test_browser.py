@@ -260,3 +260,71 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
     assert LogEntry.objects.filter(object_id=str(report.id), user=operator).count() == 1
     assert list(JobAttempt.objects.using(pg_alias).filter(job_id=report.id)
                 .values_list("outcome", flat=True)) == ["cancelled"]
+
+
+def _history(alias: str) -> None:
+    """An hour of runs with a shape an operator would recognise: steady successes, a burst of
+    failures twenty minutes ago, a slow nightly report, and three queues with work waiting."""
+    import random
+    from datetime import timedelta
+
+    from django_ultjobs.store import get_store
+
+    now = get_store(alias).db_now()
+    rng = random.Random(23)
+    kinds = {"shop.send_receipt": (0.08, "default"), "shop.resize_image": (0.6, "media"),
+             "reports.nightly": (28.0, "reports"), "shop.sync_stock": (2.5, "default")}
+    jobs = {name: Job.objects.using(alias).create(name=name, queue=queue, status="succeeded")
+            for name, (_, queue) in kinds.items()}
+    attempts = []
+    for minute in range(60):
+        for _ in range(rng.randint(18, 40)):
+            name = rng.choice(list(kinds))
+            took = kinds[name][0] * rng.lognormvariate(0, 0.5)
+            outcome = rng.choices(["succeeded", "retrying", "failed", "cancelled"],
+                                  [94, 3, 2, 1] if not 18 <= minute <= 22 else [50, 30, 18, 2])[0]
+            finished = now - timedelta(minutes=minute, seconds=rng.uniform(0, 59))
+            attempts.append(JobAttempt(job=jobs[name], attempt=1, outcome=outcome,
+                                       started_at=finished - timedelta(seconds=took),
+                                       finished_at=finished))
+    JobAttempt.objects.using(alias).bulk_create(attempts)
+    for queue, waited in (("default", 40), ("media", 260), ("reports", 1500)):
+        Job.objects.using(alias).create(name="shop.sync_stock", queue=queue,
+                                        visible_at=now - timedelta(seconds=waited))
+
+
+def _log_in(browser: Any, base: str, user: Any, then: str) -> None:
+    browser.get(f"{base}/admin/login/?next={then}")
+    browser.find_element(By.ID, "id_username").send_keys(user.username)
+    browser.find_element(By.ID, "id_password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+
+def test_charts_in_light_and_dark_in_a_real_browser(
+        pg_alias: str, live_server: Any, browser: Any, operator: Any,
+        screenshots: Path) -> None:
+    """rule 81: the summary's charts render in both of Django's themes, with their text."""
+    _history(pg_alias)
+    base = live_server.url
+    _log_in(browser, base, operator, "/admin/django_ultjobs/")
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "ultjobs-charts"))
+    for theme in ("light", "dark"):
+        # Django's theme toggle keeps the choice in localStorage; its theme.js applies it.
+        browser.execute_script(f"localStorage.setItem('theme', '{theme}')")
+        browser.get(f"{base}/admin/django_ultjobs/")
+        assert browser.execute_script(
+            "return document.documentElement.dataset.theme") == theme
+        charts = browser.find_element(By.ID, "ultjobs-charts")
+        svgs = charts.find_elements(By.CSS_SELECTOR, "svg.ultjobs-chart")
+        assert len(svgs) == 3 and all(s.size["width"] > 300 for s in svgs)
+        # The bars are painted (a class the stylesheet colours), not left black or invisible.
+        fill = browser.execute_script(
+            "return getComputedStyle(document.querySelector('.ultjobs-o-succeeded')).fill")
+        assert fill not in ("", "none", "rgb(0, 0, 0)"), fill
+        assert "reports.nightly" in charts.text and "reports" in charts.text
+        shoot(browser, screenshots, f"app-index-charts-{theme}")
+    browser.get(f"{base}/admin/django_ultjobs/job/?name=reports.nightly&charts=24h")
+    assert "Runs of reports.nightly, last 24 hours" in body_text(browser)
+    assert "?e=1" not in browser.current_url
+    shoot(browser, screenshots, "job-name-charts-dark")
+    browser.execute_script("localStorage.setItem('theme', 'light')")

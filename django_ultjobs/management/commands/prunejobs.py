@@ -14,7 +14,8 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from django_ultjobs.conf import get_settings
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
-from django_ultjobs.retention import prune
+from django_ultjobs.progress import Progress
+from django_ultjobs.retention import prunable_jobs, prune
 from django_ultjobs.store import get_store
 
 #: The longest retention ``--days`` takes: a hundred years. Far past it the cut-off date falls
@@ -52,8 +53,14 @@ class Command(BaseCommand):
         alias = alias or conf.DATABASE
         dry_run = options["dry_run"]
         try:
-            pruned = prune(older_than=timedelta(days=days), using=alias, batch_size=batch_size,
-                           dry_run=dry_run)
+            with Progress("pruning", unit="job", stream=self.stderr) as progress:
+                if progress.shown and not dry_run:
+                    # Only the bar needs the total (for its time left): off a terminal, no count.
+                    progress.set_total(prunable_jobs(older_than=timedelta(days=days),
+                                                     using=alias))
+                pruned = prune(older_than=timedelta(days=days), using=alias,
+                               batch_size=batch_size, dry_run=dry_run,
+                               on_batch=progress.advance)
         except (DatabaseError, InterfaceError) as exc:
             raise CommandError(_database_error(alias, exc)) from exc
         except ImproperlyConfigured as exc:  # a DATABASES entry whose ENGINE does not import
@@ -62,7 +69,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{verb} {pruned.jobs} jobs ({pruned.attempts} attempts, {pruned.steps} steps), "
             f"{pruned.events} events, {pruned.workers} workers finished or last seen more than "
-            f"{days:g} days ago" + (" (dry run: nothing was deleted)" if dry_run else "")
+            f"{days:g} days ago" + (" (dry run: nothing was deleted)" if dry_run else
+                                    f", {progress.summary()}")
         )
 
     @staticmethod
