@@ -29,6 +29,7 @@ def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -
         traceparent=traceparent,
         tracestate=tracestate,
         enqueued_by=actor,
+        concurrency_key=spec.slot_key_of(job_call.args, job_call.kwargs),
     )
 
 
@@ -45,7 +46,8 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "args": new.args, "kwargs": new.kwargs, "status": JobStatus.QUEUED, "attempt": 0,
         "max_attempts": new.max_attempts, "visible_at": row.visible_at,
         "traceparent": new.traceparent, "tracestate": new.tracestate,
-        "enqueued_by": new.enqueued_by, "created_at": row.created_at,
+        "enqueued_by": new.enqueued_by, "concurrency_key": new.concurrency_key,
+        "created_at": row.created_at,
         "updated_at": row.created_at,
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])

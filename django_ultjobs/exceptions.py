@@ -38,6 +38,11 @@ class JobOptionError(JobConfigurationError, ValueError):
     """
 
 
+class OperationInputError(UltJobsError, ValueError):
+    """An operation (pause, resume, cancel, retry) was given a value it cannot act on: a queue
+    name no job can have, a job id that is not a whole number. Raised before any SQL."""
+
+
 class DatabaseUnavailableError(UltJobsError):
     """A starting worker's database stayed unreachable for its whole ``--connect-timeout``."""
 

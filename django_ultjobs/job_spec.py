@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import enqueue, jsonargs
 from .exceptions import JobArgumentError, JobConfigurationError
+from .flow_keys import KeyOption, check_key_option, key_value, stored_key
 from .job_options import check_options
+from .rate_limits import RateLimit, parse_rate_limit
 from .schedules import Schedule, check_callable_without_arguments
-from .slot_keys import MAX_SLOT_JOB_NAME
+from .slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
 
 if TYPE_CHECKING:
     from .models import Job
@@ -45,6 +47,13 @@ class JobSpec:
     takes_context: bool = False
     #: Fleet-wide cap on simultaneous runs of this job (rule 5); None means no cap.
     concurrency: int | None = None
+    #: The cap above is per key of this (a parameter's name, or a function of the call's
+    #: arguments), not per job (rule 50); None: per job.
+    concurrency_key: KeyOption | None = None
+    #: At most N starts per period across the fleet (``"100/m"``; rule 52); None: no limit.
+    rate_limit: str | None = None
+    #: The rate limit above is per key of this, as ``concurrency_key``; None: per job.
+    rate_limit_key: KeyOption | None = None
     #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds, capped, with jitter.
     backoff: float = 2.0
     max_backoff: float = 3600.0
@@ -92,6 +101,43 @@ class JobSpec:
         if self.schedule is not None:
             # A tick enqueues the job with no arguments (rule 64).
             check_callable_without_arguments(self.name, self.func, self.takes_context)
+        self._check_flow_control()
+
+    def _check_flow_control(self) -> None:
+        """Refuse a key or rate limit that can never work, when the job is declared (rule 54)."""
+        for option, needs, given in (("concurrency_key", "concurrency", self.concurrency),
+                                     ("rate_limit_key", "rate_limit", self.rate_limit)):
+            check_key_option(self.name, option, getattr(self, option), needs=needs,
+                             given=given, signature=self.signature,
+                             takes_context=self.takes_context)
+        if self.rate is not None and len(self.name) > MAX_SLOT_JOB_NAME:
+            raise JobConfigurationError(
+                f"job {self.name[:40]!r}…: a job with rate_limit= needs a name of at most "
+                f"{MAX_SLOT_JOB_NAME} characters")
+
+    @cached_property
+    def rate(self) -> RateLimit | None:
+        """``rate_limit`` parsed; None without one."""
+        return parse_rate_limit(self.name, self.rate_limit)
+
+    def slot_key_of(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+        """The key of the fleet slots a call of this job takes: ``""`` (the job's own,
+        ``job:<name>``) unless the job has ``concurrency_key``. Refused by name before any SQL
+        when it cannot be stored (rule 54)."""
+        if self.concurrency_key is None or self.concurrency is None:
+            return ""
+        key = key_value(self.name, "concurrency_key", self.concurrency_key, self.signature,
+                        self.takes_context, args, kwargs)
+        return stored_key(self.name, "concurrency_key", key)
+
+    def rate_key_of(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+        """The key of the rate-limit bucket a start of this call draws from: ``job:<name>``,
+        or per ``rate_limit_key``."""
+        if self.rate_limit_key is None:
+            return slot_key_for(self.name)
+        key = key_value(self.name, "rate_limit_key", self.rate_limit_key, self.signature,
+                        self.takes_context, args, kwargs)
+        return stored_key(self.name, "rate_limit_key", key)
 
     # -- configuring ----------------------------------------------------------------------------
 
@@ -124,6 +170,8 @@ class JobSpec:
         """Return a checked call of this job, for ``bulk_enqueue``."""
         jsonargs.check_arguments(self.name, args, kwargs)
         self._check_signature(args, kwargs)
+        if self.rate_limit_key is not None:
+            self.rate_key_of(args, kwargs)  # refused now, not on the worker (rule 54)
         return JobCall(self, args, kwargs)
 
     def _check_signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:

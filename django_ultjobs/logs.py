@@ -21,7 +21,8 @@ ROOT_LOGGER = "django_ultjobs"
 LOG_FORMATS = ("text", "json")
 #: Events logged once per run that went as it should: on the worker's own console only from
 #: ``-v 2``, since a busy worker settles thousands of jobs a second.
-PER_RUN_EVENTS = frozenset({"jobs.worker.settled", "jobs.worker.suspended"})
+PER_RUN_EVENTS = frozenset({"jobs.worker.settled", "jobs.worker.suspended",
+                            "jobs.worker.rate-granted"})
 
 #: Events ``log_event`` drops before building a record (see ``configure_console``).
 _muted: frozenset[str] = frozenset()

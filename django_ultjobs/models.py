@@ -70,6 +70,10 @@ class Job(models.Model):
     traceparent = models.CharField(max_length=512, blank=True, default="")
     tracestate = models.CharField(max_length=512, blank=True, default="")
     enqueued_by = models.CharField(max_length=200, blank=True, default="")
+    # The key of the fleet slots a run of this job takes when its cap is per key
+    # (@job(concurrency_key=...), rule 50), computed at enqueue; "" for the job's own.
+    concurrency_key = models.CharField(max_length=MAX_SLOT_KEY, blank=True, default="",
+                                       db_default="")
     last_error = models.TextField(blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
@@ -196,6 +200,30 @@ class JobStep(models.Model):
         return f"job {self.job_id} step {self.name!r} ({self.status})"
 
 
+class QueuePause(models.Model):
+    """A paused queue: no worker claims from it until it is resumed (rule 75).
+
+    One row per paused queue, read by every claim (a primary-key probe per queue the worker
+    serves), so pausing is fleet-wide and takes effect at each worker's next claim. Enqueue
+    never reads it: jobs keep arriving in a paused queue.
+    """
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    paused_at = models.DateTimeField(db_default=Now())
+    #: Who paused it (``admin:<username>``, ``cli:<user>``, or what the caller passed).
+    paused_by = models.CharField(max_length=200, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        # Governed by Job's change permission, like cancel and retry (docs/admin.md).
+        default_permissions = ()
+        verbose_name = _("paused queue")
+        verbose_name_plural = _("paused queues")
+
+    def __str__(self) -> str:
+        return f"{self.queue} (paused)"
+
+
 class JobEvent(models.Model):
     """An event sent with ``send_event``; it wakes the jobs waiting for it."""
 
@@ -236,6 +264,31 @@ class Slot(models.Model):
         return f"{self.key}[{self.slot}] held by {self.holder}"
 
 
+class RateLimitBucket(models.Model):
+    """The budget of one ``@job(rate_limit=...)`` (per job, or per ``rate_limit_key``): GCRA's
+    theoretical arrival time ``tat`` (rule 52). A start at ``t`` conforms while
+    ``tat - tolerance <= t``; each start granted pushes ``tat`` to ``max(tat, t) + interval``.
+
+    Times are whole microseconds since 1970 on the database's clock: one integer compares and
+    adds exactly, the same way on both engines.
+    """
+
+    key = models.CharField(max_length=MAX_SLOT_KEY, primary_key=True)
+    tat = models.BigIntegerField()
+    #: How many starts the last take granted (what the take statement answers with).
+    granted = models.IntegerField(default=0)
+    #: Microseconds between starts (period / N) and how far ahead tat may run, as last
+    #: declared.
+    interval = models.BigIntegerField()
+    tolerance = models.BigIntegerField()
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        verbose_name = _("rate limit")
+        verbose_name_plural = _("rate limits")
+
+    def __str__(self) -> str:
+        return self.key
 class JobSchedule(models.Model):
     """A periodic job's schedule across the fleet: its cursor, and whether it is paused.
 

@@ -1,12 +1,14 @@
-"""Cancel and retry jobs, pause and resume schedules: the operations behind the admin's
-actions, usable from code too.
+"""Cancel and retry jobs, pause and resume queues and schedules: the operations behind the
+admin's actions and ``manage.py ultjobs``, usable from code too.
 
 ```python
-from django_ultjobs.operations import cancel_jobs, retry_jobs
+from django_ultjobs.operations import cancel_jobs, pause_queue, resume_queue, retry_jobs
 
 result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"))
 result.cancelled, result.requested      # how many were cancelled now / asked to stop
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
+pause_queue("emails")                   # no worker claims from it; enqueue still works (rule 75)
+resume_queue("emails")                  # claimed again at once (LISTEN) or within a poll
 pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it is resumed
 ```
 
@@ -19,7 +21,8 @@ settles it ``cancelled`` itself under its claim token (rule 4).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from django.db import connections, transaction
@@ -27,11 +30,22 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
 from .conf import jobs_database
-from .models import Job, JobSchedule, JobStatus
+from .exceptions import OperationInputError
+from .job_options import MAX_QUEUE
+from .jsonargs import is_unicode
+from .logs import log_event
+from .models import Job, JobSchedule, JobStatus, QueuePause
 from .store import get_store
 
-__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "pause_schedules", "resume_schedules",
-           "retry_jobs"]
+__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_queue_name",
+           "pause_queue", "pause_schedules", "paused_queues", "resume_queue",
+           "resume_schedules", "retry_jobs"]
+
+logger = logging.getLogger("django_ultjobs.operations")
+
+#: Called after each chunk an operation wrote, with how many ids of the selection it has been
+#: through so far and how many there are: what a progress display needs, nothing more.
+Progress = Callable[[int, int], None]
 
 #: Statuses cancelled at once: no worker holds such a job, so nobody else writes its row. A
 #: waiting job is parked on an event or a durable sleep and holds no thread either.
@@ -41,6 +55,8 @@ RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 #: Ids per statement: keeps a "select all 1,000,000" action under PostgreSQL's 65,535-parameter
 #: limit and every lock short, so the heartbeats it shares rows with wait milliseconds, not seconds.
 CHUNK = 500
+#: The largest id a job can have (the primary key is a 64-bit integer).
+BIGINT_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -76,25 +92,32 @@ class RetryResult:
         return len(self.retried_ids)
 
 
-def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None) -> CancelResult:
+def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
+                progress: Progress | None = None, by: str = "",
+                reason: str = "") -> CancelResult:
     """Cancel queued or waiting jobs now and ask running ones to stop; return what changed.
 
     ``jobs`` is a queryset of jobs or an iterable of job ids. Jobs in any other status (finished
     ones, running ones already asked) are left alone and not counted. ``using`` is the jobs
     database; it defaults to ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on.
+    ``progress`` is called after each chunk of ``CHUNK`` ids (see ``Progress``). ``by`` and
+    ``reason`` go to the ``jobs.operations.cancelled`` log line; a ``reason`` also becomes the
+    ``last_error`` of the jobs cancelled now, so their page says why.
     """
+    reason = _check_text("reason", reason)
     alias = using or jobs_database()
+    error = {"last_error": f"cancelled by {by or 'an operator'}: {reason}"} if reason else {}
     cancelled: list[int] = []
     requested: list[int] = []
     live = (*CANCEL_NOW, JobStatus.RUNNING)
-    for chunk in _chunks(_candidate_ids(jobs, alias, live)):
+    for chunk in _chunks(_candidate_ids(jobs, alias, live), progress):
         with transaction.atomic(using=alias):
             ids = _lock(alias, chunk, Q(status__in=CANCEL_NOW))
             # Fenced on the status again, though the lock already holds it: the fence is what
             # the operation means, and it stays true if the locking ever changes.
             Job.objects.using(alias).filter(id__in=ids, status__in=CANCEL_NOW).update(
                 status=JobStatus.CANCELLED, cancel_requested=True, claim_token=None,
-                finished_at=Now(), updated_at=Now(),
+                finished_at=Now(), updated_at=Now(), **error,
             )
             cancelled.extend(ids)
         with transaction.atomic(using=alias):
@@ -104,20 +127,23 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
             Job.objects.using(alias).filter(running, id__in=ids).update(
                 cancel_requested=True, updated_at=Now())
             requested.extend(ids)
+    log_event(logger, logging.INFO, "jobs.operations.cancelled", by=by, reason=reason,
+              cancelled=len(cancelled), requested=len(requested), database=alias)
     return CancelResult(tuple(cancelled), tuple(requested))
 
 
-def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None) -> RetryResult:
+def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
+               progress: Progress | None = None, by: str = "") -> RetryResult:
     """Queue failed or cancelled jobs again, runnable now, with one more attempt allowed.
 
     ``max_attempts`` becomes ``max(max_attempts, attempt + 1)``: a job that used all its attempts
     gets exactly one more, and one that still had some keeps them. Steps it completed before stay
     memoised, so the new run replays them instead of running them twice. Jobs in other statuses
-    are left alone and not counted.
+    are left alone and not counted. ``progress`` and ``by`` as for ``cancel_jobs``.
     """
     alias = using or jobs_database()
     retried: list[int] = []
-    for chunk in _chunks(_candidate_ids(jobs, alias, RETRYABLE)):
+    for chunk in _chunks(_candidate_ids(jobs, alias, RETRYABLE), progress):
         with transaction.atomic(using=alias):
             ids = _lock(alias, chunk, Q(status__in=RETRYABLE))
             Job.objects.using(alias).filter(id__in=ids, status__in=RETRYABLE).update(
@@ -133,9 +159,85 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None)
                 Job.objects.using(alias).filter(id__in=ids).values_list("queue", flat=True)
                 .distinct()))
             retried.extend(ids)
+    log_event(logger, logging.INFO, "jobs.operations.retried", by=by, retried=len(retried),
+              database=alias)
     return RetryResult(tuple(retried))
 
 
+# -- pausing queues -------------------------------------------------------------------------------
+
+
+def pause_queue(name: str, *, reason: str = "", by: str = "", using: str | None = None) -> bool:
+    """Pause queue ``name`` fleet-wide; return False if it was paused already.
+
+    Every worker stops claiming from it at its next claim (within one poll interval when idle);
+    runs in flight finish as usual, and enqueue still adds jobs to it (rule 75). ``by`` says who
+    paused it (the admin and the command line pass ``admin:<user>`` and ``cli:<user>``).
+    """
+    name = check_queue_name(name)
+    reason = _check_text("reason", reason)
+    alias = using or jobs_database()
+    _, created = QueuePause.objects.using(alias).get_or_create(
+        queue=name, defaults={"reason": str(reason), "paused_by": str(by)[:200]})
+    log_event(logger, logging.INFO, "jobs.queue.paused" if created else "jobs.queue.pause-kept",
+              queue=name, by=by, reason=reason)
+    return created
+
+
+def resume_queue(name: str, *, by: str = "", using: str | None = None) -> bool:
+    """Resume paused queue ``name``; return False if it was not paused.
+
+    Its idle workers are notified (PostgreSQL, LISTEN), so they claim at once; elsewhere they
+    claim within one poll interval.
+    """
+    name = check_queue_name(name)
+    alias = using or jobs_database()
+    with transaction.atomic(using=alias):
+        deleted, _ = QueuePause.objects.using(alias).filter(queue=name).delete()
+        if deleted:
+            get_store(alias).notify([name])  # delivered when this commits
+    log_event(logger, logging.INFO, "jobs.queue.resumed" if deleted else "jobs.queue.not-paused",
+              queue=name, by=by)
+    return bool(deleted)
+
+
+def paused_queues(*, using: str | None = None) -> dict[str, QueuePause]:
+    """The paused queues by name, oldest pause first."""
+    alias = using or jobs_database()
+    return {p.queue: p for p in QueuePause.objects.using(alias).order_by("paused_at", "queue")}
+
+
+def _check_text(what: str, text: object, limit: int = 1000) -> str:
+    """Return ``text`` if a text column can keep it; refuse it before any SQL."""
+    if not isinstance(text, str) or len(text) > limit:
+        raise OperationInputError(f"the {what} is text of at most {limit} characters, "
+                                  f"not {text!r}")
+    if "\x00" in text or not is_unicode(text):
+        raise OperationInputError(
+            f"the {what} cannot contain a NUL character or a lone surrogate: {text!r}")
+    return text
+
+
+def check_job_ids(ids: Iterable[object]) -> list[int]:
+    """Return ``ids`` as job ids; refuse one that no job can have, before any SQL."""
+    checked = []
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BIGINT_MAX:
+            raise OperationInputError(
+                f"a job id is a whole number from 1 to {BIGINT_MAX}, not {value!r}")
+        checked.append(value)
+    return checked
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if a job could be in a queue of that name; refuse it before any SQL."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_QUEUE:
+        raise OperationInputError(
+            f"a queue name is 1 to {MAX_QUEUE} characters of text, not {name!r}")
+    if "\x00" in name or not is_unicode(name):
+        raise OperationInputError(
+            f"a queue name cannot contain a NUL character or a lone surrogate: {name!r}")
+    return name
 def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
                     using: str | None = None) -> tuple[str, ...]:
     """Pause periodic jobs fleet-wide: no worker enqueues their ticks until they are resumed
@@ -185,9 +287,13 @@ def _candidate_ids(jobs: QuerySet[Job] | Iterable[int], alias: str,
     return sorted({int(job_id) for job_id in jobs})
 
 
-def _chunks(ids: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(ids), CHUNK):
+def _chunks(ids: list[int], progress: Progress | None = None) -> Iterator[list[int]]:
+    """``ids`` by ``CHUNK``; ``progress`` hears of each chunk once its statements are done."""
+    total = len(ids)
+    for start in range(0, total, CHUNK):
         yield ids[start:start + CHUNK]
+        if progress is not None:
+            progress(min(start + CHUNK, total), total)
 
 
 def _lock(alias: str, ids: list[int], condition: Q) -> list[int]:

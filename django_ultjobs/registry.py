@@ -12,6 +12,7 @@ from django.utils.module_loading import import_string
 
 from .conf import get_settings
 from .exceptions import JobConfigurationError
+from .flow_keys import KeyOption
 from .job_spec import JobSpec
 from .logs import log_event
 from .schedules import schedule_from_options
@@ -36,6 +37,9 @@ def job(
     max_attempts: int = 3,
     takes_context: bool = False,
     concurrency: int | None = None,
+    concurrency_key: KeyOption | None = None,
+    rate_limit: str | None = None,
+    rate_limit_key: KeyOption | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
     cron: str | None = None,
@@ -55,6 +59,9 @@ def job(
     max_attempts: int = 3,
     takes_context: bool = False,
     concurrency: int | None = None,
+    concurrency_key: KeyOption | None = None,
+    rate_limit: str | None = None,
+    rate_limit_key: KeyOption | None = None,
     backoff: float = 2.0,
     max_backoff: float = 3600.0,
     cron: str | None = None,
@@ -81,7 +88,9 @@ def job(
         spec = JobSpec(
             func=f, name=name or f.__name__, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
-            backoff=backoff, max_backoff=max_backoff, schedule=schedule,
+            concurrency_key=concurrency_key, rate_limit=rate_limit,
+            rate_limit_key=rate_limit_key, backoff=backoff, max_backoff=max_backoff,
+            schedule=schedule,
         )
         register(spec)
         return spec

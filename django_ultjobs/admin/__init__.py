@@ -1,5 +1,5 @@
 """The jobs admin: in-flight jobs, held fleet slots, lost-slot cancellations, workers,
-schedules, actions.
+schedules, paused queues, actions.
 
 Registered on Django's default admin site when ``django.contrib.admin`` discovers this module.
 Every page reads the jobs database (``ULTJOBS["DATABASE"]``) and stays fast on a table of
@@ -9,6 +9,7 @@ millions of rows: no full counts, no sorting or filter choices that scan the tab
 from __future__ import annotations
 
 from .jobs import InFlightJobAdmin, JobAdmin, cancel_selected, retry_selected
+from .queues import QueuePauseAdmin
 from .schedules import JobScheduleAdmin
 from .slots import HeldSlotAdmin, LostSlotCancellationAdmin
 from .workers import WorkerAdmin
@@ -19,6 +20,7 @@ __all__ = [
     "JobAdmin",
     "JobScheduleAdmin",
     "LostSlotCancellationAdmin",
+    "QueuePauseAdmin",
     "WorkerAdmin",
     "cancel_selected",
     "retry_selected",

@@ -19,6 +19,11 @@ from .page_options import page_options, without_options
 from .paginator import EstimatedCountPaginator
 
 
+def actor(request: HttpRequest) -> str:
+    """Who acts, as the operations log it: ``admin:<username>``."""
+    return f"admin:{request.user.get_username()}"
+
+
 class JobsAdmin(admin.ModelAdmin):
     """A model admin over the jobs database that stays fast on a table of millions of rows.
 

@@ -24,7 +24,7 @@ from ..conf import jobs_database
 from ..models import LIVE_STATUSES, InFlightJob, Job, JobAttempt, JobStatus, JobStep
 from ..operations import cancel_jobs, retry_jobs
 from ..registry import registered_jobs
-from .base import JobsAdmin, ReadOnlyInline
+from .base import JobsAdmin, ReadOnlyInline, actor
 from .display import (
     EMPTY,
     MAX_SHOWN_INLINE,
@@ -254,7 +254,7 @@ def _skipped(request: HttpRequest, changed: tuple[int, ...],
 def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
                     queryset: QuerySet[Job]) -> HttpResponse | None:
     """Cancel the selected queued/waiting jobs now; ask the running ones to stop."""
-    result = cancel_jobs(queryset, using=jobs_database())
+    result = cancel_jobs(queryset, using=jobs_database(), by=actor(request))
     _log(request, result.cancelled_ids,
          gettext("Cancelled from the admin before it ran (it was queued or waiting)."))
     _log(request, result.requested_ids,
@@ -283,7 +283,7 @@ def cancel_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
 def retry_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
                    queryset: QuerySet[Job]) -> HttpResponse | None:
     """Queue the selected failed or cancelled jobs again, runnable now, one more attempt."""
-    result = retry_jobs(queryset, using=jobs_database())
+    result = retry_jobs(queryset, using=jobs_database(), by=actor(request))
     _log(request, result.retried_ids,
          gettext("Retried from the admin: queued again, runnable now, one more attempt allowed."))
     done = [ngettext("Queued %(count)d job again.", "Queued %(count)d jobs again.",

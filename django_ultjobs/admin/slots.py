@@ -27,7 +27,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import HeldSlot, Job, JobAttempt, JobStatus, LostSlotCancellation, Slot
 from ..registry import registered_jobs
-from ..slot_keys import slot_key_for
+from ..slot_keys import slot_key_for, split_slot_key
 from .base import JobsAdmin
 from .display import EMPTY, ago, duration, job_link, seconds_between, split_holder, worker_link
 from .filters import LapsedFilter, SinceFilter, SlotKeyFilter
@@ -40,13 +40,14 @@ class HeldSlotAdmin(JobsAdmin):
     permission_model = Slot
     rows_have_pages = False
     offers_refresh = True
-    list_display = ("key", "cap", "slot", "holder_worker", "holder_job", "acquired", "expires",
-                    "lapsed", "runs_waiting")
+    list_display = ("key", "job_key", "cap", "slot", "holder_worker", "holder_job", "acquired",
+                    "expires", "lapsed", "runs_waiting")
     list_display_links = None
     list_filter = (LapsedFilter, "key")
     ordering = ("key", "slot")
     search_fields = ("key", "holder")
-    search_help_text = _("Part of a slot key (job:<name>) or of a holder (<worker id>:<job id>).")
+    search_help_text = _("Part of a slot key (job:<name>, or key:<length>:<name>:<key> for a cap "
+                         "per key) or of a holder (<worker id>:<job id>).")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         """Every slot row, with whether it lapsed by the database's clock."""
@@ -61,21 +62,42 @@ class HeldSlotAdmin(JobsAdmin):
                            default=Value(False), output_field=BooleanField()),
             waiting=Coalesce(Subquery(waiting), 0))
 
+    @admin.display(description=_("job and key"))
+    def job_key(self, obj: Slot) -> str:
+        """The job the slot caps, and its concurrency key when the cap is per key (rule 50)."""
+        name, key = split_slot_key(obj.key)
+        if key is None:
+            return gettext("%(job)s (per job)") % {"job": name}
+        return gettext("%(job)s, key %(key)s") % {"job": name, "key": key}
+
     @admin.display(description=_("cap"))
     def cap(self, obj: Slot) -> str:
-        """The key's ``concurrency``, as this process registers its job."""
-        name = obj.key.removeprefix(slot_key_for(""))
+        """The ``concurrency`` of the slot's job (per key with ``concurrency_key``), as this
+        process registers the job."""
+        name, _key = split_slot_key(obj.key)
         spec = registered_jobs().get(name) if name != obj.key else None
-        return str(spec.concurrency) if spec is not None and spec.concurrency else EMPTY
+        if spec is None or not spec.concurrency:
+            return EMPTY
+        if spec.concurrency_key is not None:
+            return gettext("%(cap)s per key") % {"cap": spec.concurrency}
+        return str(spec.concurrency)
 
     @admin.display(description=_("runs waiting"))
     def runs_waiting(self, obj: Slot) -> SafeString | str:
-        """How many runs of the key's job are runnable now: with every slot held, they wait."""
-        count = getattr(obj, "waiting", 0) or 0
+        """How many runs of the slot's job (of its key, for a cap per key) are runnable now:
+        with every slot held, they wait."""
+        name, key = split_slot_key(obj.key)
+        if key is None:
+            count = getattr(obj, "waiting", 0) or 0
+        else:
+            # Per key: the job's runnable rows (its claim index) of this key, for this row only.
+            count = Job.objects.using(obj._state.db).filter(
+                name=name, concurrency_key=obj.key, status=JobStatus.QUEUED,
+                visible_at__lte=Now()).count()
         if not count:
             return "0"
         url = reverse("admin:django_ultjobs_job_changelist")
-        query = urlencode({"name": obj.key.removeprefix(slot_key_for("")), "lease": "runnable"})
+        query = urlencode({"name": name, "lease": "runnable"})
         return format_html('<a href="{}?{}">{}</a>', url, query, count)
 
     @admin.display(description=_("holder (worker)"))

@@ -9,9 +9,9 @@ elsewhere. Nothing here reads the whole jobs table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q
 from django.db.models.functions import Now
 
 from ..conf import get_settings
@@ -21,6 +21,7 @@ from ..models import (
     Job,
     JobAttempt,
     JobStatus,
+    QueuePause,
     Slot,
     Worker,
 )
@@ -51,6 +52,15 @@ class QueueCounts:
     in_flight: int = 0
     lapsed: int = 0
     waiting: int = 0
+    #: When its longest-runnable job became runnable (queued or woken; database clock).
+    oldest_runnable_at: datetime | None = None
+    #: Its pause, when paused (rule 75): no worker claims from it.
+    pause: QueuePause | None = None
+
+    @property
+    def paused(self) -> bool:
+        """Whether no worker claims from this queue now."""
+        return self.pause is not None
 
 
 @dataclass(frozen=True)
@@ -132,30 +142,37 @@ def _running_workers(alias: str) -> list[object]:
             if (seconds_between(seen, now) or 0.0) <= (timeout or default)]
 
 
-def _live_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts]]:
-    """Live jobs by status, and by queue split into runnable, delayed, in flight, lapsed and
-    waiting: one grouped query over the live rows only (the claim's partial index covers them)."""
+def live_queue_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts]]:
+    """Count the live jobs by status, and by queue and where they stand (runnable, delayed, in
+    flight, lapsed, waiting, since when runnable), in one grouped query over the live rows only
+    (the claim's partial index covers them); paused queues are listed even with no live job."""
     due = Q(visible_at__lte=Now())
     live = (Job.objects.using(alias).filter(status__in=LIVE_STATUSES)
             .values("status", "queue").order_by()
-            .annotate(total=Count("id"), due=Count("id", filter=due)))
+            .annotate(total=Count("id"), due=Count("id", filter=due),
+                      oldest=Min("visible_at", filter=due)))
     by_status = dict.fromkeys(LIVE_STATUSES, 0)
     queues: dict[str, QueueCounts] = {}
     for row in live:
         counts = queues.setdefault(row["queue"], QueueCounts(row["queue"]))
         total, due_now = row["total"], row["due"]
         by_status[row["status"]] += total
-        if row["status"] == JobStatus.QUEUED:
-            counts.runnable += due_now
-            counts.delayed += total - due_now
-        elif row["status"] == JobStatus.RUNNING:
+        if row["status"] == JobStatus.RUNNING:
             # A running row past its visible_at lost its worker: re-delivered by the next claim.
             counts.in_flight += total - due_now
             counts.lapsed += due_now
+            continue
+        if row["status"] == JobStatus.QUEUED:
+            counts.delayed += total - due_now
         else:
             counts.waiting += total - due_now
-            counts.runnable += due_now
-    return by_status, queues
+        counts.runnable += due_now
+        if row["oldest"] is not None and (counts.oldest_runnable_at is None
+                                          or row["oldest"] < counts.oldest_runnable_at):
+            counts.oldest_runnable_at = row["oldest"]
+    for pause in QueuePause.objects.using(alias).all():
+        queues.setdefault(pause.queue, QueueCounts(pause.queue)).pause = pause
+    return by_status, dict(sorted(queues.items()))
 
 
 def _oldest_runnable(alias: str) -> OldestRunnable | None:
@@ -172,7 +189,7 @@ def _oldest_runnable(alias: str) -> OldestRunnable | None:
 
 def jobs_summary(alias: str) -> Summary:
     """Return the summary of the jobs in ``alias``, in a handful of index-backed queries."""
-    by_status, queues = _live_counts(alias)
+    by_status, queues = live_queue_counts(alias)
     statuses = [StatusCount(s, n) for s, n in by_status.items()]
     statuses += [_count_or_estimate(alias, s) for s in FINISHED_STATUSES]
 
@@ -185,7 +202,7 @@ def jobs_summary(alias: str) -> Summary:
     unknown = _unknown_job_names(alias, known)
     return Summary(
         statuses=statuses,
-        queues=sorted(queues.values(), key=lambda q: q.queue),
+        queues=list(queues.values()),
         oldest_runnable=_oldest_runnable(alias),
         in_flight=sum(q.in_flight for q in queues.values()),
         lapsed=sum(q.lapsed for q in queues.values()),

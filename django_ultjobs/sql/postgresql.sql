@@ -6,13 +6,20 @@
 -- The columns an enqueue writes, in the order of the values enqueue and enqueue_one give them.
 (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
  claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
- last_error, wait_event, wait_after, created_at, updated_at)
+ last_error, wait_event, wait_after, created_at, updated_at, concurrency_key)
 
 -- fragment: runnable
 -- A row a claim may take: queued and due, running with its lease lapsed (a re-delivery), or
 -- waiting and woken. Follows a WHERE or an AND.
 status IN ('queued', 'running', 'waiting')
           AND visible_at <= {now}
+
+-- fragment: active_queues
+-- The worker's queues that are not paused (rule 75), as a row source "q(queue)": one primary-key
+-- probe of the pause table per queue, inside the claim statement itself, so a pause needs no
+-- second statement per round and holds from each worker's next claim (performance.md, item 55).
+(SELECT w.queue FROM unnest(%(queues)s::text[]) AS w(queue)
+ WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
 
 -- fragment: claim_update
 -- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
@@ -37,6 +44,17 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_
           chosen.visible_at,
 
 
+-- fragment: rate_granted
+-- The starts an existing bucket grants in rate_take's update: none while its tat is more than
+-- the tolerance ahead of now (EXCLUDED.tat less the starts it proposed), else one more per
+-- whole interval of tolerance left, at most the take's want (EXCLUDED.granted).
+LEAST(EXCLUDED.granted, CASE
+    WHEN b.tat - (EXCLUDED.tat - EXCLUDED.granted * EXCLUDED.interval) > EXCLUDED.tolerance
+        THEN 0
+    ELSE (EXCLUDED.tolerance - GREATEST(0,
+              b.tat - (EXCLUDED.tat - EXCLUDED.granted * EXCLUDED.interval)))
+         / EXCLUDED.interval + 1 END)
+
 -- name: enqueue
 -- Insert many jobs in one statement from a JSON array (one element for a single enqueue), and
 -- wake idle workers of their queues: pg_notify inside the enqueuing transaction is delivered
@@ -46,15 +64,16 @@ WITH ins AS (
     INSERT INTO django_ultjobs_job {fragment:job_columns}
     SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
            COALESCE(j.run_at, {now_plus(j.delay)}),
-           NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now}
+           NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now},
+           j.concurrency_key
     FROM ROWS FROM (
             jsonb_to_recordset(%(jobs)s::jsonb)
             AS (name text, queue text, priority int, args jsonb, kwargs jsonb,
                 max_attempts int, delay float8, run_at timestamptz, traceparent text,
-                tracestate text, enqueued_by text)
+                tracestate text, enqueued_by text, concurrency_key text)
         ) WITH ORDINALITY
         AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
-             tracestate, enqueued_by, ord)
+             tracestate, enqueued_by, concurrency_key, ord)
     ORDER BY j.ord
     RETURNING id, visible_at, created_at, queue
 ),
@@ -74,7 +93,7 @@ WITH ins AS (
             %(kwargs)s::jsonb, 'queued', 0, %(max_attempts)s::int,
             COALESCE(%(run_at)s::timestamptz, {now_plus(%(delay)s::float8)}),
             NULL, '', false, %(traceparent)s::text, %(tracestate)s::text,
-            %(enqueued_by)s::text, '', '', 0, {now}, {now})
+            %(enqueued_by)s::text, '', '', 0, {now}, {now}, %(concurrency_key)s::text)
     RETURNING id, visible_at, created_at, queue
 )
 SELECT ins.id, ins.visible_at, ins.created_at,
@@ -90,7 +109,7 @@ FROM ins;
 -- the caps' part would cost every claim its time even with no cap to apply (performance.md,
 -- item 23).
 WITH locked AS (
-    SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
+    SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
                claimed_at AS prev_claimed_at
@@ -122,6 +141,9 @@ chosen AS (
 -- item 6), and the worker has just seen it find nothing. Each row also says whether that scan
 -- locked rows the limit then cut ("others_left"): a claim filled with capped runs proves nothing
 -- about the other kinds unless this is false.
+-- A kind capped per key (key_names, @job(concurrency_key=...); rule 50) is scanned past the keys
+-- whose slots are all held, so a full key holds back no other key; "chosen" then takes at most
+-- each key's free slots of its rows. Its rows come back with their slot key (the last column).
 WITH caps AS MATERIALIZED (
     -- The slots this worker kept from its last runs of a kind ("kept") count as free for it.
     SELECT c.name,
@@ -131,15 +153,22 @@ WITH caps AS MATERIALIZED (
     FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
         AS c(name, lim, kept)
 ),
+held AS MATERIALIZED (
+    -- The held slots per key, read once, and only by a claim with kinds capped per key (a CTE
+    -- is scanned when a query reads it).
+    SELECT key, count(*) AS n FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key
+),
 locked AS (
-    SELECT j.* FROM unnest(%(queues)s::text[]) AS q(queue)
+    SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
         SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-               claimed_at AS prev_claimed_at, false AS capped
+               claimed_at AS prev_claimed_at, false AS capped, NULL::text AS slot_key,
+               0 AS key_lim
         FROM django_ultjobs_job
         WHERE queue = q.queue
           AND {fragment:runnable}
           AND name <> ALL (%(cap_names)s::text[])
+          AND name <> ALL (%(key_names)s::text[])
           AND %(uncapped)s::boolean
         ORDER BY priority DESC, visible_at, id
         LIMIT %(limit)s::int
@@ -148,24 +177,49 @@ locked AS (
     UNION ALL
     SELECT j.* FROM caps
     CROSS JOIN LATERAL (
-        SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-               claimed_at AS prev_claimed_at, true AS capped
+        SELECT id, priority, visible_at, status, worker_id, claimed_at, true, NULL, 0
         FROM django_ultjobs_job
         WHERE name = caps.name
-          AND queue = ANY (%(queues)s::text[])
+          -- An array computed once (an InitPlan), so the filter stays a plain filter on the
+          -- kind's ordered index scan.
+          AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
           AND {fragment:runnable}
         ORDER BY priority DESC, visible_at, id
         LIMIT LEAST(caps.free, %(limit)s::int)
         FOR UPDATE SKIP LOCKED
     ) AS j
     WHERE caps.free > 0
+    UNION ALL
+    -- A row enqueued before its job had concurrency_key has no key: it takes the job's own.
+    SELECT j.* FROM unnest(%(key_names)s::text[], %(key_limits)s::int[]) AS k(name, lim)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, visible_at, status, worker_id, claimed_at, true,
+               COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)}), k.lim
+        FROM django_ultjobs_job
+        WHERE name = k.name
+          AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
+          AND {fragment:runnable}
+          AND COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
+              <> ALL (ARRAY(SELECT h.key FROM held AS h WHERE h.n >= k.lim))
+        ORDER BY priority DESC, visible_at, id
+        LIMIT %(limit)s::int
+        FOR UPDATE SKIP LOCKED
+    ) AS j
 ),
 chosen AS (
-    SELECT * FROM locked ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
+    SELECT * FROM (
+        SELECT l.*, row_number() OVER (PARTITION BY l.slot_key
+                                       ORDER BY priority DESC, visible_at, id) AS key_rank
+        FROM locked AS l) AS r
+    WHERE r.slot_key IS NULL
+       OR r.key_rank <= r.key_lim - COALESCE((SELECT h.n FROM held AS h
+                                             WHERE h.key = r.slot_key), 0)
+    ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
 )
 {fragment:claim_update}
           (SELECT count(*) FROM locked WHERE NOT locked.capped)
-              > (SELECT count(*) FROM chosen WHERE NOT chosen.capped) AS others_left;
+              > (SELECT count(*) FROM chosen WHERE NOT chosen.capped) AS others_left,
+          chosen.slot_key;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds in one statement per tick, fenced on each run's
@@ -415,6 +469,69 @@ ON CONFLICT (key, slot) DO UPDATE
         expires_at = EXCLUDED.expires_at
     WHERE l.expires_at <= {now}
 RETURNING l.key, l.slot, l.holder, l.expires_at;
+
+-- name: slot_acquire_keys
+-- slot_acquire for many keys at once (the runs of one claim of kinds capped per key, rule 50):
+-- for each key, its lowest free slots in [0, its limit), one per holder of that key in holder
+-- order, in ONE statement however many keys the claim brought. Rows are written in (key, slot)
+-- order, the order every slot statement locks them in, so no two can deadlock.
+WITH want AS (
+    SELECT w.key, w.lim, w.holder,
+           row_number() OVER (PARTITION BY w.key ORDER BY w.ord) AS rn
+    FROM unnest(%(keys)s::text[], %(limits)s::int[], %(holders)s::text[])
+        WITH ORDINALITY AS w(key, lim, holder, ord)
+),
+free AS (
+    SELECT k.key, s.slot, row_number() OVER (PARTITION BY k.key ORDER BY s.slot) AS rn
+    FROM (SELECT key, max(lim) AS lim FROM want GROUP BY key) AS k
+    CROSS JOIN LATERAL generate_series(0, k.lim - 1) AS s(slot)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM django_ultjobs_slot AS h
+        WHERE h.key = k.key AND h.slot = s.slot AND h.expires_at > {now})
+)
+INSERT INTO django_ultjobs_slot AS l (key, slot, holder, acquired_at, expires_at)
+SELECT want.key, free.slot, want.holder, {now}, {now_plus(%(ttl)s::float8)}
+FROM free JOIN want ON want.key = free.key AND want.rn = free.rn
+ORDER BY want.key, free.slot
+ON CONFLICT (key, slot) DO UPDATE
+    SET holder = EXCLUDED.holder, acquired_at = EXCLUDED.acquired_at,
+        expires_at = EXCLUDED.expires_at
+    WHERE l.expires_at <= {now}
+RETURNING l.key, l.slot, l.holder, l.expires_at;
+
+-- name: rate_take
+-- Take starts from rate-limit buckets (rule 52), one row per bucket, in ONE statement: GCRA,
+-- each bucket's theoretical arrival time "tat" in whole microseconds on the database's clock. A
+-- bucket grants the first of its wanted starts that conform (tat - tolerance <= now; tat moves
+-- on by interval per start granted) and answers how many it granted and in how many
+-- microseconds its next start conforms. The upsert locks the bucket's row, so two workers never
+-- both spend its last start: the second waits for the first to commit, then reads the tat it
+-- left. It also answers the clock it judged by (microseconds). A new bucket grants
+-- min(want, burst) at once; that is also all an existing one can ever
+-- grant in one take (its tat is never behind now), so the proposed row carries the take's want
+-- in "granted", and the clock as its tat less those starts. The same arithmetic as
+-- rate_limits.gcra_take.
+WITH w AS (
+    SELECT w.key, w.interval, w.tolerance,
+           LEAST(w.want, w.tolerance / w.interval + 1) AS n,
+           floor(extract(epoch FROM {now}) * 1000000)::bigint AS t
+    FROM unnest(%(keys)s::text[], %(intervals)s::bigint[], %(tolerances)s::bigint[],
+                %(wants)s::int[]) AS w(key, interval, tolerance, want)
+)
+INSERT INTO django_ultjobs_ratelimitbucket AS b
+    (key, tat, granted, interval, tolerance, updated_at)
+SELECT w.key, w.t + w.n * w.interval, w.n, w.interval, w.tolerance, {now}
+FROM w
+ORDER BY w.key
+ON CONFLICT (key) DO UPDATE
+    SET granted = {fragment:rate_granted},
+        tat = GREATEST(b.tat, EXCLUDED.tat - EXCLUDED.granted * EXCLUDED.interval)
+              + EXCLUDED.interval * {fragment:rate_granted},
+        interval = EXCLUDED.interval, tolerance = EXCLUDED.tolerance,
+        updated_at = EXCLUDED.updated_at
+RETURNING b.key, b.granted,
+          b.tat - b.tolerance - floor(extract(epoch FROM b.updated_at) * 1000000)::bigint,
+          floor(extract(epoch FROM b.updated_at) * 1000000)::bigint;
 
 -- name: slot_renew
 -- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that

@@ -26,7 +26,7 @@ LIMIT :limit
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
-     last_error, wait_event, wait_after, created_at, updated_at)
+     last_error, wait_event, wait_after, created_at, updated_at, concurrency_key)
 SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.priority'), json_extract(value, '$.args'),
        json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
@@ -35,7 +35,8 @@ SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        COALESCE(strftime('%Y-%m-%d %H:%M:%f', json_extract(value, '$.run_at')),
                 {now_plus(json_extract(value, '$.delay'))}),
        NULL, '', 0, json_extract(value, '$.traceparent'), json_extract(value, '$.tracestate'),
-       json_extract(value, '$.enqueued_by'), '', '', 0, {now}, {now}
+       json_extract(value, '$.enqueued_by'), '', '', 0, {now}, {now},
+       json_extract(value, '$.concurrency_key')
 FROM json_each(:jobs)
 WHERE true
 ORDER BY key
@@ -52,11 +53,17 @@ SELECT json_extract(c.value, '$[0]'),
              AND l.slot < json_extract(c.value, '$[1]') AND l.expires_at > {now})
 FROM json_each(:caps) AS c;
 
+-- fragment: active_queues
+-- The worker's queues that are not paused (rule 75): read in the claim's own write transaction,
+-- so a pause committed before it holds for it.
+SELECT value FROM json_each(:queues)
+WHERE value NOT IN (SELECT queue FROM django_ultjobs_queuepause)
+
 -- name: claim_candidates
 -- The runnable jobs of uncapped kinds this worker may claim, in claim order.
 {fragment:candidate}
 WHERE {fragment:runnable}
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN ({fragment:active_queues})
   AND name NOT IN (SELECT value FROM json_each(:capped))
 {fragment:claim_order};
 
@@ -66,7 +73,26 @@ WHERE {fragment:runnable}
 {fragment:candidate}
 WHERE name = :name
   AND {fragment:runnable}
-  AND queue IN (SELECT value FROM json_each(:queues))
+  AND queue IN ({fragment:active_queues})
+{fragment:claim_order};
+
+-- name: claim_key_held
+-- The held slots per key, for the kinds capped per key (rule 50), read inside the claim's write
+-- transaction so nothing can take a slot between this and the claim.
+SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key;
+
+-- name: claim_keyed_candidates
+-- The runnable jobs of one kind capped per key, past the keys whose slots are all held (:full),
+-- in claim order, each with its slot key: a row enqueued before its job had concurrency_key has
+-- none, and takes the job's own.
+SELECT id, priority, visible_at, status, worker_id, claimed_at,
+       COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
+FROM django_ultjobs_job
+WHERE name = :name
+  AND {fragment:runnable}
+  AND queue IN ({fragment:active_queues})
+  AND COALESCE(NULLIF(concurrency_key, ''), {slot_key(name)})
+      NOT IN (SELECT value FROM json_each(:full))
 {fragment:claim_order};
 
 -- name: claim
@@ -301,6 +327,59 @@ ON CONFLICT (key, slot) DO UPDATE
         expires_at = excluded.expires_at
     WHERE django_ultjobs_slot.expires_at <= {now}
 RETURNING key, slot, holder, expires_at;
+
+-- name: slot_acquire_keys
+-- slot_acquire for many keys at once (:wanted is [[key, limit, holder], ...], the runs of one
+-- claim of kinds capped per key, rule 50): for each key its lowest free slots, one per holder
+-- of that key in order, in one statement. SQLite runs one writer at a time.
+WITH RECURSIVE want AS (
+    SELECT json_extract(w.value, '$[0]') AS k, json_extract(w.value, '$[1]') AS lim,
+           json_extract(w.value, '$[2]') AS holder,
+           row_number() OVER (PARTITION BY json_extract(w.value, '$[0]') ORDER BY w.key) AS rn
+    FROM json_each(:wanted) AS w
+),
+slots(k, slot, lim) AS (
+    SELECT k, 0, max(lim) FROM want GROUP BY k HAVING max(lim) > 0
+    UNION ALL
+    SELECT k, slot + 1, lim FROM slots WHERE slot + 1 < lim
+),
+free AS (
+    SELECT s.k, s.slot, row_number() OVER (PARTITION BY s.k ORDER BY s.slot) AS rn
+    FROM slots AS s
+    WHERE NOT EXISTS (
+        SELECT 1 FROM django_ultjobs_slot AS h
+        WHERE h.key = s.k AND h.slot = s.slot AND h.expires_at > {now})
+)
+INSERT INTO django_ultjobs_slot (key, slot, holder, acquired_at, expires_at)
+SELECT want.k, free.slot, want.holder, {now}, {now_plus(:ttl)}
+FROM free JOIN want ON want.k = free.k AND want.rn = free.rn
+WHERE true
+ORDER BY want.k, free.slot
+ON CONFLICT (key, slot) DO UPDATE
+    SET holder = excluded.holder, acquired_at = excluded.acquired_at,
+        expires_at = excluded.expires_at
+    WHERE django_ultjobs_slot.expires_at <= {now}
+RETURNING key, slot, holder, expires_at;
+
+-- name: rate_read
+-- The rate-limit buckets a take is about (rule 52), and the database's clock in microseconds;
+-- read and then written (rate_write) inside one write transaction, so no other take comes
+-- between. SQLite's clock keeps milliseconds.
+SELECT CAST(round((julianday({now}) - 2440587.5) * 86400000.0) AS INTEGER) * 1000, b.key, b.tat
+FROM (SELECT 1) AS one
+LEFT JOIN django_ultjobs_ratelimitbucket AS b
+    ON b.key IN (SELECT value FROM json_each(:keys));
+
+-- name: rate_write
+-- Write what a take granted (:buckets is [[key, tat, granted, interval, tolerance], ...]).
+INSERT INTO django_ultjobs_ratelimitbucket (key, tat, granted, interval, tolerance, updated_at)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), json_extract(value, '$[4]'), {now}
+FROM json_each(:buckets)
+WHERE true
+ON CONFLICT (key) DO UPDATE
+    SET tat = excluded.tat, granted = excluded.granted, interval = excluded.interval,
+        tolerance = excluded.tolerance, updated_at = excluded.updated_at;
 
 -- name: slot_renew
 -- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that

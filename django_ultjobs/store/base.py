@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
@@ -33,6 +33,7 @@ from .records import (
     NewJob,
     ParkEpisode,
     Previous,
+    RateTaken,
     SavedStep,
     Settlement,
 )
@@ -195,6 +196,7 @@ class JobStore(SlotStore):
         caps: Mapping[str, int],
         uncapped: bool = True,
         kept: Mapping[str, int] | None = None,
+        keyed: Iterable[str] = (),
     ) -> ClaimBatch:
         """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full.
 
@@ -205,13 +207,17 @@ class JobStore(SlotStore):
         kind runnable may leave it out for a while (see the worker's claim loop).
 
         ``kept``: per capped kind, the slots this worker holds between runs; the claim may take
-        that many runs of the kind beyond the fleet's free slots (the worker hands them over)."""
+        that many runs of the kind beyond the fleet's free slots (the worker hands them over).
+
+        ``keyed``: the kinds of ``caps`` capped per key (``concurrency_key``, rule 50): the claim
+        skips their keys whose slots are all held, takes at most each key's free slots, and
+        says each run's slot key (``ClaimedJob.slot_key``); they keep no slots."""
         if limit <= 0:
             return ClaimBatch()
         return self.claim_jobs(ClaimRequest(
             worker_id=worker_id, queues=queues, limit=limit,
             visibility_timeout=float(visibility_timeout), caps=caps, uncapped=uncapped,
-            kept=kept or {}))
+            kept=kept or {}, keyed=frozenset(keyed) & frozenset(caps)))
 
     @abstractmethod
     def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
@@ -219,13 +225,15 @@ class JobStore(SlotStore):
         of ``claim``."""
 
     def claimed_batch(self, rows: Sequence[Sequence[Any]], previous: Sequence[Previous],
-                      token: str, others_left: bool | None) -> ClaimBatch:
+                      token: str, others_left: bool | None,
+                      slot_keys: Mapping[int, str] | None = None) -> ClaimBatch:
         """The jobs of a claim's ``UPDATE … RETURNING`` rows, in claim order (priority, then id).
 
         Each row starts with the columns both engines' claim queries return, in this order: id,
         name, queue, priority, args, kwargs, attempt, max_attempts, traceparent, tracestate,
         enqueued_by, cancel_requested, claimed_at. ``previous[i]`` is what ``rows[i]`` was just
-        before the claim; ``token`` the claim's token in its canonical text form.
+        before the claim; ``token`` the claim's token in its canonical text form;
+        ``slot_keys`` the slot key of each run of a kind capped per key, by job id.
         """
         batch = ClaimBatch(others_left=others_left)
         decoded = decode_arguments(rows, 4)
@@ -242,9 +250,24 @@ class JobStore(SlotStore):
                                      if redelivered and prev_claimed_at else None),
                 woke=prev_status == "waiting",
                 due_at=self.parse_time(due),
+                slot_key=slot_keys.get(r[0]) if slot_keys else None,
             ))
         batch.sort(key=lambda job: (-job.priority, job.id))
         return batch
+
+    def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]) -> dict[str, RateTaken]:
+        """Take starts from rate-limit buckets in one statement (rule 52): ``wanted`` is
+        ``(key, interval, tolerance, want)`` per bucket (microseconds), each key once; the
+        answer says, per key, what the bucket granted."""
+        if not wanted:
+            return {}
+        with self.cursor() as cur:
+            cur.execute(self.sql["rate_take"], {
+                "keys": [w[0] for w in wanted], "intervals": [w[1] for w in wanted],
+                "tolerances": [w[2] for w in wanted], "wants": [w[3] for w in wanted],
+                "now": self.now_param()})
+            return {row[0]: RateTaken(granted=row[1], wait=max(0, row[2]) / 1e6, at=row[3])
+                    for row in cur.fetchall()}
 
     def heartbeat(
         self, runs: Sequence[tuple[int, str]], visibility_timeout: float
@@ -469,6 +492,7 @@ class JobStore(SlotStore):
             "traceparent": job.traceparent,
             "tracestate": job.tracestate,
             "enqueued_by": job.enqueued_by,
+            "concurrency_key": job.concurrency_key,
         }
 
     def _json_time(self, value: datetime) -> str:

@@ -158,11 +158,15 @@ class PostgresStore(JobStore):
     def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
         """Claim in one statement: ``claim``, or ``claim_capped`` when kinds are capped."""
         caps = request.caps
+        per_job = [name for name in caps if name not in request.keyed]
+        per_key = [name for name in caps if name in request.keyed]
         token = uuid.uuid4()
         params = {
-            "cap_names": list(caps),
-            "cap_limits": list(caps.values()),
-            "cap_kept": [request.kept_of(name) for name in caps],
+            "cap_names": per_job,
+            "cap_limits": [caps[name] for name in per_job],
+            "cap_kept": [request.kept_of(name) for name in per_job],
+            "key_names": per_key,
+            "key_limits": [caps[name] for name in per_key],
             "uncapped": request.uncapped or not caps,
             "queues": list(request.queues),
             "limit": request.limit,
@@ -174,9 +178,12 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()
-        # Columns 13-16: what the row was before (claim_update); 17: others_left.
+        # Columns 13-16: what the row was before (claim_update), its due time last; 17:
+        # others_left; 18 (with caps): the slot key of a run capped per key.
+        slot_keys = {r[0]: r[18] for r in rows if caps and r[18] is not None}
         return self.claimed_batch(rows, [r[13:17] for r in rows], str(token),
-                                  others_left=bool(rows) and bool(rows[0][17]))
+                                  others_left=bool(rows) and bool(rows[0][17]),
+                                  slot_keys=slot_keys)
 
     @staticmethod
     def runs_params(runs: Sequence[tuple[int, str]]) -> dict[str, Any]:

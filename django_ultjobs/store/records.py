@@ -23,6 +23,9 @@ class NewJob:
     traceparent: str = ""
     tracestate: str = ""
     enqueued_by: str = ""
+    #: The key of the fleet slots its runs take when the job's cap is per key (rule 50);
+    #: "" for the job's own.
+    concurrency_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,8 @@ class ClaimedJob:
     #: When the row was due, just before this claim (enqueued, scheduled, retried or woken):
     #: the start of the job's wait (``ultjobs.job.wait``). None from a store that does not say.
     due_at: datetime | None = None
+    #: The key of the slot its run takes when its kind is capped per key (rule 50), else None.
+    slot_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,7 @@ class ClaimRequest:
     caps: Mapping[str, int]
     uncapped: bool = True
     kept: Mapping[str, int] = field(default_factory=dict)
+    keyed: frozenset[str] = frozenset()
 
     def kept_of(self, name: str) -> int:
         """The fleet slots this worker kept for capped kind ``name``."""
@@ -166,6 +172,18 @@ class LostAttempt:
     started_at: datetime | None
     outcome: str
     error: str
+
+
+@dataclass(frozen=True, slots=True)
+class RateTaken:
+    """What one rate-limit bucket granted a take (rule 52)."""
+
+    #: How many of the starts wanted it granted (the first ones).
+    granted: int
+    #: Seconds until its next start conforms.
+    wait: float
+    #: The database's clock it judged by, in microseconds since 1970.
+    at: int
 
 
 @dataclass(frozen=True, slots=True)

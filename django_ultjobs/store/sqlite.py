@@ -17,11 +17,13 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from ..rate_limits import gcra_take
 from .base import JobStore, check_one_per_job, dumps_batch
 from .records import (
     ClaimBatch,
     ClaimRequest,
     NewJob,
+    RateTaken,
     Settlement,
     SlotHold,
 )
@@ -155,7 +157,7 @@ class SQLiteStore(JobStore):
         """Claim in one write transaction: choose the candidates, then take them."""
         now = self.now_param()
         with self._write() as cur:
-            candidates, others_left = self._choose_candidates(cur, request, now)
+            candidates, others_left, slot_keys = self._choose_candidates(cur, request, now)
             if not candidates:
                 return ClaimBatch(others_left=False)
             # Stored as Django's SQLite UUID form (hex), handed out in the canonical form
@@ -164,20 +166,24 @@ class SQLiteStore(JobStore):
             rows = self._take(cur, list(candidates), request, token.hex, now)
         # What each row was (status, worker, claim time), then when it was due.
         previous = [(*candidates[r[0]][3:], candidates[r[0]][2]) for r in rows]
-        return self.claimed_batch(rows, previous, str(token), others_left)
+        return self.claimed_batch(rows, previous, str(token), others_left,
+                                  slot_keys=slot_keys)
 
     def _choose_candidates(self, cur: Any, request: ClaimRequest, now: Any
-                           ) -> tuple[dict[int, _Candidate], bool]:
-        """The rows this claim tries to take, by id, and whether the scan of the uncapped kinds
-        found rows the limit cut (``ClaimBatch.others_left``)."""
+                           ) -> tuple[dict[int, _Candidate], bool, dict[int, str]]:
+        """The rows this claim tries to take, by id; whether the scan of the uncapped kinds
+        found rows the limit cut (``ClaimBatch.others_left``); the slot keys of the chosen rows
+        of kinds capped per key."""
         uncapped: list[_Candidate] = []
         if request.uncapped or not request.caps:
             uncapped = self._uncapped_candidates(cur, request, now)
-        rows = uncapped + self._capped_candidates(cur, request, now)
+        keyed, slot_keys = self._keyed_candidates(cur, request, now)
+        rows = uncapped + self._capped_candidates(cur, request, now) + keyed
         # The claim order across uncapped and capped kinds: priority, then due time, then id.
         rows.sort(key=lambda row: (-row[1], row[2], row[0]))
         chosen = {row[0]: row for row in rows[:request.limit]}
-        return chosen, any(row[0] not in chosen for row in uncapped)
+        return (chosen, any(row[0] not in chosen for row in uncapped),
+                {i: k for i, k in slot_keys.items() if i in chosen})
 
     def _uncapped_candidates(self, cur: Any, request: ClaimRequest, now: Any
                              ) -> list[_Candidate]:
@@ -192,11 +198,12 @@ class SQLiteStore(JobStore):
                            ) -> list[_Candidate]:
         """The first runnable rows of each capped kind, no more than it has free fleet slots
         (counted in this write transaction, so no other claim takes one meanwhile)."""
-        if not request.caps:
+        per_job = [(name, limit) for name, limit in request.caps.items()
+                   if name not in request.keyed]
+        if not per_job:
             return []
         cur.execute(self.sql["claim_caps"], {
-            "caps": json.dumps([[name, limit, request.kept_of(name)]
-                                for name, limit in request.caps.items()]),
+            "caps": json.dumps([[name, limit, request.kept_of(name)] for name, limit in per_job]),
             "now": now,
         })
         free_slots = cur.fetchall()
@@ -210,6 +217,30 @@ class SQLiteStore(JobStore):
                 })
                 rows.extend(cur.fetchall())
         return rows
+
+    def _keyed_candidates(self, cur: Any, request: ClaimRequest, now: Any
+                          ) -> tuple[list[_Candidate], dict[int, str]]:
+        """The first runnable rows of each kind capped per key (rule 50), past its full keys and
+        no more per key than it has free slots; and each one's slot key."""
+        if not request.keyed:
+            return [], {}
+        cur.execute(self.sql["claim_key_held"], {"now": now})
+        held = dict(cur.fetchall())
+        queues = json.dumps(list(request.queues))
+        rows: list[_Candidate] = []
+        slot_keys: dict[int, str] = {}
+        for name in sorted(request.keyed):
+            limit = request.caps[name]
+            cur.execute(self.sql["claim_keyed_candidates"], {
+                "name": name, "queues": queues, "limit": request.limit, "now": now,
+                "full": json.dumps([key for key, n in held.items() if n >= limit])})
+            taken: dict[str, int] = {}
+            for *row, slot_key in cur.fetchall():
+                if held.get(slot_key, 0) + taken.get(slot_key, 0) < limit:
+                    taken[slot_key] = taken.get(slot_key, 0) + 1
+                    rows.append(tuple(row))  # type: ignore[arg-type]
+                    slot_keys[row[0]] = slot_key
+        return rows, slot_keys
 
     def _take(self, cur: Any, ids: list[int], request: ClaimRequest, token: str, now: Any
               ) -> list[Any]:
@@ -268,5 +299,32 @@ class SQLiteStore(JobStore):
     @staticmethod
     def held_params(held: Sequence[SlotHold]) -> dict[str, Any]:
         return {"held": json.dumps([[h.key, h.slot, h.holder] for h in held])}
+
+    @staticmethod
+    def wanted_params(wanted: Sequence[tuple[str, int, str]]) -> dict[str, Any]:
+        return {"wanted": json.dumps([list(w) for w in wanted])}
+
+    # -- rate limits ---------------------------------------------------------------------------
+
+    def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]) -> dict[str, RateTaken]:
+        """The same GCRA as PostgreSQL's ``rate_take``, read and written in one write
+        transaction (SQLite's one writer is the lock)."""
+        if not wanted:
+            return {}
+        now = self.now_param()
+        with self._write() as cur:
+            cur.execute(self.sql["rate_read"], {"keys": json.dumps([w[0] for w in wanted]),
+                                                "now": now})
+            rows = cur.fetchall()
+            clock = rows[0][0]
+            tats = {key: tat for _, key, tat in rows if key is not None}
+            answer: dict[str, RateTaken] = {}
+            buckets = []
+            for key, interval, tolerance, want in wanted:
+                granted, tat, wait = gcra_take(tats.get(key), clock, interval, tolerance, want)
+                answer[key] = RateTaken(granted=granted, wait=max(0, wait) / 1e6, at=clock)
+                buckets.append([key, tat, granted, interval, tolerance])
+            cur.execute(self.sql["rate_write"], {"buckets": json.dumps(buckets), "now": now})
+        return answer
 
     # -- workers ------------------------------------------------------------------------------

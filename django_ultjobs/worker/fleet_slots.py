@@ -117,6 +117,27 @@ class FleetSlots:
         self._cancel_lost(displaced)
         return missing
 
+    def acquire_keyed(self, runs: Sequence[Run]) -> list[Run]:
+        """Give claimed runs of kinds capped per key (rule 50) a slot of their key each, every
+        key in ONE statement; return the runs that got none (the caller hands them back).
+
+        No kept slot is reused: per-key slots are never kept (see ``keep``)."""
+        if not runs:
+            return []
+        if self.store is None:
+            raise RuntimeError("a job declares concurrency_key but the worker has no slot store")
+        holders = {f"{self.worker_id}:{run.id}": run for run in runs}
+        wanted = []
+        for holder, run in holders.items():
+            assert run.spec is not None and run.spec.concurrency is not None
+            assert run.job.slot_key is not None
+            wanted.append((run.job.slot_key, run.spec.concurrency, holder))
+        sent = self._clock()
+        held = self.store.acquire_keys(wanted, self.ttl)
+        missing, displaced = self._take_new(holders, held, sent)
+        self._cancel_lost(displaced)
+        return missing
+
     def _reuse_kept(self, kind: str, limit: int, runs: Sequence[Run]
                     ) -> tuple[list[_Kept], list[Run]]:
         """Hand this worker's kept slots of ``kind`` to the first of ``runs``, no statement
@@ -214,7 +235,10 @@ class FleetSlots:
                     # A lost slot is somebody else's now; an abandoned run's body may still be
                     # running, so its slot is left to lapse on its TTL (never renewed again).
                     continue
-                if self._stopping:
+                if self._stopping or run.job.slot_key is not None:
+                    # A slot of a per-key cap goes straight back (rule 51): kept, it would make
+                    # its key look free to this worker alone, whose claims would then fill with
+                    # that key's backlog (one run each) while other keys wait.
                     back.append(hold)
                     continue
                 self._kept.append(_Kept(kind=run.job.name, hold=hold, kept_at=now))

@@ -53,6 +53,10 @@ class WorkerOptions:
     #: leaves it to the other workers. A ``burst`` worker never does.
     schedule: bool = True
     worker_id: str = field(default_factory=default_worker_id)
+    #: Runs to start before stopping to claim and exiting 0 once they finish (rule 76).
+    max_jobs: int | None = None
+    #: MiB of resident memory past which the worker stops claiming and exits 0 likewise.
+    max_memory: float | None = None
 
     def __post_init__(self) -> None:
         self._check_seconds()
@@ -77,6 +81,22 @@ class WorkerOptions:
             )
         if self.poll_interval <= 0:
             raise JobConfigurationError("--poll-interval must be positive")
+        self._check_recycling()
+
+    def _check_recycling(self) -> None:
+        """Refuse a ``--max-jobs`` or ``--max-memory`` that could never be reached, or is
+        reached before the first run (rule 76)."""
+        jobs = self.max_jobs
+        if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
+                                 or jobs < 1):
+            raise JobConfigurationError(
+                f"--max-jobs must be a whole number of runs from 1, not {jobs!r}")
+        memory = self.max_memory
+        if memory is not None and (isinstance(memory, bool)
+                                   or not isinstance(memory, int | float)
+                                   or not math.isfinite(memory) or memory <= 0):
+            raise JobConfigurationError(
+                f"--max-memory must be a number of MiB more than 0, not {memory!r}")
 
     def _check_seconds(self) -> None:
         """Refuse a duration that is not a number, is infinite, or is past ``MAX_SECONDS``.

@@ -29,6 +29,7 @@ from ..exceptions import (
     LeaseLostError,
     WorkerShutdownError,
 )
+from ..job_spec import JobSpec
 from ..logs import log_event
 from ..models import AttemptOutcome
 from ..registry import get_job, registered_jobs, registry_generation
@@ -47,6 +48,8 @@ from .gauges import GaugeSampler
 from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
+from .rate_gate import RateGate, over_limit_settlement
+from .recycle import Recycler
 from .runs import Run, RunsInFlight
 from .scheduler import Scheduler
 from .ticker import Ticker
@@ -73,6 +76,7 @@ class WorkerProcess:
         self.store = store or get_store(options.database, clock=clock)
         self.worker_id = options.worker_id
         self.runs = RunsInFlight()
+        self.recycler = Recycler(options.max_jobs, options.max_memory)
         self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
         self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
                              worker_id=self.worker_id,
@@ -101,6 +105,7 @@ class WorkerProcess:
         self._wake = threading.Event()
         # Set by an enqueue notification: work of any kind may have arrived.
         self._notified = threading.Event()
+        self.rates = RateGate(self.store, self.worker_id)
         # The registry generation whose job names this worker's row lists.
         self._known_generation = -1
         #: Claim statements sent, reported when the worker stops: a count far above the runs
@@ -204,9 +209,18 @@ class WorkerProcess:
             # Slots kept from settled runs that no claim has used for a poll interval: this loop
             # may be waiting for a free thread or for the completer, and other workers for them.
             self.slots.give_back_idle(self.options.poll_interval)
-            free = self._room(loop)
+            if self.recycler.reached():
+                self._log_recycling()
+                return
+            free = self.recycler.room(self._room(loop))
             if free and not self._claim_round(loop, free):
                 return
+
+    def _log_recycling(self) -> None:
+        log_event(logger, logging.INFO, "jobs.worker.recycling", worker_id=self.worker_id,
+                  reason=self.recycler.reason, runs=self.recycler.started,
+                  max_jobs=self.options.max_jobs, memory_mb=self.recycler.memory_mb,
+                  max_memory=self.options.max_memory, in_flight=self.pool.busy)
 
     def _refresh_caps(self, loop: _LoopState) -> None:
         """Bring a job registered after start (a task imported on its first claim) into the
@@ -214,7 +228,10 @@ class WorkerProcess:
         generation = registry_generation()
         if loop.generation != generation:
             loop.generation = generation
-            loop.caps = {n: s.concurrency for n, s in registered_jobs().items() if s.concurrency}
+            jobs = registered_jobs()
+            loop.caps = {n: s.concurrency for n, s in jobs.items() if s.concurrency}
+            loop.keyed = frozenset(n for n in loop.caps if jobs[n].concurrency_key is not None)
+            loop.rated = {n: s for n, s in jobs.items() if s.rate is not None}
         # Outside the branch above: a write that failed is tried again next round.
         self._record_known_jobs(loop.generation)
 
@@ -260,15 +277,17 @@ class WorkerProcess:
         if claimed is None:
             return True
         started = self._dispatch(claimed) if claimed else 0
+        self.recycler.note_started(started)
         if kept:
             # A kept slot that no run of this claim took goes back to the fleet: its kind has
             # nothing runnable for this worker now, and another worker may have.
             self.slots.give_back_unused()
         if claimed:
             if not started:
-                # Everything claimed went straight back (slots taken by a racing worker): pause
-                # rather than claim the same rows again at once.
-                self._wake.wait(min(self.options.poll_interval, 0.05))
+                # Everything claimed went straight back (slots taken by a racing worker, or
+                # over a rate limit): pause rather than claim the same rows again at once, but
+                # no longer than until a run handed back over its rate limit is due.
+                self._wake.wait(self.rates.until_due(min(self.options.poll_interval, 0.05)))
             return True
         return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
 
@@ -280,10 +299,14 @@ class WorkerProcess:
         claim was offered go back (or lapse, if the database is down)."""
         try:
             self.claims += 1
+            # Jobs limited as a whole are claimed no faster than their buckets give starts.
+            caps = {**self.rates.claim_limits(loop.rated), **loop.caps} if loop.rated \
+                else loop.caps
             claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
                                        limit=free,
                                        visibility_timeout=self.options.visibility_timeout,
-                                       caps=loop.caps, uncapped=uncapped, kept=kept)
+                                       caps=caps, uncapped=uncapped, kept=kept,
+                                       keyed=loop.keyed)
         except Exception as exc:
             if kept:
                 self.slots.give_back_unused()
@@ -309,14 +332,14 @@ class WorkerProcess:
                 # hand-backs visible, and wakes this loop), or briefly.
                 self._wake.wait(0.05)
             return True
-        self._wake.wait(loop.poll_wait(self.options.poll_interval, uncapped=uncapped))
+        wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
+        self._wake.wait(self.rates.until_due(wait))
         return True
 
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
         self._record_lost_attempts(claimed)
         runs: list[Run] = []
-        capped: dict[str, list[Run]] = {}
         claimed_runs = [Run(job=job, spec=get_job(job.name)) for job in claimed]
         episodes = self._park_episodes([run for run in claimed_runs if run.spec is None])
         for run in claimed_runs:
@@ -334,23 +357,47 @@ class WorkerProcess:
             if decided is not None:
                 self.completer.submit(run, decided)
                 continue
-            if run.spec is not None and run.spec.concurrency is not None:
-                capped.setdefault(job.name, []).append(run)
             runs.append(run)
-        # The slots of each capped kind in one statement, not one per run.
-        refused: set[int] = set()
-        for group in capped.values():
-            for run in self._acquire_slots(group):
-                # Back to the queue at once, the attempt not burned; the next claim skips this
-                # kind while its slots are all held, so this cannot spin.
-                refused.add(id(run))
-                self.completer.submit(run, slot_unavailable_settlement(run))
-        starting = [run for run in runs if id(run) not in refused]
+        runs = self._gate_rates(runs)
+        starting = self._take_slots(runs)
         if starting:
             with self._executing_lock:
                 self._executing.update(starting)
             self.pool.submit_many(starting)
         return len(starting)
+
+    def _gate_rates(self, runs: list[Run]) -> list[Run]:
+        """The runs whose rate limits let them start now (rule 52); the others go back to the
+        queue until their bucket has a start for them, attempts not burned (rule 53)."""
+        starting, waiting = self.rates.gate(runs)
+        for run, delay in waiting:
+            self.completer.submit(run, over_limit_settlement(run, delay))
+        if len(starting) == len(runs):
+            return runs
+        chosen = {id(run) for run in starting}
+        return [run for run in runs if id(run) in chosen]
+
+    def _take_slots(self, runs: list[Run]) -> list[Run]:
+        """The runs that got the fleet slots their caps need: per capped job, one statement for
+        each job's runs (not one per run); per key, one statement for all keys (rule 50). The
+        others go back to the queue at once, attempts not burned; the next claim skips a kind
+        or key while its slots are all held, so this cannot spin."""
+        capped: dict[str, list[Run]] = {}
+        keyed: list[Run] = []
+        for run in runs:
+            if run.spec is None or run.spec.concurrency is None:
+                continue
+            if run.job.slot_key is not None and run.spec.concurrency_key is not None:
+                keyed.append(run)
+            else:
+                capped.setdefault(run.job.name, []).append(run)
+        refused: set[int] = set()
+        groups: list[tuple[list[Run], bool]] = [(g, False) for g in capped.values()]
+        for group, per_key in [*groups, (keyed, True)]:
+            for run in self._acquire_slots(group, per_key=per_key):
+                refused.add(id(run))
+                self.completer.submit(run, slot_unavailable_settlement(run))
+        return [run for run in runs if id(run) not in refused]
 
     def _park_episodes(self, unknown: list[Run]) -> dict[int, ParkEpisode]:
         """The park episodes the claimed jobs no one here knows are in (rule 12), in one
@@ -377,9 +424,14 @@ class WorkerProcess:
             log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
                       worker_id=self.worker_id, error=repr(exc))
 
-    def _acquire_slots(self, group: list[Run]) -> list[Run]:
-        """Take slots for claimed runs of one capped job; return the runs that got none."""
+    def _acquire_slots(self, group: list[Run], *, per_key: bool = False) -> list[Run]:
+        """Take slots for claimed runs of one capped job (or of every kind capped per key);
+        return the runs that got none."""
+        if not group:
+            return []
         try:
+            if per_key:
+                return self.slots.acquire_keyed(group)
             return self.slots.acquire_group(group)
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.slot-acquire-failed",
@@ -438,6 +490,8 @@ class WorkerProcess:
         # No run will be claimed any more: the kept slots go back now, and every slot whose run
         # settles from here on goes straight back, not to be kept for the grace period.
         self.slots.give_back_all()
+        if self.recycler.reason is not None:
+            self._finish_runs_unless_stopped()
         grace = 0.0 if self._forced.is_set() else self.options.grace_period
         if self.pool.busy:
             log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
@@ -469,6 +523,16 @@ class WorkerProcess:
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
                       worker_id=self.worker_id, error=repr(exc))
+
+    def _finish_runs_unless_stopped(self) -> None:
+        """A recycling worker lets every run finish, however long: nothing asked it to stop,
+        and cancelling a run would hand its job back for nothing (rule 76). A SIGTERM meanwhile
+        starts the usual grace period from then on."""
+        if self.pool.busy:
+            log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
+                      in_flight=self.pool.busy, reason=self.recycler.reason)
+        while self.pool.busy and not self._stopping.is_set():
+            self.pool.wait_idle(0.2)
 
     def _wait_idle_unless_forced(self, grace: float) -> None:
         deadline = time.monotonic() + grace
@@ -653,6 +717,10 @@ class _LoopState:
     generation: int = -1
     #: The capped kinds' ``concurrency`` by name.
     caps: dict[str, int] = field(default_factory=dict)
+    #: The kinds of ``caps`` capped per key (``concurrency_key``, rule 50).
+    keyed: frozenset[str] = frozenset()
+    #: The rate-limited kinds (``rate_limit``, rule 52).
+    rated: dict[str, JobSpec] = field(default_factory=dict)
     #: Claims that failed in a row: the outage backoff grows with them.
     failures: int = 0
     #: The last claim came back full: there is a backlog.

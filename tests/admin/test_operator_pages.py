@@ -205,6 +205,7 @@ def test_select_all_names_the_rest_without_counting_it(alias: str, operator) -> 
     ("heldslot", "Held slots"),
     ("lostslotcancellation", "Lost-slot cancellations"),
     ("worker", "Select worker to view"),
+    ("queuepause", "Paused queues"),
 ])
 def test_read_only_lists_are_titled_for_viewing(alias: str, operator, model: str,
                                                 title: str) -> None:
@@ -219,7 +220,7 @@ def test_the_index_links_every_jobs_page_as_view(alias: str, operator) -> None:
         html = page(client, url)
         section = html[html.index('class="app-django_ultjobs'):]
         section = section[:section.index("</table>")]
-        assert section.count('class="viewlink"') == 5 and "changelink" not in section
+        assert section.count('class="viewlink"') == 6 and "changelink" not in section
 
 
 # -- fleet slots: the cap, and the runs waiting for a slot --------------------------------------

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_ultjobs.models import Job, JobAttempt, JobStep, Slot, Worker
+from django_ultjobs.slot_keys import keyed_slot_key
 from tests.admin.conftest import (
     APP_INDEX,
     IN_FLIGHT,
@@ -246,3 +247,20 @@ def test_no_add_and_no_delete_anywhere(alias: str, operator) -> None:
                               args=[job.id])).status_code == 403
     html = page(client, JOBS)
     assert "addlink" not in html and "delete_selected" not in html
+
+
+def test_held_slots_of_a_cap_per_key_show_the_key_the_cap_and_its_waiting_runs(
+        alias: str, viewer) -> None:  # rule 50
+    key = keyed_slot_key("keyed_clocked", "acme")
+    running = make_job(alias, name="keyed_clocked", status="running", worker_id=WORKER_ID,
+                       concurrency_key=key)
+    for _ in range(3):
+        make_job(alias, name="keyed_clocked", status="queued", concurrency_key=key)
+    make_job(alias, name="keyed_clocked", status="queued",
+             concurrency_key=keyed_slot_key("keyed_clocked", "bolt"))
+    Slot.objects.using(alias).create(key=key, slot=0, holder=f"{WORKER_ID}:{running.id}",
+                                     expires_at=timezone.now() + timedelta(seconds=20))
+    html = page(client_for(viewer), SLOTS)
+    assert "keyed_clocked, key acme" in html
+    assert '<td class="field-cap">1 per key</td>' in html
+    assert re.search(r'<td class="field-runs_waiting"><a href="[^"]+">3</a></td>', html)

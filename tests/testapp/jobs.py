@@ -212,3 +212,19 @@ def sized_result(size: int) -> str:
     """Return a string of ``size`` characters: a result the worker or the database may refuse
     to store (rules 30, 31)."""
     return "x" * size
+
+
+@job(takes_context=True, concurrency=1, concurrency_key="customer", max_attempts=20,
+     backoff=0.0)
+def keyed_clocked(ctx: JobContext, customer: str, label: str = "keyed", seconds: float = 0.05,
+                  path: str = "") -> int:
+    """One run at a time per customer across the fleet (rule 50), logged in the jobs database on
+    its clock with the customer in the label."""
+    return _clocked_run(ctx, f"{label}:{customer}", seconds, path)
+
+
+@job(takes_context=True, rate_limit="50/s", max_attempts=3)
+def rated_clocked(ctx: JobContext, label: str = "rated") -> int:
+    """At most 50 starts a second across the fleet (rule 52), each logged on the database's
+    clock."""
+    return _clocked_run(ctx, label, 0.0, "")

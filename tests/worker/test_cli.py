@@ -79,6 +79,7 @@ def test_every_flag_has_a_help_text(name: str) -> None:
 BAD_OPTIONS = {
     "queues": ("",), "threads": 0, "visibility_timeout": -1.0, "heartbeat_interval": -1.0,
     "poll_interval": 0.0, "grace_period": -5.0, "cancel_wait": -1.0, "connect_timeout": -1.0,
+    "max_jobs": 0, "max_memory": 0.0,
 }
 
 

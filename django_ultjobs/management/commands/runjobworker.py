@@ -70,6 +70,12 @@ class Command(BaseCommand):
                             help="Seconds to wait at start for a database that is down or "
                                  "refusing connections, retrying with backoff; 0 fails at "
                                  "once (default: %(default)s).")
+        parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
+                            help="Start N runs, let them finish, then exit 0 (recycling: the "
+                                 "supervisor starts a fresh process).")
+        parser.add_argument("--max-memory", type=float, default=None, metavar="MB",
+                            help="Once the process's resident memory reaches MB MiB, stop "
+                                 "claiming, let the runs finish, then exit 0.")
         parser.add_argument("--no-listen", action="store_true",
                             help="On PostgreSQL, do not LISTEN for enqueues; only poll.")
         parser.add_argument("--no-schedule", action="store_true",
@@ -122,6 +128,8 @@ class Command(BaseCommand):
             connect_timeout=options["connect_timeout"],
             database=options["database"],
             listen=not options["no_listen"],
+            max_jobs=options["max_jobs"],
+            max_memory=options["max_memory"],
             schedule=not options["no_schedule"],
             **extra,
         )

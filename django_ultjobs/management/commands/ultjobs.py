@@ -1,0 +1,257 @@
+"""``manage.py ultjobs <subcommand>``: operate the jobs from a terminal when the admin is down.
+
+``list``, ``show``, ``cancel``, ``retry``, ``pause``, ``resume``, ``stats``. The actions are the
+admin's own operations (``django_ultjobs.operations``): the same statuses change, the same ones
+are left alone and said so, and each is logged with who did it (``by=cli:<user>``).
+"""
+
+from __future__ import annotations
+
+import getpass
+from argparse import ArgumentParser
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, InterfaceError, connections
+
+from django_ultjobs.conf import get_settings
+from django_ultjobs.exceptions import OperationInputError
+from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
+from django_ultjobs.management.reports import (
+    as_dict,
+    filtered_jobs,
+    job_detail,
+    job_rows,
+    parse_since,
+    queue_stats,
+    worker_stats,
+)
+from django_ultjobs.management.tables import as_json, table
+from django_ultjobs.models import JobStatus
+from django_ultjobs.operations import (
+    cancel_jobs,
+    check_job_ids,
+    pause_queue,
+    paused_queues,
+    resume_queue,
+    retry_jobs,
+)
+from django_ultjobs.progress import Progress
+from django_ultjobs.store import get_store
+
+#: The most rows ``list`` prints; past it, narrow the filters.
+MAX_LIMIT = 10_000
+
+
+def _actor() -> str:
+    """``cli:<login>``: who acted, for the log line of each action."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no login name (a container with no passwd entry)
+        return "cli"
+
+
+def _follow(bar: Progress) -> Callable[[int, int], None]:
+    """An operation's ``progress`` callback (ids gone through, of how many) moving ``bar``: a
+    live bar on stderr when it is a terminal, nothing otherwise (the result line then says how
+    long it took)."""
+
+    def advance(done: int, total: int) -> None:
+        if bar.done == 0:  # the first chunk: the total is known from here on
+            bar.set_total(total)
+        bar.advance(done - bar.done)
+
+    return advance
+
+
+class Command(BaseCommand):
+    help = ("Operate the jobs from a terminal: list, show, cancel, retry, pause, resume, stats. "
+            "The same operations as the admin's, each logged.")
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        assert isinstance(parser, CommandParser)
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        self._add_list(sub.add_parser("list", help="List jobs, newest first."))
+        show = sub.add_parser("show", help="Show one job: its row, attempts, steps and error.")
+        show.add_argument("id", type=int, help="The job's id.")
+        show.add_argument("--json", action="store_true", help="Print JSON instead of text.")
+        cancel = sub.add_parser("cancel", help="Cancel queued or waiting jobs now; ask running "
+                                               "ones to stop at their next heartbeat.")
+        cancel.add_argument("ids", type=int, nargs="+", metavar="ID", help="Job ids.")
+        cancel.add_argument("--reason", default="",
+                            help="Why: logged, and kept as the error of the jobs cancelled now.")
+        self._add_retry(sub.add_parser(
+            "retry", help="Queue failed or cancelled jobs again, runnable now, one more attempt."))
+        pause = sub.add_parser("pause", help="Pause a queue fleet-wide: no worker claims from "
+                                             "it; runs in flight finish; enqueue still works.")
+        pause.add_argument("queue", help="The queue's name.")
+        pause.add_argument("--reason", default="", help="Why: shown in the admin and logged.")
+        resume = sub.add_parser("resume", help="Resume a paused queue.")
+        resume.add_argument("queue", help="The queue's name.")
+        stats = sub.add_parser("stats", help="Per queue and per worker figures.")
+        stats.add_argument("--json", action="store_true", help="Print JSON instead of text.")
+        for each in sub.choices.values():
+            each.add_argument("--database", default=None,
+                              help="Database alias of the job tables (default: ULTJOBS "
+                                   "DATABASE).")
+
+    @staticmethod
+    def _add_list(parser: ArgumentParser) -> None:
+        parser.add_argument("--status", action="append", choices=JobStatus.values,
+                            help="Only jobs in this status (repeat for several).")
+        parser.add_argument("--queue", action="append", help="Only this queue (repeatable).")
+        parser.add_argument("--job", action="append", help="Only this job name (repeatable).")
+        parser.add_argument("--since", help="Only jobs enqueued since: 90s, 15m, 2h, 7d, 1w, "
+                                            "or an ISO 8601 time.")
+        parser.add_argument("--limit", type=int, default=50,
+                            help=f"Rows to print, 1 to {MAX_LIMIT:,} (default: %(default)s).")
+        parser.add_argument("--json", action="store_true", help="Print JSON instead of text.")
+
+    @staticmethod
+    def _add_retry(parser: ArgumentParser) -> None:
+        parser.add_argument("ids", type=int, nargs="*", metavar="ID", help="Job ids.")
+        parser.add_argument("--failed", action="store_true",
+                            help="Every failed job (narrowed by --job and --since) instead of "
+                                 "ids.")
+        parser.add_argument("--job", action="append",
+                            help="With --failed: only this job name (repeatable).")
+        parser.add_argument("--since", help="With --failed: only jobs that failed since (90s, "
+                                             "15m, 2h, 7d, 1w, or an ISO 8601 time).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        alias = options["database"]
+        if alias is not None and alias not in connections.settings:
+            raise CommandError(unknown_alias(alias))
+        alias = alias or get_settings().DATABASE
+        action = getattr(self, f"_{options['subcommand']}")
+        try:
+            action(alias, options)
+        except OperationInputError as exc:
+            raise CommandError(str(exc)) from exc
+        except (DatabaseError, InterfaceError) as exc:
+            if get_store(alias).schema_missing(exc):
+                raise CommandError(unmigrated(alias)) from exc
+            raise CommandError(f"database {alias!r}: {one_line(exc)}") from exc
+        except ImproperlyConfigured as exc:  # a DATABASES entry whose ENGINE does not import
+            raise CommandError(one_line(exc)) from exc
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _list(self, alias: str, options: dict[str, Any]) -> None:
+        limit = options["limit"]
+        if not 1 <= limit <= MAX_LIMIT:
+            raise CommandError(f"--limit must be from 1 to {MAX_LIMIT}, not {limit}")
+        since = options["since"]
+        jobs = filtered_jobs(
+            alias, statuses=options["status"], queues=options["queue"], names=options["job"],
+            since=parse_since(since, get_store(alias).db_now()) if since else None)
+        rows = job_rows(jobs, limit)
+        if options["json"]:
+            self.stdout.write(as_json(rows))
+            return
+        if not rows:
+            self.stdout.write("no jobs match")
+            return
+        self.stdout.write(table(
+            ["id", "name", "queue", "status", "attempt", "enqueued", "finished", "error"],
+            [[r["id"], r["name"], r["queue"], r["status"], f"{r['attempt']}/{r['max_attempts']}",
+              r["created_at"], r["finished_at"], r["last_error"] or None] for r in rows]))
+
+    def _show(self, alias: str, options: dict[str, Any]) -> None:
+        job_id = check_job_ids([options["id"]])[0]
+        job = job_detail(alias, job_id)
+        if job is None:
+            raise CommandError(f"no job has id {job_id} in database {alias!r}")
+        if options["json"]:
+            self.stdout.write(as_json(job))
+            return
+        attempts, steps, error = job.pop("attempts"), job.pop("steps"), job.pop("last_error")
+        self.stdout.write(table(["field", "value"], [[k, v] for k, v in job.items()]))
+        if attempts:
+            self.stdout.write("\nattempts:\n" + table(
+                ["attempt", "outcome", "worker", "started", "finished", "error"],
+                [[a["attempt"], a["outcome"], a["worker_id"], a["started_at"], a["finished_at"],
+                  a["error"] or None] for a in attempts]))
+        if steps:
+            self.stdout.write("\nsteps:\n" + table(
+                ["step", "status", "attempt", "completed"],
+                [[s["name"], s["status"], s["attempt"], s["completed_at"]] for s in steps]))
+        if error:
+            self.stdout.write(f"\nlast error:\n{error}")
+
+    def _stats(self, alias: str, options: dict[str, Any]) -> None:
+        queues, workers = queue_stats(alias), worker_stats(alias)
+        if options["json"]:
+            self.stdout.write(as_json({"queues": [as_dict(q) for q in queues],
+                                       "workers": [as_dict(w) for w in workers]}))
+            return
+        self.stdout.write(table(
+            ["queue", "paused", "runnable", "delayed", "running", "waiting", "failed 1h",
+             "oldest s"],
+            [[q.queue, q.paused, q.runnable, q.delayed, q.running, q.waiting,
+              q.failed_last_hour, q.oldest_runnable_age] for q in queues])
+            if queues else "no queued, running or waiting jobs, and no paused queue")
+        self.stdout.write("")
+        self.stdout.write(table(
+            ["worker", "state", "runs", "heartbeat s ago", "queues"],
+            [[w.worker_id, w.state, w.runs, w.last_heartbeat_age, ",".join(w.queues)]
+             for w in workers]) if workers else "no worker seen in the last day")
+
+    # -- acting ---------------------------------------------------------------------------------
+
+    def _cancel(self, alias: str, options: dict[str, Any]) -> None:
+        ids = check_job_ids(options["ids"])
+        with Progress("cancel", unit="job", stream=self.stderr) as bar:
+            result = cancel_jobs(ids, using=alias, progress=_follow(bar), by=_actor(),
+                                 reason=options["reason"])
+        self.stdout.write(
+            f"cancelled {result.cancelled} queued or waiting job(s); asked {result.requested} "
+            f"running job(s) to stop at their worker's next heartbeat ({bar.summary()})")
+        self._skipped(len(set(ids)) - result.cancelled - result.requested,
+                      "only queued, waiting or running jobs can be cancelled, a running one once")
+
+    def _retry(self, alias: str, options: dict[str, Any]) -> None:
+        if options["failed"] == bool(options["ids"]):
+            raise CommandError("retry takes job ids or --failed, not both and not neither")
+        if not options["failed"] and (options["job"] or options["since"]):
+            raise CommandError("--job and --since narrow --failed; with ids, pass only the ids")
+        if options["failed"]:
+            since = options["since"]
+            selection: Any = filtered_jobs(
+                alias, statuses=[JobStatus.FAILED], names=options["job"],
+                since=parse_since(since, get_store(alias).db_now()) if since else None,
+                since_field="finished_at")
+            asked = None
+        else:
+            selection = check_job_ids(options["ids"])
+            asked = len(set(selection))
+        with Progress("retry", unit="job", stream=self.stderr) as bar:
+            result = retry_jobs(selection, using=alias, progress=_follow(bar), by=_actor())
+        self.stdout.write(f"queued {result.retried} job(s) again, runnable now "
+                          f"({bar.summary()})")
+        if asked is not None:
+            self._skipped(asked - result.retried, "only failed or cancelled jobs can be retried")
+
+    def _pause(self, alias: str, options: dict[str, Any]) -> None:
+        queue = options["queue"]
+        if pause_queue(queue, reason=options["reason"], by=_actor(), using=alias):
+            self.stdout.write(f"paused queue {queue!r}: workers stop claiming from it at their "
+                              "next claim; runs in flight finish; enqueue still works")
+            return
+        pause = paused_queues(using=alias).get(queue)  # None: resumed in between
+        since = (f" (since {pause.paused_at:%Y-%m-%d %H:%M:%S}, by {pause.paused_by or '?'})"
+                 if pause is not None else "")
+        self.stdout.write(f"queue {queue!r} was paused already{since}")
+
+    def _resume(self, alias: str, options: dict[str, Any]) -> None:
+        queue = options["queue"]
+        if resume_queue(queue, by=_actor(), using=alias):
+            self.stdout.write(f"resumed queue {queue!r}: workers claim from it again")
+        else:
+            self.stdout.write(f"queue {queue!r} was not paused")
+
+    def _skipped(self, count: int, why: str) -> None:
+        if count > 0:
+            self.stderr.write(f"skipped {count} job(s): {why}")

@@ -1,0 +1,157 @@
+"""What ``manage.py ultjobs`` reads: job listings, one job in full, and per-queue and per-worker
+figures, as plain values (dicts and dataclasses) the command prints as a table or as JSON.
+
+Reads only, through the ORM on the jobs database, each through an index: a listing walks the
+primary key backwards (newest first) with its filters, the figures count the live rows through
+the claim's partial index and the last hour's failures through the finished index.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import Now
+from django.utils.dateparse import parse_datetime
+from django.utils.html import strip_tags
+
+from ..admin.display import seconds_between
+from ..admin.summary import live_queue_counts
+from ..admin.workers import worker_state
+from ..exceptions import OperationInputError
+from ..models import Job, JobAttempt, JobStatus, JobStep, Worker
+from ..store import get_store
+
+#: The columns of a job in a listing (``list``), in order.
+LIST_FIELDS = ("id", "name", "queue", "status", "priority", "attempt", "max_attempts",
+               "worker_id", "created_at", "visible_at", "finished_at", "last_error")
+#: ``--since 90s``, ``15m``, ``2h``, ``7d``, ``1w``.
+_SPAN = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """The moment ``--since`` names: a span back from ``now`` (``15m``, ``2h``, ``7d``) or an
+    ISO 8601 time (UTC unless it says otherwise); refused in one line otherwise."""
+    match = _SPAN.match(text)
+    if match:
+        seconds = float(match["n"]) * _UNIT_SECONDS[match["unit"]]
+        if seconds > 100 * 365 * 86400:
+            raise OperationInputError(f"--since {text!r} reaches back more than 100 years")
+        return now - timedelta(seconds=seconds)
+    try:
+        moment = parse_datetime(text.strip())
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise OperationInputError(
+            f"--since takes a span back from now (90s, 15m, 2h, 7d, 1w) or an ISO 8601 time "
+            f"(2026-12-04T09:30), not {text!r}")
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def filtered_jobs(alias: str, *, statuses: list[str] | None = None,
+                  queues: list[str] | None = None, names: list[str] | None = None,
+                  since: datetime | None = None, since_field: str = "created_at"
+                  ) -> QuerySet[Job]:
+    """The jobs matching every filter given, newest first."""
+    jobs = Job.objects.using(alias).order_by("-id")
+    if statuses:
+        jobs = jobs.filter(status__in=statuses)
+    if queues:
+        jobs = jobs.filter(queue__in=queues)
+    if names:
+        jobs = jobs.filter(name__in=names)
+    if since is not None:
+        jobs = jobs.filter(**{f"{since_field}__gte": since})
+    return jobs
+
+
+def job_rows(jobs: QuerySet[Job], limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` jobs as listing rows (no arguments or results: they may be big)."""
+    return list(jobs.values(*LIST_FIELDS)[:limit])
+
+
+def job_detail(alias: str, job_id: int) -> dict[str, Any] | None:
+    """One job in full: its row, its attempts and its steps; None if there is no such job."""
+    job = Job.objects.using(alias).filter(id=job_id).values().first()
+    if job is None:
+        return None
+    job["attempts"] = list(
+        JobAttempt.objects.using(alias).filter(job_id=job_id).order_by("attempt", "id").values(
+            "attempt", "outcome", "worker_id", "started_at", "finished_at", "claims", "error",
+            "slot_key", "slot"))
+    job["steps"] = list(
+        JobStep.objects.using(alias).filter(job_id=job_id).order_by("id").values(
+            "name", "status", "attempt", "created_at", "completed_at", "wait_until"))
+    return job
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One queue's figures for ``ultjobs stats``."""
+
+    queue: str
+    paused: bool
+    runnable: int
+    delayed: int
+    running: int
+    waiting: int
+    failed_last_hour: int
+    #: Seconds the longest-runnable job has been runnable (database clock); None: none is.
+    oldest_runnable_age: float | None
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """One worker's figures for ``ultjobs stats``."""
+
+    worker_id: str
+    state: str
+    runs: int
+    #: Seconds since its last heartbeat (database clock).
+    last_heartbeat_age: float | None
+    queues: list[str]
+
+
+def queue_stats(alias: str) -> list[QueueStats]:
+    """Per queue: runnable, delayed, running, waiting, failed in the last hour, oldest age."""
+    _, queues = live_queue_counts(alias)
+    now = get_store(alias).db_now()
+    failed = dict(Job.objects.using(alias)
+                  .filter(status=JobStatus.FAILED, finished_at__gte=Now() - timedelta(hours=1))
+                  .values("queue").order_by().annotate(n=Count("id")).values_list("queue", "n"))
+    names = sorted(set(queues) | set(failed))
+    stats = []
+    for name in names:
+        counts = queues.get(name)
+        oldest = counts.oldest_runnable_at if counts else None
+        stats.append(QueueStats(
+            queue=name, paused=bool(counts and counts.paused),
+            runnable=counts.runnable if counts else 0, delayed=counts.delayed if counts else 0,
+            running=(counts.in_flight + counts.lapsed) if counts else 0,
+            waiting=counts.waiting if counts else 0, failed_last_hour=failed.get(name, 0),
+            oldest_runnable_age=max(0.0, seconds_between(oldest, now) or 0.0)
+            if oldest is not None else None))
+    return stats
+
+
+def worker_stats(alias: str) -> list[WorkerStats]:
+    """Per worker not stopped, or stopped within the last hour: state, runs, last heartbeat."""
+    rows = (Worker.objects.using(alias)
+            .filter(Q(stopped_at__isnull=True, last_seen_at__gte=Now() - timedelta(days=1))
+                    | Q(stopped_at__gte=Now() - timedelta(hours=1)))
+            .annotate(db_now=Now()).order_by("id"))
+    return [WorkerStats(worker_id=w.id, state=strip_tags(str(worker_state(w, w.db_now))),
+                        runs=w.in_flight if w.stopped_at is None else 0,
+                        last_heartbeat_age=seconds_between(w.last_seen_at, w.db_now),
+                        queues=[str(q) for q in w.queues or ()])
+            for w in rows]
+
+
+def as_dict(value: QueueStats | WorkerStats) -> dict[str, Any]:
+    """A figure as a JSON-ready dict."""
+    return asdict(value)
