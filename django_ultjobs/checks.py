@@ -52,6 +52,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         ))
     messages.extend(_check_unknown_jobs(conf))
     messages.extend(_check_unique_windows(conf.RETENTION_DAYS))
+    messages.extend(_check_gauge_interval(conf.GAUGE_INTERVAL))
     return messages
 
 
@@ -74,6 +75,29 @@ def _check_unique_windows(retention_days: Any) -> list[CheckMessage]:
         )
         for spec in registered_jobs().values() if spec.unique_for > kept
     ]
+
+
+#: A gauge interval below this is a count over the runnable jobs more than once a second.
+_BRISK_GAUGE_INTERVAL = 1.0
+
+
+def _check_gauge_interval(interval: Any) -> list[CheckMessage]:
+    """``GAUGE_INTERVAL``: how often the fleet's sampling worker reads the gauges (rule 71)."""
+    if not _positive_seconds(interval):
+        return [Error(
+            f"ULTJOBS['GAUGE_INTERVAL'] is {interval!r}; it must be a positive, finite number "
+            "of seconds",
+            hint="Leave it out for the default, 15 s (docs/operations.md).",
+            id="django_ultjobs.E050",
+        )]
+    if interval < _BRISK_GAUGE_INTERVAL:
+        return [Warning(
+            f"ULTJOBS['GAUGE_INTERVAL'] is {interval!r}: the sampling worker counts the "
+            "runnable jobs more than once a second, a load on the database no dashboard needs",
+            hint="Use a few seconds or more; Prometheus scrapes every 15 to 60 s.",
+            id="django_ultjobs.W050",
+        )]
+    return []
 
 
 def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:

@@ -54,6 +54,9 @@ class UltJobsSettings:
     # in the worker before any SQL (rule 31). A result is a row in the database, copied at every
     # read; PostgreSQL refuses a JSON string over 256 MB outright.
     MAX_RESULT_BYTES: int = 4 * 1024 * 1024
+    # Seconds between two reads of the queue and slot gauges by the fleet's one sampling worker
+    # (rule 71), when an OpenTelemetry SDK is configured; docs/operations.md.
+    GAUGE_INTERVAL: float = 15.0
 
 
 _lock = threading.Lock()

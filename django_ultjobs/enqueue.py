@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import unique
 from .exceptions import UniqueKeyContendedError
+from .metrics import record_enqueued
 from .models import Job, JobStatus
 from .store import EnqueuedJob, JobStore, NewJob, get_store
 from .tracing import capture_trace_context, current_actor
@@ -85,9 +86,14 @@ def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
     news = [_new_job(c, *trace, actor) for c in calls]
     store = get_store()
     if all(new.unique_key is None for new in news):
-        return [row.id for row in store.enqueue(news)]
+        rows = store.enqueue(news)
+        record_enqueued(((new.name, new.queue) for new in news), store.alias)
+        return [row.id for row in rows]
     placed = unique.place(news, store.enqueue_unique, unique.holders_of(store.alias),
                           lambda row: row.id)
+    # Only the calls that made a row were enqueued; one answered by its key's holder was not.
+    record_enqueued(((new.name, new.queue) for new, p in zip(news, placed, strict=True)
+                     if p.created), store.alias)
     return [p.id for p in placed]
 
 
@@ -99,6 +105,7 @@ def enqueue_one(job_call: JobCall) -> tuple[Job, bool]:
     if new.unique_key is not None:
         return _enqueue_keyed(store, new)
     (row,) = store.enqueue([new])
+    record_enqueued(((new.name, new.queue),), store.alias)
     return _as_loaded(new, row, store.alias), True
 
 
@@ -108,6 +115,7 @@ def _enqueue_keyed(store: JobStore, new: NewJob) -> tuple[Job, bool]:
     for _ in range(unique.MAX_ROUNDS):
         (row,) = store.enqueue_unique([new])
         if row is not None:
+            record_enqueued(((new.name, new.queue),), store.alias)
             return _as_loaded(new, row, store.alias), True
         found = list(Job.objects.using(store.alias).raw(
             store.sql["unique_holder"], {"name": new.name, "key": new.unique_key}))

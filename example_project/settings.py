@@ -104,3 +104,6 @@ LOGGING = {
 # package's spans are the API's no-ops. See example_project/otel.py (called from
 # ShopConfig.ready, so web, worker and `manage.py demo` processes alike are traced).
 OTEL_TRACES_EXPORTER = env.str("OTEL_TRACES_EXPORTER", default="")
+# Metrics likewise: OTEL_METRICS_EXPORTER=prometheus serves them on /metrics (web) and on
+# ULTJOBS_METRICS_PORT (each worker). See example_project/metrics.py and docs/operations.md.
+OTEL_METRICS_EXPORTER = env.str("OTEL_METRICS_EXPORTER", default="")

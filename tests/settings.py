@@ -90,6 +90,10 @@ ULTJOBS = {"DATABASE": os.environ.get("ULTJOBS_TEST_ALIAS", "default"),
 # database's own refusal is what they meet.
 if os.environ.get("ULTJOBS_TEST_MAX_RESULT_BYTES"):
     ULTJOBS["MAX_RESULT_BYTES"] = int(os.environ["ULTJOBS_TEST_MAX_RESULT_BYTES"])
+# The example's metrics (example_project/metrics.py, installed with the shop), on only for the
+# worker processes of tests/acceptance/test_metrics_endpoint.py: a variable of the shell's own
+# must not switch them on for the suite.
+OTEL_METRICS_EXPORTER = os.environ.get("ULTJOBS_TEST_OTEL_METRICS_EXPORTER", "")
 DATABASE_ROUTERS = ["tests.routers.FollowJobsDatabase"]
 
 MIDDLEWARE = [

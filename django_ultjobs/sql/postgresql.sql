@@ -24,7 +24,8 @@ status IN ('queued', 'running', 'waiting')
 
 -- fragment: claim_update
 -- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
--- (status, token, worker, lease), and come back with what the row was before. A waiting row
+-- (status, token, worker, lease), and come back with what the row was before (its due time too,
+-- for the ultjobs.job.wait metric). A waiting row
 -- that woke keeps its attempt; any other claim starts a new one (rule 1). Each query adds its
 -- last column, others_left.
 UPDATE django_ultjobs_job AS j
@@ -42,6 +43,7 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_
           j.timeout, j.expires_at, j.cancel_reason,
           chosen.prev_status, chosen.prev_worker,
           CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
+          chosen.visible_at,
 
 
 -- fragment: rate_granted
@@ -755,3 +757,16 @@ notified AS (
     FROM (SELECT DISTINCT queue FROM ins WHERE visible_at <= {now}) AS q
 )
 SELECT ins.id, ins.scheduled_for FROM ins CROSS JOIN notified ORDER BY ins.scheduled_for;
+
+-- name: gauge_queues
+-- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
+-- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by
+-- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71; performance.md, item 50).
+SELECT queue, count(*), EXTRACT(EPOCH FROM ({now} - min(visible_at)))::float8
+FROM django_ultjobs_job
+WHERE {fragment:runnable}
+GROUP BY queue;
+
+-- name: gauge_slots
+-- The fleet slots held (unexpired) per key, for the slots gauge.
+SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key;

@@ -534,3 +534,16 @@ WHERE true
 ORDER BY key
 ON CONFLICT (name, scheduled_for) WHERE scheduled_for IS NOT NULL DO NOTHING
 RETURNING id, scheduled_for;
+
+-- name: gauge_queues
+-- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
+-- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by
+-- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71; performance.md, item 50).
+SELECT queue, count(*), (julianday({now}) - julianday(min(visible_at))) * 86400.0
+FROM django_ultjobs_job
+WHERE {fragment:runnable}
+GROUP BY queue;
+
+-- name: gauge_slots
+-- The fleet slots held (unexpired) per key, for the slots gauge.
+SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key;

@@ -273,8 +273,8 @@ class JobStore(SlotStore):
         """
         batch = ClaimBatch(others_left=others_left)
         decoded = decode_arguments(rows, 4)
-        for r, (args, kwargs, undecodable), (prev_status, prev_worker, prev_claimed_at) in zip(
-                rows, decoded, previous, strict=True):
+        for r, (args, kwargs, undecodable), prev in zip(rows, decoded, previous, strict=True):
+            prev_status, prev_worker, prev_claimed_at, due = prev
             redelivered = prev_status == "running"
             batch.append(ClaimedJob(
                 id=r[0], name=r[1], queue=r[2], priority=r[3], args=args, kwargs=kwargs,
@@ -287,6 +287,7 @@ class JobStore(SlotStore):
                 previous_claimed_at=(self.parse_time(prev_claimed_at)
                                      if redelivered and prev_claimed_at else None),
                 woke=prev_status == "waiting",
+                due_at=self.parse_time(due),
                 slot_key=slot_keys.get(r[0]) if slot_keys else None,
             ))
         batch.sort(key=lambda job: (-job.priority, job.id))
@@ -449,6 +450,17 @@ class JobStore(SlotStore):
         if "notify" in self.sql and queues:
             with self.cursor() as cur:
                 cur.execute(self.sql["notify"], {"queues": sorted(set(queues))})
+
+    def gauge_rows(self) -> tuple[list[tuple[str, int, float]], list[tuple[str, int]]]:
+        """What the gauges show, in two statements: per queue ``(queue, runnable jobs, seconds
+        the oldest has been due)``, and per key ``(key, fleet slots held)``."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["gauge_queues"], {"now": self.now_param()})
+            queues = [(row[0], int(row[1]), max(0.0, float(row[2] or 0.0)))
+                      for row in cur.fetchall()]
+            cur.execute(self.sql["gauge_slots"], {"now": self.now_param()})
+            slots = [(row[0], int(row[1])) for row in cur.fetchall()]
+        return queues, slots
 
     def db_now(self) -> datetime:
         """The database's clock (or the injected one)."""

@@ -190,12 +190,12 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()
-        # Columns 13-15: the run's timeout, expiry and cancel reason; 16-18: what the row was
-        # before (claim_update); 19: others_left; 20 (with caps): the slot key of a run capped
-        # per key.
-        slot_keys = {r[0]: r[20] for r in rows if caps and r[20] is not None}
-        return self.claimed_batch(rows, [r[16:19] for r in rows], str(token),
-                                  others_left=bool(rows) and bool(rows[0][19]),
+        # Columns 13-15: the run's timeout, expiry and cancel reason; 16-19: what the row was
+        # before (claim_update), its due time last; 20: others_left; 21 (with caps): the slot
+        # key of a run capped per key.
+        slot_keys = {r[0]: r[21] for r in rows if caps and r[21] is not None}
+        return self.claimed_batch(rows, [r[16:20] for r in rows], str(token),
+                                  others_left=bool(rows) and bool(rows[0][20]),
                                   slot_keys=slot_keys)
 
     @staticmethod

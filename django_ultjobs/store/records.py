@@ -76,6 +76,9 @@ class ClaimedJob:
     #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
     #: the worker fails such a job at once instead of running it (rule 15).
     undecodable: str | None = None
+    #: When the row was due, just before this claim (enqueued, scheduled, retried or woken):
+    #: the start of the job's wait (``ultjobs.job.wait``). None from a store that does not say.
+    due_at: datetime | None = None
     #: The key of the slot its run takes when its kind is capped per key (rule 50), else None.
     slot_key: str | None = None
     #: The run's timeout in seconds (rule 55), None for none; the row's, set at enqueue.
@@ -104,8 +107,9 @@ class ClaimRequest:
         return self.kept.get(name, 0)
 
 
-#: What a claimed row was just before the claim: its status, its worker and its claim time.
-Previous = tuple[str, str | None, Any]
+#: What a claimed row was just before the claim: its status, its worker, its claim time and
+#: when it was due (its ``visible_at``).
+Previous = tuple[str, str | None, Any, Any]
 
 
 class ClaimBatch(list[ClaimedJob]):

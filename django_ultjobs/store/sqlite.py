@@ -33,7 +33,7 @@ from .records import (
 _REFUSED_CODES = (sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_MISMATCH)
 
 #: A claim candidate: id, priority, visible_at (its rank), then status, worker_id and claimed_at
-#: (what it was before the claim: ``Previous``).
+#: (what it was before the claim: ``Previous``, with visible_at last).
 _Candidate = tuple[int, int, str, str, str | None, str | None]
 
 #: Django's SQLite transaction modes that begin a transaction as the writer (in WAL the two are
@@ -185,7 +185,8 @@ class SQLiteStore(JobStore):
             # PostgreSQL returns, so a ClaimedJob looks the same on both engines.
             token = uuid.uuid4()
             rows = self._take(cur, list(candidates), request, token.hex, now)
-        previous = [candidates[r[0]][3:] for r in rows]
+        # What each row was (status, worker, claim time), then when it was due.
+        previous = [(*candidates[r[0]][3:], candidates[r[0]][2]) for r in rows]
         return self.claimed_batch(rows, previous, str(token), others_left,
                                   slot_keys=slot_keys)
 

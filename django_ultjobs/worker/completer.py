@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from .. import metrics
 from ..logs import log_event
 from ..store import JobStore, Settlement
 from ..store.records import settlement_size
@@ -244,10 +245,16 @@ class Completer:
     def _report(self, batch: list[Pending], applied: set[int]) -> None:
         unsure = [item for item in batch if item.uncertain and item.run.id not in applied]
         landed = self._landed(unsure) if unsure else set()
+        # Asked once a batch: with no SDK configured nothing is collected (rule 70).
+        finished: list[tuple[str, str, str, float | None]] | None = (
+            [] if metrics.enabled() else None)
         for item in batch:
             run, settlement = item.run, item.settlement
             if run.id in applied or (landed is not None and run.id in landed):
                 self.settled += 1
+                if finished is not None and settlement.outcome is not None:
+                    finished.append((run.job.name, run.job.queue, settlement.outcome,
+                                     run.duration))
                 log_event(logger, logging.INFO, "jobs.worker.settled", worker_id=self.worker_id,
                           job_id=run.id, job=run.job.name, attempt=settlement.attempt_no,
                           status=settlement.status, outcome=settlement.outcome,
@@ -265,6 +272,8 @@ class Completer:
                 log_event(logger, logging.WARNING, "jobs.worker.settle-stale",
                           worker_id=self.worker_id, job_id=run.id, job=run.job.name,
                           attempt=settlement.attempt_no, outcome=settlement.outcome)
+        if finished:
+            metrics.record_finished(finished)
 
     def _landed(self, unsure: list[Pending]) -> set[int] | None:
         """Which of ``unsure`` an earlier, unanswered write did settle (rule 32); None when the

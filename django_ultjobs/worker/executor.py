@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -29,8 +30,10 @@ from ..exceptions import (
     WorkerShutdownError,
 )
 from ..logs import log_event
+from ..metrics import record_wait
 from ..models import AttemptOutcome, JobStatus
 from ..retry import backoff_delay
+from ..signals import job_finished, job_started
 from ..steps import StepLedger, Suspend
 from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement
 from ..tracing import acting_as, job_span
@@ -315,7 +318,6 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
             ctx = JobContext(job_id=job.id, name=job.name, attempt=job.attempt,
                              max_attempts=job.max_attempts, queue=job.queue, worker_id=worker_id,
                              enqueued_by=job.enqueued_by, scope=run.scope, ledger=run.ledger)
-            call_args = [ctx, *args] if spec.takes_context else args
         except Exception as exc:
             _record_exception(span, exc)
             span.set_status(Status(StatusCode.ERROR, describe(exc)))
@@ -323,20 +325,58 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
             return _failed(run, traceback.format_exc())
 
         on_started()
-        try:
-            with acting_as(f"job:{job.id}"):
-                if spec.is_coroutine:
-                    result = asyncio.run(spec.func(*call_args, **kwargs))
-                else:
-                    result = spec.func(*call_args, **kwargs)
-            jsonargs.check_result(job.name, result)
-            result_json = jsonargs.dumps(result)
-            check_result_size(job.name, result_json)
-        except Suspend as suspend:
-            return _suspended_settlement(run, span, suspend)
-        except BaseException as exc:  # a job's sys.exit() must not kill the worker thread
-            return _exception_settlement(run, span, exc)
-        return _success_settlement(run, span, result_json)
+        if job.due_at is not None:
+            record_wait(job.name, job.queue, (job.claimed_at - job.due_at).total_seconds())
+        return _run_body(run, span, ctx, args, kwargs)
+
+
+def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
+              kwargs: dict[str, Any]) -> Settlement:
+    """Run the body between the run hooks (rule 72) and return how it ended."""
+    job, spec = run.job, run.spec
+    assert spec is not None
+    call_args = [ctx, *args] if spec.takes_context else args
+    exception: BaseException | None = None
+    started = time.monotonic()
+    try:
+        # Inside the try: a receiver that could not set the run's context up fails the attempt
+        # as the body would, rather than let the body run in the wrong one (rule 72).
+        job_started.send(sender=spec, context=ctx, args=args, kwargs=kwargs)
+        with acting_as(f"job:{job.id}"):
+            if spec.is_coroutine:
+                result = asyncio.run(spec.func(*call_args, **kwargs))
+            else:
+                result = spec.func(*call_args, **kwargs)
+        jsonargs.check_result(job.name, result)
+        result_json = jsonargs.dumps(result)
+        check_result_size(job.name, result_json)
+    except Suspend as suspend:
+        settlement = _suspended_settlement(run, span, suspend)
+    except BaseException as exc:  # a job's sys.exit() must not kill the worker thread
+        exception = exc
+        settlement = _exception_settlement(run, span, exc)
+    else:
+        settlement = _success_settlement(run, span, result_json)
+    run.duration = time.monotonic() - started
+    _send_finished(run, ctx, args, kwargs, settlement, exception)
+    return settlement
+
+
+def _send_finished(run: Run, ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
+                   settlement: Settlement, exception: BaseException | None) -> None:
+    """Send ``job_finished``; a receiver's error is logged and changes nothing (rule 72): the
+    outcome is decided, and a teardown that failed must not turn a success into a retry."""
+    if not job_finished.receivers:
+        return
+    replies = job_finished.send_robust(
+        sender=run.spec, context=ctx, args=args, kwargs=kwargs,
+        outcome=settlement.outcome, exception=exception, duration=run.duration)
+    for receiver, reply in replies:
+        if isinstance(reply, BaseException):
+            log_event(logger, logging.ERROR, "jobs.worker.hook-failed", job_id=run.id,
+                      job=run.job.name, signal="job_finished",
+                      receiver=getattr(receiver, "__qualname__", repr(receiver)),
+                      error=describe(reply))
 
 
 def _suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:

@@ -38,6 +38,8 @@ class Run:
     #: ``started_at`` + the run's timeout, or None: read by the ticker at every wake-up, so
     #: worked out once (docs/performance.md, item 35).
     deadline: float | None = None
+    #: Seconds the body ran, once it has (None for a run settled without running its body).
+    duration: float | None = None
     _settle_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

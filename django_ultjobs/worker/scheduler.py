@@ -19,6 +19,7 @@ from django.db import connections
 
 from ..job_spec import JobSpec
 from ..logs import log_event
+from ..metrics import record_enqueued
 from ..periodic import periodic_jobs
 from ..registry import registry_generation
 from ..store import Clock, JobStore
@@ -157,6 +158,8 @@ class Scheduler:
                 # A line per tick, like the line per settled job: shown from -v 2.
                 log_event(logger, logging.DEBUG, "jobs.scheduler.tick", worker_id=self.worker_id,
                           job=spec.name, job_id=job_id, tick=tick.isoformat())
+            # Only the ticks this worker inserted: another worker counts the ones it sent.
+            record_enqueued([(spec.name, spec.queue)] * len(created), self.store.alias)
         # Every tick up to now is dealt with: enqueued here, by another worker, skipped by the
         # catch-up policy, or refused because the schedule is paused.
         self.cursors[spec.name] = max(cursor, now)

@@ -8,6 +8,7 @@ separate pieces; this module only connects them and decides when to stop.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connections
 
+from .. import metrics
 from ..conf import get_settings
 from ..exceptions import (
     DatabaseUnavailableError,
@@ -44,6 +46,7 @@ from .executor import (
     slot_unavailable_settlement,
 )
 from .fleet_slots import FleetSlots
+from .gauges import GaugeSampler
 from .listener import Listener
 from .options import WorkerOptions
 from .pool import ExecutorPool
@@ -101,6 +104,8 @@ class WorkerProcess:
             Scheduler(store=self.store, worker_id=self.worker_id, clock=clock)
             if options.schedule and not options.burst else None
         )
+        #: The gauge sampler, started with the other threads when metrics are on (rule 71).
+        self.gauges: GaugeSampler | None = None
         self._executing: set[Run] = set()
         self._executing_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -121,7 +126,13 @@ class WorkerProcess:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Refuse promises that would do nothing (rule 10)."""
+        """Refuse promises that would do nothing (rule 10), and a gauge interval that would
+        spin the sampler (django_ultjobs.E050)."""
+        interval = get_settings().GAUGE_INTERVAL
+        if metrics.enabled() and not _positive_seconds(interval):
+            raise JobConfigurationError(
+                f"ULTJOBS['GAUGE_INTERVAL'] is {interval!r}; it must be a positive, finite "
+                "number of seconds (leave it out for the default, 15)")
         capped = sorted(n for n, spec in registered_jobs().items() if spec.concurrency)
         if capped and self.store.slot_store is None:
             raise JobConfigurationError(
@@ -531,6 +542,8 @@ class WorkerProcess:
                                "visibility timeout, and the process exit stops it")
         self.completer.stop(timeout=max(10.0, self.options.heartbeat_interval))
         self.ticker.stop()
+        if self.gauges is not None:
+            self.gauges.stop()
         self.pool.stop(timeout=0.5)
         try:
             self.store.worker_stop(self.worker_id)
@@ -631,6 +644,9 @@ class WorkerProcess:
             parts.append((self.listener.start, self.listener.stop))
         if self.scheduler is not None:
             parts.append((self.scheduler.start, self.scheduler.stop))
+        self.gauges = self._gauge_sampler()
+        if self.gauges is not None:
+            parts.append((self.gauges.start, self.gauges.stop))
         try:
             self.pool.start()
             for start, stop in parts:
@@ -645,6 +661,16 @@ class WorkerProcess:
                 f"({exc}): lower --threads, or raise the system's limit on threads "
                 "(ulimit -u, a container's pids limit)"
             ) from exc
+
+    def _gauge_sampler(self) -> GaugeSampler | None:
+        """The gauge sampler of this worker, or None: with no SDK configured nothing samples
+        (rule 70), a ``--burst`` worker leaves sampling to the long-lived ones, and a store
+        without fleet slots could not keep it to one worker of the fleet (rule 71)."""
+        slot_store = self.store.slot_store
+        if self.options.burst or slot_store is None or not metrics.enabled():
+            return None
+        return GaugeSampler(store=self.store, slot_store=slot_store, worker_id=self.worker_id,
+                            interval=get_settings().GAUGE_INTERVAL)
 
     def _mark_stopped(self) -> None:
         """Mark this worker's row stopped (a start that failed after registering), or log why
@@ -779,6 +805,11 @@ def _others_left(claimed: Sequence[ClaimedJob], *, full: bool) -> bool:
     than risk an outranked job waiting a poll interval."""
     others_left = claimed.others_left if isinstance(claimed, ClaimBatch) else None
     return full if others_left is None else others_left
+
+
+def _positive_seconds(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -17,7 +17,7 @@ PACKAGE = Path(django_ultjobs.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     # Plain Python: settings, errors, values and helpers that know nothing of the tables.
     ("exceptions", "conf", "jsonargs", "retry", "slot_keys", "logs", "cancel", "tracing", "sql",
-     "flow_keys", "rate_limits", "progress", "schedules"),
+     "flow_keys", "rate_limits", "progress", "schedules", "metrics", "signals"),
     # The tables.
     ("models", "migration_operations"),
     # The only code that writes SQL against them.
@@ -28,7 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     # What runs jobs and acts on them.
     ("worker", "operations", "tasks_backend"),
     # What people and Django call: the admin, commands, middleware, checks, the app itself.
-    ("admin", "management", "middleware", "checks", "templatetags", "apps", "__init__"),
+    ("admin", "management", "middleware", "checks", "templatetags", "apps", "__init__",
+     "testing"),
 ]
 
 
