@@ -1,0 +1,101 @@
+"""A run's progress (rule 79): ``ctx.set_progress(done, total, message)``, stored on the job.
+
+A loop may call ``set_progress`` on every item, thousands of times a second; a row update each
+time would cost more than the work. So at most one write per ``INTERVAL`` seconds per run, except
+the final one (``done == total``), which is always written; a value held back is written when
+the body returns (``flush``). Every write is fenced on the run's claim token, as every other
+write of a run is: a run that lost its lease writes nothing, and stops trying.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .exceptions import JobOptionError
+from .jsonargs import is_unicode
+from .logs import log_event
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two writes of one run's progress (performance.md, item 57).
+INTERVAL = 1.0
+#: Characters of the message kept; a longer one is cut.
+MAX_MESSAGE = 200
+
+#: ``(job id, token, progress)`` → whether the row was this run's and was written.
+Writer = Callable[[int, str, dict[str, Any]], bool]
+
+
+@dataclass
+class JobProgress:
+    """The throttled, fenced progress writer of one run."""
+
+    job_id: int
+    token: str
+    write: Writer = field(repr=False)
+    clock: Callable[[], float] = time.monotonic
+    #: When the last write went out (``clock`` time); None before the first.
+    _written_at: float | None = None
+    _pending: dict[str, Any] | None = None
+    _lost: bool = False
+
+    def set(self, done: int, total: int, message: str = "") -> None:
+        """Record progress; write it now unless a write went out less than ``INTERVAL`` ago."""
+        value = progress_value(done, total, message)
+        if self._lost:
+            return
+        now = self.clock()
+        final = value["done"] >= value["total"]
+        if not final and self._written_at is not None and now - self._written_at < INTERVAL:
+            self._pending = value
+            return
+        self._send(value, now)
+
+    def flush(self) -> None:
+        """Write the value held back by the throttle, if any (the body has returned)."""
+        if self._pending is not None and not self._lost:
+            self._send(self._pending, self.clock())
+
+    def _send(self, value: dict[str, Any], now: float) -> None:
+        self._pending = None
+        self._written_at = now
+        if not self.write(self.job_id, self.token, value):
+            # Another claim owns the row (or it is gone): this run may write nothing more.
+            self._lost = True
+            log_event(logger, logging.WARNING, "jobs.worker.progress-fenced", job_id=self.job_id)
+
+
+def progress_value(done: Any, total: Any, message: Any = "") -> dict[str, Any]:
+    """The stored form of a progress report; ``JobOptionError`` for one that cannot be."""
+    for option, value in (("done", done), ("total", total)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise JobOptionError(f"set_progress: {option} must be an int of at least 0, "
+                                 f"not {value!r}")
+        if value > 2**53:  # past it a JSON number loses digits in a browser
+            raise JobOptionError(f"set_progress: {option} must be at most 2**53, not {value!r}")
+    if not isinstance(message, str):
+        raise JobOptionError(f"set_progress: message must be a string, not {message!r}")
+    message = message[:MAX_MESSAGE]
+    if "\x00" in message or (not message.isascii() and not is_unicode(message)):
+        raise JobOptionError("set_progress: message cannot contain a NUL character or a lone "
+                             "surrogate")
+    return {"done": done, "total": total, "message": message}
+
+
+def progress_text(progress: Any) -> str:
+    """``"37 / 100 — message"`` (or ``"37 / 100"``) for a stored progress; "" for none."""
+    if not isinstance(progress, dict):
+        return ""
+    done, total = progress.get("done"), progress.get("total")
+    if not isinstance(done, int) or not isinstance(total, int):
+        return ""
+    message = progress.get("message")
+    text = f"{done:,} / {total:,}"
+    return f"{text} — {message}" if isinstance(message, str) and message else text
+
+
+
