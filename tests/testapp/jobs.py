@@ -308,3 +308,14 @@ def reads_cancel_reason(ctx: JobContext) -> None:
     RunLog.objects.filter(pk=log.pk).update(label=(ctx.cancel_reason or "")[:100],
                                             ended_at=timezone.now())
     ctx.raise_if_cancelled()
+
+
+@job(takes_context=True, max_attempts=1, tags=["testapp", "progress"])
+def counted(ctx: JobContext, total: int, held_back: int = 0) -> int:
+    """Report progress on each of ``total`` items, then ``held_back`` more short of the end
+    (the last value a throttle holds back, written when the body returns)."""
+    for done in range(total + 1):
+        ctx.set_progress(done, total, f"item {done}")
+    for extra in range(held_back):
+        ctx.set_progress(extra, total + 1, "again")
+    return total
