@@ -56,10 +56,13 @@ def record(ctx: JobContext, label: str = "", seconds: float = 0.0) -> int:
 
 
 @job(takes_context=True, max_attempts=5, backoff=0.0)
-def block_until(ctx: JobContext, path: str, label: str = "") -> int:
-    """Log the start, then wait (cooperatively) until ``path`` exists."""
+def block_until(ctx: JobContext, path: str, label: str = "", progress: int = -1) -> int:
+    """Log the start (and ``progress`` of 100, labelled, when given), then wait (cooperatively)
+    until ``path`` exists."""
     log = RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label=label,
                                 pid=os.getpid())
+    if progress >= 0:
+        ctx.set_progress(progress, 100, label)
     while not Path(path).exists():
         ctx.raise_if_cancelled()
         time.sleep(0.01)
