@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -13,6 +14,14 @@ from .job_progress import JobProgress
 from .steps import StepLedger
 
 T = TypeVar("T")
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @dataclass(eq=False)
@@ -66,7 +75,16 @@ class JobContext:
         ``JobOptionError``."""
         if self.progress is None:
             raise RuntimeError("set_progress needs the context of a run a worker claimed")
+        if _in_event_loop():
+            raise RuntimeError("set_progress cannot write from an async def body: use "
+                               "await ctx.aset_progress(done, total, message)")
         self.progress.set(done, total, message)
+
+    async def aset_progress(self, done: int, total: int, message: str = "") -> None:
+        """``set_progress`` for an ``async def`` body (its writes run on a thread)."""
+        if self.progress is None:
+            raise RuntimeError("aset_progress needs the context of a run a worker claimed")
+        await self.progress.aset(done, total, message)
 
     def raise_if_cancelled(self) -> None:
         """Raise the cancellation (a ``JobCancelledError``) if this run has been cancelled."""

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import connections
+
 from .exceptions import JobOptionError
 from .jsonargs import is_unicode
 from .logs import log_event
@@ -45,24 +48,46 @@ class JobProgress:
 
     def set(self, done: int, total: int, message: str = "") -> None:
         """Record progress; write it now unless a write went out less than ``INTERVAL`` ago."""
-        value = progress_value(done, total, message)
-        if self._lost:
-            return
-        now = self.clock()
-        final = value["done"] >= value["total"]
-        if not final and self._written_at is not None and now - self._written_at < INTERVAL:
-            self._pending = value
-            return
-        self._send(value, now)
+        value = self._due(progress_value(done, total, message))
+        if value is not None:
+            self._send(value)
+
+    async def aset(self, done: int, total: int, message: str = "") -> None:
+        """``set`` for an ``async def`` body: a write that is due runs on a thread (Django's
+        database calls refuse to run inside an event loop)."""
+        value = self._due(progress_value(done, total, message))
+        if value is not None:
+            await sync_to_async(self._send_from_thread, thread_sensitive=False)(value)
 
     def flush(self) -> None:
         """Write the value held back by the throttle, if any (the body has returned)."""
         if self._pending is not None and not self._lost:
-            self._send(self._pending, self.clock())
+            value, self._pending = self._pending, None
+            self._written_at = self.clock()
+            self._send(value)
 
-    def _send(self, value: dict[str, Any], now: float) -> None:
+    def _due(self, value: dict[str, Any]) -> dict[str, Any] | None:
+        """``value`` if it is to be written now; else None (held back, or the run is lost)."""
+        if self._lost:
+            return None
+        now = self.clock()
+        final = value["done"] >= value["total"]
+        if not final and self._written_at is not None and now - self._written_at < INTERVAL:
+            self._pending = value
+            return None
         self._pending = None
         self._written_at = now
+        return value
+
+    def _send_from_thread(self, value: dict[str, Any]) -> None:
+        """``_send`` on a thread of its own, closing the connection it opened: a thread's
+        connection left open would outlive the run (at most one such write a second)."""
+        try:
+            self._send(value)
+        finally:
+            connections.close_all()
+
+    def _send(self, value: dict[str, Any]) -> None:
         if not self.write(self.job_id, self.token, value):
             # Another claim owns the row (or it is gone): this run may write nothing more.
             self._lost = True

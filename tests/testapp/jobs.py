@@ -322,3 +322,12 @@ def counted(ctx: JobContext, total: int, held_back: int = 0) -> int:
     for extra in range(held_back):
         ctx.set_progress(extra, total + 1, "again")
     return total
+
+
+@job(takes_context=True, max_attempts=1)
+async def async_counted(ctx: JobContext, total: int) -> int:
+    """``counted`` with an ``async def`` body."""
+    for done in range(total + 1):
+        await ctx.aset_progress(done, total, "async")
+        await asyncio.sleep(0)
+    return total

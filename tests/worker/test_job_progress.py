@@ -15,7 +15,7 @@ from django_ultjobs.models import Job
 from django_ultjobs.tasks_backend import progress_of
 from tests.conformance.helpers import claim, enqueue, new_job, settlement
 from tests.conftest import engine_store, running_worker, wait_until
-from tests.testapp.jobs import counted
+from tests.testapp.jobs import async_counted, counted
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -127,3 +127,29 @@ def test_a_real_worker_stores_progress_in_few_writes(alias: str, monkeypatch: An
 def test_progress_text() -> None:
     assert progress_text(None) == "" and progress_text({"done": "x"}) == ""
     assert progress_text({"done": 1200, "total": 5000, "message": ""}) == "1,200 / 5,000"
+
+
+def test_an_async_body_sets_progress(alias: str) -> None:
+    job = async_counted.enqueue(50)
+    with running_worker(alias):
+        row = wait_until(lambda: Job.objects.using(alias).filter(
+            id=job.id, status__in=["succeeded", "failed"]).first(), message="the job ran")
+    assert row.status == "succeeded", row.last_error
+    assert row.progress == {"done": 50, "total": 50, "message": "async"}
+
+
+def test_set_progress_in_an_async_body_says_to_await_aset_progress() -> None:
+    import asyncio
+
+    from django_ultjobs.cancel import CancelScope
+    from django_ultjobs.context import JobContext
+
+    ctx = JobContext(job_id=1, name="x", attempt=1, max_attempts=1, queue="q", worker_id="w",
+                     enqueued_by="", scope=CancelScope(),
+                     progress=JobProgress(1, "t", recorder()[1]))
+
+    async def body() -> None:
+        ctx.set_progress(1, 2)
+
+    with pytest.raises(RuntimeError, match=r"await ctx\.aset_progress"):
+        asyncio.run(body())
