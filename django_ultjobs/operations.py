@@ -33,7 +33,7 @@ from django.db.models.functions import Greatest, Now
 from .conf import jobs_database
 from .exceptions import JobOptionError, OperationInputError
 from .job_options import MAX_QUEUE
-from .jsonargs import is_unicode, storable_text
+from .jsonargs import is_unicode
 from .logs import log_event
 from .models import Job, JobSchedule, JobStatus, QueuePause
 from .store import get_store
@@ -145,14 +145,17 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
 
 def _checked_reason(reason: object) -> str:
     """``reason`` as stored: text of at most ``MAX_CANCEL_REASON`` characters, refused by name
-    before any SQL otherwise (rule 16); a NUL or lone surrogate is spelt out as an escape, the
-    same on both engines."""
+    before any SQL otherwise, as is one with a NUL or a lone surrogate, which no text column of
+    both engines keeps alike (rule 16)."""
     if not isinstance(reason, str):
         raise JobOptionError(f"cancel_jobs(): reason must be text, not {reason!r}")
     if len(reason) > MAX_CANCEL_REASON:
         raise JobOptionError(f"cancel_jobs(): reason is {len(reason):,} characters; at most "
                              f"{MAX_CANCEL_REASON:,} are kept")
-    return storable_text(reason.strip())
+    if "\x00" in reason or not is_unicode(reason):
+        raise JobOptionError(f"cancel_jobs(): reason cannot contain a NUL character or a lone "
+                             f"surrogate: {reason!r}")
+    return reason.strip()
 
 
 def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,

@@ -7,6 +7,7 @@ the tables hold.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -33,6 +34,11 @@ def _now(alias: str):
 def test_runs_finished_per_minute_by_outcome(alias: str) -> None:
     """rule 80"""
     now = _now(alias)
+    if now.second >= 50:
+        # The chart reads the clock again: start the test far from a minute's end, so both
+        # reads fall in the same minute and the bars are where the test put them.
+        time.sleep(61 - now.second)
+        now = _now(alias)
     minute = bucket_floor(now, 60)
     job = Job.objects.using(alias).create(name="add", status="succeeded")
     other = Job.objects.using(alias).create(name="mail", status="failed")
@@ -211,8 +217,9 @@ def test_the_summary_reads_a_fixed_number_of_queries(alias: str, viewer) -> None
     _some_history(alias, 500)
     assert queries(APP_INDEX) == few and queries(f"{APP_INDEX}?charts=24h") == few_day
     # The summary's (more on PostgreSQL, where a finished status's count asks the planner
-    # first) and the charts' five: two bounded cuts, two reads, the queue ages.
-    assert few <= 16, few
+    # first; one for the paused queues) and the charts' five: two bounded cuts, two reads, the
+    # queue ages.
+    assert few <= 17, few
 
 
 def test_auto_refresh_is_off_until_asked_and_only_on_the_live_pages(alias: str,

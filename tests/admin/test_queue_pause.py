@@ -9,7 +9,15 @@ from django.urls import reverse
 
 from django_ultjobs.models import QueuePause
 from django_ultjobs.operations import pause_queue
-from tests.admin.conftest import APP_INDEX, JOBS, client_for, make_job, page, post_action
+from tests.admin.conftest import (
+    APP_INDEX,
+    JOBS,
+    client_for,
+    make_job,
+    page,
+    post_action,
+    post_cancel,
+)
 from tests.conftest import events
 from tests.testapp.jobs import add
 
@@ -69,7 +77,7 @@ def test_the_admins_cancel_and_retry_log_who_acted(alias: str, operator, caplog)
     caplog.set_level("INFO", logger="django_ultjobs")
     job = make_job(alias)
     client = client_for(operator)
-    post_action(client, JOBS, "cancel_selected", [job.id])
+    post_cancel(client, JOBS, [job.id])
     post_action(client, JOBS, "retry_selected", [job.id])
     assert events(caplog, "jobs.operations.cancelled")[0]["by"] == "admin:operator"
     assert events(caplog, "jobs.operations.retried")[0]["by"] == "admin:operator"
