@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from .exceptions import JobOptionError
 from .jsonargs import is_unicode
@@ -44,6 +44,8 @@ class JobProgress:
     #: When the last write went out (``clock`` time); None before the first.
     _written_at: float | None = None
     _pending: dict[str, Any] | None = None
+    #: The value last written: the same one again is not written twice.
+    _written: dict[str, Any] | None = None
     _lost: bool = False
 
     def set(self, done: int, total: int, message: str = "") -> None:
@@ -68,7 +70,8 @@ class JobProgress:
 
     def _due(self, value: dict[str, Any]) -> dict[str, Any] | None:
         """``value`` if it is to be written now; else None (held back, or the run is lost)."""
-        if self._lost:
+        if self._lost or value == self._written:
+            self._pending = None
             return None
         now = self.clock()
         final = value["done"] >= value["total"]
@@ -88,7 +91,16 @@ class JobProgress:
             connections.close_all()
 
     def _send(self, value: dict[str, Any]) -> None:
-        if not self.write(self.job_id, self.token, value):
+        try:
+            owned = self.write(self.job_id, self.token, value)
+        except DatabaseError as exc:
+            # Progress is for the people watching: a write that failed (a lock wait that timed
+            # out, a dropped connection) must not fail the run; the next due call tries again.
+            log_event(logger, logging.WARNING, "jobs.worker.progress-failed",
+                      job_id=self.job_id, error=str(exc)[:200])
+            return
+        self._written = value
+        if not owned:
             # Another claim owns the row (or it is gone): this run may write nothing more.
             self._lost = True
             log_event(logger, logging.WARNING, "jobs.worker.progress-fenced", job_id=self.job_id)

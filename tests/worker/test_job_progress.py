@@ -153,3 +153,19 @@ def test_set_progress_in_an_async_body_says_to_await_aset_progress() -> None:
 
     with pytest.raises(RuntimeError, match=r"await ctx\.aset_progress"):
         asyncio.run(body())
+
+
+def test_the_same_value_is_not_written_twice_and_a_failed_write_fails_nothing() -> None:
+    from django.db import OperationalError
+
+    writes, write = recorder()
+    progress = JobProgress(1, "t", write, clock=Clock())
+    for _ in range(3):
+        progress.set(10, 10, "done")
+    assert len(writes) == 1
+
+    def failing(job_id: int, token: str, value: dict[str, Any]) -> bool:
+        raise OperationalError("database is locked")
+
+    progress = JobProgress(1, "t", failing, clock=Clock())
+    progress.set(10, 10)  # logged, not raised into the body
