@@ -11,6 +11,7 @@ an older version of the tables.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import sqlite3
@@ -173,7 +174,7 @@ def admin_connection() -> psycopg.Connection[Any]:
 @pytest.fixture
 def empty_pg_database() -> Iterator[str]:
     """An empty PostgreSQL database of this test's own, dropped after."""
-    suffix = "_hstartup_empty"
+    suffix = f"{os.environ.get('ULTJOBS_TEST_DB_SUFFIX', '')}_empty"
     name = f"test_ultjobs{suffix}"
     with admin_connection() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
@@ -306,7 +307,9 @@ def test_sqlite_wal_switch_waits_for_a_reader(tmp_path: Path, worker_processes: 
 # write its lease timings on its row) is refused in one line that says to run
 # ``manage.py migrate``, on both engines, never waited for or shown as a traceback.
 
-UNMIGRATED_SUFFIX = "_hadmin_0006"
+#: This run's own suffix and more: two suites on one server (CI and a developer's) must not drop
+#: each other's database.
+UNMIGRATED_SUFFIX = f"{os.environ.get('ULTJOBS_TEST_DB_SUFFIX', '')}_at_0006"
 
 
 @pytest.fixture
