@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -9,9 +10,18 @@ from typing import Any, TypeVar
 
 from .cancel import CancelScope
 from .exceptions import CancelRequestedError, JobCancelledError
+from .job_progress import JobProgress
 from .steps import StepLedger
 
 T = TypeVar("T")
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @dataclass(eq=False)
@@ -28,6 +38,7 @@ class JobContext:
     enqueued_by: str
     scope: CancelScope = field(repr=False)
     ledger: StepLedger | None = field(default=None, repr=False)
+    progress: JobProgress | None = field(default=None, repr=False)
 
     @property
     def cancelled(self) -> bool:
@@ -53,6 +64,27 @@ class JobContext:
         if isinstance(reason, CancelRequestedError) and reason.reason:
             return reason.reason
         return str(reason)
+
+    def set_progress(self, done: int, total: int, message: str = "") -> None:
+        """Store how far this run is (``done`` of ``total``, and a short ``message``) on the
+        job, for the admin and the Django Tasks result (rule 79).
+
+        Cheap to call on every item: at most one write a second reaches the database (the
+        final ``done == total`` always does, and the last value held back is written when the
+        body returns). A run that lost its lease writes nothing. Bad values raise
+        ``JobOptionError``."""
+        if self.progress is None:
+            raise RuntimeError("set_progress needs the context of a run a worker claimed")
+        if _in_event_loop():
+            raise RuntimeError("set_progress cannot write from an async def body: use "
+                               "await ctx.aset_progress(done, total, message)")
+        self.progress.set(done, total, message)
+
+    async def aset_progress(self, done: int, total: int, message: str = "") -> None:
+        """``set_progress`` for an ``async def`` body (its writes run on a thread)."""
+        if self.progress is None:
+            raise RuntimeError("aset_progress needs the context of a run a worker claimed")
+        await self.progress.aset(done, total, message)
 
     def raise_if_cancelled(self) -> None:
         """Raise the cancellation (a ``JobCancelledError``) if this run has been cancelled."""

@@ -36,6 +36,7 @@ def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -
         concurrency_key=spec.slot_key_of(job_call.args, job_call.kwargs),
         unique_key=unique.key_of(spec, job_call.args, job_call.kwargs),
         unique_for=spec.unique_for,
+        tags=spec.tags,
     )
 
 
@@ -56,6 +57,7 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "created_at": row.created_at, "updated_at": row.created_at,
         "unique_key": new.unique_key, "unique_for": new.unique_for,
         "timeout": new.timeout, "expires_at": row.expires_at, "cancel_reason": "",
+        "tags": list(new.tags), "progress": None,
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
 

@@ -17,6 +17,7 @@ from .job_options import check_options, seconds_of
 from .rate_limits import RateLimit, parse_rate_limit
 from .schedules import Schedule, check_callable_without_arguments
 from .slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
+from .tags import check_tags, merged
 from .unique import check_unique_options
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ class JobSpec:
     unique: bool = False
     unique_for: float = 0.0
     unique_key: str | None = None
+    #: Labels stored on each job row (rule 78): the ``@job(tags=...)`` ones, then those of
+    #: ``.using(tags=...)``.
+    tags: tuple[str, ...] = ()
 
     @cached_property
     def signature(self) -> inspect.Signature | None:
@@ -100,6 +104,7 @@ class JobSpec:
         # before the checks, which then see one form only.
         object.__setattr__(self, "timeout", seconds_of(self.timeout))
         object.__setattr__(self, "expires_in", seconds_of(self.expires_in))
+        object.__setattr__(self, "tags", check_tags(self.name, self.tags))
         if isinstance(self.retry_on, type):
             object.__setattr__(self, "retry_on", (self.retry_on,))
         # Queue, priority, max_attempts, delay, run_at, the backoffs, timeout, expires_in and
@@ -172,14 +177,19 @@ class JobSpec:
         unique_key: str | None = None,
         timeout: timedelta | float | None = None,
         expires_in: timedelta | float | None = None,
+        tags: Sequence[str] | None = None,
     ) -> JobSpec:
         """Return a copy with other enqueue options; the registered job is unchanged.
 
         ``unique_key``: while a job of this name holding that key is queued, running or waiting
         (or finished less than ``unique_for`` seconds ago), ``enqueue`` returns it instead of
         creating another (rules 65-67).
+
+        ``tags``: labels stored on the job, after the job's own (rule 78).
         """
         changes: dict[str, Any] = {}
+        if tags is not None:
+            changes["tags"] = merged(self.tags, check_tags(self.name, tags))
         if timeout is not None:
             changes["timeout"] = timeout
         if expires_in is not None:

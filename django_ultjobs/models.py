@@ -105,6 +105,12 @@ class Job(models.Model):
                                   editable=False)
     #: Seconds after it finished that this job still holds its key (``@job(unique_for=...)``).
     unique_for = models.FloatField(default=0.0, db_default=0.0, editable=False)
+    #: Short labels given at enqueue (``.using(tags=[...])``, ``@job(tags=[...])``; rule 78),
+    #: searched by the admin and ``ultjobs list --tag``: a JSON list of strings.
+    tags = models.JSONField(_("tags"), default=list, db_default=[], blank=True, editable=False)
+    #: The run's last ``ctx.set_progress(done, total, message)`` (rule 79): ``{"done": ...,
+    #: "total": ..., "message": ...}``, or None before any. Written fenced on the claim token.
+    progress = models.JSONField(_("progress"), null=True, blank=True, editable=False)
 
     class Meta:
         constraints = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, overload
 
@@ -48,6 +48,7 @@ def job(
     timeout: timedelta | float | None = None,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = (Exception,),
     expires_in: timedelta | float | None = None,
+    tags: Sequence[str] = (),
     cron: str | None = None,
     every: float | timedelta | None = None,
     timezone: str | None = None,
@@ -75,6 +76,7 @@ def job(
     timeout: timedelta | float | None = None,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = (Exception,),
     expires_in: timedelta | float | None = None,
+    tags: Sequence[str] = (),
     cron: str | None = None,
     every: float | timedelta | None = None,
     timezone: str | None = None,
@@ -103,6 +105,7 @@ def job(
             rate_limit_key=rate_limit_key, backoff=backoff, max_backoff=max_backoff,
             schedule=schedule, unique=unique, unique_for=as_seconds(unique_for),
             timeout=timeout, retry_on=retry_on, expires_in=expires_in,  # type: ignore[arg-type]
+            tags=tags,  # type: ignore[arg-type]
         )
         register(spec)
         return spec

@@ -21,6 +21,7 @@ from ..conf import jobs_database
 from ..models import JobStatus, Worker
 from ..registry import registered_jobs
 from ..slot_keys import slot_key_for
+from ..tags import tagged
 
 
 def _choices(values: Iterable[str], current: str | None) -> list[tuple[str, str]]:
@@ -181,3 +182,23 @@ class WorkerSeenFilter(SinceFilter):
     parameter_name = "seen"
     field = "last_seen_at"
     default = "24h"
+
+
+class TagFilter(admin.SimpleListFilter):
+    """Keep the jobs carrying a tag (rule 78): ``?tag=customer:42``.
+
+    No choices in the sidebar: tags are the site's own labels, and listing them would read the
+    whole table. A job's page links each of its tags to this filter."""
+
+    title = _("tag")
+    parameter_name = "tag"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Offer the tag filtered on, so the sidebar shows what narrows the list."""
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Keep the jobs whose tags hold the chosen one."""
+        value = self.value()
+        return tagged(queryset, value) if value else queryset

@@ -16,13 +16,15 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.functional import Promise
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
+from ..job_progress import progress_text
 from ..models import LIVE_STATUSES, InFlightJob, Job, JobAttempt, JobStatus, JobStep, Worker
 from ..operations import MAX_CANCEL_REASON, cancel_jobs, retry_jobs
 from ..registry import registered_jobs
@@ -40,7 +42,7 @@ from .display import (
     undecodable,
     worker_link,
 )
-from .filters import JobNameFilter, LeaseFilter, QueueFilter
+from .filters import JobNameFilter, LeaseFilter, QueueFilter, TagFilter
 
 #: Columns a list never shows and a page of 50 rows must not fetch: a job called with a 5 MB
 #: document would otherwise cost 5 MB per row on every page view.
@@ -189,6 +191,28 @@ class JobListMixin:
         """Time since this run was claimed."""
         elapsed = seconds_between(obj.claimed_at, getattr(obj, "db_now", None))
         return EMPTY if elapsed is None else duration(elapsed)
+
+    @admin.display(description=_("progress"))
+    def progress_display(self, obj: Job) -> SafeString | str:
+        """The run's last ``ctx.set_progress`` (rule 79): "37 / 100 — message" and a bar."""
+        text = progress_text(obj.progress)
+        if not text:
+            return EMPTY
+        done, total = obj.progress["done"], obj.progress["total"]
+        return format_html('<progress class="ultjobs-progress" value="{}" max="{}"></progress> '
+                           '<span class="ultjobs-progress-text">{}</span>',
+                           min(done, total), max(total, 1), text)
+
+    @admin.display(description=_("tags"))
+    def tags_display(self, obj: Job) -> SafeString | str:
+        """The job's tags (rule 78), each a link to the jobs carrying it."""
+        tags = obj.tags if isinstance(obj.tags, list) else []
+        if not tags:
+            return EMPTY
+        url = reverse("admin:django_ultjobs_job_changelist")
+        return format_html_join(" ", '<a class="ultjobs-tag" href="{}?{}">{}</a>',
+                                ((url, urlencode({"tag": t}), t) for t in tags
+                                 if isinstance(t, str)))
 
 
 # -- actions --------------------------------------------------------------------------------------
@@ -418,9 +442,9 @@ class JobAdmin(JobListMixin, JobsAdmin):
     """Every job: filter by status, queue, name and lease; cancel and retry."""
 
     list_display = ("job_id", "status_display", "name", "queue", "attempt_of_max", "worker",
-                    "lease", "enqueued_by", "age")
+                    "lease", "progress_display", "enqueued_by", "age")
     list_display_links = None
-    list_filter = ("status", LeaseFilter, QueueFilter, JobNameFilter)
+    list_filter = ("status", LeaseFilter, QueueFilter, JobNameFilter, TagFilter)
     # Newest first by primary key: a backward scan of the primary key index, whatever the size.
     ordering = ("-id",)
     # Sorting by another column would sort the whole table to show 50 rows.
@@ -431,7 +455,7 @@ class JobAdmin(JobListMixin, JobsAdmin):
     readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
                        "kwargs_display", "result_display", "last_error_display", "claimed",
                        "visible", "created", "updated", "finished", "outcome", "unique_key",
-                       "expires")
+                       "expires", "progress_display", "tags_display")
     claimed = stamp_field("claimed_at", _("claimed"))
     visible = stamp_field("visible_at", _("visible at (the lease clock)"))
     created = stamp_field("created_at", _("enqueued"))
@@ -447,7 +471,8 @@ class JobAdmin(JobListMixin, JobsAdmin):
         job it is the last heartbeat's leftover, and "in 17 s" would read as a run to come.
         """
         live = obj is None or obj.status in LIVE_STATUSES
-        state = ["status_display", "outcome", "attempt_of_max", "name", "queue", "id"]
+        state = ["status_display", "outcome", "attempt_of_max", "progress_display", "name",
+                 "queue", "tags_display", "id"]
         if obj is not None and obj.last_error:
             state.insert(2, "last_error_display")
         lease = ("worker", "claimed", "lease", "visible", "wait_event") if live else \
@@ -578,11 +603,11 @@ class InFlightJobAdmin(JobListMixin, JobsAdmin):
     permission_model = Job
     offers_refresh = True
     list_display = ("job_id", "name", "queue", "attempt_of_max", "worker", "running_for", "lease",
-                    "cancel", "enqueued_by")
+                    "progress_display", "cancel", "enqueued_by")
     list_display_links = None
     # Django's own value filters, because they list distinct values of THIS page's queryset:
     # the running rows, a few hundred at most, never the whole table.
-    list_filter = ("queue", "name", "worker_id")
+    list_filter = ("queue", "name", "worker_id", TagFilter)
     ordering = ("-id",)
     sortable_by = ("job_id",)
     actions = (cancel_selected,)

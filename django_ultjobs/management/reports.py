@@ -24,10 +24,12 @@ from ..admin.workers import worker_state
 from ..exceptions import OperationInputError
 from ..models import Job, JobAttempt, JobStatus, JobStep, Worker
 from ..store import get_store
+from ..tags import tagged
 
 #: The columns of a job in a listing (``list``), in order.
 LIST_FIELDS = ("id", "name", "queue", "status", "priority", "attempt", "max_attempts",
-               "worker_id", "created_at", "visible_at", "finished_at", "last_error")
+               "worker_id", "created_at", "visible_at", "finished_at", "last_error", "tags",
+               "progress")
 #: ``--since 90s``, ``15m``, ``2h``, ``7d``, ``1w``.
 _SPAN = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -55,9 +57,9 @@ def parse_since(text: str, now: datetime) -> datetime:
 
 def filtered_jobs(alias: str, *, statuses: list[str] | None = None,
                   queues: list[str] | None = None, names: list[str] | None = None,
-                  since: datetime | None = None, since_field: str = "created_at"
-                  ) -> QuerySet[Job]:
-    """The jobs matching every filter given, newest first."""
+                  since: datetime | None = None, since_field: str = "created_at",
+                  tags: list[str] | None = None) -> QuerySet[Job]:
+    """The jobs matching every filter given (carrying every tag of ``tags``), newest first."""
     jobs = Job.objects.using(alias).order_by("-id")
     if statuses:
         jobs = jobs.filter(status__in=statuses)
@@ -67,6 +69,8 @@ def filtered_jobs(alias: str, *, statuses: list[str] | None = None,
         jobs = jobs.filter(name__in=names)
     if since is not None:
         jobs = jobs.filter(**{f"{since_field}__gte": since})
+    for tag in tags or ():
+        jobs = tagged(jobs, tag)
     return jobs
 
 

@@ -7,7 +7,7 @@
 (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
  claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
  last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, timeout,
- expires_at)
+ expires_at, tags)
 
 -- fragment: runnable
 -- A row a claim may take: queued and due, running with its lease lapsed (a re-delivery), or
@@ -68,16 +68,17 @@ WITH ins AS (
            COALESCE(j.run_at, {now_plus(j.delay)}),
            NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now},
            j.concurrency_key, j.timeout,
-           CASE WHEN j.expires_in IS NOT NULL THEN {now_plus(j.expires_in)} END
+           CASE WHEN j.expires_in IS NOT NULL THEN {now_plus(j.expires_in)} END,
+           COALESCE(j.tags, '[]'::jsonb)
     FROM ROWS FROM (
             jsonb_to_recordset(%(jobs)s::jsonb)
             AS (name text, queue text, priority int, args jsonb, kwargs jsonb,
                 max_attempts int, delay float8, run_at timestamptz, traceparent text,
                 tracestate text, enqueued_by text, concurrency_key text, timeout float8,
-                expires_in float8)
+                expires_in float8, tags jsonb)
         ) WITH ORDINALITY
         AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
-             tracestate, enqueued_by, concurrency_key, timeout, expires_in, ord)
+             tracestate, enqueued_by, concurrency_key, timeout, expires_in, tags, ord)
     ORDER BY j.ord
     RETURNING id, visible_at, created_at, queue, expires_at
 ),
@@ -101,7 +102,7 @@ WITH ins AS (
             %(enqueued_by)s::text, '', '', 0, {now}, {now}, %(concurrency_key)s::text,
             %(timeout)s::float8,
             CASE WHEN %(expires_in)s::float8 IS NOT NULL
-                 THEN {now_plus(%(expires_in)s::float8)} END)
+                 THEN {now_plus(%(expires_in)s::float8)} END, %(tags)s::jsonb)
     RETURNING id, visible_at, created_at, queue, expires_at
 )
 SELECT ins.id, ins.visible_at, ins.created_at, ins.expires_at,
@@ -125,11 +126,11 @@ WITH j AS (
             AS (name text, queue text, priority int, args jsonb, kwargs jsonb,
                 max_attempts int, delay float8, run_at timestamptz, traceparent text,
                 tracestate text, enqueued_by text, concurrency_key text, timeout float8,
-                expires_in float8, unique_key text, unique_for float8)
+                expires_in float8, unique_key text, unique_for float8, tags jsonb)
         ) WITH ORDINALITY
         AS j(name, queue, priority, args, kwargs, max_attempts, delay, run_at, traceparent,
              tracestate, enqueued_by, concurrency_key, timeout, expires_in, unique_key,
-             unique_for, ord)
+             unique_for, tags, ord)
 ),
 {fragment:unique_insert}
 
@@ -145,7 +146,7 @@ WITH j AS (
            %(tracestate)s::text AS tracestate, %(enqueued_by)s::text AS enqueued_by,
            %(concurrency_key)s::text AS concurrency_key, %(timeout)s::float8 AS timeout,
            %(expires_in)s::float8 AS expires_in, %(unique_key)s::text AS unique_key, %(unique_for)s::float8 AS unique_for,
-           1 AS ord
+           %(tags)s::jsonb AS tags, 1 AS ord
 ),
 {fragment:unique_insert}
 
@@ -178,13 +179,13 @@ ins AS (
         (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
          claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
          last_error, wait_event, wait_after, created_at, updated_at, concurrency_key,
-         timeout, expires_at, unique_key, unique_for)
+         timeout, expires_at, unique_key, unique_for, tags)
     SELECT j.name, j.queue, j.priority, j.args, j.kwargs, 'queued', 0, j.max_attempts,
            COALESCE(j.run_at, {now_plus(j.delay)}),
            NULL, '', false, j.traceparent, j.tracestate, j.enqueued_by, '', '', 0, {now}, {now},
            COALESCE(j.concurrency_key, ''), j.timeout,
            CASE WHEN j.expires_in IS NOT NULL THEN {now_plus(j.expires_in)} END,
-           j.unique_key, COALESCE(j.unique_for, 0)
+           j.unique_key, COALESCE(j.unique_for, 0), COALESCE(j.tags, '[]'::jsonb)
     FROM j
     WHERE (SELECT count(*) FROM released) >= 0
     ORDER BY j.ord
@@ -514,6 +515,13 @@ WHERE e.name = %(name)s::text AND e.id > %(after)s::bigint
                   WHERE (e.payload -> m.key) IS DISTINCT FROM m.value)
 ORDER BY e.id
 LIMIT 1;
+
+-- name: progress_save
+-- Store a run's progress (ctx.set_progress), fenced on its claim token like every write of a
+-- run (rule 79): no row returned when another claim owns the job, or it has finished.
+UPDATE django_ultjobs_job SET progress = %(progress)s::jsonb
+WHERE id = %(job_id)s::bigint AND claim_token = %(token)s::uuid AND status = 'running'
+RETURNING id;
 
 -- name: step_save
 -- Store a step's result (or its pending wait), fenced on the run's claim token: a run that lost

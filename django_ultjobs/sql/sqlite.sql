@@ -27,7 +27,7 @@ INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
      last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, timeout,
-     expires_at)
+     expires_at, tags)
 SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.priority'), json_extract(value, '$.args'),
        json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
@@ -40,7 +40,8 @@ SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.concurrency_key'), json_extract(value, '$.timeout'),
        -- CASE, not NULL in the arithmetic: printf() reads a NULL as 0 seconds.
        CASE WHEN json_extract(value, '$.expires_in') IS NOT NULL
-            THEN {now_plus(json_extract(value, '$.expires_in'))} END
+            THEN {now_plus(json_extract(value, '$.expires_in'))} END,
+       COALESCE(json_extract(value, '$.tags'), '[]')
 FROM json_each(:jobs)
 WHERE true
 ORDER BY key
@@ -56,7 +57,7 @@ INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
      last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, timeout,
-     expires_at, unique_key, unique_for)
+     expires_at, unique_key, unique_for, tags)
 SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        json_extract(value, '$.priority'), json_extract(value, '$.args'),
        json_extract(value, '$.kwargs'), 'queued', 0, json_extract(value, '$.max_attempts'),
@@ -67,7 +68,8 @@ SELECT json_extract(value, '$.name'), json_extract(value, '$.queue'),
        COALESCE(json_extract(value, '$.concurrency_key'), ''), json_extract(value, '$.timeout'),
        CASE WHEN json_extract(value, '$.expires_in') IS NOT NULL
             THEN {now_plus(json_extract(value, '$.expires_in'))} END,
-       json_extract(value, '$.unique_key'), COALESCE(json_extract(value, '$.unique_for'), 0)
+       json_extract(value, '$.unique_key'), COALESCE(json_extract(value, '$.unique_for'), 0),
+       COALESCE(json_extract(value, '$.tags'), '[]')
 FROM json_each(:jobs)
 WHERE true
 ORDER BY key
@@ -329,6 +331,13 @@ WHERE e.name = :name AND e.id > :after
                                AND json_extract(e.payload, '$."' || m.key || '"') IS m.value END, 0))
 ORDER BY e.id
 LIMIT 1;
+
+-- name: progress_save
+-- Store a run's progress (ctx.set_progress), fenced on its claim token like every write of a
+-- run (rule 79): no row returned when another claim owns the job, or it has finished.
+UPDATE django_ultjobs_job SET progress = :progress
+WHERE id = :job_id AND claim_token = :token AND status = 'running'
+RETURNING id;
 
 -- name: step_save
 -- Store a step's result (or its pending wait), fenced on the run's claim token.

@@ -414,6 +414,15 @@ class JobStore(SlotStore):
             return None
         return SavedStep(wait_until=None if row[1] is None else self.parse_time(row[1]))
 
+    def save_progress(self, job_id: int, token: str, progress: dict[str, Any]) -> bool:
+        """Store a run's progress, fenced on ``token`` (rule 79); False when the run no longer
+        owns the job."""
+        params = {"job_id": job_id, "token": self.token_param(token),
+                  "progress": json.dumps(progress, separators=(",", ":"))}
+        with self.cursor() as cur:
+            cur.execute(self.sql["progress_save"], params)
+            return cur.fetchone() is not None
+
     def find_event(self, *, job_id: int, name: str, match: dict[str, Any],
                    after: int) -> tuple[int, Any] | None:
         """The first event named ``name`` matching ``match`` that job ``job_id`` may consume:
@@ -548,6 +557,7 @@ class JobStore(SlotStore):
             "concurrency_key": job.concurrency_key,
             "timeout": job.timeout,
             "expires_in": job.expires_in,
+            "tags": list(job.tags),
         }
 
     def _json_time(self, value: datetime) -> str:

@@ -71,7 +71,7 @@ class PostgresStore(JobStore):
         # The shared encoder (checked arguments, so the same text): json.dumps with options
         # builds an encoder per call.
         params = {**row, "args": jsonargs.dumps(row["args"]),
-                  "kwargs": jsonargs.dumps(row["kwargs"]),
+                  "kwargs": jsonargs.dumps(row["kwargs"]), "tags": jsonargs.dumps(row["tags"]),
                   "run_at": jobs[0].run_at, "now": self.now_param()}
         with self.cursor() as cur:
             cur.execute(self.sql["enqueue_one"], params)
@@ -84,7 +84,8 @@ class PostgresStore(JobStore):
             return super()._insert_unique(sent)
         row = self._unique_row(sent[0])
         params = {**row, "args": jsonargs.dumps(row["args"]),
-                  "kwargs": jsonargs.dumps(row["kwargs"]), "run_at": sent[0].run_at,
+                  "kwargs": jsonargs.dumps(row["kwargs"]), "tags": jsonargs.dumps(row["tags"]),
+                  "run_at": sent[0].run_at,
                   "now": self.now_param()}
         with self.cursor() as cur:
             cur.execute(self.sql["enqueue_unique_one"], params)

@@ -34,6 +34,8 @@ class NewJob:
     #: (rule 58); None: no limit.
     timeout: float | None = None
     expires_in: float | None = None
+    #: Labels stored on the row (rule 78).
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

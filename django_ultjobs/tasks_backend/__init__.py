@@ -9,6 +9,7 @@ TASKS = {"default": {"BACKEND": "django_ultjobs.tasks_backend.UltJobsBackend",
 from __future__ import annotations
 
 from .backend import UltJobsBackend
+from .progress import progress_of
 from .task_class import UltJobsTask, UltJobsTaskContext, task
 
-__all__ = ["UltJobsBackend", "UltJobsTask", "UltJobsTaskContext", "task"]
+__all__ = ["UltJobsBackend", "UltJobsTask", "UltJobsTaskContext", "progress_of", "task"]

@@ -29,6 +29,7 @@ from ..exceptions import (
     NonRetryable,
     WorkerShutdownError,
 )
+from ..job_progress import JobProgress
 from ..logs import log_event
 from ..metrics import record_wait
 from ..models import AttemptOutcome, JobStatus
@@ -317,7 +318,8 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
             run.ledger = StepLedger(store=store, job=job, scope=run.scope)
             ctx = JobContext(job_id=job.id, name=job.name, attempt=job.attempt,
                              max_attempts=job.max_attempts, queue=job.queue, worker_id=worker_id,
-                             enqueued_by=job.enqueued_by, scope=run.scope, ledger=run.ledger)
+                             enqueued_by=job.enqueued_by, scope=run.scope, ledger=run.ledger,
+                             progress=JobProgress(job.id, job.token, store.save_progress))
         except Exception as exc:
             _record_exception(span, exc)
             span.set_status(Status(StatusCode.ERROR, describe(exc)))
@@ -358,8 +360,21 @@ def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
     else:
         settlement = _success_settlement(run, span, result_json)
     run.duration = time.monotonic() - started
+    _flush_progress(run, ctx)
     _send_finished(run, ctx, args, kwargs, settlement, exception)
     return settlement
+
+
+def _flush_progress(run: Run, ctx: JobContext) -> None:
+    """Write the progress the throttle held back (rule 79), before the settle ends the run's
+    claim; a failed write is logged and changes nothing: the outcome is decided."""
+    if ctx.progress is None:
+        return
+    try:
+        ctx.progress.flush()
+    except Exception as exc:
+        log_event(logger, logging.WARNING, "jobs.worker.progress-failed", job_id=run.id,
+                  error=describe(exc))
 
 
 def _send_finished(run: Run, ctx: JobContext, args: list[Any], kwargs: dict[str, Any],

@@ -335,3 +335,42 @@ def test_charts_in_light_and_dark_in_a_real_browser(
     assert "?e=1" not in browser.current_url
     shoot(browser, screenshots, "job-name-charts-dark")
     browser.execute_script("localStorage.setItem('theme', 'light')")
+
+
+def test_progress_and_tags_in_a_real_browser(
+        pg_alias: str, live_server: Any, browser: Any, viewer: Any, tmp_path: Path,
+        screenshots: Path) -> None:
+    """A run's ``ctx.set_progress`` shows as "37 / 100 — message" and a bar in the in-flight
+    list, in full at 1440 px (rule 79); its tag links to the jobs carrying it (rule 78)."""
+    base = live_server.url
+    release = tmp_path / "release"
+    job = block_until.using(tags=["customer:42"]).enqueue(str(release), label="importing rows",
+                                                         progress=37)
+    with running_worker(pg_alias, **FAST):
+        wait_until(lambda: Job.objects.using(pg_alias).get(id=job.id).progress,
+                   message="progress stored")
+        browser.get(f"{base}/admin/login/?next=/admin/django_ultjobs/")
+        browser.find_element(By.ID, "id_username").send_keys(viewer.username)
+        browser.find_element(By.ID, "id_password").send_keys(PASSWORD)
+        browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "ultjobs-summary"))
+
+        open_until(browser, f"{base}/admin/django_ultjobs/inflightjob/", f"#{job.id}")
+        cell = browser.find_element(By.CSS_SELECTOR, "#result_list td.field-progress_display")
+        assert cell.text == "37 / 100 — importing rows"
+        bar = cell.find_element(By.TAG_NAME, "progress")
+        assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("37", "100")
+        assert bar.size["width"] > 0
+        assert_column_visible(browser, "#result_list td.field-progress_display")
+        assert_column_visible(browser, "#result_list td.field-enqueued_by")
+        shoot(browser, screenshots, "in-flight-progress")
+
+        browser.get(f"{base}/admin/django_ultjobs/job/{job.id}/change/")
+        assert "37 / 100 — importing rows" in body_text(browser)
+        browser.find_element(By.CSS_SELECTOR, "a.ultjobs-tag").click()
+        WebDriverWait(browser, 10).until(lambda d: "tag=customer" in d.current_url)
+        rows = browser.find_elements(By.CSS_SELECTOR, "#result_list td.field-job_id")
+        assert [r.text for r in rows] == [f"#{job.id}"]
+        release.touch()
+        wait_until(lambda: Job.objects.using(pg_alias).get(id=job.id).status == "succeeded",
+                   message="job done")

@@ -56,10 +56,13 @@ def record(ctx: JobContext, label: str = "", seconds: float = 0.0) -> int:
 
 
 @job(takes_context=True, max_attempts=5, backoff=0.0)
-def block_until(ctx: JobContext, path: str, label: str = "") -> int:
-    """Log the start, then wait (cooperatively) until ``path`` exists."""
+def block_until(ctx: JobContext, path: str, label: str = "", progress: int = -1) -> int:
+    """Log the start (and ``progress`` of 100, labelled, when given), then wait (cooperatively)
+    until ``path`` exists."""
     log = RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label=label,
                                 pid=os.getpid())
+    if progress >= 0:
+        ctx.set_progress(progress, 100, label)
     while not Path(path).exists():
         ctx.raise_if_cancelled()
         time.sleep(0.01)
@@ -308,3 +311,23 @@ def reads_cancel_reason(ctx: JobContext) -> None:
     RunLog.objects.filter(pk=log.pk).update(label=(ctx.cancel_reason or "")[:100],
                                             ended_at=timezone.now())
     ctx.raise_if_cancelled()
+
+
+@job(takes_context=True, max_attempts=1, tags=["testapp", "progress"])
+def counted(ctx: JobContext, total: int, held_back: int = 0) -> int:
+    """Report progress on each of ``total`` items, then ``held_back`` more short of the end
+    (the last value a throttle holds back, written when the body returns)."""
+    for done in range(total + 1):
+        ctx.set_progress(done, total, f"item {done}")
+    for extra in range(held_back):
+        ctx.set_progress(extra, total + 1, "again")
+    return total
+
+
+@job(takes_context=True, max_attempts=1)
+async def async_counted(ctx: JobContext, total: int) -> int:
+    """``counted`` with an ``async def`` body."""
+    for done in range(total + 1):
+        await ctx.aset_progress(done, total, "async")
+        await asyncio.sleep(0)
+    return total

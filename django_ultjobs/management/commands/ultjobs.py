@@ -40,6 +40,7 @@ from django_ultjobs.operations import (
 )
 from django_ultjobs.progress import Progress
 from django_ultjobs.store import get_store
+from django_ultjobs.tags import check_tags
 
 #: The most rows ``list`` prints; past it, narrow the filters.
 MAX_LIMIT = 10_000
@@ -105,6 +106,8 @@ class Command(BaseCommand):
         parser.add_argument("--job", action="append", help="Only this job name (repeatable).")
         parser.add_argument("--since", help="Only jobs enqueued since: 90s, 15m, 2h, 7d, 1w, "
                                             "or an ISO 8601 time.")
+        parser.add_argument("--tag", action="append",
+                            help="Only jobs tagged so (repeat: jobs carrying every one).")
         parser.add_argument("--limit", type=int, default=50,
                             help=f"Rows to print, 1 to {MAX_LIMIT:,} (default: %(default)s).")
         parser.add_argument("--json", action="store_true", help="Print JSON instead of text.")
@@ -144,9 +147,12 @@ class Command(BaseCommand):
         if not 1 <= limit <= MAX_LIMIT:
             raise CommandError(f"--limit must be from 1 to {MAX_LIMIT}, not {limit}")
         since = options["since"]
+        tags = options["tag"] or []
+        if tags:
+            check_tags("", tags, subject="--tag")
         jobs = filtered_jobs(
             alias, statuses=options["status"], queues=options["queue"], names=options["job"],
-            since=parse_since(since, get_store(alias).db_now()) if since else None)
+            since=parse_since(since, get_store(alias).db_now()) if since else None, tags=tags)
         rows = job_rows(jobs, limit)
         if options["json"]:
             self.stdout.write(as_json(rows))
