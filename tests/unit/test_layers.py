@@ -17,7 +17,8 @@ PACKAGE = Path(django_ultjobs.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     # Plain Python: settings, errors, values and helpers that know nothing of the tables.
     ("exceptions", "conf", "jsonargs", "retry", "slot_keys", "logs", "cancel", "tracing", "sql",
-     "flow_keys", "rate_limits", "progress", "schedules", "metrics", "signals"),
+     "flow_keys", "rate_limits", "progress", "schedules", "metrics", "signals", "tags",
+     "job_progress"),
     # The tables.
     ("models", "migration_operations"),
     # The only code that writes SQL against them.

@@ -8,6 +8,7 @@ same rules end to end on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,8 +24,9 @@ from django_ultjobs.worker.runs import Run, RunsInFlight
 from django_ultjobs.worker.ticker import Ticker
 from tests.doubles import WORKER, StubSlots, StubStore, claimed
 
-#: What run_job hands the step ledger; these jobs write no steps, so it is never called.
-STORE: Any = None
+#: What run_job hands the step ledger and the progress writer; these jobs write no steps and no
+#: progress, so neither is ever called.
+STORE: Any = SimpleNamespace(save_progress=None)
 
 
 def make_ticker() -> tuple[Ticker, StubStore, StubSlots, RunsInFlight]:
