@@ -82,7 +82,9 @@ def test_an_orphan_fails_after_the_unknown_job_timeout_and_is_then_pruned(
     parked, failed = _attempts(alias, orphan.id)
     assert (parked.outcome, parked.claims > 1) == ("suspended", True)
     assert (failed.outcome, failed.error) == ("failed", job.last_error)
-    assert (failed.started_at - parked.started_at).total_seconds() >= 1.5
+    # The decision to fail is taken after the failing run's claim, so it is the attempt's end,
+    # not its start (the claim, a few ms earlier), that lies a whole timeout after the parking.
+    assert (failed.finished_at - parked.started_at).total_seconds() >= 1.5
     assert "jobs.worker.unknown-job-failed" in worker_processes.logs()
     call_command("prunejobs", "--days", "0", database=alias, stdout=open(os.devnull, "w"))  # noqa: SIM115
     assert not Job.objects.using(alias).filter(id=orphan.id).exists()
