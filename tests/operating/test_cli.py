@@ -111,6 +111,7 @@ def test_list_since_takes_a_span_or_an_iso_time(alias: str) -> None:
 ])
 def test_bad_input_is_one_line_before_any_sql(alias: str, args: tuple[str, ...],
                                               words: str) -> None:
+    # rule 77
     with CaptureQueriesContext(connections[alias]) as queries:
         message = refused(*args)
     assert words in message, message
@@ -143,6 +144,7 @@ def test_show_of_a_job_that_is_not_there_says_so(alias: str) -> None:
 
 
 def test_cancel_does_what_the_admin_does_and_logs_who(alias: str, caplog) -> None:
+    # rule 77
     queued = make(alias)
     running = make(alias, status="running")
     done = make(alias, status="succeeded")
