@@ -109,8 +109,9 @@ def worker_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def worker_cmd(args: argparse.Namespace) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "benchmarks.peers.tasks_celery", "worker",
-            "--pool", args.pool, "--concurrency", str(args.concurrency), "--loglevel", "WARNING",
+    return [sys.executable, "-m", "celery", "--quiet", "-A", "benchmarks.peers.tasks_celery",
+            "worker", "--pool", args.pool, "--concurrency", str(args.concurrency),
+            "--loglevel", "WARNING",
             "--without-gossip", "--without-mingle", "--without-heartbeat", "-Q", QUEUE]
 
 

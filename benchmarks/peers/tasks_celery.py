@@ -3,8 +3,7 @@
 A module of its own, as Celery's worker imports the app by name (``celery -A``). The broker comes
 from ``BENCH_PEERS_BROKER``; ``BENCH_PEERS_PREFETCH`` sets the prefetch multiplier (Celery's
 default 4). ``BENCH_PEERS_DJANGO=1`` configures the worker with Django first (``django.setup()``),
-for the Django-shaped job: Celery's Django fixup then closes connections past ``CONN_MAX_AGE``
-around each task, as on a site.
+for the Django-shaped job, with Celery's connection reuse on (``CELERY_DB_REUSE_MAX``).
 
 Durable setting: ``task_acks_late=True`` (a task's message is acknowledged after the task ran, so
 a worker killed mid-task leaves it to be delivered again, as the PostgreSQL queues do). No result
@@ -40,6 +39,11 @@ app.conf.update(
     worker_hijack_root_logger=False,
     task_default_queue="ultjobs_peers",
 )
+if os.environ.get("BENCH_PEERS_DJANGO") == "1":
+    # Celery's Django fixup closes every connection before and after each task unless this is
+    # set (it ignores CONN_MAX_AGE); set, it keeps them for this many tasks, as ours keeps its
+    # threads' connections (CONN_MAX_AGE 60 in the benchmark's settings for both).
+    app.conf.CELERY_DB_REUSE_MAX = 1000
 
 
 @app.task(name="peers_noop")
