@@ -516,6 +516,10 @@ def render_noop(results: dict[str, dict[str, Any]], skipped: dict[str, str],
         if r is None:
             continue
         add(main_row(system, r))
+    ours = results.get("ours", {})
+    if "default_drain" in ours:
+        add(f"| django_ultjobs at its default flags (`runjobworker`, no options; drain only) | "
+            f"| {args.default_flags_jobs:,} | | | {fmt(ours['default_drain'])} | | | |")
     dtdb = results.get("django-tasks-db", {})
     if dtdb.get("pickup_default"):
         pd = dtdb["pickup_default"]

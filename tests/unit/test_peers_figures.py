@@ -120,3 +120,31 @@ def test_the_targets_table_says_met_and_missed() -> None:
     table = targets.render([("a", "1x", True), ("b", "2x", False)])
     assert "| a | 1x | met |" in table
     assert "| b | 2x | **missed** |" in table
+
+
+def test_a_run_of_one_workload_renders_without_the_no_op_figures() -> None:
+    """``--workloads io-async --systems ours,pgqueuer``: no drain table, no chart data, and the
+    targets it did not measure say so."""
+    import argparse
+
+    from benchmarks.peers.__main__ import render
+
+    args = argparse.Namespace(workloads=["io-async"], io_concurrency=128, io_jobs=10_000,
+                              repeat=1, default_flags_jobs=20_000)
+    results = {
+        "ours": {"async_lane": False, "workloads": {"io-async": {
+            "runs": [2_400.0], "drain": 2_400.0, "jobs": 10_000,
+            "setting": "--threads 128 (async lane not available)"}}},
+        "pgqueuer": {"workloads": {"io-async": {
+            "runs": [2_000.0], "drain": 2_000.0, "jobs": 10_000,
+            "setting": "max_concurrent_tasks 128, batch_size 64"}}},
+    }
+    env = {"date": "today", "server_version": "15", "cores": 2, "cpu": "x", "python": "3.12",
+           "synchronous_commit": "on", "fsync": "on", "shared_buffers": "128MB",
+           "autovacuum": "off", "git": "abc", "load": 0.1}
+    report = render(results, {}, env, args)
+    assert "| django_ultjobs | io-async | --threads 128 (async lane not available) | 2,400 | " \
+           "94 % |" in report
+    assert "| async I/O drain ahead of PgQueuer's | 1.20x | met |" in report
+    assert "| drain ≥ 1.2x PgQueuer's | not measured | - |" in report
+    assert "No-op jobs" not in report
