@@ -2,7 +2,8 @@ from django.apps import AppConfig
 
 
 class PeersBenchmarkConfig(AppConfig):
-    """Only so ``django_ultjobs`` autodiscovers ``benchmarks/peers/jobs.py``; no models."""
+    """So ``django_ultjobs`` autodiscovers ``benchmarks/peers/jobs.py``; one model, the
+    Django-shaped job's table (``models.PeersRecord``)."""
 
     name = "benchmarks.peers"
     label = "ultjobs_bench_peers"

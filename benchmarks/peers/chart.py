@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 #: The order and names of the systems, as the report's table has them.
-SYSTEMS = ("ours", "pgqueuer", "procrastinate", "django-tasks-db")
+SYSTEMS = ("ours", "pgqueuer", "procrastinate", "django-tasks-db", "celery")
 LABELS = {"ours": "django_ultjobs", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate",
-          "django-tasks-db": "django-tasks-db"}
+          "django-tasks-db": "django-tasks-db", "celery": "Celery (Redis)"}
 OURS, PEER = "#0072b2", "#8a8a8a"
 #: Where the log axes begin (the bars' common baseline).
 DRAIN_FROM, PICKUP_FROM = 100, 1
@@ -35,7 +35,8 @@ def draw(results: dict[str, dict[str, Any]], env: dict[str, Any], path: Path) ->
     matplotlib.use("Agg")  # no display: a file, on a server or in CI
     import matplotlib.pyplot as plt
 
-    systems = [s for s in SYSTEMS if s in results]
+    # Only the systems whose no-op drain ran (``--workloads`` without noop draws nothing).
+    systems = [s for s in SYSTEMS if "drain" in results.get(s, {}) and "pickup" in results[s]]
     labels = [LABELS[s] for s in systems]
     colours = [OURS if s == "ours" else PEER for s in systems]
     rows = list(range(len(systems)))

@@ -39,6 +39,12 @@ BULK_CHUNK = 5_000
 PHASES = ("setup", "drain", "single", "pickup", "teardown")
 #: Single enqueues timed per system (median reported).
 SINGLE_ENQUEUES = 300
+#: What each job of a drain does: ``noop`` returns; ``io-sync`` sleeps ``IO_SECONDS`` in its
+#: thread; ``io-async`` awaits ``asyncio.sleep(IO_SECONDS)``; ``django`` one ORM insert and one
+#: ORM read (performance.md items 69-72).
+WORKLOADS = ("noop", "io-sync", "io-async", "django")
+#: How long an I/O-bound job waits (50 ms: a call to another service).
+IO_SECONDS = 0.05
 
 
 # -- databases ----------------------------------------------------------------------------------
@@ -288,8 +294,11 @@ class CpuMeter:
 
     INTERVAL = 0.02
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, *, descendants: bool = False) -> None:
         self.pid = pid
+        #: Also count the CPU of the process's children and theirs (Celery's prefork pool runs
+        #: the bodies in child processes).
+        self.descendants = descendants
         self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         #: (wall time, busy CPU seconds of the machine, CPU seconds of the worker process)
         self.samples: list[tuple[float, float, float]] = []
@@ -313,13 +322,19 @@ class CpuMeter:
                 # so idle, iowait and steal (another tenant's) are left out.
                 user, nice, system, _idle, _iowait, irq, softirq = map(
                     int, f.readline().split()[1:8])
-            with open(f"/proc/{self.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            worker_ticks = _process_ticks(self.pid, missing_ok=False) + sum(
+                _process_ticks(pid) for pid in self._pids()[1:])
         except (OSError, ValueError):
             return None
         busy = (user + nice + system + irq + softirq) / self._ticks
-        worker = (int(fields[11]) + int(fields[12])) / self._ticks  # utime + stime
-        return time.time(), busy, worker
+        return time.time(), busy, worker_ticks / self._ticks
+
+    def _pids(self) -> list[int]:
+        pids = [self.pid]
+        if self.descendants:
+            for pid in pids:  # grows as children are found: a breadth-first walk
+                pids.extend(_children(pid))
+        return pids
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -344,6 +359,34 @@ class CpuMeter:
         busy, worker = last[0] - first[0], last[1] - first[1]
         return {"worker_cpu_us": worker / jobs * 1e6,
                 "db_cpu_us": max(0.0, busy - worker) / jobs * 1e6}
+
+
+def ideal_io_rate(concurrency: int, seconds: float = IO_SECONDS) -> float:
+    """Jobs/s of ``concurrency`` waits of ``seconds`` each, back to back with no overhead."""
+    return concurrency / seconds
+
+
+def _process_ticks(pid: int, *, missing_ok: bool = True) -> int:
+    """utime + stime of one process, in clock ticks (0 for a child that has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def _children(pid: int) -> list[int]:
+    children: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children.extend(int(c) for c in f.read().split())
+    except OSError:
+        pass
+    return children
 
 
 def drain_figures(jobs: int, start: float, end: float, meter: CpuMeter) -> dict[str, float]:

@@ -1,9 +1,10 @@
 """Our jobs for the peer benchmark (autodiscovered by ``django_ultjobs``)."""
 
+import asyncio
 import os
 import time
 
-from benchmarks.peers.common import send_started
+from benchmarks.peers.common import IO_SECONDS, send_started
 from django_ultjobs import job
 
 
@@ -29,3 +30,22 @@ if os.environ.get("BENCH_PEERS_CAPPED") == "1":
 def peers_sleep(seconds: float) -> None:
     """Holds a thread (and so a lease the ticker heartbeats) for the fleet heartbeat figure."""
     time.sleep(seconds)
+
+
+# The I/O-bound workloads (performance.md item 70): a body that waits, in a thread or on a loop.
+@job(max_attempts=1)
+def peers_io_sync() -> None:
+    time.sleep(IO_SECONDS)
+
+
+@job(max_attempts=1)
+async def peers_io_async() -> None:
+    await asyncio.sleep(IO_SECONDS)
+
+
+@job(max_attempts=1)
+def peers_django(seq: int) -> None:
+    """The Django-shaped job (performance.md item 71): one ORM insert, one ORM read."""
+    from benchmarks.peers.models import django_job_body
+
+    django_job_body(seq)

@@ -6,7 +6,9 @@ One phase per call, each printing one ``RESULT`` line (the runner interleaves th
 drains, so drift on a shared machine falls on all of them alike):
 
 - ``setup`` creates the database and migrates; ``teardown`` drops it;
-- ``drain``: bulk enqueue N no-op jobs, drain them with one ``runjobworker --burst --threads T``;
+- ``drain``: bulk enqueue N no-op jobs, drain them with one ``runjobworker --burst --threads T``
+  (``--workload`` for the I/O-bound and Django-shaped jobs, ``--default-flags`` for a worker
+  started with no options, ``--async-concurrency`` for async bodies on the worker's event loop);
 - ``single``: median ``enqueue()`` with its own commit and inside an open transaction;
 - ``pickup``: idle pickup p50/p99 with one continuous ``runjobworker --threads T``;
 - ``slots``: one drain of N jobs without a cap, then one of N jobs declaring ``concurrency=64``;
@@ -35,6 +37,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--db", default="ultjobs_peers_ours")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--workload", choices=common.WORKLOADS, default="noop",
+                        help="drain: what each job does")
+    parser.add_argument("--default-flags", action="store_true",
+                        help="drain: start runjobworker with no options (ignore --threads)")
+    parser.add_argument("--async-concurrency", type=int, default=None,
+                        help="drain: runjobworker --async-concurrency N (async bodies)")
     parser.add_argument("--samples", type=int, default=200, help="pickup samples")
     parser.add_argument("--repeat", type=int, default=3, help="history: drains per condition")
     parser.add_argument("--rows", type=int, default=1_000_000,
@@ -58,6 +66,7 @@ if ARGS is not None:
     os.environ["BENCH_PEERS_SYSTEM"] = "ours"
     os.environ["BENCH_PEERS_CAPPED"] = "1"
     os.environ["BENCH_PEERS_PREPARE"] = ARGS.prepare_threshold  # the workers inherit it
+    os.environ["BENCH_PEERS_WORKLOAD"] = ARGS.workload  # and this (settings read it)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.peers.settings")
     if ARGS.phase == "sqlite-pickup":
         # SQLite has no LISTEN: an idle worker finds a new job at its next poll.
@@ -75,6 +84,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
 from benchmarks.peers import jobs  # noqa: E402
+from benchmarks.peers.models import PeersRecord  # noqa: E402
 from django_ultjobs.models import Job  # noqa: E402
 
 
@@ -90,7 +100,8 @@ def reset() -> None:
             for table in job_tables():
                 cur.execute(f"DELETE FROM {table}")
             return
-        cur.execute(f"TRUNCATE {', '.join(job_tables())} RESTART IDENTITY CASCADE")
+        tables = [*job_tables(), PeersRecord._meta.db_table]
+        cur.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
 
 
 def analyze() -> None:
@@ -98,25 +109,48 @@ def analyze() -> None:
         cur.execute(f"ANALYZE {', '.join(job_tables())}")
 
 
-def bulk_enqueue(count: int, spec: Any = None) -> float:
-    spec = spec or jobs.peers_noop
+WORKLOAD_JOBS = {"noop": "peers_noop", "io-sync": "peers_io_sync",
+                 "io-async": "peers_io_async", "django": "peers_django"}
+
+
+def bulk_enqueue(count: int, spec: Any = None, workload: str = "noop") -> float:
+    spec = spec or getattr(jobs, WORKLOAD_JOBS[workload])
     started = time.perf_counter()
     with transaction.atomic():
         for start in range(0, count, common.BULK_CHUNK):
-            spec.bulk_enqueue([()] * min(common.BULK_CHUNK, count - start))
+            n = min(common.BULK_CHUNK, count - start)
+            # The Django-shaped job takes its sequence number; the others take nothing.
+            spec.bulk_enqueue([(start + i,) for i in range(n)] if workload == "django"
+                              else [()] * n)
     return count / (time.perf_counter() - started)
 
 
-def worker_cmd(threads: int, burst: bool, poll_interval: float | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "django", "runjobworker", "--threads", str(threads)]
+def worker_cmd(threads: int | None, burst: bool, poll_interval: float | None = None,
+               async_concurrency: int | None = None) -> list[str]:
+    """``runjobworker`` as a user starts it; ``threads=None`` leaves ``--threads`` at its
+    default."""
+    cmd = [sys.executable, "-m", "django", "runjobworker"]
+    if threads is not None:
+        cmd += ["--threads", str(threads)]
+    if async_concurrency is not None:
+        cmd += ["--async-concurrency", str(async_concurrency)]
     if poll_interval is not None:
         cmd += ["--poll-interval", str(poll_interval)]
     return cmd + (["--burst"] if burst else [])
 
 
+def async_lane_available() -> bool:
+    """Whether this ``runjobworker`` runs async bodies on an event loop of its own: its
+    ``--help`` names ``--async-concurrency``."""
+    proc = subprocess.run([sys.executable, "-m", "django", "help", "runjobworker"],
+                          cwd=common.REPO, env=worker_env(False), capture_output=True, text=True)
+    return "--async-concurrency" in proc.stdout
+
+
 def worker_env(capped: bool) -> dict[str, str]:
     return common.child_env(BENCH_PEERS_DB=ARGS.db, BENCH_PEERS_SYSTEM="ours",
                             BENCH_PEERS_CAPPED="1" if capped else "0",
+                            BENCH_PEERS_WORKLOAD=ARGS.workload,
                             BENCH_PEERS_ENGINE=os.environ.get("BENCH_PEERS_ENGINE", "postgresql"))
 
 
@@ -126,12 +160,12 @@ def max_job_id() -> int:
         return cur.fetchone()[0]
 
 
-def drain(threads: int, expected: int, *, capped: bool = False, since_id: int = 0
-          ) -> dict[str, float]:
+def drain(threads: int | None, expected: int, *, capped: bool = False, since_id: int = 0,
+          async_concurrency: int | None = None) -> dict[str, float]:
     """One ``runjobworker --burst`` process drains the queue; jobs/s from the database's own
     timestamps (first claim to last settle), so process start-up and exit are not counted."""
-    proc = subprocess.Popen(worker_cmd(threads, burst=True), cwd=common.REPO,
-                            env=worker_env(capped), stdout=sys.stderr)
+    proc = subprocess.Popen(worker_cmd(threads, burst=True, async_concurrency=async_concurrency),
+                            cwd=common.REPO, env=worker_env(capped), stdout=sys.stderr)
     with common.CpuMeter(proc.pid) as meter:
         code = common.wait_or_kill(proc, max(300.0, expected / 100), "runjobworker --burst")
     if code != 0:
@@ -262,14 +296,16 @@ def main() -> None:
     threads = args.threads
     result: dict[str, Any] = {}
     if args.phase == "setup":
-        call_command("migrate", verbosity=0)
-        result = {"version": _version()}
+        # --run-syncdb: the Django-shaped job's table (the benchmark app has no migrations).
+        call_command("migrate", run_syncdb=True, verbosity=0)
+        result = {"version": _version(), "async_lane": async_lane_available()}
     elif args.phase == "drain":
         reset()
-        result["bulk"] = bulk_enqueue(args.jobs)
+        result["bulk"] = bulk_enqueue(args.jobs, workload=args.workload)
         if args.analyze:
             analyze()
-        result.update(drain(threads, args.jobs))
+        result.update(drain(None if args.default_flags else threads, args.jobs,
+                            async_concurrency=args.async_concurrency))
     elif args.phase == "single":
         reset()
         if args.prepare_threshold == "off":

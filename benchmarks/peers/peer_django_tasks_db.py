@@ -33,6 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=0.1,
                         help="db_worker --interval for the pickup (its own default is 1)")
     parser.add_argument("--analyze", action="store_true", help="drain: ANALYZE after the enqueue")
+    parser.add_argument("--workload", choices=("noop", "django"), default="noop")
     return parser.parse_args(argv)
 
 
@@ -53,13 +54,14 @@ from django.db import connection, transaction  # noqa: E402
 from django_tasks_db.models import DBTaskResult  # noqa: E402
 
 from benchmarks.peers import tasks_django  # noqa: E402
+from benchmarks.peers.models import PeersRecord  # noqa: E402
 
 TABLE = DBTaskResult._meta.db_table
 
 
 def reset() -> None:
     with connection.cursor() as cur:
-        cur.execute(f"TRUNCATE {TABLE} RESTART IDENTITY CASCADE")
+        cur.execute(f"TRUNCATE {TABLE}, {PeersRecord._meta.db_table} RESTART IDENTITY CASCADE")
 
 
 def worker_cmd(*extra: str) -> list[str]:
@@ -71,11 +73,14 @@ def worker_env() -> dict[str, str]:
     return common.child_env(BENCH_PEERS_DB=ARGS.db, BENCH_PEERS_SYSTEM="django-tasks-db")
 
 
-def bulk_enqueue(count: int) -> float:
+def bulk_enqueue(count: int, workload: str = "noop") -> float:
     started = time.perf_counter()
     with transaction.atomic():
-        for _ in range(count):
-            tasks_django.peers_noop.enqueue()
+        for seq in range(count):
+            if workload == "django":
+                tasks_django.peers_django.enqueue(seq)
+            else:
+                tasks_django.peers_noop.enqueue()
     return count / (time.perf_counter() - started)
 
 
@@ -119,11 +124,12 @@ def main() -> None:
     args = ARGS
     result: dict[str, Any] = {}
     if args.phase == "setup":
-        call_command("migrate", verbosity=0)
+        # --run-syncdb: the Django-shaped job's table (the benchmark app has no migrations).
+        call_command("migrate", run_syncdb=True, verbosity=0)
         result = {"version": common.dist_version("django-tasks-db"), "setting": "psycopg pool"}
     elif args.phase == "drain":
         reset()
-        result["bulk"] = bulk_enqueue(args.jobs)
+        result["bulk"] = bulk_enqueue(args.jobs, args.workload)
         if args.analyze:
             with connection.cursor() as cur:
                 cur.execute(f"ANALYZE {TABLE}")

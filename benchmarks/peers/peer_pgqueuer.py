@@ -12,12 +12,19 @@ own log table: the first ``picked`` row to the last ``successful`` row (database
 process start-up and drain mode's exit wait are not counted. Log aggregation is switched off
 (``log_aggregation_interval=timedelta(0)``) so those rows stay to be read; it would otherwise run
 every 30 s, i.e. not inside a drain of a few seconds anyway.
+
+The I/O-bound workloads (``--workload io-sync`` / ``io-async``, performance.md item 70) run at
+``--concurrency C``: ``max_concurrent_tasks=C`` (its hard cap on the jobs a worker holds) with
+``batch_size=C/2`` (it requires the cap to be at least twice the batch). PgQueuer takes async
+entrypoints only; its documented way to a blocking body is ``await asyncio.to_thread(...)``, and
+the loop's default executor is sized to C threads so the blocking bodies get the same C.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import signal
 import subprocess
 import sys
@@ -39,7 +46,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
     parser.add_argument("--drain", action="store_true", help="worker: exit when the queue is empty")
     parser.add_argument("--analyze", action="store_true", help="drain: ANALYZE after the enqueue")
+    parser.add_argument("--workload", choices=("noop", "io-sync", "io-async"), default="noop")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="max_concurrent_tasks (batch_size becomes half of it)")
     return parser.parse_args(argv)
+
+
+ENTRYPOINTS = {"noop": "noop", "io-sync": "io_sync", "io-async": "io_async"}
 
 
 async def queries(dbname: str) -> tuple[Any, Any]:
@@ -69,16 +82,32 @@ async def worker(args: argparse.Namespace) -> None:
         seq, port = job.payload.decode().split(":")
         common.send_started(int(seq), int(port))
 
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, qm.shutdown.set)
+    @qm.entrypoint("io_sync")
+    async def io_sync(job: Any) -> None:
+        await asyncio.to_thread(time.sleep, common.IO_SECONDS)
+
+    @qm.entrypoint("io_async")
+    async def io_async(job: Any) -> None:
+        await asyncio.sleep(common.IO_SECONDS)
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, qm.shutdown.set)
     mode = QueueExecutionMode.drain if args.drain else QueueExecutionMode.continuous
-    await qm.run(batch_size=args.batch_size, mode=mode,
-                 log_aggregation_interval=timedelta(0))
+    limits: dict[str, Any] = {"batch_size": args.batch_size}
+    if args.concurrency:
+        limits = {"batch_size": max(1, args.concurrency // 2),
+                  "max_concurrent_tasks": args.concurrency}
+        loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(max_workers=args.concurrency))
+    await qm.run(mode=mode, log_aggregation_interval=timedelta(0), **limits)
     await conn.close()
 
 
 def worker_cmd(args: argparse.Namespace, drain: bool) -> list[str]:
     cmd = [sys.executable, "-m", "benchmarks.peers.peer_pgqueuer", "worker", "--db", args.db,
            "--batch-size", str(args.batch_size)]
+    if args.concurrency:
+        cmd += ["--concurrency", str(args.concurrency)]
     return cmd + (["--drain"] if drain else [])
 
 
@@ -97,13 +126,13 @@ async def reset(dbname: str) -> None:
     await conn.close()
 
 
-async def bulk_enqueue(dbname: str, count: int) -> float:
+async def bulk_enqueue(dbname: str, count: int, workload: str = "noop") -> float:
     conn, q = await queries(dbname)
     started = time.perf_counter()
     async with conn.transaction():
         for start in range(0, count, common.BULK_CHUNK):
             n = min(common.BULK_CHUNK, count - start)
-            await q.enqueue(["noop"] * n, [None] * n, [0] * n)
+            await q.enqueue([ENTRYPOINTS[workload]] * n, [None] * n, [0] * n)
     rate = count / (time.perf_counter() - started)
     await conn.close()
     return rate
@@ -173,7 +202,7 @@ def main() -> None:
                   "setting": f"batch_size {args.batch_size}, asyncpg"}
     elif args.phase == "drain":
         asyncio.run(reset(args.db))
-        result["bulk"] = asyncio.run(bulk_enqueue(args.db, args.jobs))
+        result["bulk"] = asyncio.run(bulk_enqueue(args.db, args.jobs, args.workload))
         if args.analyze:
             common.execute(args.db, "ANALYZE pgqueuer, pgqueuer_log")
         result.update(drain(args))

@@ -8,12 +8,18 @@ One worker process running async no-op tasks with ``concurrency=50`` and LISTEN/
 default), the psycopg connector with its default pool. Bulk enqueue uses ``batch_defer_async``.
 Drain jobs/s comes from Procrastinate's own event table: the first ``started`` event to the last
 ``succeeded`` one (database clock), so process start-up and exit are not counted.
+
+The I/O-bound workloads (``--workload io-sync`` / ``io-async``, performance.md item 70) run at
+``--concurrency C`` like the others. Procrastinate runs a synchronous task in the event loop's
+default executor (``asgiref``'s ``sync_to_async``); that executor is sized to C threads here, so
+the blocking bodies get the same C.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -34,6 +40,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY)
     parser.add_argument("--drain", action="store_true", help="worker: exit when caught up")
     parser.add_argument("--analyze", action="store_true", help="drain: ANALYZE after the enqueue")
+    parser.add_argument("--workload", choices=("noop", "io-sync", "io-async"), default="noop")
     return parser.parse_args(argv)
 
 
@@ -44,6 +51,8 @@ def env(args: argparse.Namespace) -> dict[str, str]:
 async def worker(args: argparse.Namespace) -> None:
     from benchmarks.peers.tasks_procrastinate import app
 
+    asyncio.get_running_loop().set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(max_workers=args.concurrency))
     async with app.open_async():
         # wait=False: "terminate as soon as it has caught up with the queues" (the drain).
         await app.run_worker_async(concurrency=args.concurrency, wait=not args.drain,
@@ -68,9 +77,12 @@ def reset(dbname: str) -> None:
                            "procrastinate_workers RESTART IDENTITY CASCADE")
 
 
-async def bulk_enqueue(count: int) -> float:
-    from benchmarks.peers.tasks_procrastinate import app, peers_noop
+async def bulk_enqueue(count: int, workload: str = "noop") -> float:
+    from benchmarks.peers import tasks_procrastinate as t
 
+    app = t.app
+    peers_noop = {"noop": t.peers_noop, "io-sync": t.peers_io_sync,
+                  "io-async": t.peers_io_async}[workload]
     async with app.open_async():
         started = time.perf_counter()
         # Each batch_defer_async is one statement and its own transaction (Procrastinate's API
@@ -149,7 +161,7 @@ def main() -> None:
                   "setting": f"concurrency {args.concurrency}"}
     elif args.phase == "drain":
         reset(args.db)
-        result["bulk"] = asyncio.run(bulk_enqueue(args.jobs))
+        result["bulk"] = asyncio.run(bulk_enqueue(args.jobs, args.workload))
         if args.analyze:
             common.execute(args.db, "ANALYZE procrastinate_jobs, procrastinate_events")
         result.update(drain(args))

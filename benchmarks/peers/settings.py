@@ -1,7 +1,8 @@
-"""Django settings for the two Django-based systems of ``python -m benchmarks.peers``.
+"""Django settings for the Django-based systems of ``python -m benchmarks.peers``.
 
-``BENCH_PEERS_DB`` names the (fresh) database; ``BENCH_PEERS_SYSTEM`` is ``ours`` or
-``django-tasks-db``. django-tasks-db gets its best documented setting: a psycopg connection pool
+``BENCH_PEERS_DB`` names the (fresh) database; ``BENCH_PEERS_SYSTEM`` is ``ours``,
+``django-tasks-db`` or ``celery`` (its worker configured with Django for the Django-shaped
+job). django-tasks-db gets its best documented setting: a psycopg connection pool
 (``OPTIONS["pool"]``, Django 5.1+); ours uses Django's ordinary per-thread connections, as a
 ``runjobworker`` does in production.
 """
@@ -48,6 +49,11 @@ if os.environ.get("BENCH_PEERS_PREPARE", "off") != "off" and \
     # connections are direct (or behind PgBouncer 1.21+ with max_prepared_statements).
     DATABASES["default"]["OPTIONS"] = {"prepare_threshold": int(os.environ["BENCH_PEERS_PREPARE"])}
 ULTJOBS = {"DATABASE": "default"}
+if os.environ.get("BENCH_PEERS_WORKLOAD") == "django" and SYSTEM != "django-tasks-db":
+    # The Django-shaped job's bodies (ours, and Celery's worker configured with Django) keep
+    # their connections between jobs, as a site's worker settings would: with Django's default
+    # CONN_MAX_AGE=0 both would reconnect for every job. django-tasks-db pools instead.
+    DATABASES["default"]["CONN_MAX_AGE"] = 60
 
 if SYSTEM == "django-tasks-db":
     INSTALLED_APPS.append("django_tasks_db")

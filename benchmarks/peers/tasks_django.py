@@ -13,3 +13,11 @@ def peers_noop() -> None:
 @task
 def peers_ping(seq: int, port: int) -> None:
     send_started(seq, port)
+
+
+@task
+def peers_django(seq: int) -> None:
+    """The Django-shaped job: one ORM insert, one ORM read."""
+    from benchmarks.peers.models import django_job_body
+
+    django_job_body(seq)

@@ -5,11 +5,13 @@ documentation asks, so the worker and the enqueuer find the same tasks by name. 
 from ``BENCH_PEERS_DB``; ``BENCH_PEERS_POOL`` sizes the connector's psycopg pool.
 """
 
+import asyncio
 import os
+import time
 
 from procrastinate import App, PsycopgConnector
 
-from benchmarks.peers.common import dsn, send_started
+from benchmarks.peers.common import IO_SECONDS, dsn, send_started
 
 _POOL = int(os.environ.get("BENCH_PEERS_POOL", "0"))
 
@@ -29,3 +31,14 @@ async def peers_noop() -> None:
 @app.task(name="peers_ping")
 async def peers_ping(seq: int, port: int) -> None:
     send_started(seq, port)
+
+
+# The I/O-bound workloads: a blocking body (run in the loop's default executor) and an async one.
+@app.task(name="peers_io_sync")
+def peers_io_sync() -> None:
+    time.sleep(IO_SECONDS)
+
+
+@app.task(name="peers_io_async")
+async def peers_io_async() -> None:
+    await asyncio.sleep(IO_SECONDS)
