@@ -5,11 +5,12 @@
 
 The peer benchmark's CPU figure for the database is every busy CPU of the machine but the
 worker's, so on a machine shared with other work it counts their CPU too. Here each side is read
-from its own processes' ``/proc/<pid>/schedstat`` (nanoseconds on a CPU): the worker's, and the
-backends of the connections it opened (found in ``pg_stat_activity`` by database while it runs).
-Also, the settle statement alone: one batch of ``--settle-rows`` runs, each round rolled back,
-timed by its backend's CPU. Uses the peer benchmark's settings and a throwaway database
-(``ultjobs_peers_drain_cpu``, or ``--db``); Linux only.
+from its own processes' user + system time (``/proc/<pid>/stat``): the worker's, and the backends
+of the connections it opened (found in ``pg_stat_activity`` by database while it runs). Also,
+the settle statement alone: one batch of ``--settle-rows`` runs, each round rolled back,
+timed by its backend's ``/proc/<pid>/schedstat`` (nanoseconds on a CPU). Uses the peer
+benchmark's settings and a throwaway database (``ultjobs_peers_drain_cpu``, or ``--db``); Linux
+only.
 """
 
 from __future__ import annotations
@@ -55,12 +56,21 @@ from django.db import connection, transaction  # noqa: E402
 
 
 def on_cpu(pid: int) -> float | None:
-    """Seconds process ``pid`` has spent on a CPU, or None once it is gone."""
+    """Seconds process ``pid`` (all its threads) has spent on a CPU, or None once it is gone:
+    user + system time, in clock ticks."""
     try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            return int(f.read().split()[0]) / 1e9
-    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_on_cpu(pid: int) -> float:
+    """Nanosecond-exact seconds on a CPU of a one-thread process (a backend): for one statement,
+    where a clock tick would be too coarse."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
 
 
 def worker_backends() -> list[int]:
@@ -132,9 +142,9 @@ def settle_us(rows: int, rounds: int) -> float:
             batch = [Settlement(job_id=job_id, token=token, status="succeeded", attempt_no=1,
                                 started_at=claimed_at, outcome="succeeded", result_json="null")
                      for job_id, claimed_at in picked]
-            before = on_cpu(pid)
+            before = thread_on_cpu(pid)
             assert len(store.settle(batch, "bench")) == rows
-            times.append(on_cpu(pid) - before)
+            times.append(thread_on_cpu(pid) - before)
             transaction.set_rollback(True)
     return statistics.median(times) / rows * 1e6
 
