@@ -365,9 +365,12 @@ WITH c AS (
 ),
 locked AS (
     -- One primary-key probe per run in id order, like the heartbeat (no deadlock with it, and a
-    -- plan that cannot follow the table's statistics).
-    SELECT l.id
-    FROM (SELECT c.id, c.token FROM c ORDER BY c.id) AS h
+    -- plan that cannot follow the table's statistics). Each held run keeps its batch row, so the
+    -- writes below read it from here and from settled's RETURNING, never joining the batch
+    -- again: a join estimated at one row ran as a nested loop over the whole batch per row,
+    -- quadratic in the batch (performance.md, item 78).
+    SELECT h.*
+    FROM (SELECT * FROM c ORDER BY c.id) AS h
     CROSS JOIN LATERAL (
         SELECT j.id FROM django_ultjobs_job AS j
         WHERE j.id = h.id AND j.claim_token = h.token AND j.status = 'running'
@@ -402,27 +405,33 @@ settled AS (
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                            THEN {now} ELSE NULL END,
         updated_at = {now}
-    FROM c, locked
-    WHERE j.id = c.id AND j.id = locked.id
-    RETURNING j.id
+    FROM locked AS c
+    WHERE j.id = c.id
+    RETURNING j.id, c.attempt_no, c.started_at, c.outcome, c.error, c.slot_key, c.slot,
+              c.steps_run, c.steps_replayed, c.extends
+),
+extended AS (
+    -- A park continuing its episode (rule 12) counts one more claim on the episode's row. The
+    -- rows come by primary key from the few ids that extend (none in most batches), so the join
+    -- with settled can never turn into a scan of every attempt row.
+    UPDATE django_ultjobs_jobattempt AS a
+    SET claims = a.claims + 1, finished_at = {now}, worker_id = %(worker_id)s::text
+    FROM settled AS s
+    WHERE a.id = ANY (ARRAY(SELECT e.extends FROM settled AS e WHERE e.extends IS NOT NULL))
+      AND a.id = s.extends AND a.job_id = s.id
+    RETURNING a.job_id
 ),
 recorded AS (
+    -- Every other run with an outcome records its attempt: the row it extends is gone, or it
+    -- extends none (the batch holds one run per job).
     INSERT INTO django_ultjobs_jobattempt
         (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
          steps_run, steps_replayed)
-    SELECT c.id, c.attempt_no, %(worker_id)s::text, c.started_at, {now}, c.outcome,
-           COALESCE(c.error, ''), COALESCE(c.slot_key, ''), c.slot,
-           COALESCE(c.steps_run, '[]'::jsonb), COALESCE(c.steps_replayed, '[]'::jsonb)
-    FROM c JOIN settled ON settled.id = c.id
-    WHERE c.outcome IS NOT NULL AND (c.extends IS NULL OR NOT EXISTS (
-        SELECT 1 FROM django_ultjobs_jobattempt AS a WHERE a.id = c.extends AND a.job_id = c.id))
-),
-extended AS (
-    -- A park continuing its episode (rule 12) counts one more claim on the episode's row.
-    UPDATE django_ultjobs_jobattempt AS a
-    SET claims = a.claims + 1, finished_at = {now}, worker_id = %(worker_id)s::text
-    FROM c JOIN settled ON settled.id = c.id
-    WHERE a.id = c.extends AND a.job_id = c.id
+    SELECT s.id, s.attempt_no, %(worker_id)s::text, s.started_at, {now}, s.outcome,
+           COALESCE(s.error, ''), COALESCE(s.slot_key, ''), s.slot,
+           COALESCE(s.steps_run, '[]'::jsonb), COALESCE(s.steps_replayed, '[]'::jsonb)
+    FROM settled AS s
+    WHERE s.outcome IS NOT NULL AND s.id NOT IN (SELECT x.job_id FROM extended AS x)
 )
 SELECT id FROM settled;
 

@@ -518,7 +518,10 @@ class JobStore(SlotStore):
     # -- helpers shared by the engines ---------------------------------------------------------
 
     def _settlement_row(self, s: Settlement) -> dict[str, Any]:
-        return {
+        # A key left out reads as NULL on both engines, as a JSON null does, and each query
+        # reads a missing wait_after and steps as 0 and []: a plain success sends half the text
+        # to encode, and to parse on the database (performance.md, item 79).
+        row: dict[str, Any] = {
             "id": s.job_id,
             "token": s.token,
             "status": s.status,
@@ -526,20 +529,27 @@ class JobStore(SlotStore):
             # Finite and within a century: an infinite or huge delay would overflow the
             # timestamp arithmetic and refuse the whole batch (rule 31).
             "delay": clamp_delay(float(s.delay)),
-            "error": None if s.error is None else storable_text(s.error),
-            "result_json": s.result_json,
-            "outcome": s.outcome,
             "attempt_no": s.attempt_no,
-            "started_at": None if s.started_at is None else self._json_time(s.started_at),
-            "slot_key": s.slot_key,
-            "slot": s.slot,
-            "wait_event": s.wait_event,
-            "wait_match": s.wait_match,
-            "wait_after": s.wait_after,
-            "steps_run": list(s.steps_run),
-            "steps_replayed": list(s.steps_replayed),
-            "extends": s.extends,
         }
+        if s.outcome is not None:
+            row["outcome"] = s.outcome
+        if s.started_at is not None:
+            row["started_at"] = self._json_time(s.started_at)
+        if s.error is not None:
+            row["error"] = storable_text(s.error)
+        if s.result_json is not None:
+            row["result_json"] = s.result_json
+        if s.slot_key is not None:
+            row["slot_key"] = s.slot_key
+        if s.slot is not None:
+            row["slot"] = s.slot
+        if s.wait_event is not None or s.wait_match is not None or s.wait_after:
+            row.update(wait_event=s.wait_event, wait_match=s.wait_match, wait_after=s.wait_after)
+        if s.steps_run or s.steps_replayed:
+            row.update(steps_run=list(s.steps_run), steps_replayed=list(s.steps_replayed))
+        if s.extends is not None:
+            row["extends"] = s.extends
+        return row
 
     def _new_job_row(self, job: NewJob) -> dict[str, Any]:
         return {

@@ -289,7 +289,7 @@ class SQLiteStore(JobStore):
         for row in rows:
             row["token"] = uuid.UUID(row["token"]).hex
             # Stored as JSON text, as Django's JSONField keeps it on SQLite.
-            if row["wait_match"] is not None:
+            if row.get("wait_match") is not None:
                 row["wait_match"] = json.dumps(row["wait_match"], separators=(",", ":"),
                                                allow_nan=False)
         batch = dumps_batch(rows)

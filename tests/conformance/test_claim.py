@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from django_ultjobs.models import Job
-from django_ultjobs.store import JobStore
+from django_ultjobs.store import JobStore, NewJob
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
@@ -91,6 +91,23 @@ def test_claimed_jobs_have_the_same_shape_on_every_engine(cstore: JobStore) -> N
     assert isinstance(job.cancel_requested, bool)
     assert job.claimed_at.utcoffset() == timedelta(0)
     assert (job.traceparent, job.tracestate, job.enqueued_by) == ("", "", "")
+
+
+def test_claimed_times_are_the_ones_django_reads(cstore: JobStore, clock: FakeClock,
+                                                 alias: str) -> None:  # rule 1
+    # PostgreSQL's claim loads its times with the driver's own loader, not Django's wrapper of
+    # it: each must still be the very datetime the ORM reads from the row, time zone included.
+    (job_id,) = enqueue(cstore, NewJob(name="add", queue="default", priority=0, args=[],
+                                       kwargs={}, max_attempts=3, expires_in=600.0))
+    (first,) = claim(cstore, "w1", timeout=30)
+    clock.advance(30)
+    (second,) = claim(cstore, "w2", timeout=30)
+    stored = row(alias, job_id)
+    pairs = [(second.claimed_at, stored.claimed_at), (second.expires_at, stored.expires_at),
+             (second.previous_claimed_at, first.claimed_at),
+             (first.due_at, stored.created_at)]
+    for got, expected in pairs:
+        assert (got, got.tzinfo) == (expected, expected.tzinfo)
 
 
 def test_a_delayed_job_is_claimed_only_once_due(cstore: JobStore, clock: FakeClock) -> None:

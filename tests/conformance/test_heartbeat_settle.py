@@ -268,3 +268,31 @@ def test_an_error_text_the_database_cannot_hold_does_not_poison_the_batch(
     (attempt,) = JobAttempt.objects.using(alias).filter(job_id=first)
     assert attempt.error == expected
     assert row(alias, second).status == "succeeded"
+
+
+def test_a_large_settle_batch_records_each_attempt_from_its_own_row(
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 4
+    # Out of id order, each run with its own outcome, error and start: the attempt rows are
+    # written from the rows the statement settled, and none may take another run's facts.
+    enqueue(cstore, *[new_job() for _ in range(120)])
+    jobs = []
+    for _ in range(4):
+        jobs += claim(cstore, "w1", limit=30)
+        clock.advance(1)
+    outcomes = []
+    for n, job in enumerate(reversed(jobs)):
+        if n % 3 == 0:
+            outcomes.append(settlement(job, "failed", outcome="failed", error=f"e{job.id}"))
+        elif n % 3 == 1:
+            outcomes.append(settlement(job, "queued", outcome="retrying", error=f"r{job.id}",
+                                       delay=5.0))
+        else:
+            outcomes.append(settlement(job, result_json=str(job.id)))
+    assert cstore.settle(outcomes, "w1") == {job.id for job in jobs}
+    recorded = {a.job_id: a for a in JobAttempt.objects.using(alias).all()}
+    assert len(recorded) == len(jobs)
+    for s in outcomes:
+        a = recorded[s.job_id]
+        assert (a.attempt, a.outcome, a.error, a.started_at, a.worker_id) == (
+            s.attempt_no, s.outcome, s.error or "", s.started_at, "w1")
+        assert row(alias, s.job_id).status == s.status

@@ -7,9 +7,11 @@ claim on that row instead of writing another.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
-from django_ultjobs.models import JobAttempt
+from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore, ParkEpisode
 from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
 from tests.doubles import FakeClock
@@ -110,3 +112,35 @@ def test_a_park_in_a_batch_with_other_outcomes(cstore: JobStore, clock: FakeCloc
     assert settled == {gone_id, ran_id}
     assert _attempts(alias, gone_id) == [(1, "suspended", 2, "w2")]
     assert _attempts(alias, ran_id) == [(1, "succeeded", 1, "w2")]
+
+
+def test_one_batch_extends_records_and_skips_each_run_by_its_own_facts(
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rules 4 and 12
+    # One settle statement holding every case at once: an episode to extend, an episode whose
+    # row is gone, a stale park that extends (another claim owns its job), a plain success and a
+    # settle without an outcome. Each run's attempt row must come from its own batch row.
+    ids = enqueue(cstore, *[new_job("gone") for _ in range(3)], new_job(), new_job())
+    kept_id, pruned_id, stale_id, ran_id, quiet_id = ids
+    for job in claim(cstore, limit=3):
+        _park(cstore, job)
+    parked = {a.job_id: a for a in JobAttempt.objects.using(alias).filter(job_id__in=ids[:3])}
+    clock.advance(30)
+    runs = {job.id: job for job in claim(cstore, "w2")}
+    parked[pruned_id].delete()
+    # Another claim now owns the stale run's job (its token is not the run's).
+    Job.objects.using(alias).filter(id=stale_id).update(claim_token=uuid.uuid4())
+    park = {"outcome": "suspended", "attempt_delta": -1, "delay": 30.0, "error": ERROR}
+    settled = cstore.settle([
+        settlement(runs[kept_id], "queued", extends=parked[kept_id].id, **park),
+        settlement(runs[pruned_id], "queued", extends=parked[pruned_id].id, **park),
+        settlement(runs[stale_id], "queued", extends=parked[stale_id].id, **park),
+        settlement(runs[ran_id], result_json="7"),
+        settlement(runs[quiet_id], "queued", outcome=None, attempt_delta=-1),
+    ], "w2")
+    assert settled == {kept_id, pruned_id, ran_id, quiet_id}
+    assert _attempts(alias, kept_id) == [(1, "suspended", 2, "w2")]
+    assert _attempts(alias, pruned_id) == [(1, "suspended", 1, "w2")]
+    assert _attempts(alias, stale_id) == [(1, "suspended", 1, "w1")]  # untouched
+    assert _attempts(alias, ran_id) == [(1, "succeeded", 1, "w2")]
+    assert _attempts(alias, quiet_id) == []
+    assert row(alias, stale_id).status == "running"

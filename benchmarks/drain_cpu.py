@@ -1,0 +1,169 @@
+"""CPU per drained job on each side: the worker process, and the database backends serving it
+(docs/performance.md, items 76-79).
+
+    python -m benchmarks.drain_cpu [--jobs 30000] [--threads 128] [--repeat 3] [--settle-rows 128]
+
+The peer benchmark's CPU figure for the database is every busy CPU of the machine but the
+worker's, so on a machine shared with other work it counts their CPU too. Here each side is read
+from its own processes' user + system time (``/proc/<pid>/stat``): the worker's, and the backends
+of the connections it opened (found in ``pg_stat_activity`` by database while it runs). Also,
+the settle statement alone: one batch of ``--settle-rows`` runs, each round rolled back,
+timed by its backend's ``/proc/<pid>/schedstat`` (nanoseconds on a CPU). Uses the peer
+benchmark's settings and a throwaway database (``ultjobs_peers_drain_cpu``, or ``--db``); Linux
+only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.drain_cpu")
+    parser.add_argument("--db", default="ultjobs_peers_drain_cpu")
+    parser.add_argument("--jobs", type=int, default=30_000)
+    parser.add_argument("--threads", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--settle-rows", type=int, default=128)
+    parser.add_argument("--settle-rounds", type=int, default=40)
+    return parser.parse_args()
+
+
+ARGS = parse_args() if __name__ == "__main__" else None
+if ARGS is not None:
+    os.environ.update(BENCH_PEERS_DB=ARGS.db, BENCH_PEERS_SYSTEM="ours", BENCH_PEERS_CAPPED="0",
+                      BENCH_PEERS_PREPARE="5")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.peers.settings")
+    from benchmarks.peers import common
+
+    common.create_database(ARGS.db)
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+
+
+def on_cpu(pid: int) -> float | None:
+    """Seconds process ``pid`` (all its threads) has spent on a CPU, or None once it is gone:
+    user + system time, in clock ticks."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_on_cpu(pid: int) -> float:
+    """Nanosecond-exact seconds on a CPU of a one-thread process (a backend): for one statement,
+    where a clock tick would be too coarse."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+def worker_backends() -> list[int]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()")
+        return [row[0] for row in cur.fetchall()]
+
+
+def drain_once(jobs: int, threads: int) -> dict[str, float]:
+    """Enqueue ``jobs`` no-op jobs, drain them with one ``runjobworker --burst``, and return
+    jobs/s and each side's µs per job between the first claim and the last settle."""
+    from benchmarks.peers import common, ours
+
+    ours.ARGS = argparse.Namespace(db=ARGS.db)
+    ours.reset()
+    ours.bulk_enqueue(jobs)
+    ours.analyze()
+    proc = subprocess.Popen(ours.worker_cmd(threads, burst=True), cwd=common.REPO,
+                            env=common.child_env(BENCH_PEERS_DB=ARGS.db), stdout=sys.stderr)
+    backends: dict[int, float] = {}
+    samples: list[tuple[float, float, float]] = []
+    while proc.poll() is None:
+        for pid in worker_backends():
+            seconds = on_cpu(pid)
+            if seconds is not None:
+                backends[pid] = seconds
+        worker = on_cpu(proc.pid)
+        if worker is not None:
+            samples.append((time.time(), worker, sum(backends.values())))
+        time.sleep(0.02)
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*), extract(epoch FROM min(claimed_at)), "
+                    "extract(epoch FROM max(finished_at)) FROM django_ultjobs_job "
+                    "WHERE status = 'succeeded'")
+        done, start, end = cur.fetchone()
+    assert done == jobs, f"drained {done} of {jobs}"
+    (w0, d0), (w1, d1) = _at(samples, float(start)), _at(samples, float(end))
+    return {"jobs_per_s": jobs / (float(end) - float(start)),
+            "worker_us": (w1 - w0) / jobs * 1e6, "db_us": (d1 - d0) / jobs * 1e6}
+
+
+def _at(samples: list[tuple[float, float, float]], when: float) -> tuple[float, float]:
+    """Both counters at ``when``, linear between the samples around it."""
+    for (t0, w0, d0), (t1, w1, d1) in itertools.pairwise(samples):
+        if t0 <= when <= t1:
+            share = (when - t0) / (t1 - t0) if t1 > t0 else 0.0
+            return w0 + (w1 - w0) * share, d0 + (d1 - d0) * share
+    return samples[-1][1], samples[-1][2]
+
+
+def settle_us(rows: int, rounds: int) -> float:
+    """Median backend CPU µs per run of one settle statement of ``rows`` plain successes."""
+    from django_ultjobs.store import Settlement, get_store
+
+    store = get_store()
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, claimed_at FROM django_ultjobs_job ORDER BY id LIMIT %s", [rows])
+        picked = cur.fetchall()
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    times = []
+    for _ in range(rounds):
+        token = str(uuid.uuid4())
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("UPDATE django_ultjobs_job SET status = 'running', claim_token = %s "
+                            "WHERE id = ANY(%s)", [token, [job_id for job_id, _ in picked]])
+            batch = [Settlement(job_id=job_id, token=token, status="succeeded", attempt_no=1,
+                                started_at=claimed_at, outcome="succeeded", result_json="null")
+                     for job_id, claimed_at in picked]
+            before = thread_on_cpu(pid)
+            assert len(store.settle(batch, "bench")) == rows
+            times.append(thread_on_cpu(pid) - before)
+            transaction.set_rollback(True)
+    return statistics.median(times) / rows * 1e6
+
+
+def main() -> None:
+    call_command("migrate", verbosity=0)
+    runs: list[dict[str, Any]] = []
+    for n in range(ARGS.repeat):
+        runs.append(drain_once(ARGS.jobs, ARGS.threads))
+        print(f"drain {n + 1}: {json.dumps({k: round(v, 1) for k, v in runs[-1].items()})}",
+              file=sys.stderr)
+    result = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    result["settle_db_us"] = settle_us(ARGS.settle_rows, ARGS.settle_rounds)
+    print(json.dumps({k: round(v, 1) for k, v in result.items()}))
+    connection.close()
+    from benchmarks.peers import common
+
+    common.drop_database(ARGS.db)
+
+
+if __name__ == "__main__":
+    main()
