@@ -3,8 +3,9 @@
 Every extra per-job transaction roughly halves throughput, so outcomes queue here and are written
 many to a statement. The runs stay in flight (their leases heartbeated) until their settle
 is written, so a slow or retrying completer never lets a finished job be re-delivered; their fleet
-slots pass on at submit, when the body has returned (rule 90), so the batching holds none; a settle the database refuses (the token no longer owns the row) changes nothing and
-is logged (rule 4).
+slots pass on at submit, when the body has returned (rule 90), so the batching holds none. A
+settle the database refuses (the token no longer owns the row) changes nothing and is logged
+(rule 4).
 
 A batch the database refuses for its values (rule 30) is split in halves until the row it refuses
 is alone; that run is settled as a failure saying why, and every other row is written as usual.
