@@ -16,7 +16,7 @@ from collections import Counter
 from django.db.models import Count
 from django.db.models.functions import Now
 
-from ..models import Job, JobStatus, Slot
+from ..models import LIVE_STATUSES, Job, JobStatus, Slot
 from ..registry import registered_jobs
 from ..slot_keys import slot_key_for
 from .display import split_holder
@@ -29,7 +29,9 @@ def settling_by_key(alias: str) -> dict[str, int]:
     if not caps:
         return {}
     running: Counter[tuple[str, str]] = Counter()
-    rows = (Job.objects.using(alias)
+    # The live statuses spelled out as the claim's partial index has them, so both engines read
+    # the live rows only, however many finished ones the table holds (rule 82).
+    rows = (Job.objects.using(alias).filter(status__in=LIVE_STATUSES)
             .filter(status=JobStatus.RUNNING, visible_at__gt=Now(), name__in=list(caps))
             .values("worker_id", "name", "concurrency_key").order_by().annotate(n=Count("id")))
     for row in rows:
