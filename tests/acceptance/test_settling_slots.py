@@ -20,7 +20,8 @@ from collections import Counter
 import pytest
 
 from django_ultjobs.models import Job, JobAttempt, Slot
-from tests.acceptance.test_processes import CAPPED_KEY, Fleet, db_now, max_overlap
+from tests.acceptance.fleet import Fleet
+from tests.acceptance.test_processes import CAPPED_KEY, db_now, max_overlap
 from tests.conftest import WorkerProcesses
 from tests.testapp.jobs import capped_clocked
 from tests.testapp.models import RunLog
