@@ -5,7 +5,9 @@ One module, so a test module never imports another test module for its doubles.
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -134,6 +136,15 @@ class NoSlotPostgresStore(PostgresStore):
     @property
     def slot_store(self) -> SlotStore | None:
         return None
+
+
+class SlowSettlePostgresStore(PostgresStore):
+    """The PostgreSQL store of a worker process whose every settle batch waits
+    ``ULTJOBS_TEST_SETTLE_DELAY`` seconds before it is written: runs stay settling (rule 90)."""
+
+    def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        time.sleep(float(os.environ.get("ULTJOBS_TEST_SETTLE_DELAY", "0")))
+        return super().settle(settlements, worker_id)
 
 
 def no_slot_store_path(alias: str) -> str:

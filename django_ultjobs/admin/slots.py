@@ -25,12 +25,14 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import jobs_database
 from ..models import HeldSlot, Job, JobAttempt, JobStatus, LostSlotCancellation, Slot
 from ..registry import registered_jobs
 from ..slot_keys import slot_key_for, split_slot_key
 from .base import JobsAdmin
 from .display import EMPTY, ago, duration, job_link, seconds_between, split_holder, worker_link
 from .filters import LapsedFilter, SinceFilter, SlotKeyFilter
+from .settling import settling_by_key
 
 
 @admin.register(HeldSlot)
@@ -61,6 +63,13 @@ class HeldSlotAdmin(JobsAdmin):
             is_lapsed=Case(When(expires_at__lte=Now(), then=Value(True)),
                            default=Value(False), output_field=BooleanField()),
             waiting=Coalesce(Subquery(waiting), 0))
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> Any:
+        """The rows, and the runs settling per key above them: they hold no row (rule 91)."""
+        settling = sorted(settling_by_key(jobs_database()).items())
+        return super().changelist_view(request, {"ultjobs_settling": settling,
+                                                 **(extra_context or {})})
 
     @admin.display(description=_("job and key"))
     def job_key(self, obj: Slot) -> str:

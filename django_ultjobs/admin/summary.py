@@ -29,6 +29,7 @@ from ..registry import registered_jobs
 from ..slot_keys import slot_key_for
 from .display import duration, seconds_between
 from .paginator import EstimatedCountPaginator
+from .settling import settling_by_key
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class SlotWait:
     key: str
     cap: int
     held: int
+    #: Runs of the key whose bodies have returned and settles are not written: they hold no
+    #: slot and are not counted against the cap (rule 91).
+    settling: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class Summary:
     slots_lapsed: int
     lost_slots_24h: int
     workers_running: int
+    #: Runs settling (body returned, settle not written), held against no cap (rule 91).
+    slots_settling: int = 0
     #: Names of queued or waiting jobs that none of the running workers knows (rule 12): a
     #: removed or renamed job, or a deploy the workers have not caught up with. Empty when no
     #: worker runs, or one of them did not say which jobs it knows.
@@ -117,14 +123,19 @@ def _count_or_estimate(alias: str, status: str) -> StatusCount:
     return StatusCount(status, paginator.count, paginator.estimated, paginator.lower_bound)
 
 
-def slot_wait(alias: str, name: str) -> SlotWait | None:
-    """Return the slots of a capped job when all are held (it waits for one), else None."""
+def slot_wait(alias: str, name: str, settling: dict[str, int] | None = None) -> SlotWait | None:
+    """Return the slots of a capped job when all are held (it waits for one), else None;
+    ``settling``: the runs settling per key (``settling_by_key``), read here when not given."""
     spec = registered_jobs().get(name)
     if spec is None or not spec.concurrency:
         return None
     key = slot_key_for(name)
     held = Slot.objects.using(alias).filter(key=key, expires_at__gt=Now()).count()
-    return SlotWait(key, spec.concurrency, held) if held >= spec.concurrency else None
+    if held < spec.concurrency:
+        return None
+    if settling is None:
+        settling = settling_by_key(alias)
+    return SlotWait(key, spec.concurrency, held, settling.get(key, 0))
 
 
 def _running_workers(alias: str) -> list[object]:
@@ -175,7 +186,7 @@ def live_queue_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts
     return by_status, dict(sorted(queues.items()))
 
 
-def _oldest_runnable(alias: str) -> OldestRunnable | None:
+def _oldest_runnable(alias: str, settling: dict[str, int]) -> OldestRunnable | None:
     """The live job due longest ago, how long it has waited, and whether for a fleet slot."""
     oldest = (Job.objects.using(alias).filter(visible_at__lte=Now(), status__in=LIVE_STATUSES)
               .order_by("visible_at").annotate(db_now=Now())
@@ -184,7 +195,7 @@ def _oldest_runnable(alias: str) -> OldestRunnable | None:
         return None
     waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
     return OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
-                          slot_wait(alias, oldest["name"]))
+                          slot_wait(alias, oldest["name"], settling))
 
 
 def jobs_summary(alias: str) -> Summary:
@@ -200,16 +211,18 @@ def jobs_summary(alias: str) -> Summary:
         outcome="slot_lost", finished_at__gte=Now() - timedelta(hours=24)).count()
     known = _running_workers(alias)
     unknown = _unknown_job_names(alias, known)
+    settling = settling_by_key(alias)
     return Summary(
         statuses=statuses,
         queues=list(queues.values()),
-        oldest_runnable=_oldest_runnable(alias),
+        oldest_runnable=_oldest_runnable(alias, settling),
         in_flight=sum(q.in_flight for q in queues.values()),
         lapsed=sum(q.lapsed for q in queues.values()),
         slots_held=slots["held"] or 0,
         slots_lapsed=slots["lapsed"] or 0,
         lost_slots_24h=lost,
         workers_running=len(known),
+        slots_settling=sum(settling.values()),
         unknown_jobs=unknown[:UNKNOWN_JOBS_SHOWN],
         unknown_jobs_more=max(0, len(unknown) - UNKNOWN_JOBS_SHOWN),
     )

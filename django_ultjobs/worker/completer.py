@@ -1,10 +1,11 @@
 """The completer: writes settles in batches, each row still fenced on its own claim token.
 
 Every extra per-job transaction roughly halves throughput, so outcomes queue here and are written
-many to a statement. The runs stay in flight (their leases and slots heartbeated) until
-their settle is written, so a slow or retrying completer never lets a finished job be
-re-delivered; a settle the database refuses (the token no longer owns the row) changes nothing and
-is logged (rule 4).
+many to a statement. The runs stay in flight (their leases heartbeated) until their settle
+is written, so a slow or retrying completer never lets a finished job be re-delivered; their fleet
+slots pass on at submit, when the body has returned (rule 90), so the batching holds none. A
+settle the database refuses (the token no longer owns the row) changes nothing and is logged
+(rule 4).
 
 A batch the database refuses for its values (rule 30) is split in halves until the row it refuses
 is alone; that run is settled as a failure saying why, and every other row is written as usual.
@@ -54,15 +55,14 @@ class Pending:
 
 
 class Completer:
-    """A thread that settles runs in batches, keeps their slots for the next runs of their
-    kinds, and lets them go."""
+    """A thread that settles runs in batches and lets them go."""
 
     def __init__(self, *, store: JobStore, runs: RunsInFlight, slots: FleetSlots,
                  worker_id: str, on_written: Callable[[], None] | None = None) -> None:
         self.store = store
-        # Called after each batch is written: its slots are kept for the next claim and its
-        # hand-backs visible, so a claim loop waiting for either should look again now, not at
-        # its next poll.
+        # Called after each batch is written (its hand-backs are visible) and when a run's slot
+        # passes on at submit, so a claim loop waiting for either looks again now, not at its
+        # next poll.
         self.on_written = on_written
         self.runs = runs
         self.slots = slots
@@ -88,8 +88,8 @@ class Completer:
         """Queue ``run``'s settle, once; return False if its outcome was already decided.
 
         From here on a heartbeat "no" cannot cancel the run. The run is (or stays) registered,
-        so its lease and slot are renewed until the settle is written, however long a database
-        outage makes that take.
+        so its lease is renewed until the settle is written, however long a database outage
+        makes that take; its slot passes on now (rule 90).
         """
         if not run.start_settling():
             return False
@@ -97,6 +97,13 @@ class Completer:
         # then left to lapse); a body that finished first hands its slot on as usual.
         run.abandoned = abandoned
         self.runs.add(run)
+        # The body is over: its slot passes on now, not after the settle (rules 9 and 90). The
+        # cap bounds bodies executing; a batch of settles must not hold slots. The run keeps
+        # its job lease (heartbeated) until the settle is written.
+        self.slots.keep([run])
+        if run.slot is not None and self.on_written is not None:
+            # A claim loop waiting for a slot of this kind may claim now.
+            self.on_written()
         item = Pending(run, settlement, settlement_size(settlement))
         with self._lock:
             self._pending += 1
@@ -293,12 +300,9 @@ class Completer:
         self._finish(batch)
 
     def _finish(self, items: list[Pending]) -> None:
-        # A run's slot passes to the worker only after its settle (rule 6's other half: the slot
-        # is held for as long as the job is); the claim loop hands it to the next run of its kind
-        # or gives it back to the fleet.
-        runs = [item.run for item in items]
-        self.runs.remove_many(runs)
-        self.slots.keep(runs)
+        # The runs' slots passed on at submit (rule 90): a settle, written or given up, only
+        # lets the job lease go.
+        self.runs.remove_many([item.run for item in items])
         with self._lock:
             self._pending -= len(items)
             self._pending_bytes -= sum(item.size for item in items)

@@ -4,13 +4,14 @@ Apart from the claim loop because its question is "may I start this one?"; which
 slot, and who gives it back, is bookkeeping of its own. A slot is taken at claim time and renewed
 on the heartbeat's tick (one clock for "I own the job" and "I own the slot").
 
-A worker KEEPS the slot of a run whose settle is written, for the next run of the same kind it
-claims, and gives it back to the fleet only when its next claim brought no run to use it. Taking
+A worker KEEPS the slot of a run whose body has returned (its outcome queued for the completer,
+its settle not necessarily written: rule 90), for the next run of the same kind it claims, and
+gives it back to the fleet only when its next claim brought no run to use it. Taking
 a slot for every run and handing it back with every settle wrote two slot rows per job, a
 large share of a capped drain's cost (see performance.md item 24); a kept slot costs nothing until
 its kind runs dry.
-The cap still holds: a slot is held by one run at a time, from its claim until its settle is
-written, and between runs by the worker alone.
+The cap still holds: a slot is held by one run at a time, from its claim until its body has
+returned, and between runs by the worker alone; a run that is settling holds its job, not a slot.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class FleetSlots:
     """Acquire, keep, renew and give back the fleet slots of this worker's runs.
 
     It knows every slot the worker holds: the runs' (from the moment a run gets one until its
-    settle is written) and the kept ones, so the ticker renews them all, including a run's that
+    body has returned) and the kept ones, so the ticker renews them all, including a run's that
     is not under the ticker yet, in one statement.
     """
 
@@ -215,9 +216,13 @@ class FleetSlots:
     # -- keeping and giving back ----------------------------------------------------------------
 
     def keep(self, runs: Sequence[Run]) -> None:
-        """Keep the slots of runs whose settles are written (or given up) for the next runs of
-        their kinds. Called only then: a slot is held for as long as its run's job is (rule 6).
-        """
+        """Pass on the slots of runs whose bodies have returned (their outcomes queued for the
+        completer): kept for the next runs of their kinds, or, per key, given back (rule 90).
+
+        Called at submit, not after the settle: the cap bounds bodies executing, and a settle
+        batch must not hold slots. The run keeps its job lease until its settle is written; a
+        stale settle then finds nothing here to keep or give back, so a slot is never counted
+        twice nor revived."""
         back: list[SlotHold] = []
         with self._lock:
             now = self._clock()
