@@ -8,6 +8,7 @@ takes more of a lane's jobs than it has places; a killed worker's async jobs are
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -147,3 +148,30 @@ def test_a_killed_workers_async_jobs_are_redelivered(
     assert set(lost.values_list("outcome", "worker_id")) == {("lease_lost", doomed)}
     assert set(JobAttempt.objects.using(alias).filter(job_id__in=ids, attempt=2)
                .values_list("worker_id", flat=True)) == {heir}
+
+
+def test_a_draining_worker_cancels_its_stuck_async_bodies_and_hands_them_back(
+        alias: str, worker_processes: WorkerProcesses) -> None:
+    # rule 88: SIGTERM, the grace period, then Task.cancel: the stuck bodies unwind at once and
+    # their jobs go back to the queue unburned; nothing waits out --cancel-wait (30 s here)
+    # nor hands a job back on a dead worker's schedule (abandonment).
+    ids = async_stuck.bulk_enqueue([(3600.0,)] * 5)
+    fleet = Fleet(worker_processes, alias)
+    worker = fleet.start("drain", "--grace-period", "0.5", "--cancel-wait", "30")
+    fleet.wait_registered(worker)
+    fleet.wait(lambda: _statuses(alias, ids).get("running") == 5, 30.0,
+               "the stuck jobs to run")
+    proc = fleet.by_id[worker]
+    stopping = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    drained = time.monotonic() - stopping
+    assert drained < 15.0
+    assert _statuses(alias, ids) == {"queued": 5}
+    assert set(Job.objects.using(alias).filter(id__in=ids).values_list("attempt", flat=True)) \
+        == {0}
+    attempts = JobAttempt.objects.using(alias).filter(job_id__in=ids)
+    assert set(attempts.values_list("outcome", flat=True)) == {"interrupted"}
+    assert all("handed back" in error and "ignored" not in error
+               for error in attempts.values_list("error", flat=True))
+    assert not fleet.events("jobs.worker.run-abandoned")
