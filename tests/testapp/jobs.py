@@ -359,3 +359,17 @@ def sync_sleep(seconds: float) -> float:
     """A sync body that holds its thread for ``seconds``."""
     time.sleep(seconds)
     return seconds
+
+
+#: The runs of ``async_capped_stuck`` in this process, by worker and job id.
+CAPPED_STUCK_RUNS: list[tuple[str, int]] = []
+
+
+@job(takes_context=True, concurrency=1, max_attempts=3, backoff=0.0)
+async def async_capped_stuck(ctx: JobContext) -> int:
+    """Capped at one run fleet-wide, stuck for an hour in its first run in this process (which
+    can lose its slot), done at once in the next; returns which run of the job it was."""
+    CAPPED_STUCK_RUNS.append((ctx.worker_id, ctx.job_id))
+    runs = CAPPED_STUCK_RUNS.count((ctx.worker_id, ctx.job_id))
+    await asyncio.sleep(3600 if runs == 1 else 0)
+    return runs
