@@ -352,18 +352,18 @@ class WorkerProcess:
         plans = claim_plans(free_sync=free_sync, free_async=min(loop.free_async, free - free_sync),
                             caps=caps, keyed=loop.keyed, kept=kept,
                             async_names=loop.async_names, uncapped=uncapped)
-        batches: list[Sequence[ClaimedJob]] = []
+        batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]] = []
         failure: Exception | None = None
         for plan in plans:
             try:
-                batches.append(self._claim_plan(plan))
+                batches.append((plan, self._claim_plan(plan)))
             except Exception as exc:
                 failure = exc
         if failure is not None:
             delay = self._claim_failed(loop, kept)
             log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
                       worker_id=self.worker_id, error=repr(failure), retry_in=delay)
-            if not any(batches):
+            if not any(batch for _, batch in batches):
                 self._wake.wait(delay)
                 return None
         claimed = _joined(batches)
@@ -901,14 +901,17 @@ def _others_left(claimed: Sequence[ClaimedJob], *, full: bool) -> bool:
     return full if others_left is None else others_left
 
 
-def _joined(batches: list[Sequence[ClaimedJob]]) -> Sequence[ClaimedJob]:
-    """The jobs of a round's claims as one batch: runnable jobs of uncapped kinds were left
-    behind if any claim says so; unknown (None) if one does not say."""
-    if len(batches) == 1:
-        return batches[0]
-    flags = [b.others_left if isinstance(b, ClaimBatch) else None for b in batches]
-    others_left = None if None in flags else any(flags)
-    return ClaimBatch([job for batch in batches for job in batch], others_left=others_left)
+def _joined(claims: list[tuple[ClaimPlan, Sequence[ClaimedJob]]]) -> Sequence[ClaimedJob]:
+    """The jobs of a round's claims as one batch. It left runnable jobs of uncapped kinds
+    behind if one of its claims did; a claim that does not say (a plain list, or None) counts
+    as having done so when it came back full, as ``_others_left`` reads a lone claim."""
+    if len(claims) == 1:
+        return claims[0][1]
+    left = False
+    for plan, batch in claims:
+        said = batch.others_left if isinstance(batch, ClaimBatch) else None
+        left = left or (len(batch) >= plan.limit if said is None else said)
+    return ClaimBatch([job for _, batch in claims for job in batch], others_left=left)
 
 
 def _is_async(run: Run) -> bool:
