@@ -17,9 +17,12 @@ per-kind "take at most N", as the rate gate uses it):
   place, rule 12), the async kinds given a cap of 0, at most the free threads.
 
 With no ``async def`` job registered this is the one claim of before, unchanged. With both lanes
-free a round costs two statements; the sync one is the scan of "uncapped" kinds, throttled by the
-claim loop as it is beside capped kinds (it walks past queued async rows; performance.md,
-items 6 and 64).
+free a round would cost two statements; so once a claim of the async kinds alone found none, the
+rounds of the next poll interval (until an enqueue notification, or a round that claimed an async
+job) make ONE claim for both lanes, no larger than the free threads, which are no more than the
+free async places (``_async_share``; performance.md item 64). The sync claim's scan of the
+"uncapped" kinds walks past queued async rows: the claim loop leaves it out for a poll interval
+after it found nothing, as it does beside capped kinds (performance.md item 6).
 """
 
 from __future__ import annotations
@@ -45,16 +48,19 @@ class ClaimPlan:
 
 def claim_plans(*, free_sync: int, free_async: int, caps: Mapping[str, int],
                 keyed: frozenset[str], kept: Mapping[str, int], async_names: frozenset[str],
-                uncapped: bool) -> list[ClaimPlan]:
+                uncapped: bool, async_due: bool = True) -> list[ClaimPlan]:
     """The claims of one round: for each lane with room and something it could take, one.
 
     ``caps``: the kinds the claim must hold to a number (fleet caps, rate limits); ``keyed``
     those capped per key; ``kept`` the fleet slots this worker kept per kind; ``uncapped``
-    whether the scan of every other kind is due (the claim loop's throttle)."""
+    whether the scan of every other kind is due (the claim loop's throttle); ``async_due``
+    whether a claim of the async kinds alone is (see ``_async_share``)."""
     if not async_names:
         if free_sync <= 0:
             return []
         return [ClaimPlan(free_sync, dict(caps), keyed, dict(kept), uncapped)]
+    if 0 < free_sync <= free_async and not async_due:
+        return [_async_share(free_sync, free_async, caps, keyed, kept, async_names, uncapped)]
     plans: list[ClaimPlan] = []
     if free_async > 0:
         # A cap of the kind's own wins (a fleet cap is a slot count, not a claim size); the
@@ -70,3 +76,16 @@ def claim_plans(*, free_sync: int, free_async: int, caps: Mapping[str, int],
                                {n: k for n, k in kept.items() if n not in async_names},
                                uncapped))
     return plans
+
+
+def _async_share(free_sync: int, free_async: int, caps: Mapping[str, int],
+                 keyed: frozenset[str], kept: Mapping[str, int], async_names: frozenset[str],
+                 uncapped: bool) -> ClaimPlan:
+    """ONE claim for both lanes, when the last claim of the async kinds alone found none: at
+    most the free threads in all, so at most that many of either lane, and no more than the
+    free async places either (there are at least as many). A worker draining sync jobs with an
+    async kind registered then pays one statement a round, not two (performance.md item 64),
+    and an async job enqueued meanwhile is still claimed at the next round, by its kind's scan.
+    """
+    share = {name: caps.get(name, free_async) for name in async_names}
+    return ClaimPlan(free_sync, {**caps, **share}, keyed, dict(kept), uncapped)

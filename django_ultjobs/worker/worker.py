@@ -315,7 +315,7 @@ class WorkerProcess:
         self._wake.clear()
         if self._notified.is_set():
             self._notified.clear()
-            loop.others_checked_at = None
+            loop.others_checked_at = loop.async_checked_at = None
         uncapped = loop.others_due(self.options.poll_interval)
         # The slots this worker kept from its last runs of each capped kind: the claim may take
         # that many more runs of the kind than the fleet has free slots.
@@ -351,7 +351,8 @@ class WorkerProcess:
         free_sync = min(max(loop.free_sync, 0), free) if loop.async_names else free
         plans = claim_plans(free_sync=free_sync, free_async=min(loop.free_async, free - free_sync),
                             caps=caps, keyed=loop.keyed, kept=kept,
-                            async_names=loop.async_names, uncapped=uncapped)
+                            async_names=loop.async_names, uncapped=uncapped,
+                            async_due=loop.async_due(self.options.poll_interval))
         batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]] = []
         failure: Exception | None = None
         for plan in plans:
@@ -367,6 +368,7 @@ class WorkerProcess:
                 self._wake.wait(delay)
                 return None
         claimed = _joined(batches)
+        loop.note_async_claims(batches)
         # The scan of the other kinds counts as done only if a claim made it.
         scanned = any(plan.uncapped and not plan.is_async for plan in plans) and failure is None
         loop.note_claim(claimed, free=free, uncapped=scanned)
@@ -850,6 +852,22 @@ class _LoopState:
     #: The free threads and free async places ``_room`` found this round.
     free_sync: int = 0
     free_async: int = 0
+    #: When a claim of the async kinds alone last found none; None: make one next round.
+    async_checked_at: float | None = None
+
+    def async_due(self, poll_interval: float) -> bool:
+        """Whether this round claims the async kinds alone (up to the free async places), or
+        lets the claim of the free threads take them too (``claim_lanes._async_share``): the
+        former after an enqueue notification, an async job claimed, or a poll interval."""
+        return (self.async_checked_at is None
+                or time.monotonic() - self.async_checked_at >= poll_interval)
+
+    def note_async_claims(self, claims: list[tuple[ClaimPlan, Sequence[ClaimedJob]]]) -> None:
+        """Record what the round's claims say of the async kinds' backlog."""
+        if any(job.name in self.async_names for _, batch in claims for job in batch):
+            self.async_checked_at = None
+        elif any(plan.is_async for plan, _ in claims):
+            self.async_checked_at = time.monotonic()
     #: Claims that failed in a row: the outage backoff grows with them.
     failures: int = 0
     #: The last claim came back full: there is a backlog.

@@ -119,3 +119,18 @@ def test_a_stuck_await_is_cancelled_from_another_thread() -> None:
 
     assert asyncio.run(asyncio.wait_for(main(), 5)) == "cancelled"
     assert run.scope._canceller is None  # nothing held past the run (rule 13)
+
+
+def test_after_an_empty_async_claim_one_claim_serves_both_lanes() -> None:
+    # rule 87 (and performance.md item 64): at most the free threads in all, which are no more
+    # than the free async places, so neither lane can be over-claimed; the async kinds keep a
+    # cap of their own.
+    [plan] = claim_plans(free_sync=4, free_async=100, caps={"a2": 1, "s": 2},
+                         keyed=frozenset(), kept={"s": 1}, async_names=ASYNC, uncapped=True,
+                         async_due=False)
+    assert (plan.limit, plan.uncapped, plan.is_async) == (4, True, False)
+    assert plan.caps == {"a1": 100, "a2": 1, "s": 2} and plan.kept == {"s": 1}
+    # Fewer free async places than threads: the lanes are claimed apart again.
+    plans = claim_plans(free_sync=4, free_async=3, caps={}, keyed=frozenset(), kept={},
+                        async_names=ASYNC, uncapped=True, async_due=False)
+    assert [(p.is_async, p.limit) for p in plans] == [(True, 3), (False, 4)]
