@@ -34,28 +34,30 @@ def main() -> int:
         return _child(*args.child)
     print(f"{args.jobs:,} jobs each awaiting asyncio.sleep({args.sleep:g}), one worker process, "
           "PostgreSQL")
-    print("design | at once | jobs/s | ideal jobs/s | of ideal")
-    print("--- | --: | --: | --: | --:")
+    print("design | at once | jobs/s | ideal jobs/s | of ideal | worker CPU per job")
+    print("--- | --: | --: | --: | --: | --:")
     for concurrency in [int(c) for c in args.concurrency.split(",")]:
-        rate = _measure("lane", args.jobs, args.sleep, concurrency)
-        _row("async lane (--async-concurrency)", concurrency, rate, args.sleep)
-    rate = _measure("old", args.jobs, args.sleep, args.old_threads)
-    _row("asyncio.run per run on a thread (--threads)", args.old_threads, rate, args.sleep)
-    plain = _measure("noop", args.noop_jobs, 0.0, 8, async_kinds=False)
-    split = _measure("noop", args.noop_jobs, 0.0, 8, async_kinds=True)
+        rate, cpu = _measure("lane", args.jobs, args.sleep, concurrency)
+        _row("async lane (--async-concurrency)", concurrency, rate, cpu, args.sleep)
+    rate, cpu = _measure("old", args.jobs, args.sleep, args.old_threads)
+    _row("asyncio.run per run on a thread (--threads)", args.old_threads, rate, cpu, args.sleep)
+    plain, _ = _measure("noop", args.noop_jobs, 0.0, 8, async_kinds=False)
+    split, _ = _measure("noop", args.noop_jobs, 0.0, 8, async_kinds=True)
     print(f"\n{args.noop_jobs:,} sync no-op jobs, --threads 8: {plain:,.0f} jobs/s with no async "
           f"kind registered, {split:,.0f} jobs/s with one (claims split by lane): "
           f"{split / plain:.2f}x")
     return 0
 
 
-def _row(design: str, at_once: int, rate: float, sleep: float) -> None:
+def _row(design: str, at_once: int, rate: float, cpu: float, sleep: float) -> None:
     ideal = at_once / sleep
-    print(f"{design} | {at_once:,} | {rate:,.0f} | {ideal:,.0f} | {rate / ideal:.0%}")
+    print(f"{design} | {at_once:,} | {rate:,.0f} | {ideal:,.0f} | {rate / ideal:.0%} | "
+          f"{cpu * 1e6:,.0f} µs")
 
 
 def _measure(mode: str, jobs: int, sleep: float, places: int, *, async_kinds: bool = True
-             ) -> float:
+             ) -> tuple[float, float]:
+    """(jobs/s, the worker process's CPU seconds per job)."""
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="benchmarks.settings", BENCH_ALIAS="postgres",
                PYTHONPATH=str(REPO))
     if async_kinds:
@@ -64,7 +66,8 @@ def _measure(mode: str, jobs: int, sleep: float, places: int, *, async_kinds: bo
         [sys.executable, "-m", "benchmarks.async_lane", "--child", mode, str(jobs), str(sleep),
          str(places)], env=env, cwd=REPO, check=True, capture_output=True, text=True)
     sys.stderr.write(out.stderr)
-    return float(out.stdout.strip().splitlines()[-1])
+    rate, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(rate), float(cpu)
 
 
 def _child(mode: str, jobs: str, sleep: str, places: str) -> int:
@@ -87,7 +90,7 @@ def _child(mode: str, jobs: str, sleep: str, places: str) -> int:
             func.bulk_enqueue(calls[start:start + 5_000])
     flags = (["--async-concurrency", places, "--threads", "4"] if mode == "lane"
              else ["--threads", places])
-    print(_drain(alias, flags))
+    print(*_drain(alias, flags))
     return 0
 
 
@@ -107,12 +110,16 @@ def _reset_database(alias: str) -> None:
     call_command("migrate", database=alias, verbosity=0)
 
 
-def _drain(alias: str, flags: list[str]) -> float:
+def _drain(alias: str, flags: list[str]) -> tuple[float, float]:
+    """Drain with one burst worker; (jobs/s, its CPU seconds per job)."""
+    import resource
+
     from django.db.models import Max, Min
 
     from django_ultjobs.models import Job
 
     queued = Job.objects.using(alias).filter(status="queued").count()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     worker = subprocess.run(
         [sys.executable, "-m", "django", "runjobworker", "--database", alias, "--burst",
          "--visibility-timeout", "60", "--heartbeat-interval", "10", *flags],
@@ -122,8 +129,10 @@ def _drain(alias: str, flags: list[str]) -> float:
     done = Job.objects.using(alias).filter(status="succeeded")
     if done.count() != queued:
         raise SystemExit(f"the drain left {queued - done.count()} jobs unfinished")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     span = done.aggregate(start=Min("claimed_at"), end=Max("finished_at"))
-    return queued / (span["end"] - span["start"]).total_seconds()
+    return queued / (span["end"] - span["start"]).total_seconds(), cpu / queued
 
 
 if __name__ == "__main__":
