@@ -15,17 +15,15 @@ processes, and the kill times the test reads from the same clock, can be compare
 from __future__ import annotations
 
 import random
-import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from django.db import connections
@@ -35,73 +33,17 @@ from tests.conftest import REPO, WorkerProcesses, running_worker, wait_until, wo
 from tests.testapp.jobs import capped_clocked, clocked, record, serial
 from tests.testapp.models import RunLog
 
+from .fleet import TIMEOUT, Fleet
+
 pytestmark = [
     pytest.mark.acceptance,
     pytest.mark.django_db(transaction=True, databases="__all__"),
 ]
 
-#: Short timeouts so a lapse costs seconds, not minutes: the lease (and slot TTL) is 2 s, renewed
-#: every 0.5 s (four ticks inside the timeout), idle workers poll every 50 ms.
-TIMEOUT = 2.0
-FLAGS = ("--visibility-timeout", "2", "--heartbeat-interval", "0.5", "--poll-interval", "0.05")
 CAPPED_KEY = "job:capped_clocked"
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-class Fleet:
-    """The test's worker processes, by worker id (passed with ``--worker-id``)."""
-
-    def __init__(self, procs: WorkerProcesses, alias: str) -> None:
-        self.procs = procs
-        self.alias = alias
-        self.by_id: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, *flags: str, env: dict[str, str] | None = None) -> str:
-        worker_id = f"acc-{name}-{uuid4().hex[:6]}"
-        self.by_id[worker_id] = self.procs.start(self.alias, *FLAGS, "--worker-id", worker_id,
-                                                 *flags, env=env)
-        return worker_id
-
-    def pid(self, worker_id: str) -> int:
-        return self.by_id[worker_id].pid
-
-    def wait_registered(self, *worker_ids: str, timeout: float = 30.0) -> None:
-        """Wait until each worker has registered itself (its row is written just before it
-        starts claiming)."""
-        self.wait(lambda: Worker.objects.using(self.alias).filter(id__in=worker_ids).count()
-                  == len(worker_ids), timeout, f"workers {worker_ids} to register")
-
-    def wait(self, predicate: Callable[[], Any], timeout: float, message: str) -> Any:
-        """``wait_until``, failing with the workers' output (and fast if one of them died)."""
-
-        def check() -> Any:
-            dead = {w: p.returncode for w, p in self.by_id.items()
-                    if p.poll() is not None and p.returncode not in (0, -signal.SIGKILL)}
-            if dead:
-                raise AssertionError(f"worker(s) exited unexpectedly: {dead}")
-            return predicate()
-
-        try:
-            return wait_until(check, timeout=timeout, message=message)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- worker logs ---\n{self.procs.logs()[-8000:]}") \
-                from None
-
-    def events(self, event: str, **fields: Any) -> list[dict[str, str]]:
-        """The logged ``event``s (``key=value`` fields) whose fields match ``fields``."""
-        found = []
-        for line in self.procs.logs().splitlines():
-            if not line.startswith(event + " "):
-                continue
-            parsed = {k: v.strip('"') for k, v in _FIELD.findall(line[len(event):])}
-            if all(parsed.get(k) == str(v) for k, v in fields.items()):
-                found.append(parsed)
-        return found
-
-
-_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 
 
 def _worker_connection_settings(alias: str, env: dict[str, str] | None) -> str:

@@ -19,7 +19,7 @@ from django_ultjobs.models import Job, JobAttempt, JobSchedule
 from django_ultjobs.store import get_store
 from tests.conftest import WorkerProcesses
 
-from .test_processes import Fleet
+from .fleet import Fleet
 
 pytestmark = [
     pytest.mark.acceptance,

@@ -8,13 +8,7 @@ exits non-zero, losing no job: the runs beside it finish, the overrunning job is
 
 from __future__ import annotations
 
-import re
-import signal
-import subprocess
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any
-from uuid import uuid4
 
 import pytest
 from django.db import connections
@@ -27,61 +21,14 @@ from tests.conftest import WorkerProcesses, wait_until
 from tests.testapp.jobs import clocked, overrunning, picky
 from tests.testapp.models import RunLog
 
+from .fleet import Fleet
+
 pytestmark = [
     pytest.mark.acceptance,
     pytest.mark.django_db(transaction=True, databases="__all__"),
 ]
 
-#: A 2 s lease renewed every 0.5 s; idle workers poll every 50 ms.
-FLAGS = ("--visibility-timeout", "2", "--heartbeat-interval", "0.5", "--poll-interval", "0.05")
 HEARTBEAT = 0.5
-_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
-
-
-class Fleet:
-    """The test's worker processes, by worker id (passed with ``--worker-id``)."""
-
-    def __init__(self, procs: WorkerProcesses, alias: str) -> None:
-        self.procs = procs
-        self.alias = alias
-        self.by_id: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, *flags: str) -> str:
-        worker_id = f"acc-{name}-{uuid4().hex[:6]}"
-        self.by_id[worker_id] = self.procs.start(self.alias, *FLAGS, "--worker-id", worker_id,
-                                                 *flags)
-        return worker_id
-
-    def wait_registered(self, *worker_ids: str) -> None:
-        self.wait(lambda: WorkerRow.objects.using(self.alias).filter(id__in=worker_ids).count()
-                  == len(worker_ids), 30, f"workers {worker_ids} to register")
-
-    def wait(self, predicate: Callable[[], Any], timeout: float, message: str) -> Any:
-        """``wait_until``, failing with the workers' output (and fast if one of them died)."""
-
-        def check() -> Any:
-            dead = {w: p.returncode for w, p in self.by_id.items()
-                    if p.poll() is not None and p.returncode not in (0, -signal.SIGKILL)}
-            if dead:
-                raise AssertionError(f"worker(s) exited unexpectedly: {dead}")
-            return predicate()
-
-        try:
-            return wait_until(check, timeout=timeout, message=message)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- worker logs ---\n{self.procs.logs()[-8000:]}") \
-                from None
-
-    def events(self, event: str, **fields: Any) -> list[dict[str, str]]:
-        """The logged ``event``s (``key=value`` fields) whose fields match ``fields``."""
-        found = []
-        for line in self.procs.logs().splitlines():
-            if not line.startswith(event + " "):
-                continue
-            parsed = {k: v.strip('"') for k, v in _FIELD.findall(line[len(event):])}
-            if all(parsed.get(k) == str(v) for k, v in fields.items()):
-                found.append(parsed)
-        return found
 
 
 def db_now(alias: str) -> datetime:
