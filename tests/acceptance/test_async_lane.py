@@ -18,7 +18,7 @@ from django_ultjobs.operations import cancel_jobs
 from tests.conftest import WorkerProcesses
 from tests.testapp.jobs import async_sleep, async_stuck, async_stuck_timeout, sync_sleep
 
-from .test_processes import Fleet
+from .fleet import Fleet
 
 pytestmark = [
     pytest.mark.acceptance,
