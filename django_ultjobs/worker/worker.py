@@ -369,9 +369,11 @@ class WorkerProcess:
                 return None
         claimed = _joined(batches)
         loop.note_async_claims(batches)
-        # The scan of the other kinds counts as done only if a claim made it.
+        # The scan of the other kinds counts as done only if a claim made it; a claim is full
+        # against what it asked for, not against the places of both lanes.
         scanned = any(plan.uncapped and not plan.is_async for plan in plans) and failure is None
-        loop.note_claim(claimed, free=free, uncapped=scanned)
+        loop.note_claim(claimed, free=sum(plan.limit for plan in plans) or free,
+                        uncapped=scanned)
         return claimed
 
     def _claim_plan(self, plan: ClaimPlan) -> Sequence[ClaimedJob]:
