@@ -1,14 +1,17 @@
 """The run's cancel scope: one signal, many causes, the first cause wins.
 
-Python cannot kill a thread, so cancellation is cooperative: the body reads ``ctx.cancelled`` or
-calls ``ctx.raise_if_cancelled()``, and every durable write checks the scope first (rule 11), which
-is what unwinds a body that never looks. The scope belongs to one run and is dropped with it: it
-holds no reference to anything of the worker's past the run (rule 13).
+Python cannot kill a thread, so cancellation of a sync body is cooperative: the body reads
+``ctx.cancelled`` or calls ``ctx.raise_if_cancelled()``, and every durable write checks the scope
+first (rule 11), which is what unwinds a body that never looks. An ``async def`` body is also
+cancelled at its next ``await``: the async lane sets a canceller that cancels its task (rule 86).
+The scope belongs to one run and is dropped with it: it holds no reference to anything of the
+worker's past the run (rule 13).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from .exceptions import JobCancelledError
 
@@ -16,7 +19,7 @@ from .exceptions import JobCancelledError
 class CancelScope:
     """A one-shot cancellation signal carrying the reason it fired."""
 
-    __slots__ = ("_event", "_lock", "_reason")
+    __slots__ = ("_canceller", "_event", "_lock", "_reason")
 
     def __init__(self) -> None:
         # The event exists only once a body waits on the scope (ctx.sleep, a wait for an
@@ -25,6 +28,18 @@ class CancelScope:
         self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._reason: JobCancelledError | None = None
+        # Called once when the signal fires: the async lane's way to cancel a task (set only
+        # for an ``async def`` body, and cleared when it ends: rule 13).
+        self._canceller: Callable[[], None] | None = None
+
+    def set_canceller(self, canceller: Callable[[], None] | None) -> None:
+        """Call ``canceller`` (from the cancelling thread) when the signal fires; at once if it
+        has fired already. None clears it."""
+        with self._lock:
+            self._canceller = canceller
+            fired = self._reason is not None
+        if fired and canceller is not None:
+            canceller()
 
     def cancel(self, reason: JobCancelledError) -> bool:
         """Fire the signal with ``reason``; return False if it had already fired (first wins)."""
@@ -33,8 +48,11 @@ class CancelScope:
                 return False
             self._reason = reason
             event = self._event
+            canceller = self._canceller
         if event is not None:
             event.set()
+        if canceller is not None:
+            canceller()
         return True
 
     @property

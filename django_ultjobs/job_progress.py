@@ -61,6 +61,11 @@ class JobProgress:
         if value is not None:
             await sync_to_async(self._send_from_thread, thread_sensitive=False)(value)
 
+    @property
+    def has_pending(self) -> bool:
+        """Whether ``flush`` has a value to write (an async run only then leaves its loop)."""
+        return self._pending is not None and not self._lost
+
     def flush(self) -> None:
         """Write the value held back by the throttle, if any (the body has returned)."""
         if self._pending is not None and not self._lost:

@@ -91,9 +91,11 @@ class JobSpec:
 
     @cached_property
     def is_coroutine(self) -> bool:
-        """Whether the body is ``async def`` (run in an event loop of its own); asked once, not
-        on every run."""
-        return inspect.iscoroutinefunction(self.func)
+        """Whether the body is ``async def`` (run on the worker's event loop, rule 85), or an
+        object whose ``__call__`` is (a Django Tasks async task's runner); asked once, not on
+        every run."""
+        return (inspect.iscoroutinefunction(self.func)
+                or inspect.iscoroutinefunction(type(self.func).__call__))
 
     def __post_init__(self) -> None:
         if not callable(self.func):

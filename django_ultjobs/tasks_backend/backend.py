@@ -7,6 +7,7 @@ slots, tracing) and the result is read back from the job's rows.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,7 @@ class UltJobsBackend(BaseTaskBackend):
 
     #: ``run_after`` becomes the job's run-at time: no worker claims it earlier.
     supports_defer = True
-    #: An ``async def`` task runs to completion on a worker thread.
+    #: An ``async def`` task runs on the worker's event loop (rule 85).
     supports_async_task = True
     #: Results are the job's rows, readable from any process (``get_result``, ``refresh``).
     supports_get_result = True
@@ -83,14 +84,15 @@ class UltJobsBackend(BaseTaskBackend):
         Raises ``JobConfigurationError`` for options a job cannot have.
         """
         from ..job_spec import JobSpec
-        from .runner import TaskRunner
+        from .runner import AsyncTaskRunner, TaskRunner
 
         max_attempts = getattr(task, "max_attempts", None)
         backoff = getattr(task, "backoff", None)
         max_backoff = getattr(task, "max_backoff", None)
         retry_on = getattr(task, "retry_on", None)
         return JobSpec(
-            func=TaskRunner(task),
+            # An async task runs on the worker's event loop, a sync one on its threads.
+            func=(AsyncTaskRunner if inspect.iscoroutinefunction(task.func) else TaskRunner)(task),
             name=task.module_path,
             queue=task.queue_name,
             priority=task.priority,

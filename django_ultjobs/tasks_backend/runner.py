@@ -4,7 +4,9 @@
 a task exactly as it runs any job (heartbeat, slots, retries, tracing), and the runner does
 what Django's own backends do around a run: build the RUNNING ``TaskResult``, send
 ``task_started``, call the function (with a ``TaskContext`` when it takes one; ``task.call`` runs
-an async function to completion), then send ``task_finished`` once the task has finished.
+an async function to completion), then send ``task_finished`` once the task has finished. An
+``async def`` task's runner (``AsyncTaskRunner``) is itself ``async def``: the worker awaits it on
+its event loop (rule 85).
 """
 
 from __future__ import annotations
@@ -61,40 +63,94 @@ class TaskRunner:
     def __call__(self, ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
         """Run the task once, sending Django's signals as its own backends do."""
         task = self.task
-        backend = task.get_backend()
-        sender = type(backend)
+        sender = type(task.get_backend())
         result = _running_result(task, ctx, list(args), dict(kwargs))
         task_started_signal.send(sender=sender, task_result=result)
         try:
-            if task.takes_context:
-                context = UltJobsTaskContext(task_result=result, job=ctx)
-                raw = task.call(context, *args, **kwargs)
-            else:
-                raw = task.call(*args, **kwargs)
-            value = normalize_json(raw)
-            # The worker refuses what JSON would change ({1: ...} keys): fail it here, inside
-            # the run, so task_finished says FAILED rather than SUCCESSFUL and then a failure.
-            jsonargs.check_result(task.module_path, value)
+            raw = task.call(*_call_args(task, result, ctx, args), **kwargs)
+            value = _checked(task, raw)
         except Suspend:
             # A durable wait (context.job.sleep / wait_for_event): the task resumes later.
             raise
         except BaseException as exc:
             if _ends_task(ctx, getattr(task, "retry_on", None) or (Exception,)):
-                object.__setattr__(result, "finished_at", timezone.now())
-                result.errors.append(TaskError(
-                    exception_class_path=_path(type(exc)),
-                    traceback="".join(traceback.format_exception(exc)),
-                ))
-                object.__setattr__(result, "status", TaskResultStatus.FAILED)
-                # Sent inside the handler, as Django's backends do: receivers (Django's own
-                # logger among them) read the exception from sys.exc_info().
-                task_finished_signal.send(sender=sender, task_result=result)
+                _failed(sender, result, exc)
             raise
-        object.__setattr__(result, "_return_value", value)
-        object.__setattr__(result, "finished_at", timezone.now())
-        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        return _succeeded(sender, result, value)
+
+
+class AsyncTaskRunner(TaskRunner):
+    """The job function of an ``async def`` task: awaited on the worker's event loop (rule
+    85), never run to completion in a loop of its own. What touches the database (the
+    running result, Django's signals) runs on a thread: the ORM refuses to run in a loop."""
+
+    async def __call__(self, ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
+        """Run the task once, sending Django's signals as its own backends do."""
+        from ..worker.async_executor import off_loop
+
+        task = self.task
+        sender = type(task.get_backend())
+        result = await off_loop(_running_result, task, ctx, list(args), dict(kwargs))
+        await off_loop(task_started_signal.send, sender=sender, task_result=result)
+        try:
+            raw = await task.acall(*_call_args(task, result, ctx, args), **kwargs)
+            value = _checked(task, raw)
+        except Suspend:
+            raise
+        except BaseException as exc:
+            if _ends_task(ctx, getattr(task, "retry_on", None) or (Exception,)):
+                await off_loop(_failed, sender, result, exc)
+            raise
+        return await off_loop(_succeeded, sender, result, value)
+
+
+def _call_args(task: Task, result: TaskResult, ctx: JobContext, args: tuple[Any, ...]
+               ) -> tuple[Any, ...]:
+    """The task's positional arguments, its ``TaskContext`` first when it takes one."""
+    if task.takes_context:
+        return (UltJobsTaskContext(task_result=result, job=ctx), *args)
+    return args
+
+
+def _checked(task: Task, raw: Any) -> Any:
+    """The task's return value as JSON will store it. The worker refuses what JSON would change
+    ({1: ...} keys): failed here, inside the run, so task_finished says FAILED rather than
+    SUCCESSFUL and then a failure."""
+    value = normalize_json(raw)
+    jsonargs.check_result(task.module_path, value)
+    return value
+
+
+def _failed(sender: type, result: TaskResult, exc: BaseException) -> None:
+    """Mark ``result`` FAILED by ``exc`` and send ``task_finished``."""
+    object.__setattr__(result, "finished_at", timezone.now())
+    result.errors.append(TaskError(
+        exception_class_path=_path(type(exc)),
+        traceback="".join(traceback.format_exception(exc)),
+    ))
+    object.__setattr__(result, "status", TaskResultStatus.FAILED)
+    if sys.exception() is exc:
         task_finished_signal.send(sender=sender, task_result=result)
-        return value
+        return
+    # Sent inside a handler of exc, as Django's backends do: receivers (Django's own logger
+    # among them) read the exception from sys.exc_info(), also on the thread an async task's
+    # signals are sent from. Its traceback is left as the body's.
+    trace = exc.__traceback__
+    try:
+        raise exc
+    except BaseException:
+        task_finished_signal.send(sender=sender, task_result=result)
+    finally:
+        exc.__traceback__ = trace
+
+
+def _succeeded(sender: type, result: TaskResult, value: Any) -> Any:
+    """Mark ``result`` SUCCESSFUL with ``value``, send ``task_finished``, return ``value``."""
+    object.__setattr__(result, "_return_value", value)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+    task_finished_signal.send(sender=sender, task_result=result)
+    return value
 
 
 def _running_result(task: Task, ctx: JobContext, args: list[Any], kwargs: dict[str, Any]

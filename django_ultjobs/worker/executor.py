@@ -311,25 +311,36 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
     job, spec = run.job, run.spec
     assert spec is not None
     with job_span(job.name, _span_attributes(job), job.traceparent, job.tracestate) as span:
-        try:
-            args = list(job.args) if isinstance(job.args, list) else _bad("args", job.args)
-            kwargs = (dict(job.kwargs) if isinstance(job.kwargs, dict)
-                      else _bad("kwargs", job.kwargs))
-            run.ledger = StepLedger(store=store, job=job, scope=run.scope)
-            ctx = JobContext(job_id=job.id, name=job.name, attempt=job.attempt,
-                             max_attempts=job.max_attempts, queue=job.queue, worker_id=worker_id,
-                             enqueued_by=job.enqueued_by, scope=run.scope, ledger=run.ledger,
-                             progress=JobProgress(job.id, job.token, store.save_progress))
-        except Exception as exc:
-            _record_exception(span, exc)
-            span.set_status(Status(StatusCode.ERROR, describe(exc)))
-            span.set_attribute("job.outcome", AttemptOutcome.FAILED)
-            return _failed(run, traceback.format_exc())
-
+        prepared = prepare_run(run, span, store=store, worker_id=worker_id)
+        if isinstance(prepared, Settlement):
+            return prepared
+        ctx, args, kwargs = prepared
         on_started()
         if job.due_at is not None:
             record_wait(job.name, job.queue, (job.claimed_at - job.due_at).total_seconds())
         return _run_body(run, span, ctx, args, kwargs)
+
+
+def prepare_run(run: Run, span: Span, *, store: JobStore, worker_id: str
+                ) -> tuple[JobContext, list[Any], dict[str, Any]] | Settlement:
+    """The run's context and arguments; or the failed settlement of a run that cannot start
+    (its stored arguments are not a JSON array and object). Writes nothing."""
+    job = run.job
+    try:
+        args = list(job.args) if isinstance(job.args, list) else _bad("args", job.args)
+        kwargs = (dict(job.kwargs) if isinstance(job.kwargs, dict)
+                  else _bad("kwargs", job.kwargs))
+        run.ledger = StepLedger(store=store, job=job, scope=run.scope)
+        ctx = JobContext(job_id=job.id, name=job.name, attempt=job.attempt,
+                         max_attempts=job.max_attempts, queue=job.queue, worker_id=worker_id,
+                         enqueued_by=job.enqueued_by, scope=run.scope, ledger=run.ledger,
+                         progress=JobProgress(job.id, job.token, store.save_progress))
+    except Exception as exc:
+        _record_exception(span, exc)
+        span.set_status(Status(StatusCode.ERROR, describe(exc)))
+        span.set_attribute("job.outcome", AttemptOutcome.FAILED)
+        return _failed(run, traceback.format_exc())
+    return ctx, args, kwargs
 
 
 def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],

@@ -17,6 +17,10 @@ MAX_SECONDS = 86_400.0
 #: once its body touches the ORM, a database connection; far past this count a process hits the
 #: system's thread limit after starting hundreds of them. Run more processes instead.
 MAX_THREADS = 1024
+#: The most ``async def`` bodies one process may run at once (``--async-concurrency``). A run in
+#: flight costs its task, its lease in every heartbeat statement and its settle, no thread; past
+#: this many one process's heartbeat and completer are the limit: run more processes instead.
+MAX_ASYNC_CONCURRENCY = 10_000
 
 
 def default_worker_id() -> str:
@@ -30,6 +34,9 @@ class WorkerOptions:
 
     queues: tuple[str, ...] = ("default",)
     threads: int = 4
+    #: ``async def`` bodies run at once on the process's event loop (rule 85); sync bodies are
+    #: bounded by ``threads`` apart from these.
+    async_concurrency: int = 100
     #: Seconds a claimed job stays invisible without a heartbeat (rule 1); also the fleet slot
     #: TTL, so a dead worker frees its slot on the schedule its job is re-delivered (rule 5).
     visibility_timeout: float = 30.0
@@ -69,6 +76,12 @@ class WorkerOptions:
             more = "; for more jobs at once, run more worker processes" if self.threads > 1 else ""
             raise JobConfigurationError(
                 f"--threads must be from 1 to {MAX_THREADS}, not {self.threads}{more}")
+        concurrency = self.async_concurrency
+        if (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                or not 1 <= concurrency <= MAX_ASYNC_CONCURRENCY):
+            raise JobConfigurationError(
+                f"--async-concurrency must be a whole number from 1 to "
+                f"{MAX_ASYNC_CONCURRENCY}, not {concurrency!r}")
         if self.visibility_timeout <= 0 or self.heartbeat_interval <= 0:
             raise JobConfigurationError(
                 "--visibility-timeout and --heartbeat-interval must be positive"

@@ -35,6 +35,9 @@ from ..logs import log_event
 from ..models import AttemptOutcome
 from ..registry import get_job, registered_jobs, registry_generation
 from ..store import ClaimBatch, ClaimedJob, Clock, JobStore, LostAttempt, ParkEpisode, get_store
+from .async_executor import arun_job
+from .async_lane import AsyncLane
+from .claim_lanes import ClaimPlan, claim_plans
 from .completer import Completer
 from .deadlines import Deadlines
 from .executor import (
@@ -93,6 +96,9 @@ class WorkerProcess:
         self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
         self.pool = ExecutorPool(options.threads, self._execute)
+        #: ``async def`` bodies run on one event loop, apart from the threads (rule 85).
+        self.async_lane = AsyncLane(options.async_concurrency, self._execute_async,
+                                    on_free=self.wake)
         self.listener = (
             Listener(store=self.store, queues=options.queues, wake=self.notified,
                      worker_id=self.worker_id)
@@ -173,6 +179,7 @@ class WorkerProcess:
         self._start_threads()
         log_event(logger, logging.INFO, "jobs.worker.started", worker_id=self.worker_id,
                   queues=",".join(self.options.queues), threads=self.options.threads,
+                  async_concurrency=self.options.async_concurrency,
                   visibility_timeout=self.options.visibility_timeout,
                   heartbeat_interval=self.options.heartbeat_interval,
                   database=self.store.alias, vendor=self.store.vendor)
@@ -242,7 +249,7 @@ class WorkerProcess:
         log_event(logger, logging.INFO, "jobs.worker.recycling", worker_id=self.worker_id,
                   reason=self.recycler.reason, runs=self.recycler.started,
                   max_jobs=self.options.max_jobs, memory_mb=self.recycler.memory_mb,
-                  max_memory=self.options.max_memory, in_flight=self.pool.busy)
+                  max_memory=self.options.max_memory, in_flight=self._busy())
 
     def _refresh_caps(self, loop: _LoopState) -> None:
         """Bring a job registered after start (a task imported on its first claim) into the
@@ -254,15 +261,21 @@ class WorkerProcess:
             loop.caps = {n: s.concurrency for n, s in jobs.items() if s.concurrency}
             loop.keyed = frozenset(n for n in loop.caps if jobs[n].concurrency_key is not None)
             loop.rated = {n: s for n, s in jobs.items() if s.rate is not None}
+            loop.async_names = frozenset(n for n, s in jobs.items() if s.is_coroutine)
         # Outside the branch above: a write that failed is tried again next round.
         self._record_known_jobs(loop.generation)
 
     def _room(self, loop: _LoopState) -> int:
-        """How many runs to claim now: the free threads; 0, after a wait, when no thread is free
-        or the outcomes waiting for the completer are too many or too big (rule 31)."""
-        free = self.pool.free()
+        """How many runs to claim now: the free threads (and free async places, rule 87); 0,
+        after a wait, when no place is free or the outcomes waiting for the completer are too
+        many or too big (rule 31)."""
+        if loop.async_names:
+            free = self._lanes_room(loop)
+        else:
+            free = loop.free_sync = self.pool.free()
+            if free <= 0:
+                self.pool.wait_for_free(self.options.poll_interval)
         if free <= 0:
-            self.pool.wait_for_free(self.options.poll_interval)
             return 0
         if self._unsettled_full():
             # The completer has fallen behind (a slow or failing settle): claiming on would
@@ -272,13 +285,25 @@ class WorkerProcess:
             if self._unsettled_full():
                 self._wake.wait(self.options.poll_interval)
             return 0
-        if loop.backlog and free < loop.batch:
+        if loop.backlog and free < loop.batch and not loop.async_names:
             # The last claim came back full, so there is a backlog: let a few more threads free
             # up (a couple of ms at most) and claim them in one statement, rather than pay a
             # round trip per finished run. An idle queue skips this: latency first.
             self.pool.wait_for_free(0.002, at_least=loop.batch)
-            free = self.pool.free()
+            free = loop.free_sync = self.pool.free()
         return free
+
+    def _lanes_room(self, loop: _LoopState) -> int:
+        """The free places of both lanes (threads and async places), noted in ``loop`` for the
+        claim to split; 0 after a wait when both are full. The wait ends when a settle is
+        written or an async place frees up (both wake this loop), or after a poll interval."""
+        loop.free_sync, loop.free_async = self.pool.free(), self.async_lane.free()
+        if loop.free_sync <= 0 and loop.free_async <= 0:
+            self._wake.clear()
+            if self.pool.free() <= 0 and self.async_lane.free() <= 0:
+                self._wake.wait(self.options.poll_interval)
+            return 0
+        return max(0, loop.free_sync) + max(0, loop.free_async)
 
     def _claim_round(self, loop: _LoopState, free: int) -> bool:
         """Claim up to ``free`` runs, start them and wait as the answer says; False when a
@@ -286,11 +311,11 @@ class WorkerProcess:
         # Read before the claim: only if nothing was in flight while the claim looked can an
         # empty answer mean "nothing is runnable now" (a hand-back written meanwhile would
         # otherwise be missed by --burst).
-        idle = self.pool.busy == 0 and self.completer.pending == 0
+        idle = self._busy() == 0 and self.completer.pending == 0
         self._wake.clear()
         if self._notified.is_set():
             self._notified.clear()
-            loop.others_checked_at = None
+            loop.others_checked_at = loop.async_checked_at = None
         uncapped = loop.others_due(self.options.poll_interval)
         # The slots this worker kept from its last runs of each capped kind: the claim may take
         # that many more runs of the kind than the fleet has free slots.
@@ -315,31 +340,56 @@ class WorkerProcess:
 
     def _claim(self, loop: _LoopState, free: int, *, uncapped: bool, kept: dict[str, int]
                ) -> Sequence[ClaimedJob] | None:
-        """One claim statement; None when it failed (after the outage backoff has been waited).
+        """The round's claim statements (one per lane with room, ``claim_lanes``); None when
+        none claimed anything and one failed (after the outage backoff has been waited).
 
         A dead database is an outage to wait out, with backoff, not a crash; the kept slots the
         claim was offered go back (or lapse, if the database is down)."""
-        try:
-            self.claims += 1
-            # Jobs limited as a whole are claimed no faster than their buckets give starts.
-            caps = {**self.rates.claim_limits(loop.rated), **loop.caps} if loop.rated \
-                else loop.caps
-            claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
-                                       limit=free,
-                                       visibility_timeout=self.options.visibility_timeout,
-                                       caps=caps, uncapped=uncapped, kept=kept,
-                                       keyed=loop.keyed)
-        except Exception as exc:
-            if kept:
-                self.slots.give_back_unused()
-            loop.failures += 1
-            delay = min(30.0, 0.2 * 2 ** min(loop.failures, 8))
+        # Jobs limited as a whole are claimed no faster than their buckets give starts.
+        caps = {**self.rates.claim_limits(loop.rated), **loop.caps} if loop.rated \
+            else loop.caps
+        free_sync = min(max(loop.free_sync, 0), free) if loop.async_names else free
+        plans = claim_plans(free_sync=free_sync, free_async=min(loop.free_async, free - free_sync),
+                            caps=caps, keyed=loop.keyed, kept=kept,
+                            async_names=loop.async_names, uncapped=uncapped,
+                            async_due=loop.async_due(self.options.poll_interval))
+        batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]] = []
+        failure: Exception | None = None
+        for plan in plans:
+            try:
+                batches.append((plan, self._claim_plan(plan)))
+            except Exception as exc:
+                failure = exc
+        if failure is not None:
+            delay = self._claim_failed(loop, kept)
             log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
-                      worker_id=self.worker_id, error=repr(exc), retry_in=delay)
-            self._wake.wait(delay)
-            return None
-        loop.note_claim(claimed, free=free, uncapped=uncapped)
+                      worker_id=self.worker_id, error=repr(failure), retry_in=delay)
+            if not any(batch for _, batch in batches):
+                self._wake.wait(delay)
+                return None
+        claimed = _joined(batches)
+        loop.note_async_claims(batches)
+        # The scan of the other kinds counts as done only if a claim made it; a claim is full
+        # against what it asked for, not against the places of both lanes.
+        scanned = any(plan.uncapped and not plan.is_async for plan in plans) and failure is None
+        loop.note_claim(claimed, free=sum(plan.limit for plan in plans) or free,
+                        uncapped=scanned)
         return claimed
+
+    def _claim_plan(self, plan: ClaimPlan) -> Sequence[ClaimedJob]:
+        self.claims += 1
+        return self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
+                                limit=plan.limit,
+                                visibility_timeout=self.options.visibility_timeout,
+                                caps=plan.caps, uncapped=plan.uncapped, kept=plan.kept,
+                                keyed=plan.keyed)
+
+    def _claim_failed(self, loop: _LoopState, kept: dict[str, int]) -> float:
+        """Give the kept slots back after a claim failed; return the outage backoff."""
+        if kept:
+            self.slots.give_back_unused()
+        loop.failures += 1
+        return min(30.0, 0.2 * 2 ** min(loop.failures, 8))
 
     def _after_empty_claim(self, loop: _LoopState, *, idle: bool, uncapped: bool) -> bool:
         """Wait for work after a claim that found none; False when a ``burst`` worker is done."""
@@ -380,13 +430,30 @@ class WorkerProcess:
                 self.completer.submit(run, decided)
                 continue
             runs.append(run)
-        runs = self._gate_rates(runs)
+        runs = self._fit_lanes(self._gate_rates(runs))
         starting = self._take_slots(runs)
         if starting:
             with self._executing_lock:
                 self._executing.update(starting)
-            self.pool.submit_many(starting)
+            self.pool.submit_many([run for run in starting if not _is_async(run)])
+            self.async_lane.submit_many([run for run in starting if _is_async(run)])
         return len(starting)
+
+    def _fit_lanes(self, runs: list[Run]) -> list[Run]:
+        """The runs each lane has a place for (rule 87); the others go back to the queue at
+        once, attempts not burned. The claim was split by lane, so only a kind that became
+        known during it can be one too many here: a Django task resolved on its first claim,
+        claimed among the sync kinds, that turns out ``async def``."""
+        places = {False: self.pool.free(), True: self.async_lane.free()}
+        fitting: list[Run] = []
+        for run in runs:
+            lane = _is_async(run)
+            if places[lane] > 0:
+                places[lane] -= 1
+                fitting.append(run)
+            else:
+                self.completer.submit(run, slot_unavailable_settlement(run))
+        return fitting
 
     def _gate_rates(self, runs: list[Run]) -> list[Run]:
         """The runs whose rate limits let them start now (rule 52); the others go back to the
@@ -505,6 +572,30 @@ class WorkerProcess:
                 self._executing.discard(run)
             _reset_connections()
 
+    async def _execute_async(self, run: Run) -> None:
+        """Run one ``async def`` job on the async lane's loop and hand its outcome to the
+        completer: ``_execute`` for the loop (rule 85)."""
+        try:
+            try:
+                settlement = await arun_job(run, store=self.store, worker_id=self.worker_id,
+                                            on_started=lambda: self._started(run))
+            except BaseException as exc:
+                settlement = failed_by_worker(run, exc)
+            self.completer.submit(run, settlement)
+        finally:
+            with self._executing_lock:
+                self._executing.discard(run)
+
+    def _busy(self) -> int:
+        """Runs handed to either lane and not finished."""
+        return self.pool.busy + self.async_lane.busy
+
+    def _wait_idle(self, timeout: float) -> bool:
+        """Block until neither lane has a run (or ``timeout``); return whether both are idle."""
+        deadline = time.monotonic() + timeout
+        return (self.pool.wait_idle(timeout)
+                and self.async_lane.wait_idle(max(0.0, deadline - time.monotonic())))
+
     def _started(self, run: Run) -> None:
         """The body starts now: its timeout runs from here, and the ticker keeps it alive."""
         run.mark_started()
@@ -520,16 +611,16 @@ class WorkerProcess:
         if self.recycler.reason is not None:
             self._finish_runs_unless_stopped()
         grace = 0.0 if self._forced.is_set() else self.options.grace_period
-        if self.pool.busy:
+        if self._busy():
             log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
-                      in_flight=self.pool.busy, grace_period=grace)
+                      in_flight=self._busy(), grace_period=grace)
             self._wait_idle_unless_forced(grace)
-        if self.pool.busy:
+        if self._busy():
             for run in self._executing_snapshot():
                 run.scope.cancel(WorkerShutdownError(
                     f"worker {self.worker_id} is stopping; job {run.job.name!r} (id {run.id}) "
                     "is handed back to the queue"))
-            self.pool.wait_idle(self.options.cancel_wait)
+            self._wait_idle(self.options.cancel_wait)
         for run in self._executing_snapshot():
             # Handed back on a dead worker's schedule, its slot left to lapse: the body may run on
             # until the process exits, and nobody else may start the job (or take the slot) while
@@ -545,6 +636,7 @@ class WorkerProcess:
         if self.gauges is not None:
             self.gauges.stop()
         self.pool.stop(timeout=0.5)
+        self.async_lane.stop(timeout=0.5)
         try:
             self.store.worker_stop(self.worker_id)
         except Exception as exc:
@@ -555,11 +647,11 @@ class WorkerProcess:
         """A recycling worker lets every run finish, however long: nothing asked it to stop,
         and cancelling a run would hand its job back for nothing (rule 76). A SIGTERM meanwhile
         starts the usual grace period from then on."""
-        if self.pool.busy:
+        if self._busy():
             log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
-                      in_flight=self.pool.busy, reason=self.recycler.reason)
-        while self.pool.busy and not self._stopping.is_set():
-            self.pool.wait_idle(0.2)
+                      in_flight=self._busy(), reason=self.recycler.reason)
+        while self._busy() and not self._stopping.is_set():
+            self._wait_idle(0.2)
 
     def _wait_idle_unless_forced(self, grace: float) -> None:
         """Let the runs finish within ``grace`` seconds. Not the ones that timed out: they were
@@ -567,11 +659,11 @@ class WorkerProcess:
         too (a body overrunning its timeout would hold ``--exit-on-overrun`` up for all of it,
         and finish meanwhile: rule 56)."""
         deadline = time.monotonic() + grace
-        while self.pool.busy > self._timed_out_executing() and not self._forced.is_set():
+        while self._busy() > self._timed_out_executing() and not self._forced.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            self.pool.wait_idle(min(remaining, 0.2))
+            self._wait_idle(min(remaining, 0.2))
 
     def _timed_out_executing(self) -> int:
         """How many bodies still executing were cancelled by their timeout (rule 55)."""
@@ -757,6 +849,27 @@ class _LoopState:
     keyed: frozenset[str] = frozenset()
     #: The rate-limited kinds (``rate_limit``, rule 52).
     rated: dict[str, JobSpec] = field(default_factory=dict)
+    #: The ``async def`` kinds, run on the async lane and claimed apart (rules 85, 87).
+    async_names: frozenset[str] = frozenset()
+    #: The free threads and free async places ``_room`` found this round.
+    free_sync: int = 0
+    free_async: int = 0
+    #: When a claim of the async kinds alone last found none; None: make one next round.
+    async_checked_at: float | None = None
+
+    def async_due(self, poll_interval: float) -> bool:
+        """Whether this round claims the async kinds alone (up to the free async places), or
+        lets the claim of the free threads take them too (``claim_lanes._async_share``): the
+        former after an enqueue notification, an async job claimed, or a poll interval."""
+        return (self.async_checked_at is None
+                or time.monotonic() - self.async_checked_at >= poll_interval)
+
+    def note_async_claims(self, claims: list[tuple[ClaimPlan, Sequence[ClaimedJob]]]) -> None:
+        """Record what the round's claims say of the async kinds' backlog."""
+        if any(job.name in self.async_names for _, batch in claims for job in batch):
+            self.async_checked_at = None
+        elif any(plan.is_async for plan, _ in claims):
+            self.async_checked_at = time.monotonic()
     #: Claims that failed in a row: the outage backoff grows with them.
     failures: int = 0
     #: The last claim came back full: there is a backlog.
@@ -772,15 +885,16 @@ class _LoopState:
         out until an enqueue notification or one poll interval later: a job of another kind
         that becomes due meanwhile waits at most that, as it would for an idle worker (on
         SQLite, or with --no-listen, an enqueue too waits up to a poll interval)."""
-        return (not self.caps or self.others_checked_at is None
+        return (not (self.caps or self.async_names) or self.others_checked_at is None
                 or time.monotonic() - self.others_checked_at >= poll_interval)
 
     def note_claim(self, claimed: Sequence[ClaimedJob], *, free: int, uncapped: bool) -> None:
         """Record what a claim that succeeded says about the next one."""
         self.failures = 0
         self.backlog = len(claimed) >= free
-        if (not self.caps or _others_left(claimed, full=self.backlog)
-                or any(job.name not in self.caps for job in claimed)):
+        if (not (self.caps or self.async_names) or _others_left(claimed, full=self.backlog)
+                or any(job.name not in self.caps and job.name not in self.async_names
+                       for job in claimed)):
             self.others_checked_at = None
         elif uncapped:
             # The other kinds had nothing runnable: their scan found no row, not even one the
@@ -805,6 +919,24 @@ def _others_left(claimed: Sequence[ClaimedJob], *, full: bool) -> bool:
     than risk an outranked job waiting a poll interval."""
     others_left = claimed.others_left if isinstance(claimed, ClaimBatch) else None
     return full if others_left is None else others_left
+
+
+def _joined(claims: list[tuple[ClaimPlan, Sequence[ClaimedJob]]]) -> Sequence[ClaimedJob]:
+    """The jobs of a round's claims as one batch. It left runnable jobs of uncapped kinds
+    behind if one of its claims did; a claim that does not say (a plain list, or None) counts
+    as having done so when it came back full, as ``_others_left`` reads a lone claim."""
+    if len(claims) == 1:
+        return claims[0][1]
+    left = False
+    for plan, batch in claims:
+        said = batch.others_left if isinstance(batch, ClaimBatch) else None
+        left = left or (len(batch) >= plan.limit if said is None else said)
+    return ClaimBatch([job for _, batch in claims for job in batch], others_left=left)
+
+
+def _is_async(run: Run) -> bool:
+    """Whether ``run`` goes to the async lane: its body is ``async def`` (rule 85)."""
+    return run.spec is not None and run.spec.is_coroutine
 
 
 def _positive_seconds(value: object) -> bool:

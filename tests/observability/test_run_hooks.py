@@ -4,6 +4,8 @@ A real Worker on both engines; each test connects receivers for its own jobs onl
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Iterator
@@ -155,3 +157,40 @@ def test_a_failing_finished_receiver_changes_nothing(alias, recorder, caplog):
     (logged,) = events(caplog, "jobs.worker.hook-failed", job_id=row.id)
     assert "teardown broke" in logged["error"]
     assert recorder.of("finished")[0]["outcome"] == "succeeded"
+
+
+_HOOKED: contextvars.ContextVar[str] = contextvars.ContextVar("hooked", default="")
+
+
+@job(name="hooks_async", max_attempts=1)
+async def hooks_async() -> str:
+    await asyncio.sleep(0)
+    return f"{_HOOKED.get()}@{threading.current_thread().name}"
+
+
+def test_an_async_run_is_bracketed_with_its_context_reaching_the_body(alias):
+    """Rules 72 and 85: an async run's hooks are sent from a thread (their receivers may use
+    the ORM); what job_started puts in a context variable reaches the body on the loop."""
+    seen: list[tuple[str, Any]] = []
+
+    def started(sender: Any, **kwargs: Any) -> None:
+        Job.objects.using(alias).filter(pk=kwargs["context"].job_id).exists()  # the ORM works
+        _HOOKED.set("set-by-hook")
+        seen.append(("started", threading.current_thread().name))
+
+    def finished(sender: Any, **kwargs: Any) -> None:
+        seen.append(("finished", kwargs["outcome"]))
+
+    job_started.connect(started, sender=hooks_async, weak=False)
+    job_finished.connect(finished, sender=hooks_async, weak=False)
+    try:
+        row = hooks_async.enqueue()
+        with running_worker(alias):
+            done = wait_until(lambda: Job.objects.using(alias).filter(
+                pk=row.id, status=JobStatus.SUCCEEDED).first(), message="the async job")
+    finally:
+        job_started.disconnect(started, sender=hooks_async)
+        job_finished.disconnect(finished, sender=hooks_async)
+    assert done.result == "set-by-hook@ultjobs-async"
+    assert [kind for kind, _ in seen] == ["started", "finished"]
+    assert seen[0][1] != "ultjobs-async" and seen[1][1] == "succeeded"

@@ -172,3 +172,12 @@ def retried_on_connection(kind: str) -> None:
     if kind == "connection":
         raise ConnectionError("no answer")
     raise ValueError("a bug")
+
+
+@task
+async def async_where(fail: bool = False) -> str:
+    """The thread an async task's body runs on: the worker's event loop's (rule 85)."""
+    await asyncio.sleep(0)
+    if fail:
+        raise TaskBoom("an async task's own failure")
+    return threading.current_thread().name

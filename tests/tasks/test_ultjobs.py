@@ -30,6 +30,7 @@ from tests.tasks.conftest import SignalLog
 from tests.tasks.settings import JOB_MODULES
 from tests.tasks.taskdefs import (
     add,
+    async_where,
     context_info,
     doubled,
     email,
@@ -171,6 +172,28 @@ def test_worker_imports_a_task_nobody_registered(alias: str) -> None:
     with running_worker(alias):
         assert finished(result.id).return_value == 11
     assert isinstance(get_job(add.module_path).func, TaskRunner)
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_an_async_task_runs_on_the_workers_event_loop(alias: str, signals: SignalLog,
+                                                      registered: bool) -> None:
+    # rule 85: awaited on the lane's loop (not run to completion on a thread of the pool), its
+    # signals sent as for a sync task; also when the worker first meets it at its claim.
+    ok, failing = async_where.enqueue(), async_where.enqueue(fail=True)
+    if not registered:
+        unregister(async_where.module_path)
+    with running_worker(alias, threads=1):
+        assert finished(ok.id).return_value == "ultjobs-async"
+        done = finished(failing.id)
+    assert get_job(async_where.module_path).is_coroutine
+    assert done.status == FAILED
+    # Retried by its policy (3 attempts), as a sync task is.
+    assert {e.exception_class_path for e in done.errors} == {"tests.tasks.taskdefs.TaskBoom"}
+    assert done.attempts == 3
+    assert signals.names(ok.id) == ["enqueued", "started", "finished"]
+    # task_finished of a failure is sent inside a handler of the exception, as Django's are.
+    [failed] = [s for s in signals.of(failing.id) if s.signal == "finished"]
+    assert failed.status == FAILED and failed.exc_type is taskdefs.TaskBoom
 
 
 def test_a_path_that_is_not_a_task_is_parked_not_run(alias: str) -> None:

@@ -331,3 +331,45 @@ async def async_counted(ctx: JobContext, total: int) -> int:
         await ctx.aset_progress(done, total, "async")
         await asyncio.sleep(0)
     return total
+
+
+@job(max_attempts=1)
+async def async_sleep(seconds: float) -> float:
+    """An ``async def`` body that only waits: the async lane runs many at once (rule 85)."""
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@job(takes_context=True, max_attempts=3, backoff=0.0)
+async def async_stuck(ctx: JobContext, first_seconds: float = 3600.0) -> int:
+    """Stuck in ``await asyncio.sleep`` on its first attempt (an hour by default), done at once
+    on a later one; never looks at its cancellation: only ``Task.cancel`` stops it (rule 86)."""
+    await asyncio.sleep(first_seconds if ctx.attempt == 1 else 0)
+    return ctx.attempt
+
+
+@job(takes_context=True, timeout=0.5, max_attempts=1)
+async def async_stuck_timeout(ctx: JobContext) -> None:
+    """Past its 0.5 s timeout in ``await asyncio.sleep(3600)``: cancelled by it (rule 86)."""
+    await asyncio.sleep(3600)
+
+
+@job(max_attempts=1)
+def sync_sleep(seconds: float) -> float:
+    """A sync body that holds its thread for ``seconds``."""
+    time.sleep(seconds)
+    return seconds
+
+
+#: The runs of ``async_capped_stuck`` in this process, by worker and job id.
+CAPPED_STUCK_RUNS: list[tuple[str, int]] = []
+
+
+@job(takes_context=True, concurrency=1, max_attempts=3, backoff=0.0)
+async def async_capped_stuck(ctx: JobContext) -> int:
+    """Capped at one run fleet-wide, stuck for an hour in its first run in this process (which
+    can lose its slot), done at once in the next; returns which run of the job it was."""
+    CAPPED_STUCK_RUNS.append((ctx.worker_id, ctx.job_id))
+    runs = CAPPED_STUCK_RUNS.count((ctx.worker_id, ctx.job_id))
+    await asyncio.sleep(3600 if runs == 1 else 0)
+    return runs

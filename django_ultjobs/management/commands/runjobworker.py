@@ -16,7 +16,7 @@ from django_ultjobs.exceptions import DatabaseUnavailableError
 from django_ultjobs.logs import LOG_FORMATS, configure_console, project_configures_logging
 from django_ultjobs.management.messages import one_line, unknown_alias
 from django_ultjobs.worker import WorkerOptions, WorkerProcess
-from django_ultjobs.worker.options import MAX_THREADS
+from django_ultjobs.worker.options import MAX_ASYNC_CONCURRENCY, MAX_THREADS
 
 
 def tune_the_process() -> None:
@@ -45,8 +45,12 @@ class Command(BaseCommand):
         parser.add_argument("--queue", "-q", action="append", dest="queues", metavar="NAME",
                             help="Queue to run (repeat for several; default: default).")
         parser.add_argument("--threads", "-t", type=int, default=4,
-                            help=f"Jobs run at once by this process, 1 to {MAX_THREADS} "
+                            help=f"Sync jobs run at once by this process, 1 to {MAX_THREADS} "
                                  "(default: 4).")
+        parser.add_argument("--async-concurrency", type=int, default=100, metavar="N",
+                            help="async def jobs run at once on this process's event loop, "
+                                 f"apart from --threads, 1 to {MAX_ASYNC_CONCURRENCY} "
+                                 "(default: %(default)s).")
         parser.add_argument("--visibility-timeout", type=float,
                             default=conf.VISIBILITY_TIMEOUT,
                             help="Seconds a claimed job stays invisible without a heartbeat; "
@@ -123,6 +127,7 @@ class Command(BaseCommand):
         worker_options = WorkerOptions(
             queues=tuple(options["queues"] or ["default"]),
             threads=options["threads"],
+            async_concurrency=options["async_concurrency"],
             visibility_timeout=options["visibility_timeout"],
             heartbeat_interval=options["heartbeat_interval"],
             poll_interval=options["poll_interval"],

@@ -1,0 +1,129 @@
+"""The executor of an ``async def`` body: ``run_job`` for the worker's event loop (rule 85).
+
+It turns what happens into a ``Settlement`` exactly as ``run_job`` does, with the executor's own
+helpers (same outcomes, retry policy and spans), and writes no SQL. What differs:
+
+* the body runs as a task of its own on the worker's one event loop, never ``asyncio.run``;
+* its cancellation cancels that task (``Task.cancel``, scheduled with
+  ``loop.call_soon_threadsafe``), so a body stuck in ``await asyncio.sleep(3600)`` unwinds at
+  once, and the run's cancel reason decides the outcome as for a sync run (rule 86);
+* what must not run on the loop runs on a thread: the run hooks (their receivers may use the
+  ORM, which refuses to run inside an event loop; the context variables they set still reach
+  the body, as ``sync_to_async`` carries them back) and the progress the throttle held back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+from opentelemetry.trace import Span
+
+from .. import jsonargs
+from ..context import JobContext
+from ..metrics import record_wait
+from ..signals import job_finished, job_started
+from ..steps import Suspend
+from ..store import JobStore, Settlement
+from ..tracing import acting_as, job_span
+from .executor import (
+    _exception_settlement,
+    _flush_progress,
+    _send_finished,
+    _span_attributes,
+    _success_settlement,
+    _suspended_settlement,
+    check_result_size,
+    prepare_run,
+)
+from .runs import Run
+
+T = TypeVar("T")
+
+
+async def arun_job(run: Run, *, store: JobStore, worker_id: str,
+                   on_started: Callable[[], None]) -> Settlement:
+    """Run ``run``'s ``async def`` body on the running loop and return how it ended."""
+    job, spec = run.job, run.spec
+    assert spec is not None
+    with job_span(job.name, _span_attributes(job), job.traceparent, job.tracestate) as span:
+        prepared = prepare_run(run, span, store=store, worker_id=worker_id)
+        if isinstance(prepared, Settlement):
+            return prepared
+        ctx, args, kwargs = prepared
+        on_started()
+        if job.due_at is not None:
+            record_wait(job.name, job.queue, (job.claimed_at - job.due_at).total_seconds())
+        return await _run_body(run, span, ctx, args, kwargs)
+
+
+async def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
+                    kwargs: dict[str, Any]) -> Settlement:
+    """Run the body between the run hooks (rule 72) and return how it ended."""
+    job, spec = run.job, run.spec
+    assert spec is not None
+    call_args = [ctx, *args] if spec.takes_context else args
+    exception: BaseException | None = None
+    started = time.monotonic()
+    try:
+        if job_started.receivers:
+            await off_loop(job_started.send, sender=spec, context=ctx, args=args,
+                            kwargs=kwargs)
+        with acting_as(f"job:{job.id}"):
+            result = await _cancellable(run, spec.func(*call_args, **kwargs))
+        jsonargs.check_result(job.name, result)
+        result_json = jsonargs.dumps(result)
+        check_result_size(job.name, result_json)
+    except Suspend as suspend:
+        settlement = _suspended_settlement(run, span, suspend)
+    except BaseException as exc:  # CancelledError too: the cancel reason decides the outcome
+        exception = exc
+        settlement = _exception_settlement(run, span, exc)
+    else:
+        settlement = _success_settlement(run, span, result_json)
+    run.duration = time.monotonic() - started
+    if ctx.progress is not None and ctx.progress.has_pending:
+        await off_loop(_flush_progress, run, ctx)
+    if job_finished.receivers:
+        await off_loop(_send_finished, run, ctx, args, kwargs, settlement, exception)
+    return settlement
+
+
+async def _cancellable(run: Run, body: Awaitable[T]) -> T:
+    """Await ``body`` as a task that the run's cancellation cancels, from whatever thread
+    fires it (the ticker's, the claim loop's, the drain's).
+
+    A task of its own, not this coroutine's: only the body is cancelled, never the settle
+    around it. The task copies this context (the span, ``acting_as``, what a hook set)."""
+    task = asyncio.ensure_future(body)
+    loop = asyncio.get_running_loop()
+
+    def cancel() -> None:
+        reason = run.scope.reason
+        # A loop already closed (RuntimeError) means the process is exiting.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(task.cancel, str(reason) if reason else None)
+
+    run.scope.set_canceller(cancel)
+    try:
+        return await task
+    finally:
+        # The scope outlives the run in nothing it holds (rule 13).
+        run.scope.set_canceller(None)
+
+
+async def off_loop(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``func`` on a thread, its context variables carried back, the connections it opened
+    closed after (every thread closes its own, rule 13)."""
+    def call() -> Any:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return await sync_to_async(call, thread_sensitive=False)()
