@@ -37,6 +37,13 @@ SET status = 'running',
     visible_at = {now_plus(%(timeout)s::float8)},
     updated_at = {now}
 FROM chosen
+-- Rule 93: outside a caller's transaction the claim's commit does not wait for its WAL flush
+-- (a millisecond or more per claim round, the largest part of an idle pickup). A claim a
+-- crash undoes leaves its job queued as before, and the run that started finds its lease gone.
+-- set_config(..., true) lasts to the end of this statement's transaction, so it rules its commit.
+-- ("commit_mode" NULL keeps the setting the session has.)
+CROSS JOIN (SELECT set_config('synchronous_commit', COALESCE(%(commit_mode)s::text,
+                              current_setting('synchronous_commit')), true)) AS c
 WHERE j.id = chosen.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
           j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,

@@ -194,6 +194,11 @@ class PostgresStore(JobStore):
             "now": self.now_param(),
         }
         with self.cursor() as cur:
+            # Rule 93: only a claim that is its own transaction commits without waiting for the
+            # WAL flush; in a caller's, the caller's commit keeps its own setting. (Read once
+            # the cursor has connected.)
+            params["commit_mode"] = None if self.in_callers_transaction(self.connection) \
+                else "off"
             self._driver_times(cur)
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()
