@@ -22,6 +22,15 @@ status IN ('queued', 'running', 'waiting')
 (SELECT w.queue FROM unnest(%(queues)s::text[]) AS w(queue)
  WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
 
+-- fragment: commit_mode
+-- Rule 93: a statement that is its own transaction and may be undone by a crash without harm (a
+-- claim: its job stays queued; a slot release: the slot lapses on its TTL) commits without
+-- waiting for its WAL flush, a millisecond or more each. set_config(..., true) lasts to the end
+-- of the statement's transaction, so it rules that commit; "commit_mode" NULL (a caller's
+-- transaction) keeps the session's setting. A one-row source "c" for a FROM list.
+(SELECT set_config('synchronous_commit', COALESCE(%(commit_mode)s::text,
+                   current_setting('synchronous_commit')), true)) AS c
+
 -- fragment: claim_update
 -- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
 -- (status, token, worker, lease), and come back with what the row was before (its due time too,
@@ -37,13 +46,7 @@ SET status = 'running',
     visible_at = {now_plus(%(timeout)s::float8)},
     updated_at = {now}
 FROM chosen
--- Rule 93: outside a caller's transaction the claim's commit does not wait for its WAL flush
--- (a millisecond or more per claim round, the largest part of an idle pickup). A claim a
--- crash undoes leaves its job queued as before, and the run that started finds its lease gone.
--- set_config(..., true) lasts to the end of this statement's transaction, so it rules its commit.
--- ("commit_mode" NULL keeps the setting the session has.)
-CROSS JOIN (SELECT set_config('synchronous_commit', COALESCE(%(commit_mode)s::text,
-                              current_setting('synchronous_commit')), true)) AS c
+CROSS JOIN {fragment:commit_mode}
 WHERE j.id = chosen.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
           j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,
@@ -682,7 +685,9 @@ WHERE l.id = locked.id
 RETURNING l.key, l.slot, l.holder;
 
 -- name: slot_release
--- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder).
+-- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder). A
+-- release a crash undoes leaves the slot to lapse on its TTL (rule 9), so it waits for no flush
+-- (rule 93).
 -- Rows are locked in (key, slot) order, as the renewal and the acquire's ON CONFLICT lock them,
 -- so no two slot statements can deadlock.
 WITH locked AS (
@@ -692,7 +697,7 @@ WITH locked AS (
     ORDER BY l.key, l.slot
     FOR UPDATE OF l
 )
-DELETE FROM django_ultjobs_slot WHERE id IN (SELECT id FROM locked);
+DELETE FROM django_ultjobs_slot USING {fragment:commit_mode} WHERE id IN (SELECT id FROM locked);
 
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.

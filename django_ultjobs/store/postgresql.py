@@ -173,6 +173,12 @@ class PostgresStore(JobStore):
         return super().in_callers_transaction(conn) or conn.connection.info.transaction_status \
             in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
+    def commit_mode(self) -> str | None:
+        # Rule 93: only a statement that is its own transaction commits without waiting for the
+        # WAL flush; in a caller's transaction the caller's commit keeps its own setting. Asked
+        # with the cursor open (the connection may have been closed until then).
+        return None if self.in_callers_transaction(self.connection) else "off"
+
     def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
         """Claim in one statement: ``claim``, or ``claim_capped`` when kinds are capped."""
         caps = request.caps
@@ -194,11 +200,7 @@ class PostgresStore(JobStore):
             "now": self.now_param(),
         }
         with self.cursor() as cur:
-            # Rule 93: only a claim that is its own transaction commits without waiting for the
-            # WAL flush; in a caller's, the caller's commit keeps its own setting. (Read once
-            # the cursor has connected.)
-            params["commit_mode"] = None if self.in_callers_transaction(self.connection) \
-                else "off"
+            params["commit_mode"] = self.commit_mode()
             self._driver_times(cur)
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()

@@ -56,6 +56,11 @@ class SlotStore(ABC):
         return {"keys": [w[0] for w in wanted], "limits": [w[1] for w in wanted],
                 "holders": [w[2] for w in wanted]}
 
+    def commit_mode(self) -> str | None:
+        """The ``synchronous_commit`` a statement that a crash may undo without harm commits
+        with (rule 93); None keeps the session's. Engines that can say override."""
+        return None
+
     @staticmethod
     def holders_param(holders: Sequence[str]) -> Any:
         """Holders in this engine's parameter form (an array; SQLite: JSON)."""
@@ -79,7 +84,8 @@ class SlotStore(ABC):
         if not held:
             return
         with self.cursor() as cur:
-            cur.execute(self.sql["slot_release"], self.held_params(held))
+            cur.execute(self.sql["slot_release"],
+                        {**self.held_params(held), "commit_mode": self.commit_mode()})
 
     @staticmethod
     @abstractmethod

@@ -1,9 +1,10 @@
-"""Rule 93 on PostgreSQL: a claim that is its own transaction commits without waiting for the
-WAL flush; a claim inside a caller's transaction leaves that transaction's commit alone.
+"""Rule 93 on PostgreSQL: a claim or a slot release that is its own transaction commits without
+waiting for the WAL flush; inside a caller's transaction it leaves that transaction's commit alone.
 
 The flush is the largest part of an idle pickup (docs/performance.md). Skipping it is safe for
-a claim alone: a claim a crash undoes leaves its job queued as it was, and the run that started
-finds its lease gone at its next heartbeat, as a lapsed lease does (rule 2).
+these two alone: a claim a crash undoes leaves its job queued as it was, and the run that started
+finds its lease gone at its next heartbeat (rule 3); a release a crash undoes leaves the slot to
+lapse on its TTL (rule 9).
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ def _setting(alias: str) -> str:
 
 
 @contextmanager
-def _claim_params(alias: str) -> Iterator[list[dict[str, Any]]]:
-    """The parameters every claim statement run on ``alias`` was sent with."""
+def _claim_params(alias: str, query: str = "claim") -> Iterator[list[dict[str, Any]]]:
+    """The parameters every ``query`` statement (``claim``: either claim) run on ``alias`` was
+    sent with."""
     sent: list[dict[str, Any]] = []
 
     def record(execute: Callable[..., Any], sql: str, params: Any, many: bool,
                context: dict[str, Any]) -> Any:
-        if "django_ultjobs:claim" in sql:
+        if f"django_ultjobs:{query}" in sql:
             sent.append(dict(params))
         return execute(sql, params, many, context)
 
@@ -80,3 +82,19 @@ def test_a_claim_inside_a_callers_transaction_leaves_its_commit_alone(pg_alias: 
         assert _setting(pg_alias) == "on"
     assert len(batch) == 1
     assert [p["commit_mode"] for p in sent] == [None]
+
+
+def test_a_slot_release_of_its_own_waits_for_no_flush_and_in_a_transaction_changes_nothing(
+        pg_alias: str) -> None:
+    store = get_store(pg_alias)
+    first, second = store.acquire("job:k", 2, 30, "h1"), store.acquire("job:k", 2, 30, "h2")
+    assert first is not None and second is not None
+    with _claim_params(pg_alias, "slot_release") as sent:
+        store.release(first)
+        with transaction.atomic(using=pg_alias):
+            store.release(second)
+            assert _setting(pg_alias) == "on"
+    assert [p["commit_mode"] for p in sent] == ["off", None]
+    assert _setting(pg_alias) == "on"
+    assert store.acquire("job:k", 2, 30, "h3") is not None  # both slots free again
+    assert store.acquire("job:k", 2, 30, "h4") is not None
