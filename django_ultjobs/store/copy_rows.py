@@ -2,8 +2,8 @@
 
 COPY takes rows as data, never expressions, so what the INSERT of ``enqueue`` computes in SQL is
 computed here from the database's clock, read in the same transaction first (``enqueue_copy_ids``,
-which also takes the ids COPY cannot return): the same values, column by column
-(performance.md, item 73).
+which also takes the ids COPY cannot return): the same values, column by column (rule 95;
+performance.md, items 73 and 75).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from .. import jsonargs
 from .records import NewJob
 
 #: Jobs from which a bulk enqueue goes by COPY: below it the one-statement INSERT is as fast (two
-#: round trips against one) and keeps ``bulk_enqueue()`` one statement (rule 41).
+#: round trips against one; performance.md, item 75) and keeps ``bulk_enqueue()`` one statement
+#: (rule 41).
 COPY_MIN_JOBS = 100
 
 #: Lines sent to COPY at a time: the server inserts the first while the next are written, where

@@ -1,4 +1,4 @@
-"""A bulk enqueue large enough to go by COPY on PostgreSQL writes what the INSERT writes.
+"""A bulk enqueue big enough for COPY (PostgreSQL) writes what the INSERT writes (rule 95).
 
 PostgreSQL's store sends a batch of ``COPY_MIN_JOBS`` or more by COPY (performance.md, item 73),
 every other batch (and SQLite's every batch) by INSERT: the rows, the ids, the transaction and
@@ -58,6 +58,7 @@ def _columns(alias: str, ids: list[int]) -> list[dict[str, Any]]:
 
 def test_a_copied_batch_writes_every_column_the_insert_writes(cstore: JobStore,
                                                               alias: str) -> None:
+    # rule 95
     # Both engines: on PostgreSQL the first batch goes by COPY, the second (the base store's
     # one INSERT) does not; on SQLite both are the INSERT. Same clock, so same times.
     jobs = _varied(COPY_MIN_JOBS + 20)
@@ -71,6 +72,7 @@ def test_a_copied_batch_writes_every_column_the_insert_writes(cstore: JobStore,
 
 
 def test_a_copied_batch_returns_what_it_wrote(cstore: JobStore, alias: str) -> None:
+    # rule 95
     jobs = _varied(COPY_MIN_JOBS)
     returned = cstore.enqueue(jobs)
     stored = {j.id: j for j in Job.objects.using(alias).filter(id__in=[r.id for r in returned])}
@@ -82,6 +84,7 @@ def test_a_copied_batch_returns_what_it_wrote(cstore: JobStore, alias: str) -> N
 
 
 def test_a_copied_batch_reads_the_database_clock_as_the_insert_does(pg_alias: str) -> None:
+    # rule 95
     # Without an injected clock: now() is the transaction's start, so inside one transaction the
     # COPY's times and the INSERT's are the same instant.
     store = get_store(pg_alias)
@@ -98,6 +101,7 @@ def test_a_copied_batch_reads_the_database_clock_as_the_insert_does(pg_alias: st
 
 
 def test_bulk_enqueue_of_50_000_keeps_every_job_in_order(alias: str) -> None:
+    # rule 95
     ids = add.bulk_enqueue([(i, -i) for i in range(50_000)])
     assert len(ids) == 50_000 and ids == sorted(ids) and len(set(ids)) == 50_000
     rows = list(Job.objects.using(alias).order_by("id").values_list("id", "args"))
@@ -105,6 +109,7 @@ def test_bulk_enqueue_of_50_000_keeps_every_job_in_order(alias: str) -> None:
 
 
 def test_a_copied_batch_rolls_back_with_the_callers_transaction(alias: str) -> None:
+    # rule 95
     with pytest.raises(RuntimeError), transaction.atomic(using=alias):
         noop.bulk_enqueue([()] * (COPY_MIN_JOBS * 3))
         assert Job.objects.using(alias).count() == COPY_MIN_JOBS * 3
@@ -113,6 +118,7 @@ def test_a_copied_batch_rolls_back_with_the_callers_transaction(alias: str) -> N
 
 
 def test_a_copied_batch_in_a_rolled_back_savepoint_leaves_the_outer_rows(alias: str) -> None:
+    # rule 95
     with transaction.atomic(using=alias):
         outer = noop.bulk_enqueue([()] * COPY_MIN_JOBS)
         with pytest.raises(RuntimeError), transaction.atomic(using=alias):
@@ -122,7 +128,7 @@ def test_a_copied_batch_in_a_rolled_back_savepoint_leaves_the_outer_rows(alias: 
 
 
 def test_one_bad_call_in_a_large_batch_writes_nothing_and_says_the_same(alias: str) -> None:
-    # rule 16: checked before any SQL, whatever the batch's size.
+    # rules 16 and 95: checked before any SQL, whatever the batch's size.
     def attempt(count: int, bad: tuple[Any, ...]) -> str:
         with pytest.raises(JobArgumentError) as caught:
             add.bulk_enqueue([(i, i) for i in range(count)] + [bad])
@@ -134,7 +140,7 @@ def test_one_bad_call_in_a_large_batch_writes_nothing_and_says_the_same(alias: s
 
 
 def test_a_copied_batch_shows_its_statements_to_djangos_instrumentation(alias: str) -> None:
-    # rule 41: the COPY passes through Django's cursor, its query log and execute wrappers.
+    # rules 41 and 95: the COPY passes through Django's cursor, its query log and execute wrappers.
     seen: list[str] = []
 
     def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -168,6 +174,7 @@ def _payloads(conn: psycopg.Connection[Any], wait: float) -> set[str]:
 
 
 def test_a_copied_batch_wakes_the_queues_with_due_jobs_on_commit_only(pg_alias: str) -> None:
+    # rule 95
     later = datetime.now(UTC) + timedelta(hours=1)
     with _listening(pg_alias) as listener:
         with transaction.atomic(using=pg_alias):
