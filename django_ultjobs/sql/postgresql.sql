@@ -99,6 +99,33 @@ notified AS (
 SELECT ins.id, ins.visible_at, ins.created_at, ins.expires_at
 FROM ins CROSS JOIN notified ORDER BY ins.id;
 
+-- name: enqueue_copy_ids
+-- The first of a bulk enqueue's two statements by COPY (performance.md, item 73): the
+-- database's clock ({now}, the transaction's start: the instant every statement of this
+-- transaction reads, so the rows get the times the INSERT of "enqueue" would give them), "count"
+-- ids from the table's own sequence (COPY returns none), and the notify of each queue that gets
+-- a job runnable now: its soonest delay (of the jobs without run_at) or its soonest run_at is
+-- due. Delivered on commit only; the COPY failing rolls it back with the transaction.
+-- The sequence is looked up once, in its own subquery (an InitPlan): named by an expression
+-- nextval would resolve it on every call, several times the cost of the ids themselves.
+SELECT {now},
+       ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('django_ultjobs_job', 'id')::regclass))
+             FROM generate_series(1, %(count)s::int)),
+       (SELECT count(pg_notify('django_ultjobs', d.queue))
+        FROM unnest(%(queues)s::text[], %(delays)s::float8[], %(run_ats)s::timestamptz[])
+             AS d(queue, delay, run_at)
+        WHERE {now_plus(d.delay)} <= {now} OR d.run_at <= {now});
+
+-- name: enqueue_copy
+-- The second: the rows themselves (text format), every column "enqueue" writes and the id, in
+-- the order store/copy_rows.py writes them; the others take their defaults, as in "enqueue".
+COPY django_ultjobs_job
+    (id, name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+     claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+     last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, timeout,
+     expires_at, tags)
+FROM STDIN;
+
 -- name: enqueue_one
 -- One job, one plain INSERT: enqueue() is usually one call inside a view's transaction, and the
 -- JSON-array form bulk enqueue needs costs it more than the rest of the call (performance.md,

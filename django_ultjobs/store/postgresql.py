@@ -8,10 +8,12 @@ from dataclasses import replace
 from typing import Any
 
 import psycopg
+from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import Format, TransactionStatus
 
 from .. import jsonargs
+from . import copy_rows
 from .base import JobStore, check_one_per_job, dumps_batch
 from .records import (
     ClaimBatch,
@@ -69,7 +71,10 @@ class PostgresStore(JobStore):
         return uuid.UUID(token)
 
     def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
-        """Insert ``jobs``: one plain INSERT for a single job, the JSON-array form for many."""
+        """Insert ``jobs``: one plain INSERT for a single job, the JSON-array form for a few,
+        COPY for many (``copy_rows.COPY_MIN_JOBS``)."""
+        if len(jobs) >= copy_rows.COPY_MIN_JOBS:
+            return self._enqueue_copy(jobs)
         if len(jobs) != 1:
             return super().enqueue(jobs)
         row = self._new_job_row(jobs[0])
@@ -82,6 +87,24 @@ class PostgresStore(JobStore):
             cur.execute(self.sql["enqueue_one"], params)
             r = cur.fetchone()
         return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2], expires_at=r[3])]
+
+    def _enqueue_copy(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
+        """Insert ``jobs`` by COPY, in two statements of one transaction (the caller's when it
+        has one): the clock, the ids and the notify (``enqueue_copy_ids``), then the rows."""
+        # No savepoint: like the one INSERT it replaces, a failure fails the caller's
+        # transaction; outside one, both statements commit or roll back together, and read
+        # the same now().
+        with transaction.atomic(using=self.alias, savepoint=False), self.cursor() as cur:
+            cur.execute(self.sql["enqueue_copy_ids"],
+                        {**copy_rows.soonest_params(jobs), "now": self.now_param()})
+            now, ids, _ = cur.fetchone()
+            ids.sort()
+            when = copy_rows.times(jobs, now)
+            copy_rows.copy(cur, self.sql["enqueue_copy"],
+                           copy_rows.text_rows(jobs, ids, when, now))
+        return [EnqueuedJob(id=job_id, visible_at=visible_at, created_at=now,
+                            expires_at=expires_at)
+                for job_id, (visible_at, expires_at) in zip(ids, when, strict=True)]
 
     def _insert_unique(self, sent: Sequence[NewJob]) -> list[Any]:
         # One job: its values as parameters, not a JSON array (performance.md, item 45).

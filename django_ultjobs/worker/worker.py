@@ -335,6 +335,12 @@ class WorkerProcess:
                 # over a rate limit): pause rather than claim the same rows again at once, but
                 # no longer than until a run handed back over its rate limit is due.
                 self._wake.wait(self.rates.until_due(min(self.options.poll_interval, 0.05)))
+            elif not loop.backlog and not self.options.burst:
+                # It took every runnable row it saw: a claim at once would find none, and would
+                # take the core (and the GIL) the runs just handed over need to start. New work
+                # notifies or is polled for; a written settle wakes this loop (item 74).
+                wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
+                self._wake.wait(self.rates.until_due(wait))
             return True
         return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
 

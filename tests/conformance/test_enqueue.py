@@ -14,6 +14,7 @@ from django_ultjobs import JobArgumentError, bulk_enqueue
 from django_ultjobs.models import Job
 from django_ultjobs.registry import get_job
 from django_ultjobs.store import JobStore
+from django_ultjobs.store.copy_rows import COPY_MIN_JOBS
 from tests.doubles import FakeClock
 from tests.testapp.jobs import add, noop, record
 
@@ -74,10 +75,13 @@ def test_enqueue_returns_ids_in_the_callers_order(cstore: JobStore, alias: str) 
     assert [row(alias, i).name for i in ids] == names
 
 
-def test_bulk_enqueue_of_1000_is_one_statement(alias: str, statements: list[str]) -> None:
-    ids = add.bulk_enqueue([(i, i + 1) for i in range(1000)])
+def test_bulk_enqueue_below_the_copy_size_is_one_statement(alias: str,
+                                                          statements: list[str]) -> None:
+    # From COPY_MIN_JOBS PostgreSQL sends two (test_enqueue_copy.py).
+    count = COPY_MIN_JOBS - 1
+    ids = add.bulk_enqueue([(i, i + 1) for i in range(count)])
     assert len(statements) == 1, statements
-    assert len(ids) == 1000 and ids == sorted(ids) and len(set(ids)) == 1000
+    assert len(ids) == count and ids == sorted(ids) and len(set(ids)) == count
     rows = list(Job.objects.using(alias).order_by("id").values_list("id", "args", "status"))
     assert rows == [(job_id, [i, i + 1], "queued") for i, job_id in enumerate(ids)]
 

@@ -1,0 +1,191 @@
+"""A bulk enqueue big enough for COPY (PostgreSQL) writes what the INSERT writes (rule 95).
+
+PostgreSQL's store sends a batch of ``COPY_MIN_JOBS`` or more by COPY (performance.md, item 73),
+every other batch (and SQLite's every batch) by INSERT: the rows, the ids, the transaction and
+the wake-ups must be the same either way, on both engines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from django_ultjobs import JobArgumentError
+from django_ultjobs.models import Job
+from django_ultjobs.store import JobStore, NewJob, get_store
+from django_ultjobs.store.copy_rows import COPY_MIN_JOBS
+from tests.testapp.jobs import add, noop
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
+                                    available_apps=["django_ultjobs", "tests.testapp"])
+
+_TAG = re.compile(r"/\* django_ultjobs:([a-z_]+) \*/")
+#: Text COPY's text format escapes, and JSON's, in every text column and argument.
+_ODD = "tab\there, new\nline, cr\rback\\slash \\N, quote\" é ✓ 𝄞"
+
+
+def _varied(count: int) -> list[NewJob]:
+    """``count`` jobs between them setting every column an enqueue writes to something other
+    than its default (a column the COPY left out would then differ from the INSERT's)."""
+    run_at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    return [
+        NewJob(name="add" if i % 2 else "noop", queue=f"q{i % 3}", priority=i - 50,
+               args=[i, _ODD, {"nested": [1.5, None, True]}] if i % 4 else [],
+               kwargs={"k\tey": _ODD, "n": i} if i % 5 else {}, max_attempts=1 + i % 7,
+               delay=[0.0, 1.5, 0.0000015, 3600.25][i % 4], run_at=run_at if i % 9 == 0 else None,
+               traceparent=f"00-{i:032x}-{i:016x}-01" if i % 2 else "",
+               tracestate="k=v" if i % 3 else "", enqueued_by=f"user:{i}\t{_ODD}",
+               concurrency_key=f"key\\{i % 4}" if i % 6 else "",
+               timeout=None if i % 8 == 0 else i / 7, expires_in=None if i % 5 else 60.125 + i,
+               tags=("a", f"b\\{i}", _ODD) if i % 3 else ())
+        for i in range(count)
+    ]
+
+
+def _columns(alias: str, ids: list[int]) -> list[dict[str, Any]]:
+    """Every column of the rows ``ids`` but the id, in their order."""
+    rows = {r["id"]: r for r in Job.objects.using(alias).filter(id__in=ids).values()}
+    return [{k: v for k, v in rows[i].items() if k != "id"} for i in ids]
+
+
+def test_a_copied_batch_writes_every_column_the_insert_writes(cstore: JobStore,
+                                                              alias: str) -> None:
+    # rule 95
+    # Both engines: on PostgreSQL the first batch goes by COPY, the second (the base store's
+    # one INSERT) does not; on SQLite both are the INSERT. Same clock, so same times.
+    jobs = _varied(COPY_MIN_JOBS + 20)
+    copied = [r.id for r in cstore.enqueue(jobs)]
+    inserted = [r.id for r in JobStore.enqueue(cstore, jobs)]
+    assert copied == sorted(copied) and inserted == sorted(inserted)
+    got, want = _columns(alias, copied), _columns(alias, inserted)
+    for index, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a == b, (index, {k: (a[k], b[k]) for k in a if a[k] != b[k]})
+    assert got[1]["tags"] == ["a", "b\\1", _ODD] and got[1]["args"][1] == _ODD
+
+
+def test_a_copied_batch_returns_what_it_wrote(cstore: JobStore, alias: str) -> None:
+    # rule 95
+    jobs = _varied(COPY_MIN_JOBS)
+    returned = cstore.enqueue(jobs)
+    stored = {j.id: j for j in Job.objects.using(alias).filter(id__in=[r.id for r in returned])}
+    assert len(stored) == len(jobs)
+    for r in returned:
+        job = stored[r.id]
+        assert (r.visible_at, r.created_at, r.expires_at) == (
+            job.visible_at, job.created_at, job.expires_at)
+
+
+def test_a_copied_batch_reads_the_database_clock_as_the_insert_does(pg_alias: str) -> None:
+    # rule 95
+    # Without an injected clock: now() is the transaction's start, so inside one transaction the
+    # COPY's times and the INSERT's are the same instant.
+    store = get_store(pg_alias)
+    jobs = _varied(COPY_MIN_JOBS)
+    with transaction.atomic(using=pg_alias):
+        copied = [r.id for r in store.enqueue(jobs)]
+        inserted = [r.id for r in JobStore.enqueue(store, jobs)]
+        with connections[pg_alias].cursor() as cur:
+            cur.execute("SELECT now()")
+            (now,) = cur.fetchone()
+    assert _columns(pg_alias, copied) == _columns(pg_alias, inserted)
+    first = Job.objects.using(pg_alias).get(id=copied[1])
+    assert first.created_at == now and first.visible_at == now + timedelta(seconds=1.5)
+
+
+def test_bulk_enqueue_of_50_000_keeps_every_job_in_order(alias: str) -> None:
+    # rule 95
+    ids = add.bulk_enqueue([(i, -i) for i in range(50_000)])
+    assert len(ids) == 50_000 and ids == sorted(ids) and len(set(ids)) == 50_000
+    rows = list(Job.objects.using(alias).order_by("id").values_list("id", "args"))
+    assert rows == [(job_id, [i, -i]) for i, job_id in enumerate(ids)]
+
+
+def test_a_copied_batch_rolls_back_with_the_callers_transaction(alias: str) -> None:
+    # rule 95
+    with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+        noop.bulk_enqueue([()] * (COPY_MIN_JOBS * 3))
+        assert Job.objects.using(alias).count() == COPY_MIN_JOBS * 3
+        raise RuntimeError("the view failed")
+    assert Job.objects.using(alias).count() == 0
+
+
+def test_a_copied_batch_in_a_rolled_back_savepoint_leaves_the_outer_rows(alias: str) -> None:
+    # rule 95
+    with transaction.atomic(using=alias):
+        outer = noop.bulk_enqueue([()] * COPY_MIN_JOBS)
+        with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+            noop.bulk_enqueue([()] * COPY_MIN_JOBS)
+            raise RuntimeError("inner block failed")
+    assert sorted(Job.objects.using(alias).values_list("id", flat=True)) == outer
+
+
+def test_one_bad_call_in_a_large_batch_writes_nothing_and_says_the_same(alias: str) -> None:
+    # rules 16 and 95: checked before any SQL, whatever the batch's size.
+    def attempt(count: int, bad: tuple[Any, ...]) -> str:
+        with pytest.raises(JobArgumentError) as caught:
+            add.bulk_enqueue([(i, i) for i in range(count)] + [bad])
+        return str(caught.value)
+
+    for bad in [(1, {"k\x00": 1}), (1,), (float("nan"), 1)]:
+        assert attempt(COPY_MIN_JOBS * 2, bad) == attempt(1, bad)
+    assert Job.objects.using(alias).count() == 0
+
+
+def test_a_copied_batch_shows_its_statements_to_djangos_instrumentation(alias: str) -> None:
+    # rules 41 and 95: the COPY passes through Django's cursor, its query log and execute wrappers.
+    seen: list[str] = []
+
+    def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    conn = connections[alias]
+    with transaction.atomic(using=alias), CaptureQueriesContext(conn) as ctx, \
+            conn.execute_wrapper(watch):
+        noop.bulk_enqueue([()] * COPY_MIN_JOBS)
+    logged = [_TAG.search(q["sql"]).group(1) for q in ctx.captured_queries]
+    assert logged == [_TAG.search(sql).group(1) for sql in seen]
+    assert logged == (["enqueue_copy_ids", "enqueue_copy"] if conn.vendor == "postgresql"
+                      else ["enqueue"])
+    with CaptureQueriesContext(conn) as below:
+        noop.bulk_enqueue([()] * (COPY_MIN_JOBS - 1))
+    assert [_TAG.search(q["sql"]).group(1) for q in below.captured_queries] == ["enqueue"]
+
+
+@contextmanager
+def _listening(alias: str) -> Iterator[psycopg.Connection[Any]]:
+    params = connections[alias].get_connection_params()
+    keep = {k: params[k] for k in ("dbname", "user", "password", "host", "port") if k in params}
+    with psycopg.connect(**keep, autocommit=True) as conn:
+        conn.execute("LISTEN django_ultjobs")
+        yield conn
+
+
+def _payloads(conn: psycopg.Connection[Any], wait: float) -> set[str]:
+    return {n.payload for n in conn.notifies(timeout=wait, stop_after=100)}
+
+
+def test_a_copied_batch_wakes_the_queues_with_due_jobs_on_commit_only(pg_alias: str) -> None:
+    # rule 95
+    later = datetime.now(UTC) + timedelta(hours=1)
+    with _listening(pg_alias) as listener:
+        with transaction.atomic(using=pg_alias):
+            noop.using(queue="due").bulk_enqueue([()] * COPY_MIN_JOBS)
+            noop.using(queue="delayed", delay=30).bulk_enqueue([()] * COPY_MIN_JOBS)
+            noop.using(queue="later", run_at=later).bulk_enqueue([()] * COPY_MIN_JOBS)
+            noop.using(queue="past", run_at=later - timedelta(days=1)).bulk_enqueue(
+                [()] * COPY_MIN_JOBS)
+            assert _payloads(listener, 0.2) == set()
+        assert _payloads(listener, 2.0) == {"due", "past"}
+        with pytest.raises(RuntimeError), transaction.atomic(using=pg_alias):
+            noop.bulk_enqueue([()] * COPY_MIN_JOBS)
+            raise RuntimeError("rolled back")
+        assert _payloads(listener, 0.3) == set()
