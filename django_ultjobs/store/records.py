@@ -8,7 +8,10 @@ from datetime import datetime
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+# Made once per job on the enqueue path, so slotted but not frozen, as ClaimedJob below: a
+# frozen dataclass sets each of its 19 fields through object.__setattr__, which was most of
+# what building one cost a bulk enqueue (docs/performance.md, item 84). Nothing mutates it.
+@dataclass(slots=True)
 class NewJob:
     """A job to insert: everything enqueue knows before the database assigns an id."""
 
