@@ -150,7 +150,8 @@ def settle_us(rows: int, rounds: int) -> float:
 
 
 def main() -> None:
-    call_command("migrate", verbosity=0)
+    # --run-syncdb: the peers app's record table, which ours.reset() empties too.
+    call_command("migrate", run_syncdb=True, verbosity=0)
     runs: list[dict[str, Any]] = []
     for n in range(ARGS.repeat):
         runs.append(drain_once(ARGS.jobs, ARGS.threads))

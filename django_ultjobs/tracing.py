@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -77,6 +77,20 @@ def tracing_enabled() -> bool:
     thousands of jobs a second with nobody collecting them should not pay even that.
     """
     return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+
+
+#: What ``job_span_of`` gives when no tracer provider is installed: reusable (a nullcontext
+#: keeps no state), so a run without tracing makes no context manager of its own.
+_NO_JOB_SPAN: AbstractContextManager[Span] = nullcontext(INVALID_SPAN)
+
+
+def job_span_of(name: str, attributes: Callable[[], dict[str, Any]], traceparent: str,
+                tracestate: str) -> AbstractContextManager[Span]:
+    """``job_span``, with the attributes made only when the span is: without a tracer provider
+    a run skips their dict and the span's generator (performance.md, item 81)."""
+    if not tracing_enabled():
+        return _NO_JOB_SPAN
+    return job_span(name, attributes(), traceparent, tracestate)
 
 
 @contextmanager

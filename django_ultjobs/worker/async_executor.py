@@ -24,21 +24,20 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from opentelemetry.trace import Span
 
-from .. import jsonargs
 from ..context import JobContext
 from ..metrics import record_wait
 from ..signals import job_finished, job_started
 from ..steps import Suspend
 from ..store import JobStore, Settlement
-from ..tracing import acting_as, job_span
+from ..tracing import acting_as, job_span_of
 from .executor import (
     _exception_settlement,
     _flush_progress,
+    _result_json,
     _send_finished,
     _span_attributes,
     _success_settlement,
     _suspended_settlement,
-    check_result_size,
     prepare_run,
 )
 from .runs import Run
@@ -51,7 +50,8 @@ async def arun_job(run: Run, *, store: JobStore, worker_id: str,
     """Run ``run``'s ``async def`` body on the running loop and return how it ended."""
     job, spec = run.job, run.spec
     assert spec is not None
-    with job_span(job.name, _span_attributes(job), job.traceparent, job.tracestate) as span:
+    with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
+                     job.tracestate) as span:
         prepared = prepare_run(run, span, store=store, worker_id=worker_id)
         if isinstance(prepared, Settlement):
             return prepared
@@ -76,9 +76,7 @@ async def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
                             kwargs=kwargs)
         with acting_as(f"job:{job.id}"):
             result = await _cancellable(run, spec.func(*call_args, **kwargs))
-        jsonargs.check_result(job.name, result)
-        result_json = jsonargs.dumps(result)
-        check_result_size(job.name, result_json)
+        result_json = _result_json(job.name, result)
     except Suspend as suspend:
         settlement = _suspended_settlement(run, span, suspend)
     except BaseException as exc:  # CancelledError too: the cancel reason decides the outcome

@@ -37,7 +37,7 @@ from ..retry import backoff_delay
 from ..signals import job_finished, job_started
 from ..steps import StepLedger, Suspend
 from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement
-from ..tracing import acting_as, job_span
+from ..tracing import acting_as, job_span_of
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -232,7 +232,8 @@ def _unstarted_span(run: Run, outcome: str, event: str, event_attributes: dict[s
     """A ``job.<name>`` span for a claim settled without running its body (parked, cancelled
     before it started, given up): the trace shows why the job did not run."""
     job = run.job
-    with job_span(job.name, _span_attributes(job), job.traceparent, job.tracestate) as span:
+    with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
+                     job.tracestate) as span:
         span.add_event(event, event_attributes)
         span.set_attribute("job.outcome", outcome)
         if error is not None:
@@ -310,7 +311,8 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
     """Run ``run``'s body and return how it ended. Never raises."""
     job, spec = run.job, run.spec
     assert spec is not None
-    with job_span(job.name, _span_attributes(job), job.traceparent, job.tracestate) as span:
+    with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
+                     job.tracestate) as span:
         prepared = prepare_run(run, span, store=store, worker_id=worker_id)
         if isinstance(prepared, Settlement):
             return prepared
@@ -360,9 +362,7 @@ def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
                 result = asyncio.run(spec.func(*call_args, **kwargs))
             else:
                 result = spec.func(*call_args, **kwargs)
-        jsonargs.check_result(job.name, result)
-        result_json = jsonargs.dumps(result)
-        check_result_size(job.name, result_json)
+        result_json = _result_json(job.name, result)
     except Suspend as suspend:
         settlement = _suspended_settlement(run, span, suspend)
     except BaseException as exc:  # a job's sys.exit() must not kill the worker thread
@@ -374,6 +374,19 @@ def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
     _flush_progress(run, ctx)
     _send_finished(run, ctx, args, kwargs, settlement, exception)
     return settlement
+
+
+def _result_json(job_name: str, result: Any) -> str:
+    """The body's return value as stored JSON; raises as the body would for one that is not
+    JSON or too large (rule 31). ``None`` (most bodies return nothing) is "null" without the
+    checker and the encoder (performance.md, item 81)."""
+    if result is None:
+        result_json = "null"
+    else:
+        jsonargs.check_result(job_name, result)
+        result_json = jsonargs.dumps(result)
+    check_result_size(job_name, result_json)
+    return result_json
 
 
 def _flush_progress(run: Run, ctx: JobContext) -> None:

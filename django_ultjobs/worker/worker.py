@@ -420,9 +420,10 @@ class WorkerProcess:
         runs: list[Run] = []
         claimed_runs = [Run(job=job, spec=get_job(job.name)) for job in claimed]
         episodes = self._park_episodes([run for run in claimed_runs if run.spec is None])
-        for run in claimed_runs:
+        for run, olders in zip(claimed_runs, self.runs.others_of_each(claimed_runs),
+                               strict=True):
             job = run.job
-            for older in self.runs.others_of(run):
+            for older in olders:
                 # This worker claimed its own job again: the older run's lease lapsed (a
                 # database outage longer than the timeout). It is another claim now. Its slot is
                 # given up too: the new run's slot has the same holder, so renewing or releasing
@@ -441,8 +442,11 @@ class WorkerProcess:
         if starting:
             with self._executing_lock:
                 self._executing.update(starting)
-            self.pool.submit_many([run for run in starting if not _is_async(run)])
-            self.async_lane.submit_many([run for run in starting if _is_async(run)])
+            lanes: tuple[list[Run], list[Run]] = ([], [])
+            for run in starting:
+                lanes[_is_async(run)].append(run)
+            self.pool.submit_many(lanes[False])
+            self.async_lane.submit_many(lanes[True])
         return len(starting)
 
     def _fit_lanes(self, runs: list[Run]) -> list[Run]:

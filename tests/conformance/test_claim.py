@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import timedelta
 
 import pytest
 
 from django_ultjobs.models import Job
-from django_ultjobs.store import JobStore, NewJob
+from django_ultjobs.store import ClaimedJob, JobStore, NewJob
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
@@ -108,6 +109,29 @@ def test_claimed_times_are_the_ones_django_reads(cstore: JobStore, clock: FakeCl
              (first.due_at, stored.created_at)]
     for got, expected in pairs:
         assert (got, got.tzinfo) == (expected, expected.tzinfo)
+
+
+def test_a_claimed_job_is_the_one_its_dataclass_init_builds(cstore: JobStore, clock: FakeClock
+                                                             ) -> None:  # rule 1
+    # The claim sets each field of a bare ClaimedJob by name (performance.md, item 80): every
+    # field must be set, to the value and type the dataclass's own __init__ would hold; fresh,
+    # re-delivered and with arguments or without, and no two jobs sharing their argument lists.
+    enqueue(cstore, new_job(), NewJob(name="add", queue="default", priority=5, args=[1, "a"],
+                                      kwargs={"k": [2]}, max_attempts=3, expires_in=600.0,
+                                      traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+                                      enqueued_by="user:1", timeout=9.5), new_job())
+    first = claim(cstore, "w1", timeout=30)
+    clock.advance(30)
+    again = claim(cstore, "w2", timeout=30)
+    for job in [*first, *again]:
+        fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(ClaimedJob)}
+        built = ClaimedJob(**fields)
+        assert built == job and dataclasses.astuple(built) == dataclasses.astuple(job)
+        assert [type(v) for v in fields.values()] == [
+            type(getattr(built, name)) for name in fields]
+    assert again[0].args == [1, "a"] and again[0].kwargs == {"k": [2]}
+    assert again[0].redelivered_from == "w1" and again[1].args is not again[2].args
+    assert again[1].kwargs is not again[2].kwargs
 
 
 def test_a_delayed_job_is_claimed_only_once_due(cstore: JobStore, clock: FakeClock) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from django_ultjobs.store.decoding import decode_arguments
+from django_ultjobs.store.decoding import _decode_one, decode_arguments
 
 
 def nested(depth: int) -> str:
@@ -71,3 +71,22 @@ def test_a_row_that_cannot_be_decoded_comes_back_with_why_and_the_others_decoded
     first, bad, last = decode_arguments(rows, 1)
     assert first == ([1], {}, None) and last == ([3], {"k": 3}, None)
     assert bad[:2] == ([], {}) and bad[2] is not None and bad[2].startswith(problem), bad[2]
+
+
+@pytest.mark.parametrize("rows", [
+    [(1, "[]", "{}"), (2, b"[]", b"{}"), (3, "[ ]", "{ }"), (4, "[]", '{"a":1}'),
+     (5, "[0]", "{}"), (6, b"[]", "{}"), (7, "[]", "{}")],
+    [(1, "[]", "{}"), (2, "[]", "{}")],
+    [(1, "[]", "{}"), (2, {"a": 1}, "{}"), (3, "[]", [])],
+    [(1, "[]", "{}"), (2, "[1,", "{}"), (3, b"[]", b"{}")],
+])
+def test_rows_without_arguments_decode_as_the_one_at_a_time_path_decodes_them(
+        rows: list[tuple]) -> None:
+    # Rows whose texts are "[]" and "{}" skip the reader (performance.md, item 80): the same
+    # answer as decoding each row on its own, and lists and dicts of their own per row.
+    got = decode_arguments(rows, 1)
+    assert got == [_decode_one(a, k) for _, a, k in rows]
+    assert [tuple(map(type, g)) for g in got] == [
+        tuple(map(type, _decode_one(a, k))) for _, a, k in rows]
+    containers = [id(c) for args, kwargs, _ in got for c in (args, kwargs)]
+    assert len(set(containers)) == len(containers)
