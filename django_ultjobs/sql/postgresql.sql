@@ -23,11 +23,12 @@ status IN ('queued', 'running', 'waiting')
  WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
 
 -- fragment: commit_mode
--- Rule 93: a statement that is its own transaction and may be undone by a crash without harm (a
--- claim: its job stays queued; a slot release: the slot lapses on its TTL) commits without
--- waiting for its WAL flush, a millisecond or more each. set_config(..., true) lasts to the end
--- of the statement's transaction, so it rules that commit; "commit_mode" NULL (a caller's
--- transaction) keeps the session's setting. A one-row source "c" for a FROM list.
+-- Rule 93: a slot release that is its own transaction commits without waiting for its WAL flush
+-- (a millisecond or more each): one a crash undoes leaves the slot to lapse on its TTL. Not a
+-- claim: one a crash undid would let a second worker start a job whose first body still runs.
+-- set_config(..., true) lasts to the end of the statement's transaction, so it rules that
+-- commit; "commit_mode" NULL (a caller's transaction) keeps the session's setting. A one-row
+-- source "c" for a FROM list.
 (SELECT set_config('synchronous_commit', COALESCE(%(commit_mode)s::text,
                    current_setting('synchronous_commit')), true)) AS c
 
@@ -46,7 +47,6 @@ SET status = 'running',
     visible_at = {now_plus(%(timeout)s::float8)},
     updated_at = {now}
 FROM chosen
-CROSS JOIN {fragment:commit_mode}
 WHERE j.id = chosen.id
 RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_attempts,
           j.traceparent, j.tracestate, j.enqueued_by, j.cancel_requested, j.claimed_at,

@@ -198,9 +198,11 @@ class PostgresStore(JobStore):
 
     def commit_mode(self) -> str | None:
         # Rule 93: only a statement that is its own transaction commits without waiting for the
-        # WAL flush; in a caller's transaction the caller's commit keeps its own setting. Asked
+        # WAL flush; in a caller's transaction (or with autocommit off, where the statement
+        # would open one the caller then owns) the caller's commit keeps its own setting. Asked
         # with the cursor open (the connection may have been closed until then).
-        return None if self.in_callers_transaction(self.connection) else "off"
+        conn = self.connection
+        return None if self.in_callers_transaction(conn) or not conn.get_autocommit() else "off"
 
     def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
         """Claim in one statement: ``claim``, or ``claim_capped`` when kinds are capped."""
@@ -223,7 +225,6 @@ class PostgresStore(JobStore):
             "now": self.now_param(),
         }
         with self.cursor() as cur:
-            params["commit_mode"] = self.commit_mode()
             self._driver_times(cur)
             self.execute_unprepared(cur, "claim_capped" if caps else "claim", params)
             rows = cur.fetchall()

@@ -144,6 +144,9 @@ class Completer:
                             return
                         continue
                 later = self._fill(batch, later)
+                # The slots these runs passed on at submit that go back to the fleet: released
+                # now, before their settles are written (rule 90).
+                self.slots.release_returned()
                 batch = self._write(batch)
                 if not batch:
                     backoff = 0.05
@@ -156,6 +159,7 @@ class Completer:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
         finally:
+            self.slots.release_returned()
             connections.close_all()
 
     def _fill(self, batch: list[Pending], later: list[Pending]) -> list[Pending]:

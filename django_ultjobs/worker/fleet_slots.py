@@ -76,6 +76,9 @@ class FleetSlots:
         self._lock = threading.Lock()
         self._busy: dict[_Ident, Run] = {}
         self._kept: list[_Kept] = []
+        # Slots passed back to the fleet by ``keep`` and not yet released: the completer's
+        # thread releases them (``release_returned``), never the thread that ran the body.
+        self._returned: list[SlotHold] = []
         self._round = 0
         self._stopping = False
         # When the statement that last set each held slot's expiry was SENT: the slot is held
@@ -222,8 +225,12 @@ class FleetSlots:
         Called at submit, not after the settle: the cap bounds bodies executing, and a settle
         batch must not hold slots. The run keeps its job lease until its settle is written; a
         stale settle then finds nothing here to keep or give back, so a slot is never counted
-        twice nor revived."""
-        back: list[SlotHold] = []
+        twice nor revived.
+
+        Sends no statement: a slot that goes back to the fleet waits in ``_returned`` for the
+        completer's thread (``release_returned``), which is woken by the same submit. The body's
+        own thread may be an event loop's, where Django refuses a query, or hold a transaction
+        the body left open, which the reset after the run would roll back."""
         with self._lock:
             now = self._clock()
             for run in runs:
@@ -244,9 +251,17 @@ class FleetSlots:
                     # A slot of a per-key cap goes straight back (rule 51): kept, it would make
                     # its key look free to this worker alone, whose claims would then fill with
                     # that key's backlog (one run each) while other keys wait.
-                    back.append(hold)
+                    self._returned.append(hold)
                     continue
                 self._kept.append(_Kept(kind=run.job.name, hold=hold, kept_at=now))
+
+    def release_returned(self) -> None:
+        """Release, in one statement, the slots ``keep`` passed back since the last call.
+
+        Called by the completer's thread as soon as it takes the outcomes that passed them back,
+        before it writes their settles (rule 90: a settle batch holds no slot)."""
+        with self._lock:
+            back, self._returned = self._returned, []
         self._release(back)
 
     def offer(self, caps: Mapping[str, int]) -> dict[str, int]:

@@ -1,10 +1,11 @@
-"""Rule 93 on PostgreSQL: a claim or a slot release that is its own transaction commits without
-waiting for the WAL flush; inside a caller's transaction it leaves that transaction's commit alone.
+"""Rule 93 on PostgreSQL: a slot release that is its own transaction commits without waiting for
+the WAL flush; a claim always waits for it; inside a caller's transaction, or on a connection with
+autocommit off, neither touches the commit's setting.
 
-The flush is the largest part of an idle pickup (docs/performance.md). Skipping it is safe for
-these two alone: a claim a crash undoes leaves its job queued as it was, and the run that started
-finds its lease gone at its next heartbeat (rule 3); a release a crash undoes leaves the slot to
-lapse on its TTL (rule 9).
+A release a crash undoes leaves the slot to lapse on its TTL (rule 9): the cap is under-used for
+that long, never exceeded. A claim a crash undid would put its job back in the queue while the
+run that had started still executes, so a second worker could start it (rule 1's "never twice at
+the same time"): claims keep the server's setting.
 """
 
 from __future__ import annotations
@@ -31,57 +32,31 @@ def _setting(alias: str) -> str:
 
 
 @contextmanager
-def _claim_params(alias: str, query: str = "claim") -> Iterator[list[dict[str, Any]]]:
-    """The parameters every ``query`` statement (``claim``: either claim) run on ``alias`` was
-    sent with."""
-    sent: list[dict[str, Any]] = []
+def _sent(alias: str, query: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """The SQL and parameters of every ``query`` statement run on ``alias``."""
+    sent: list[tuple[str, dict[str, Any]]] = []
 
     def record(execute: Callable[..., Any], sql: str, params: Any, many: bool,
                context: dict[str, Any]) -> Any:
         if f"django_ultjobs:{query}" in sql:
-            sent.append(dict(params))
+            sent.append((sql, dict(params)))
         return execute(sql, params, many, context)
 
     with connections[alias].execute_wrapper(record):
         yield sent
 
 
-def test_a_claim_of_its_own_asks_for_an_asynchronous_commit_that_ends_with_it(
-        pg_alias: str) -> None:
-    store = get_store(pg_alias)
-    enqueue(store, new_job())
-    with _claim_params(pg_alias) as sent:
-        batch = claim(store)
-    assert len(batch) == 1
-    assert [p["commit_mode"] for p in sent] == ["off"]
-    # set_config(..., true) lasted to the end of the claim's own transaction, no further.
-    assert _setting(pg_alias) == "on"
-
-
-def test_the_claim_statement_turns_the_flush_off_only_when_asked(pg_alias: str) -> None:
-    """What the parameter does, read inside the claim's transaction before it commits."""
+def test_a_claim_waits_for_the_flush(pg_alias: str) -> None:
     store = get_store(pg_alias)
     enqueue(store, new_job(), new_job())
-    seen = []
-    for asked in (True, False):
+    with _sent(pg_alias, "claim") as sent:
+        assert len(claim(store, limit=1)) == 1
         with transaction.atomic(using=pg_alias):
-            with _claim_params(pg_alias) as sent:
-                # In a caller's transaction the store asks for nothing; force the question.
-                store.in_callers_transaction = lambda conn, asked=asked: not asked  # type: ignore
-                claim(store, limit=1)
-            seen.append((sent[0]["commit_mode"], _setting(pg_alias)))
-    assert seen == [("off", "off"), (None, "on")]
-
-
-def test_a_claim_inside_a_callers_transaction_leaves_its_commit_alone(pg_alias: str) -> None:
-    store = get_store(pg_alias)
-    enqueue(store, new_job())
-    with transaction.atomic(using=pg_alias):
-        with _claim_params(pg_alias) as sent:
-            batch = claim(store)
-        assert _setting(pg_alias) == "on"
-    assert len(batch) == 1
-    assert [p["commit_mode"] for p in sent] == [None]
+            assert len(claim(store, limit=1)) == 1
+            assert _setting(pg_alias) == "on"
+    assert len(sent) == 2
+    assert all("synchronous_commit" not in sql and "commit_mode" not in params
+               for sql, params in sent)
 
 
 def test_a_slot_release_of_its_own_waits_for_no_flush_and_in_a_transaction_changes_nothing(
@@ -89,12 +64,45 @@ def test_a_slot_release_of_its_own_waits_for_no_flush_and_in_a_transaction_chang
     store = get_store(pg_alias)
     first, second = store.acquire("job:k", 2, 30, "h1"), store.acquire("job:k", 2, 30, "h2")
     assert first is not None and second is not None
-    with _claim_params(pg_alias, "slot_release") as sent:
+    with _sent(pg_alias, "slot_release") as sent:
         store.release(first)
         with transaction.atomic(using=pg_alias):
             store.release(second)
             assert _setting(pg_alias) == "on"
-    assert [p["commit_mode"] for p in sent] == ["off", None]
+    assert [params["commit_mode"] for _, params in sent] == ["off", None]
+    # set_config(..., true) lasted to the end of the release's own transaction, no further.
     assert _setting(pg_alias) == "on"
     assert store.acquire("job:k", 2, 30, "h3") is not None  # both slots free again
     assert store.acquire("job:k", 2, 30, "h4") is not None
+
+
+def test_the_release_statement_turns_the_flush_off_only_when_asked(pg_alias: str) -> None:
+    """What the parameter does, read inside the release's transaction before it commits."""
+    store = get_store(pg_alias)
+    seen = []
+    for asked in ("off", None):
+        hold = store.acquire("job:m", 1, 30, "h")
+        assert hold is not None
+        with transaction.atomic(using=pg_alias):
+            # In a caller's transaction the store asks for nothing; force the question.
+            store.commit_mode = lambda asked=asked: asked  # type: ignore[method-assign]
+            store.release(hold)
+            seen.append(_setting(pg_alias))
+    assert seen == ["off", "on"]
+
+
+def test_with_autocommit_off_a_release_leaves_the_callers_commit_alone(pg_alias: str) -> None:
+    store = get_store(pg_alias)
+    hold = store.acquire("job:n", 1, 30, "h")
+    assert hold is not None
+    conn = connections[pg_alias]
+    conn.set_autocommit(False)
+    try:
+        with _sent(pg_alias, "slot_release") as sent:
+            store.release(hold)
+        # The release opened the caller's transaction: its commit keeps the session's setting.
+        assert _setting(pg_alias) == "on"
+        conn.commit()
+    finally:
+        conn.set_autocommit(True)
+    assert [params["commit_mode"] for _, params in sent] == [None]

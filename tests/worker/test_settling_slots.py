@@ -2,13 +2,15 @@
 
 A real ``Completer`` and ``FleetSlots`` against a settle that the test holds back and a
 recording slot store: while a run is settling, its slot already serves the next run of its kind
-(per job) or is back with the fleet (per key), and what the settle then writes, applied or
-stale, never touches a slot again. tests/acceptance/test_settling_slots.py runs the same with
-real worker processes on PostgreSQL.
+(per job) or is back with the fleet (per key: released by the completer's thread before the
+settle, never by the body's, which may be an event loop's), and what the settle then writes,
+applied or stale, never touches a slot again. tests/acceptance/test_settling_slots.py runs the
+same with real worker processes on PostgreSQL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 from collections.abc import Sequence
@@ -110,6 +112,39 @@ def test_a_per_key_slot_goes_back_to_the_fleet_at_submit() -> None:  # rules 90 
     store.go.set()
     done.stop(timeout=10)
     assert slot_store.released == [[hold]]
+
+
+def test_a_per_key_slot_of_an_async_body_is_released_off_its_event_loop() -> None:
+    # rules 90 and 85: an async run submits its outcome on the worker's event loop, where Django
+    # refuses a query; the completer's thread sends the release.
+    slots, slot_store, store, done, _ = setup()
+    released_on: list[tuple[threading.Thread, bool]] = []
+    record = slot_store.release_many
+
+    def release_many(held: Sequence[object]) -> None:
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        released_on.append((threading.current_thread(), on_loop))
+        record(held)  # type: ignore[arg-type]
+
+    slot_store.release_many = release_many  # type: ignore[method-assign]
+    job = dataclasses.replace(claimed(8, "keyed_clocked"), slot_key="key:1:k:acme")
+    run = Run(job=job, spec=get_job("keyed_clocked"))
+    hold = slot_store.acquire_many("key:1:k:acme", 1, 30.0, [f"{WORKER}:8"])[f"{WORKER}:8"]
+    slots._take_new({f"{WORKER}:8": run}, {f"{WORKER}:8": hold}, 0.0)
+
+    async def body_returned() -> bool:
+        return done.submit(run, slot_unavailable_settlement(run))
+
+    assert asyncio.run(body_returned())
+    assert store.entered.wait(10)
+    assert slot_store.released == [[hold]]
+    assert released_on == [(done._thread, False)]
+    store.go.set()
+    done.stop(timeout=10)
 
 
 def test_an_abandoned_body_keeps_its_slot_from_everyone_until_its_ttl() -> None:  # rule 90
