@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import Format, TransactionStatus
@@ -73,7 +74,10 @@ class PostgresStore(JobStore):
     def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
         """Insert ``jobs``: one plain INSERT for a single job, the JSON-array form for a few,
         COPY for many (``copy_rows.COPY_MIN_JOBS``)."""
-        if len(jobs) >= copy_rows.COPY_MIN_JOBS:
+        # COPY's rows carry times computed here from the database's clock; with USE_TZ off they
+        # would be naive wall-clock times, which a DST change shifts, where the INSERT adds an
+        # interval on the server: such sites keep the INSERT (rule 95).
+        if len(jobs) >= copy_rows.COPY_MIN_JOBS and settings.USE_TZ:
             return self._enqueue_copy(jobs)
         if len(jobs) != 1:
             return super().enqueue(jobs)

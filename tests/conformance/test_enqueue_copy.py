@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connections, transaction
-from django.test.utils import CaptureQueriesContext
+from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_ultjobs import JobArgumentError
 from django_ultjobs.models import Job
@@ -189,3 +189,13 @@ def test_a_copied_batch_wakes_the_queues_with_due_jobs_on_commit_only(pg_alias: 
             noop.bulk_enqueue([()] * COPY_MIN_JOBS)
             raise RuntimeError("rolled back")
         assert _payloads(listener, 0.3) == set()
+
+
+def test_with_use_tz_off_a_large_batch_keeps_the_insert(pg_alias: str) -> None:
+    # rule 95: COPY's times are computed in Python from the database's clock; naive wall-clock
+    # times would shift across a DST change where the INSERT's server-side interval does not.
+    conn = connections[pg_alias]
+    with override_settings(USE_TZ=False), CaptureQueriesContext(conn) as ctx:
+        ids = noop.bulk_enqueue([()] * COPY_MIN_JOBS)
+    assert len(ids) == COPY_MIN_JOBS
+    assert [_TAG.search(q["sql"]).group(1) for q in ctx.captured_queries] == ["enqueue"]
