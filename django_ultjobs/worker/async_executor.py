@@ -25,7 +25,6 @@ from django.db import connections
 from opentelemetry.trace import Span
 
 from ..context import JobContext
-from ..metrics import record_wait
 from ..signals import job_finished, job_started
 from ..steps import Suspend
 from ..store import JobStore, Settlement
@@ -38,7 +37,7 @@ from .executor import (
     _span_attributes,
     _success_settlement,
     _suspended_settlement,
-    prepare_run,
+    start_run,
 )
 from .runs import Run
 
@@ -52,14 +51,10 @@ async def arun_job(run: Run, *, store: JobStore, worker_id: str,
     assert spec is not None
     with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
                      job.tracestate) as span:
-        prepared = prepare_run(run, span, store=store, worker_id=worker_id)
-        if isinstance(prepared, Settlement):
-            return prepared
-        ctx, args, kwargs = prepared
-        on_started()
-        if job.due_at is not None:
-            record_wait(job.name, job.queue, (job.claimed_at - job.due_at).total_seconds())
-        return await _run_body(run, span, ctx, args, kwargs)
+        started = start_run(run, span, store=store, worker_id=worker_id, on_started=on_started)
+        if isinstance(started, Settlement):
+            return started
+        return await _run_body(run, span, *started)
 
 
 async def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],

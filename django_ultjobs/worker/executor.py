@@ -313,14 +313,26 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
     assert spec is not None
     with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
                      job.tracestate) as span:
-        prepared = prepare_run(run, span, store=store, worker_id=worker_id)
-        if isinstance(prepared, Settlement):
-            return prepared
-        ctx, args, kwargs = prepared
-        on_started()
-        if job.due_at is not None:
-            record_wait(job.name, job.queue, (job.claimed_at - job.due_at).total_seconds())
-        return _run_body(run, span, ctx, args, kwargs)
+        started = start_run(run, span, store=store, worker_id=worker_id, on_started=on_started)
+        if isinstance(started, Settlement):
+            return started
+        return _run_body(run, span, *started)
+
+
+def start_run(run: Run, span: Span, *, store: JobStore, worker_id: str,
+              on_started: Callable[[], None]
+              ) -> tuple[JobContext, list[Any], dict[str, Any]] | Settlement:
+    """What every run does before its body, sync or async (``async_executor.arun_job``): its
+    context and arguments (or the settlement of a run that cannot start), the start reported,
+    and the wait from its due time recorded."""
+    prepared = prepare_run(run, span, store=store, worker_id=worker_id)
+    if isinstance(prepared, Settlement):
+        return prepared
+    on_started()
+    job = run.job
+    if job.due_at is not None:
+        record_wait(job.name, job.queue, (job.claimed_at - job.due_at).total_seconds())
+    return prepared
 
 
 def prepare_run(run: Run, span: Span, *, store: JobStore, worker_id: str
