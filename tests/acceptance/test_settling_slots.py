@@ -40,6 +40,7 @@ def slow_settles(seconds: float) -> dict[str, str]:
 
 def test_next_runs_start_while_settles_are_pending_and_bodies_never_exceed_the_cap(
         pg_alias: str, worker_processes: WorkerProcesses) -> None:
+    # rule 92: more runs in flight than the cap while some settle, never more bodies
     """Rules 90 and 5: two workers x 4 threads, a concurrency=2 job, every settle held back a
     second. Runs start while earlier runs of the job are still settling (in flight beyond the
     cap), yet at no instant do more than 2 bodies execute. With the slot held until the settle

@@ -39,7 +39,8 @@ def test_a_cap_per_key_holds_per_key_and_keys_run_side_by_side(alias: str) -> No
 
 
 def test_a_rate_limit_spaces_starts_without_burning_attempts(alias: str) -> None:
-    # rules 52 and 53
+    # rule 52
+    # rule 53: a run over the limit waits without burning an attempt
     rate = parse_rate_limit("rated_clocked", "50/s")
     assert rate is not None
     ids = rated_clocked.bulk_enqueue([rated_clocked.call() for _ in range(30)])
