@@ -68,8 +68,7 @@ def _expand(dialect: str, name: str, body: str, fragments: dict[str, str]) -> st
         fragment = match.group("name")
         if fragment not in fragments:
             raise ValueError(f"query {name!r} includes {fragment!r}, no fragment of {dialect}.sql")
-        # A fragment may include another (claim_update includes commit_mode).
-        return _INCLUDE.sub(include, fragments[fragment])
+        return fragments[fragment]
 
     body = _INCLUDE.sub(include, body)
     body = _NOW_PLUS.sub(lambda m: _PLUS[dialect].format(expr=m.group("expr")), body)

@@ -22,16 +22,6 @@ status IN ('queued', 'running', 'waiting')
 (SELECT w.queue FROM unnest(%(queues)s::text[]) AS w(queue)
  WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
 
--- fragment: commit_mode
--- Rule 93: a slot release that is its own transaction commits without waiting for its WAL flush
--- (a millisecond or more each): one a crash undoes leaves the slot to lapse on its TTL. Not a
--- claim: one a crash undid would let a second worker start a job whose first body still runs.
--- set_config(..., true) lasts to the end of the statement's transaction, so it rules that
--- commit; "commit_mode" NULL (a caller's transaction) keeps the session's setting. A one-row
--- source "c" for a FROM list.
-(SELECT set_config('synchronous_commit', COALESCE(%(commit_mode)s::text,
-                   current_setting('synchronous_commit')), true)) AS c
-
 -- fragment: claim_update
 -- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
 -- (status, token, worker, lease), and come back with what the row was before (its due time too,
@@ -724,7 +714,12 @@ WITH locked AS (
     ORDER BY l.key, l.slot
     FOR UPDATE OF l
 )
-DELETE FROM django_ultjobs_slot USING {fragment:commit_mode} WHERE id IN (SELECT id FROM locked);
+-- Rule 93: set_config(..., true) lasts to the end of this statement's transaction, so it rules
+-- that commit; "commit_mode" NULL (a caller's transaction) keeps the session's setting.
+DELETE FROM django_ultjobs_slot
+USING (SELECT set_config('synchronous_commit', COALESCE(%(commit_mode)s::text,
+                         current_setting('synchronous_commit')), true)) AS c
+WHERE id IN (SELECT id FROM locked);
 
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators.
