@@ -439,12 +439,16 @@ settled AS (
 ),
 extended AS (
     -- A park continuing its episode (rule 12) counts one more claim on the episode's row. The
-    -- rows come by primary key from the few ids that extend (none in most batches), so the join
-    -- with settled can never turn into a scan of every attempt row.
+    -- rows come by primary key from the few ids that extend (none in most batches). The EXISTS
+    -- reads the batch alone, so it is one test before the join: a batch that extends none reads
+    -- no attempt row, whatever plan the join got. A prepared settle keeps the generic plan made
+    -- at its first runs, when the attempts table was small: a scan of the whole table per settle
+    -- once it has grown, unless nothing below this test runs (performance.md, item 85).
     UPDATE django_ultjobs_jobattempt AS a
     SET claims = a.claims + 1, finished_at = {now}, worker_id = %(worker_id)s::text
     FROM settled AS s
-    WHERE a.id = ANY (ARRAY(SELECT e.extends FROM settled AS e WHERE e.extends IS NOT NULL))
+    WHERE EXISTS (SELECT 1 FROM settled AS x WHERE x.extends IS NOT NULL)
+      AND a.id = ANY (ARRAY(SELECT e.extends FROM settled AS e WHERE e.extends IS NOT NULL))
       AND a.id = s.extends AND a.job_id = s.id
     RETURNING a.job_id
 ),

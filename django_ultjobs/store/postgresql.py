@@ -144,7 +144,8 @@ class PostgresStore(JobStore):
         # claim_capped's cannot see the cap names as constants and seq-scans and sorts every
         # live row; the claim without caps cannot see its due time; event_find's walks the
         # events in id order instead of taking its name's index. Each is many times slower
-        # than planning afresh (docs/performance.md, items 19 and 23). Django's wrapper passes no
+        # than planning afresh (docs/performance.md, items 19 and 23); a settle that extends an
+        # episode or waits on an event is the same (item 85). Django's wrapper passes no
         # options to the driver: the cursor inside it is told instead.
         driver = cur.cursor
         driver.prepare = False
@@ -264,9 +265,14 @@ class PostgresStore(JobStore):
         batch = dumps_batch([self._settlement_row(s) for s in settlements])
         params = {"batch": batch, "worker_id": worker_id, "now": self.now_param()}
         waits = sorted({s.wait_event for s in settlements if s.wait_event})
+        # A run that extends a park's episode or waits on an event makes the settle read the
+        # attempts or the events table, which a prepared settle's generic plan, made at its first
+        # runs, would scan whole once it has grown: such batches (rare) are planned afresh; the
+        # rest never reach those reads (performance.md, item 85).
+        fresh = bool(waits) or any(s.extends is not None for s in settlements)
         with self.cursor() as cur:
             if not waits:
-                cur.execute(self.sql["settle"], params)
+                self._execute_settle(cur, params, fresh)
                 return {row[0] for row in cur.fetchall()}
             # Runs going to wait on events: hold each event's lock across the check and the
             # write, so an event being sent right now is either seen here or sees the wait.
@@ -283,8 +289,14 @@ class PostgresStore(JobStore):
                         for s in settlements
                     ])
                     params["batch"] = batch
-                cur.execute(self.sql["settle"], params)
+                self._execute_settle(cur, params, fresh)
                 return {row[0] for row in cur.fetchall()}
+
+    def _execute_settle(self, cur: Any, params: Mapping[str, Any], fresh: bool) -> None:
+        if fresh:
+            self.execute_unprepared(cur, "settle", params)
+        else:
+            cur.execute(self.sql["settle"], params)
 
     # -- durable steps and events --------------------------------------------------------------
 

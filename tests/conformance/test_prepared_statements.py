@@ -9,16 +9,22 @@ seq-scans and sorts every live row, 13 ms against 3 at 20,000 queued; docs/deplo
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from django.db import DatabaseError, connections
 from django.db.utils import ConnectionHandler
+from psycopg import sql
 
-from django_ultjobs.models import Job
+from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import JobStore, get_store
+from django_ultjobs.store.base import dumps_batch
 from django_ultjobs.store.postgresql import PostgresStore
+from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
@@ -92,6 +98,75 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_or_event_find(
             "event_insert", "event_wake"} <= prepared
     # Their generic plans ignore the values that make them fast (docs/deployment.md).
     assert not {"claim", "claim_capped", "event_find"} & prepared
+
+
+def _explain_prepared(pg_alias: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Run query ``name``'s statement as the connection prepared it (its cached plan), under
+    EXPLAIN ANALYZE, and return the plan."""
+    raw = connections[pg_alias].connection
+    text = PostgresStore(pg_alias).sql[name]
+    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))  # psycopg's $1, $2, ...
+    prepared = raw.execute("SELECT name FROM pg_prepared_statements WHERE statement = %s",
+                           [re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m[1]) + 1}",
+                                   text)]).fetchone()
+    assert prepared is not None, f"{name} is not prepared on this connection"
+    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {}({})").format(
+        sql.Identifier(prepared[0]), sql.SQL(", ").join(sql.Literal(params[p]) for p in order))
+    (plan,) = raw.execute(explain.as_string(raw), prepare=False).fetchone()
+    return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
+        prepared_store: JobStore, pg_alias: str) -> None:
+    """Performance item 85: the generic plan a prepared settle keeps was made at its first runs,
+    when the attempts table was small (a whole-table scan there is cheapest), and stays while the
+    table grows by a row per settled run; the episode update must not run that scan for a batch
+    that extends no episode."""
+    store = prepared_store
+    ids = enqueue(store, new_job(), new_job())
+    first, second = claim(store, limit=2)
+    assert store.settle([settlement(first)], "w1") == {first.id}  # prepared, attempts tiny
+    JobAttempt.objects.using(pg_alias).bulk_create(
+        JobAttempt(job_id=first.id, attempt=n, worker_id="w1", outcome="failed", error="")
+        for n in range(2, 2002))
+    sent = store._settlement_row(settlement(second))  # what settle() sends
+    plan = _explain_prepared(pg_alias, "settle", {
+        "batch": dumps_batch([sent]), "worker_id": "w1", "now": store.now_param()})
+    read = [(n["Node Type"], n["Actual Loops"]) for n in _nodes(plan)
+            if n["Node Type"] != "ModifyTable"
+            and ("jobattempt" in n.get("Relation Name", "")
+                 or n.get("Index Name", "").startswith(("django_ultjobs_jobattempt",
+                                                        "ultjobs_attempt")))]
+    assert read, "the settle has no plan for the episode update"
+    assert all(loops == 0 for _, loops in read), read
+    assert {r.status for r in Job.objects.using(pg_alias).filter(id__in=ids)} == {"succeeded"}
+
+
+def test_a_settle_that_extends_an_episode_is_planned_afresh(
+        prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
+    """Item 85: a batch that extends a park's episode (rule 12) reads the attempts table, which
+    a generic plan made when that table was small would scan whole: it is never prepared."""
+    store = prepared_store
+    park = {"outcome": "suspended", "attempt_delta": -1, "delay": 30.0,
+            "error": f'{UNKNOWN_JOB_PREFIX}"gone"'}
+    (job_id,) = enqueue(store, new_job("gone"))
+    # The episode's row as the first park wrote it (a settle of its own would prepare the
+    # statement on this connection first).
+    episode = JobAttempt.objects.using(pg_alias).create(
+        job_id=job_id, attempt=1, worker_id="w1", outcome=park["outcome"], error=park["error"])
+    for _ in range(RUNS):
+        (again,) = claim(store)
+        assert store.settle([settlement(again, "queued", extends=episode.id, **park)],
+                            "w1") == {job_id}
+        clock.advance(30)
+    assert "settle" not in _prepared(pg_alias)
+    assert JobAttempt.objects.using(pg_alias).get(id=episode.id).claims == 1 + RUNS
 
 
 def test_a_connection_whose_prepared_statements_the_server_forgot_is_replaced(
