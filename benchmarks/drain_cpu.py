@@ -1,14 +1,17 @@
 """CPU per drained job on each side: the worker process, and the database backends serving it
-(docs/performance.md, items 76-79).
+(docs/performance.md, items 76-79 and 86).
 
     python -m benchmarks.drain_cpu [--jobs 30000] [--threads 128] [--repeat 3] [--settle-rows 128]
+                                   [--prepare-threshold 5|off]
 
 The peer benchmark's CPU figure for the database is every busy CPU of the machine but the
 worker's, so on a machine shared with other work it counts their CPU too. Here each side is read
 from its own processes' user + system time (``/proc/<pid>/stat``): the worker's, and the backends
 of the connections it opened (found in ``pg_stat_activity`` by database while it runs). Also,
 the settle statement alone: one batch of ``--settle-rows`` runs, each round rolled back,
-timed by its backend's ``/proc/<pid>/schedstat`` (nanoseconds on a CPU). Uses the peer
+timed by its backend's ``/proc/<pid>/schedstat`` (nanoseconds on a CPU). And the statements:
+per drained job in all (the database's committed transactions, one per autocommit statement),
+claims and settles, and each backend's CPU per job by the statements it ran. Uses the peer
 benchmark's settings and a throwaway database (``ultjobs_peers_drain_cpu``, or ``--db``); Linux
 only.
 """
@@ -35,13 +38,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--settle-rows", type=int, default=128)
     parser.add_argument("--settle-rounds", type=int, default=40)
+    parser.add_argument("--prepare-threshold", default="5",
+                        help="Django's OPTIONS['prepare_threshold'] for the worker ('off': "
+                             "nothing prepared)")
     return parser.parse_args()
 
 
 ARGS = parse_args() if __name__ == "__main__" else None
 if ARGS is not None:
     os.environ.update(BENCH_PEERS_DB=ARGS.db, BENCH_PEERS_SYSTEM="ours", BENCH_PEERS_CAPPED="0",
-                      BENCH_PEERS_PREPARE="5")
+                      BENCH_PEERS_PREPARE=ARGS.prepare_threshold)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.peers.settings")
     from benchmarks.peers import common
 
@@ -73,11 +79,23 @@ def thread_on_cpu(pid: int) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
-def worker_backends() -> list[int]:
+def worker_backends() -> dict[int, str]:
+    """The worker's backends, each with the named query it runs or last ran ('' for others)."""
     with connection.cursor() as cur:
-        cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        cur.execute("SELECT pid, substring(query FROM '^/\\* django_ultjobs:([a-z_]+) \\*/') "
+                    "FROM pg_stat_activity WHERE datname = current_database() "
                     "AND pid <> pg_backend_pid()")
-        return [row[0] for row in cur.fetchall()]
+        return {pid: tag or "" for pid, tag in cur.fetchall()}
+
+
+def commits() -> int:
+    """Transactions committed in this database so far: one per statement of the worker, which
+    runs each in autocommit (counted once its backend has reported, at the latest on exit; this
+    connection's own, a second's worth at most, may still be unreported)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+        cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        return cur.fetchone()[0]
 
 
 def drain_once(jobs: int, threads: int) -> dict[str, float]:
@@ -89,15 +107,20 @@ def drain_once(jobs: int, threads: int) -> dict[str, float]:
     ours.reset()
     ours.bulk_enqueue(jobs)
     ours.analyze()
+    committed = commits()
     proc = subprocess.Popen(ours.worker_cmd(threads, burst=True), cwd=common.REPO,
                             env=common.child_env(BENCH_PEERS_DB=ARGS.db), stdout=sys.stderr)
     backends: dict[int, float] = {}
+    tags: dict[int, set[str]] = {}
     samples: list[tuple[float, float, float]] = []
+    polls = 0
     while proc.poll() is None:
-        for pid in worker_backends():
+        polls += 1  # each a transaction of this connection's, taken off the count below
+        for pid, tag in worker_backends().items():
             seconds = on_cpu(pid)
             if seconds is not None:
                 backends[pid] = seconds
+                tags.setdefault(pid, set()).add(tag)
         worker = on_cpu(proc.pid)
         if worker is not None:
             samples.append((time.time(), worker, sum(backends.values())))
@@ -107,10 +130,26 @@ def drain_once(jobs: int, threads: int) -> dict[str, float]:
                     "extract(epoch FROM max(finished_at)) FROM django_ultjobs_job "
                     "WHERE status = 'succeeded'")
         done, start, end = cur.fetchone()
+        # Each claim and each settle statement stamps its rows with its transaction's now().
+        cur.execute("SELECT count(DISTINCT claimed_at), count(DISTINCT finished_at) "
+                    "FROM django_ultjobs_job WHERE status = 'succeeded'")
+        claims, settles = cur.fetchone()
     assert done == jobs, f"drained {done} of {jobs}"
+    time.sleep(1.5)  # the backends report their counters as they exit
     (w0, d0), (w1, d1) = _at(samples, float(start)), _at(samples, float(end))
-    return {"jobs_per_s": jobs / (float(end) - float(start)),
-            "worker_us": (w1 - w0) / jobs * 1e6, "db_us": (d1 - d0) / jobs * 1e6}
+    result = {"jobs_per_s": jobs / (float(end) - float(start)),
+              "worker_us": (w1 - w0) / jobs * 1e6, "db_us": (d1 - d0) / jobs * 1e6,
+              "statements_per_job": (commits() - committed - polls) / jobs,
+              "claims_per_job": claims / jobs, "settles_per_job": settles / jobs}
+    # Each backend's CPU over the worker's life, by the statements it ran (a thread's own
+    # connection runs one kind): the claim loop's, the completer's, the ticker's.
+    by_role: dict[str, float] = {}
+    for pid, seconds in backends.items():
+        role = "+".join(sorted(tags[pid] - {""})) or "other"
+        by_role[role] = by_role.get(role, 0.0) + seconds
+    for role, seconds in by_role.items():
+        result[f"backend_us[{role}]"] = seconds / jobs * 1e6
+    return result
 
 
 def _at(samples: list[tuple[float, float, float]], when: float) -> tuple[float, float]:
@@ -155,11 +194,12 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     for n in range(ARGS.repeat):
         runs.append(drain_once(ARGS.jobs, ARGS.threads))
-        print(f"drain {n + 1}: {json.dumps({k: round(v, 1) for k, v in runs[-1].items()})}",
+        print(f"drain {n + 1}: {json.dumps({k: round(v, 3) for k, v in runs[-1].items()})}",
               file=sys.stderr)
-    result = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    result = {key: statistics.median(run.get(key, 0.0) for run in runs)
+              for key in dict.fromkeys(k for run in runs for k in run)}
     result["settle_db_us"] = settle_us(ARGS.settle_rows, ARGS.settle_rounds)
-    print(json.dumps({k: round(v, 1) for k, v in result.items()}))
+    print(json.dumps({k: round(v, 3) for k, v in result.items()}))
     connection.close()
     from benchmarks.peers import common
 
