@@ -1,6 +1,8 @@
 """The figures behind the admin's charts: runs finished per bucket by outcome, run durations.
 
-Read from the attempts table through its finish-time index (``ultjobs_attempt_finished``), and
+Read through the attempts view (rule 97: a first attempt that succeeded plainly is held by its
+job's row) and its tables' finish-time indexes (``ultjobs_attempt_finished``, and
+``ultjobs_job_finished`` for the attempts the jobs' rows hold), and
 bounded whatever the table holds (rule 80): at most ``MAX_ATTEMPTS_READ`` attempts are counted
 (``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs timed per page.
 When the window holds more, the chart covers its newest part and says from when
@@ -32,7 +34,7 @@ from django.db.models.functions import Now, RowNumber, TruncMinute
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from ..models import LIVE_STATUSES, AttemptOutcome, Job, JobAttempt
+from ..models import LIVE_STATUSES, AttemptOutcome, AttemptRecord, Job
 from ..store import get_store
 
 #: Attempts counted per page at most: the counts of a busy day stop at the newest this many.
@@ -184,7 +186,7 @@ def _newest_cut(alias: str, since: datetime, cap: int, *outcomes: str) -> dateti
     One walk down the finish-time index, ``cap`` entries at most: the bound on what a chart
     reads, whatever the window holds.
     """
-    attempts = JobAttempt.objects.using(alias).filter(finished_at__gte=since)
+    attempts = AttemptRecord.objects.using(alias).filter(finished_at__gte=since)
     if outcomes:
         attempts = attempts.filter(outcome__in=outcomes)
     row = list(attempts.order_by("-finished_at").values_list("finished_at", flat=True)
@@ -192,7 +194,7 @@ def _newest_cut(alias: str, since: datetime, cap: int, *outcomes: str) -> dateti
     return row[0] if row else None
 
 
-def _with_job_name(attempts: QuerySet[JobAttempt], name: str | None) -> QuerySet[JobAttempt]:
+def _with_job_name(attempts: QuerySet[AttemptRecord], name: str | None) -> QuerySet[AttemptRecord]:
     """Annotate each attempt with its job's name (and keep ``name``'s only, when given).
 
     A scalar subquery, one primary-key lookup per attempt read, and never a join: with a join,
@@ -214,7 +216,7 @@ def throughput(alias: str, span: Span, first: datetime, name: str | None = None)
         # Over the cap: count whole buckets after the cut only, never a bucket in part.
         start = counted_from = bucket_floor(cut, span.bucket_seconds) + timedelta(
             seconds=span.bucket_seconds)
-    attempts = JobAttempt.objects.using(alias).filter(finished_at__gte=start)
+    attempts = AttemptRecord.objects.using(alias).filter(finished_at__gte=start)
     if name is not None:
         attempts = _with_job_name(attempts, name)
     rows = (attempts.annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
@@ -249,7 +251,7 @@ def durations(alias: str, span: Span, first: datetime, name: str | None = None) 
     cut = _newest_cut(alias, first, MAX_RUNS_TIMED + 1, *TIMED_OUTCOMES)
     if cut is not None:
         start = cut + timedelta(microseconds=1)
-    runs = JobAttempt.objects.using(alias).filter(
+    runs = AttemptRecord.objects.using(alias).filter(
         finished_at__gte=start, outcome__in=TIMED_OUTCOMES, started_at__isnull=False)
     took = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationOutput())
     ranked = (_with_job_name(runs, name).annotate(took=took)
