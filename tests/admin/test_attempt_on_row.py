@@ -5,11 +5,13 @@ in the charts and on the lost-slot page as if it had a row of its own."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.urls import reverse
 
-from django_ultjobs.admin.charts import SPANS, job_charts
+from django_ultjobs.admin import charts
+from django_ultjobs.admin.charts import SPANS, bucket_floor, job_charts
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import Settlement, get_store
 from tests.admin.conftest import LOST, client_for, page
@@ -67,3 +69,20 @@ def test_a_success_after_a_lost_slot_is_the_next_attempt_shown(alias: str, viewe
     assert JobAttempt.objects.using(alias).filter(job_id=job.id).count() == 1
     html = page(client_for(viewer), LOST)
     assert "job is <b>succeeded</b>; 1 later attempt, the next one succeeded" in html
+
+
+def test_over_the_cap_the_attempts_the_rows_hold_are_cut_too(alias: str, monkeypatch) -> None:
+    """rules 80, 97: the attempts the jobs' rows hold are read a bounded number at a time, and
+    the chart says from when it counted, as for attempt rows."""
+    monkeypatch.setattr(charts, "MAX_ATTEMPTS_READ", 3)
+    minute = bucket_floor(get_store(alias).db_now(), 60)
+    for back in (0, 0, 1, 1, 2, 5):
+        finished = minute - timedelta(minutes=back)
+        Job.objects.using(alias).create(name="add", status="succeeded", attempt=1,
+                                        worker_id=WORKER_ID, attempt_on_row=True,
+                                        claimed_at=finished - timedelta(seconds=1),
+                                        finished_at=finished)
+    figures = job_charts(alias, SPANS["1h"]).throughput
+    # The 4th newest finished a minute back: that bucket is cut, the ones after are whole.
+    assert figures.counted_from == minute
+    assert [b.counts for b in figures.buckets[-3:]] == [None, None, {"succeeded": 2}]
