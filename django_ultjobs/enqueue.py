@@ -57,7 +57,7 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "created_at": row.created_at, "updated_at": row.created_at,
         "unique_key": new.unique_key, "unique_for": new.unique_for,
         "timeout": new.timeout, "expires_at": row.expires_at, "cancel_reason": "",
-        "tags": list(new.tags), "progress": None,
+        "tags": list(new.tags), "progress": None, "attempt_on_row": False,
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
 

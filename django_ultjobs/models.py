@@ -111,6 +111,10 @@ class Job(models.Model):
     #: The run's last ``ctx.set_progress(done, total, message)`` (rule 79): ``{"done": ...,
     #: "total": ..., "message": ...}``, or None before any. Written fenced on the claim token.
     progress = models.JSONField(_("progress"), null=True, blank=True, editable=False)
+    #: This row holds the job's attempt: a first attempt that succeeded with nothing the row
+    #: cannot say (no fleet slot, no steps, no error) is written here by its settle instead of
+    #: as an attempt row of its own (rule 97). Read through ``AttemptRecord``, never alone.
+    attempt_on_row = models.BooleanField(default=False, db_default=False, editable=False)
 
     class Meta:
         constraints = [
@@ -154,6 +158,13 @@ class Job(models.Model):
                 name="ultjobs_job_finished",
                 condition=models.Q(status__in=["succeeded", "failed", "cancelled"]),
             ),
+            # The attempts the rows hold (rule 97), newest first: the charts read them through
+            # the attempts view, a bounded number from the newest (rule 80). Without it the
+            # view's half over the jobs was a scan and sort of every one in the window
+            # (performance.md, item 88); it costs a plain success one index entry, where its
+            # attempt row cost a heap row and three.
+            models.Index("finished_at", name="ultjobs_job_attempt_on_row",
+                         condition=models.Q(attempt_on_row=True)),
             models.Index("name", "status", name="ultjobs_job_name_status"),
             models.Index(
                 "wait_event",
@@ -172,7 +183,8 @@ class JobAttempt(models.Model):
     id = models.BigAutoField(primary_key=True)
     # No index of its own: ultjobs_attempt_job (job, attempt) below serves every lookup by job,
     # and a second one cost every settle one more index write per attempt row.
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts",
+    # job.attempts reads every attempt (AttemptRecord, rule 97); these rows are job.attempt_rows.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_rows",
                             db_index=False)
     attempt = models.PositiveIntegerField()
     worker_id = models.CharField(max_length=200, blank=True, default="")
@@ -204,6 +216,42 @@ class JobAttempt(models.Model):
             # adds at the index's right edge (docs/performance.md, item 61, has its cost).
             models.Index("finished_at", name="ultjobs_attempt_finished"),
         ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} attempt {self.attempt}: {self.outcome}"
+
+
+class AttemptRecord(models.Model):
+    """One attempt as every reader sees it (rule 97): an attempt row, or the attempt a job's own
+    row holds (``Job.attempt_on_row``: worker, attempt number, claim time as its start, finish
+    time, outcome succeeded), with ``id`` the job's id negated.
+
+    A view over both tables (migration 0022), read-only: the admin, the Django Tasks results,
+    ``ultjobs show``, the charts and the prune's counts read attempts here, so none can forget
+    the attempts that have no row of their own. Read them in order with ``attempts.history``.
+    """
+
+    id = models.BigIntegerField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, related_name="attempts",
+                            db_constraint=False)
+    attempt = models.PositiveIntegerField()
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
+    error = models.TextField(blank=True, default="")
+    slot_key = models.CharField(max_length=200, blank=True, default="")
+    slot = models.IntegerField(null=True, blank=True)
+    steps_run = models.JSONField(default=list, blank=True)
+    steps_replayed = models.JSONField(default=list, blank=True)
+    claims = models.IntegerField(default=1)
+
+    class Meta:
+        managed = False
+        db_table = "django_ultjobs_attemptrecord"
+        default_permissions = ()
+        verbose_name = _("attempt")
+        verbose_name_plural = _("attempts")
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt}: {self.outcome}"

@@ -14,7 +14,16 @@ from django.db import transaction
 from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
-from .models import FINISHED_STATUSES, LIVE_STATUSES, Job, JobAttempt, JobEvent, JobStep, Worker
+from .models import (
+    FINISHED_STATUSES,
+    LIVE_STATUSES,
+    AttemptRecord,
+    Job,
+    JobAttempt,
+    JobEvent,
+    JobStep,
+    Worker,
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +56,7 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
     if dry_run:
         return Pruned(
             jobs=finished.count(),
-            attempts=JobAttempt.objects.using(using).filter(job__in=finished).count(),
+            attempts=AttemptRecord.objects.using(using).filter(job__in=finished).count(),
             steps=JobStep.objects.using(using).filter(job__in=finished).count(),
             events=_old_events(using, cutoff).count(),
             workers=_dead_workers(using, cutoff).count(),
@@ -58,6 +67,8 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
         if not ids:
             break
         with transaction.atomic(using=using):
+            # The attempts its rows hold go with the jobs (rule 97): counted, like the rows.
+            attempts += Job.objects.using(using).filter(id__in=ids, attempt_on_row=True).count()
             attempts += JobAttempt.objects.using(using).filter(job_id__in=ids).delete()[0]
             steps += JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
             _, deleted = Job.objects.using(using).filter(id__in=ids).delete()

@@ -1,8 +1,11 @@
 """The figures behind the admin's charts: runs finished per bucket by outcome, run durations.
 
-Read from the attempts table through its finish-time index (``ultjobs_attempt_finished``), and
-bounded whatever the table holds (rule 80): at most ``MAX_ATTEMPTS_READ`` attempts are counted
-(``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs timed per page.
+Read through the attempts view (rule 97: a first attempt that succeeded plainly is held by its
+job's row) and its tables' finish-time indexes (``ultjobs_attempt_finished``, and
+``ultjobs_job_attempt_on_row`` for the attempts the jobs' rows hold), and bounded whatever the
+tables hold (rule 80): at most ``MAX_ATTEMPTS_READ`` attempts of each table are counted
+(``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs of each timed
+per page.
 When the window holds more, the chart covers its newest part and says from when
 (docs/performance.md, item 60, has the cost at a million rows). The oldest runnable job per
 queue comes from the live jobs (the claim's partial index).
@@ -14,6 +17,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db.models import (
     Count,
@@ -32,7 +36,7 @@ from django.db.models.functions import Now, RowNumber, TruncMinute
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from ..models import LIVE_STATUSES, AttemptOutcome, Job, JobAttempt
+from ..models import LIVE_STATUSES, AttemptOutcome, AttemptRecord, Job, JobAttempt
 from ..store import get_store
 
 #: Attempts counted per page at most: the counts of a busy day stop at the newest this many.
@@ -179,20 +183,31 @@ def job_charts(alias: str, span: Span, name: str | None = None) -> Charts:
 
 
 def _newest_cut(alias: str, since: datetime, cap: int, *outcomes: str) -> datetime | None:
-    """Return the finish time of the ``cap``-th newest attempt since ``since``, if there is one.
+    """Return the finish time of the ``cap``-th newest attempt since ``since`` of the attempt
+    rows, or of the attempts the jobs' rows hold, whichever is later, if there is one.
 
-    One walk down the finish-time index, ``cap`` entries at most: the bound on what a chart
-    reads, whatever the window holds.
+    One walk down each table's finish-time index, ``cap`` entries at most: the bound on what a
+    chart reads, whatever the window holds; after the cut each table has at most ``cap`` (rule
+    80). Not one walk down the attempts view: PostgreSQL keeps its filtered half over the jobs a
+    subquery, which it sorts whole instead of merging in index order (performance.md, item 88).
     """
-    attempts = JobAttempt.objects.using(alias).filter(finished_at__gte=since)
+    rows = JobAttempt.objects.using(alias).filter(finished_at__gte=since)
     if outcomes:
-        attempts = attempts.filter(outcome__in=outcomes)
-    row = list(attempts.order_by("-finished_at").values_list("finished_at", flat=True)
-               [cap - 1:cap])
+        rows = rows.filter(outcome__in=outcomes)
+    cuts = [_cap_th(rows, cap)]
+    if not outcomes or AttemptOutcome.SUCCEEDED in outcomes:
+        on_rows = Job.objects.using(alias).filter(attempt_on_row=True, finished_at__gte=since)
+        cuts.append(_cap_th(on_rows, cap))
+    return max((cut for cut in cuts if cut is not None), default=None)
+
+
+def _cap_th(rows: QuerySet[Any], cap: int) -> datetime | None:
+    """The finish time of the ``cap``-th newest of ``rows``, or None when there are fewer."""
+    row = list(rows.order_by("-finished_at").values_list("finished_at", flat=True)[cap - 1:cap])
     return row[0] if row else None
 
 
-def _with_job_name(attempts: QuerySet[JobAttempt], name: str | None) -> QuerySet[JobAttempt]:
+def _with_job_name(attempts: QuerySet[AttemptRecord], name: str | None) -> QuerySet[AttemptRecord]:
     """Annotate each attempt with its job's name (and keep ``name``'s only, when given).
 
     A scalar subquery, one primary-key lookup per attempt read, and never a join: with a join,
@@ -214,7 +229,7 @@ def throughput(alias: str, span: Span, first: datetime, name: str | None = None)
         # Over the cap: count whole buckets after the cut only, never a bucket in part.
         start = counted_from = bucket_floor(cut, span.bucket_seconds) + timedelta(
             seconds=span.bucket_seconds)
-    attempts = JobAttempt.objects.using(alias).filter(finished_at__gte=start)
+    attempts = AttemptRecord.objects.using(alias).filter(finished_at__gte=start)
     if name is not None:
         attempts = _with_job_name(attempts, name)
     rows = (attempts.annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
@@ -249,7 +264,7 @@ def durations(alias: str, span: Span, first: datetime, name: str | None = None) 
     cut = _newest_cut(alias, first, MAX_RUNS_TIMED + 1, *TIMED_OUTCOMES)
     if cut is not None:
         start = cut + timedelta(microseconds=1)
-    runs = JobAttempt.objects.using(alias).filter(
+    runs = AttemptRecord.objects.using(alias).filter(
         finished_at__gte=start, outcome__in=TIMED_OUTCOMES, started_at__isnull=False)
     took = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationOutput())
     ranked = (_with_job_name(runs, name).annotate(took=took)

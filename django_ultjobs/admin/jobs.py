@@ -23,9 +23,18 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from ..attempts import OLDEST_FIRST
 from ..conf import jobs_database
 from ..job_progress import progress_text
-from ..models import LIVE_STATUSES, InFlightJob, Job, JobAttempt, JobStatus, JobStep, Worker
+from ..models import (
+    LIVE_STATUSES,
+    AttemptRecord,
+    InFlightJob,
+    Job,
+    JobStatus,
+    JobStep,
+    Worker,
+)
 from ..operations import MAX_CANCEL_REASON, cancel_jobs, retry_jobs
 from ..registry import registered_jobs
 from .base import JobsAdmin, ReadOnlyInline, actor
@@ -382,37 +391,38 @@ def _report(modeladmin: admin.ModelAdmin, request: HttpRequest, done: list[str],
 
 
 class AttemptInline(ReadOnlyInline):
-    """Every run of the job, with its outcome (succeeded, retrying, slot lost, ...)."""
+    """Every run of the job, with its outcome (succeeded, retrying, slot lost, ...): read through
+    the attempts view, so the attempt a job's row holds is listed too (rule 97)."""
 
-    model = JobAttempt
+    model = AttemptRecord
     verbose_name = _("attempt")
     verbose_name_plural = _("attempts")
     fields = ("attempt", "outcome", "claims_count", "worker_id", "started", "finished", "took",
               "slot_held", "error_display")
     readonly_fields = fields
-    ordering = ("id",)
+    ordering = OLDEST_FIRST
 
     started = stamp_field("started_at", _("started"))
     finished = stamp_field("finished_at", _("finished"))
 
     @admin.display(description=_("took"))
-    def took(self, obj: JobAttempt) -> str:
+    def took(self, obj: AttemptRecord) -> str:
         """How long the run lasted."""
         elapsed = seconds_between(obj.started_at, obj.finished_at)
         return EMPTY if elapsed is None else duration(elapsed)
 
     @admin.display(description=_("claims"))
-    def claims_count(self, obj: JobAttempt) -> str:
+    def claims_count(self, obj: AttemptRecord) -> str:
         """How many claims the row stands for: a park episode counts each (rule 12)."""
         return str(obj.claims) if obj.claims != 1 else EMPTY
 
     @admin.display(description=_("slot"))
-    def slot_held(self, obj: JobAttempt) -> str:
+    def slot_held(self, obj: AttemptRecord) -> str:
         """The fleet slot the run held, ``key[slot]``."""
         return f"{obj.slot_key}[{obj.slot}]" if obj.slot_key else EMPTY
 
     @admin.display(description=_("error"))
-    def error_display(self, obj: JobAttempt) -> SafeString | str:
+    def error_display(self, obj: AttemptRecord) -> SafeString | str:
         """The run's exception line, its traceback expandable (escaped and cut)."""
         return error_block(obj.error, MAX_SHOWN_INLINE)
 

@@ -207,6 +207,8 @@ def jobs_summary(alias: str) -> Summary:
     slots = Slot.objects.using(alias).aggregate(
         held=Count("id", filter=Q(expires_at__gt=Now())),
         lapsed=Count("id", filter=Q(expires_at__lte=Now())))
+    # The table, not the attempts view: a slot_lost attempt always has its row (rule 97), and
+    # the table's partial index serves this count.
     lost = JobAttempt.objects.using(alias).filter(
         outcome="slot_lost", finished_at__gte=Now() - timedelta(hours=24)).count()
     known = _running_workers(alias)

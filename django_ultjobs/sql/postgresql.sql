@@ -388,7 +388,7 @@ WITH c AS (
         id bigint, token uuid, status text, attempt_delta int, delay float8, error text,
         result_json text, outcome text, attempt_no int, started_at timestamptz,
         slot_key text, slot int, wait_event text, wait_match jsonb, wait_after bigint,
-        steps_run jsonb, steps_replayed jsonb, extends bigint)
+        steps_run jsonb, steps_replayed jsonb, extends bigint, on_row boolean)
 ),
 locked AS (
     -- One primary-key probe per run in id order, like the heartbeat (no deadlock with it, and a
@@ -431,11 +431,12 @@ settled AS (
         result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json::jsonb END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                            THEN {now} ELSE NULL END,
+        attempt_on_row = COALESCE(c.on_row, false),
         updated_at = {now}
     FROM locked AS c
     WHERE j.id = c.id
     RETURNING j.id, c.attempt_no, c.started_at, c.outcome, c.error, c.slot_key, c.slot,
-              c.steps_run, c.steps_replayed, c.extends
+              c.steps_run, c.steps_replayed, c.extends, c.on_row
 ),
 extended AS (
     -- A park continuing its episode (rule 12) counts one more claim on the episode's row. The
@@ -454,7 +455,8 @@ extended AS (
 ),
 recorded AS (
     -- Every other run with an outcome records its attempt: the row it extends is gone, or it
-    -- extends none (the batch holds one run per job).
+    -- extends none (the batch holds one run per job). A run whose attempt the job's row holds
+    -- (on_row: a first attempt that succeeded plainly) writes no row (rule 97).
     INSERT INTO django_ultjobs_jobattempt
         (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
          steps_run, steps_replayed)
@@ -462,7 +464,8 @@ recorded AS (
            COALESCE(s.error, ''), COALESCE(s.slot_key, ''), s.slot,
            COALESCE(s.steps_run, '[]'::jsonb), COALESCE(s.steps_replayed, '[]'::jsonb)
     FROM settled AS s
-    WHERE s.outcome IS NOT NULL AND s.id NOT IN (SELECT x.job_id FROM extended AS x)
+    WHERE s.outcome IS NOT NULL AND s.on_row IS NOT TRUE
+      AND s.id NOT IN (SELECT x.job_id FROM extended AS x)
 )
 SELECT id FROM settled;
 
@@ -470,12 +473,14 @@ SELECT id FROM settled;
 -- Which settles of a batch this worker already wrote, though it never heard back (the connection
 -- died during the commit): their attempts are recorded under this worker with the same attempt
 -- number, start time, outcome and error (rule 32). An attempt a re-claimer records for a lapsed
--- lease has another outcome or error, so a stale settle never passes for a landed one.
+-- lease has another outcome or error, so a stale settle never passes for a landed one. Read
+-- through the attempts view: a landed settle whose attempt the job's row holds counts too (rule
+-- 97; its start is the row's claim time, which only this claim wrote).
 SELECT c.id
 FROM jsonb_to_recordset(%(batch)s::jsonb) AS c(
     id bigint, attempt_no int, outcome text, error text, started_at timestamptz)
 WHERE EXISTS (
-    SELECT 1 FROM django_ultjobs_jobattempt AS a
+    SELECT 1 FROM django_ultjobs_attemptrecord AS a
     WHERE a.job_id = c.id AND a.attempt = c.attempt_no AND a.worker_id = %(worker_id)s::text
       AND a.outcome = c.outcome AND a.error = c.error
       AND a.started_at IS NOT DISTINCT FROM c.started_at);

@@ -211,6 +211,7 @@ SET status = c.status,
     result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json END,
     finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                        THEN {now} ELSE NULL END,
+    attempt_on_row = COALESCE(c.on_row, 0),
     updated_at = {now}
 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token,
              json_extract(value, '$.status') AS status,
@@ -219,13 +220,15 @@ FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') A
              json_extract(value, '$.result_json') AS result_json,
              json_extract(value, '$.wait_event') AS wait_event,
              json_extract(value, '$.wait_match') AS wait_match,
-             json_extract(value, '$.wait_after') AS wait_after
+             json_extract(value, '$.wait_after') AS wait_after,
+             json_extract(value, '$.on_row') AS on_row
       FROM json_each(:batch)) AS c
 WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'running'
 RETURNING id;
 
 -- name: settle_record
--- The attempts of the runs settle applied (ids in :settled), from the same batch.
+-- The attempts of the runs settle applied (ids in :settled), from the same batch; not of a run
+-- whose attempt the job's row holds (on_row: a first attempt that succeeded plainly; rule 97).
 INSERT INTO django_ultjobs_jobattempt
     (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
      steps_run, steps_replayed)
@@ -237,6 +240,7 @@ SELECT json_extract(value, '$.id'), json_extract(value, '$.attempt_no'), :worker
        COALESCE(json_extract(value, '$.steps_replayed'), '[]')
 FROM json_each(:batch)
 WHERE json_extract(value, '$.outcome') IS NOT NULL
+  AND json_extract(value, '$.on_row') IS NULL
   AND json_extract(value, '$.id') IN (SELECT value FROM json_each(:settled))
   AND (json_extract(value, '$.extends') IS NULL OR NOT EXISTS (
       SELECT 1 FROM django_ultjobs_jobattempt AS a
@@ -272,15 +276,19 @@ WHERE a.outcome = 'suspended' AND substr(a.error, 1, length(:prefix)) = :prefix;
 -- Which settles of a batch this worker already wrote, though it never heard back: their attempts
 -- are recorded under this worker with the same attempt number, start time, outcome and error
 -- (rule 32). An attempt a re-claimer records for a lapsed lease has another outcome or error.
+-- Read through the attempts view: the attempt a job's row holds counts too (rule 97); its start
+-- is the row's claim time, kept to the clock's milliseconds where an attempt row keeps the
+-- microseconds' digits, so both sides are cut to milliseconds first.
 SELECT json_extract(c.value, '$.id')
 FROM json_each(:batch) AS c
 WHERE EXISTS (
-    SELECT 1 FROM django_ultjobs_jobattempt AS a
+    SELECT 1 FROM django_ultjobs_attemptrecord AS a
     WHERE a.job_id = json_extract(c.value, '$.id')
       AND a.attempt = json_extract(c.value, '$.attempt_no') AND a.worker_id = :worker_id
       AND a.outcome = json_extract(c.value, '$.outcome')
       AND a.error = json_extract(c.value, '$.error')
-      AND a.started_at IS json_extract(c.value, '$.started_at'));
+      AND strftime('%Y-%m-%d %H:%M:%f', a.started_at)
+          IS strftime('%Y-%m-%d %H:%M:%f', json_extract(c.value, '$.started_at')));
 
 -- name: record_attempts
 -- Record attempts that ended without their worker reporting back (a lapsed lease).

@@ -555,6 +555,8 @@ class JobStore(SlotStore):
             row.update(steps_run=list(s.steps_run), steps_replayed=list(s.steps_replayed))
         if s.extends is not None:
             row["extends"] = s.extends
+        if s.on_row:
+            row["on_row"] = True
         return row
 
     def _new_job_row(self, job: NewJob) -> dict[str, Any]:

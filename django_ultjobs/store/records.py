@@ -163,6 +163,20 @@ class Settlement:
     #: that row is gone.
     extends: int | None = None
 
+    @property
+    def on_row(self) -> bool:
+        """Whether the job's own row holds this attempt, so it needs no attempt row (rule 97).
+
+        A first attempt that succeeded, with nothing the row cannot say: the row keeps its
+        worker, its attempt number (1), its claim time (this attempt's start), its finish time
+        and its outcome (succeeded); an attempt with an error, a fleet slot or steps is written
+        as a row, as is every other outcome and every later attempt."""
+        return (self.status == "succeeded" and self.outcome == "succeeded"
+                and self.attempt_no == 1 and self.attempt_delta == 0
+                and self.started_at is not None and self.error is None
+                and self.slot_key is None and self.slot is None and self.extends is None
+                and not self.steps_run and not self.steps_replayed)
+
 
 @dataclass(frozen=True, slots=True)
 class ParkEpisode:

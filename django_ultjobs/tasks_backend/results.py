@@ -41,7 +41,7 @@ ERROR_OUTCOMES = frozenset({"retrying", "failed", "cancelled", "lease_lost", "ti
 
 
 class Attempt(NamedTuple):
-    """The part of a ``JobAttempt`` row a TaskResult shows."""
+    """The part of an attempt (``AttemptRecord``) a TaskResult shows."""
 
     attempt: int
     worker_id: str
@@ -61,11 +61,11 @@ class History:
 
 
 def load_attempts(alias: str, job_id: int) -> list[Attempt]:
-    """Return a job's attempt rows, oldest first."""
-    from ..models import JobAttempt
+    """Return a job's attempts, oldest first (the one its row holds too; rule 97)."""
+    from ..attempts import history as attempt_history
 
-    rows = (JobAttempt.objects.using(alias).filter(job_id=job_id).order_by("id")
-            .values_list("attempt", "worker_id", "started_at", "outcome", "error"))
+    rows = attempt_history(job_id, using=alias).values_list(
+        "attempt", "worker_id", "started_at", "outcome", "error")
     return [Attempt(*row) for row in rows]
 
 

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.attempts import history
+from django_ultjobs.models import AttemptRecord, Job, JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore
 from tests.doubles import FakeClock
 
@@ -20,8 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
 
 
 def _attempts(alias: str, job_id: int) -> list[tuple[int, str, str]]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id)
-                .order_by("id").values_list("attempt", "worker_id", "outcome"))
+    return list(history(job_id, using=alias).values_list("attempt", "worker_id", "outcome"))
 
 
 def _redelivered(cstore: JobStore, clock: FakeClock) -> tuple[ClaimedJob, ClaimedJob]:
@@ -112,11 +112,15 @@ def test_settle_succeeded_records_the_attempt(cstore: JobStore, clock: FakeClock
     assert (stored.status, stored.attempt, stored.result, stored.claim_token) == (
         "succeeded", 1, {"n": [1, 2]}, None)
     assert stored.finished_at == clock.now
-    (attempt,) = JobAttempt.objects.using(alias).filter(job_id=job_id)
+    (attempt,) = history(job_id, using=alias)
     assert (attempt.attempt, attempt.worker_id, attempt.outcome, attempt.error) == (
         1, "w1", "succeeded", "")
     assert (attempt.started_at, attempt.finished_at) == (job.claimed_at, clock.now)
     assert (attempt.slot_key, attempt.slot) == ("", None)
+    # A first attempt that succeeded plainly is held by the job's row: no row of its own
+    # (rule 97).
+    assert (attempt.id, stored.attempt_on_row) == (-job_id, True)
+    assert not JobAttempt.objects.using(alias).filter(job_id=job_id).exists()
 
 
 def test_settle_failed_keeps_the_error_and_the_slot(cstore: JobStore, alias: str) -> None:
@@ -289,8 +293,12 @@ def test_a_large_settle_batch_records_each_attempt_from_its_own_row(
         else:
             outcomes.append(settlement(job, result_json=str(job.id)))
     assert cstore.settle(outcomes, "w1") == {job.id for job in jobs}
-    recorded = {a.job_id: a for a in JobAttempt.objects.using(alias).all()}
+    recorded = {a.job_id: a for a in AttemptRecord.objects.using(alias).all()}
     assert len(recorded) == len(jobs)
+    # The successes, first attempts with no slot and no steps, are held by their jobs' rows;
+    # every other outcome has its row (rule 97).
+    stored = set(JobAttempt.objects.using(alias).values_list("job_id", flat=True))
+    assert stored == {s.job_id for s in outcomes if s.outcome != "succeeded"}
     for s in outcomes:
         a = recorded[s.job_id]
         assert (a.attempt, a.outcome, a.error, a.started_at, a.worker_id) == (

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from django_ultjobs.attempts import history
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore, ParkEpisode
 from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
@@ -32,7 +33,7 @@ def _park(cstore: JobStore, job: ClaimedJob, extends: int | None = None) -> None
 
 
 def _attempts(alias: str, job_id: int) -> list[tuple[int, str, int, str]]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id).order_by("id")
+    return list(history(job_id, using=alias)
                 .values_list("attempt", "outcome", "claims", "worker_id"))
 
 

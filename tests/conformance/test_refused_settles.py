@@ -18,7 +18,7 @@ import pytest
 from django.db import OperationalError, connections
 from django.db.backends.signals import connection_created
 
-from django_ultjobs.models import JobAttempt
+from django_ultjobs.attempts import history
 from django_ultjobs.store import ClaimedJob, JobStore, Settlement
 from django_ultjobs.store.records import LostAttempt
 from django_ultjobs.worker import completer as completer_module
@@ -61,8 +61,7 @@ def refusing(alias: str) -> Iterator[str]:
 
 
 def _attempts(alias: str, job_id: int) -> list[tuple[int, str]]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id)
-                .order_by("id").values_list("attempt", "outcome"))
+    return list(history(job_id, using=alias).values_list("attempt", "outcome"))
 
 
 # -- the store: a refusal is not an outage ---------------------------------------------------------

@@ -56,6 +56,18 @@ def backend() -> UltJobsBackend:
 # -- retries and attempts -------------------------------------------------------------------------
 
 
+def test_a_first_attempt_held_by_the_jobs_row_reads_as_one_attempt(alias: str) -> None:
+    # rule 97: the settle wrote no attempt row; the TaskResult reads the attempt from the row.
+    result = add.enqueue(2, 3)
+    with running_worker(alias):
+        done = finished(result.id)
+    job = Job.objects.using(alias).get(pk=result.id)
+    assert job.attempt_on_row and not JobAttempt.objects.using(alias).filter(job=job).exists()
+    assert done.attempts == 1 and done.worker_ids == [job.worker_id] and done.errors == []
+    assert done.started_at == done.last_attempted_at == job.claimed_at
+    assert done.finished_at == job.finished_at and done.return_value == 5
+
+
 @pytest.mark.parametrize("fail_times, status, errors", [(2, SUCCESSFUL, 2), (5, FAILED, 3)])
 def test_retries_up_to_max_attempts(alias: str, signals: SignalLog, fail_times: int,
                                     status: str, errors: int) -> None:

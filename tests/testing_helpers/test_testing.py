@@ -11,7 +11,7 @@ from django.test import Client
 
 from django_ultjobs import job
 from django_ultjobs.context import JobContext
-from django_ultjobs.models import Job, JobAttempt, JobStatus
+from django_ultjobs.models import AttemptRecord, Job, JobStatus
 from django_ultjobs.signals import job_finished
 from django_ultjobs.testing import (
     assert_enqueued,
@@ -73,7 +73,7 @@ def test_run_jobs_runs_what_the_jobs_enqueue_inside_the_test_transaction(alias):
     assert sorted(o.result for o in outcomes[1:]) == [1, 2, 3]
     assert not Job.objects.using(alias).exclude(status=JobStatus.SUCCEEDED).exists()
     # Recorded as a worker records them: one attempt row each.
-    assert JobAttempt.objects.using(alias).count() == 4
+    assert AttemptRecord.objects.using(alias).count() == 4
     assert run_jobs() == []
 
 

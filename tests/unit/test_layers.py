@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     # The tables.
     ("models", "migration_operations"),
     # The only code that writes SQL against them.
-    ("store", "retention"),
+    ("store", "retention", "attempts"),
     # Jobs: declaring, enqueueing, finding, and what a body sees while it runs.
     ("job_options", "unique", "job_spec", "enqueue", "registry", "steps", "context", "events",
      "periodic"),
