@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -74,6 +75,10 @@ class FleetSlots:
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
+        # The claim loop waits on it for kept slots (``wait_for_kept``); notified only while it
+        # does, not once per run.
+        self._kept_more = threading.Condition(self._lock)
+        self._want_kept: frozenset[str] = frozenset()
         self._busy: dict[_Ident, Run] = {}
         self._kept: list[_Kept] = []
         # Slots passed back to the fleet by ``keep`` and not yet released: the completer's
@@ -254,6 +259,8 @@ class FleetSlots:
                     self._returned.append(hold)
                     continue
                 self._kept.append(_Kept(kind=run.job.name, hold=hold, kept_at=now))
+            if self._want_kept and self._enough_kept():
+                self._kept_more.notify_all()
 
     def release_returned(self) -> None:
         """Release, in one statement, the slots ``keep`` passed back since the last call.
@@ -302,6 +309,30 @@ class FleetSlots:
             for kept in idle:
                 self._kept.remove(kept)
         self._release([k.hold for k in idle])
+
+    def room(self, caps: Mapping[str, int]) -> dict[str, int]:
+        """How many more runs of each kind of ``caps`` (name -> concurrency, kinds capped per job)
+        the slots leave room for, as far as this worker knows: the cap less its runs holding
+        one. A claim that took that many took every slot the fleet had free for the kind
+        (other workers' holds only make it fewer): the kind has a backlog waiting for slots."""
+        with self._lock:
+            busy = Counter(run.job.name for run in self._busy.values())
+        return {name: cap - busy[name] for name, cap in caps.items()}
+
+    def wait_for_kept(self, kinds: frozenset[str], timeout: float) -> bool:
+        """Block until every run of this worker of one of ``kinds`` has passed its slot on (its
+        body returned), or ``timeout``; return whether one kind's have."""
+        with self._lock:
+            self._want_kept = kinds
+            try:
+                return self._kept_more.wait_for(self._enough_kept, timeout)
+            finally:
+                self._want_kept = frozenset()
+
+    def _enough_kept(self) -> bool:
+        """Called under the lock."""
+        busy = Counter(run.job.name for run in self._busy.values())
+        return any(not busy[kind] for kind in self._want_kept)
 
     def give_back_all(self) -> None:
         """Give back every kept slot and keep none from now on (the worker is stopping: while it

@@ -14,7 +14,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -95,7 +96,7 @@ class WorkerProcess:
                              interval=options.heartbeat_interval, deadlines=self.deadlines)
         self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
-        self.pool = ExecutorPool(options.threads, self._execute)
+        self.pool = ExecutorPool(options.threads, self._execute, on_free=self.wake)
         #: ``async def`` bodies run on one event loop, apart from the threads (rule 85).
         self.async_lane = AsyncLane(options.async_concurrency, self._execute_async,
                                     on_free=self.wake)
@@ -260,6 +261,7 @@ class WorkerProcess:
             jobs = registered_jobs()
             loop.caps = {n: s.concurrency for n, s in jobs.items() if s.concurrency}
             loop.keyed = frozenset(n for n in loop.caps if jobs[n].concurrency_key is not None)
+            loop.slot_caps = {n: c for n, c in loop.caps.items() if n not in loop.keyed}
             loop.rated = {n: s for n, s in jobs.items() if s.rate is not None}
             loop.async_names = frozenset(n for n, s in jobs.items() if s.is_coroutine)
         # Outside the branch above: a write that failed is tried again next round.
@@ -291,6 +293,12 @@ class WorkerProcess:
             # round trip per finished run. An idle queue skips this: latency first.
             self.pool.wait_for_free(0.002, at_least=loop.batch)
             free = loop.free_sync = self.pool.free()
+        if loop.slot_bound:
+            # The last claim took every slot free to a capped kind it has a backlog of: let its
+            # runs pass their slots on (a couple of ms at most) and claim them in one statement,
+            # as above for threads. Claiming at the first slot back took one run per statement,
+            # every other claim of a capped drain (performance.md item 90).
+            self.slots.wait_for_kept(loop.slot_bound, 0.002)
         return free
 
     def _lanes_room(self, loop: _LoopState) -> int:
@@ -300,6 +308,8 @@ class WorkerProcess:
         loop.free_sync, loop.free_async = self.pool.free(), self.async_lane.free()
         if loop.free_sync <= 0 and loop.free_async <= 0:
             self._wake.clear()
+            # A thread that frees up wakes this wait as a freed async place does (item 91).
+            self.pool.call_on_free()
             if self.pool.free() <= 0 and self.async_lane.free() <= 0:
                 self._wake.wait(self.options.poll_interval)
             return 0
@@ -320,9 +330,13 @@ class WorkerProcess:
         # The slots this worker kept from its last runs of each capped kind: the claim may take
         # that many more runs of the kind than the fleet has free slots.
         kept = self.slots.offer(loop.caps) if loop.caps else {}
+        # Read after the offer: a slot kept since is not free to this claim, nor counted here.
+        room = self.slots.room(loop.slot_caps) if loop.slot_caps else {}
         claimed = self._claim(loop, free, uncapped=uncapped, kept=kept)
         if claimed is None:
+            loop.slot_bound = frozenset()
             return True
+        loop.note_slots(claimed, room)
         started = self._dispatch(claimed) if claimed else 0
         self.recycler.note_started(started)
         if kept:
@@ -367,10 +381,15 @@ class WorkerProcess:
             except Exception as exc:
                 failure = exc
         if failure is not None:
-            delay = self._claim_failed(loop, kept)
+            delay = self._claim_failed(loop)
             log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
                       worker_id=self.worker_id, error=repr(failure), retry_in=delay)
             if not any(batch for _, batch in batches):
+                if kept:
+                    # Nothing claimed: the kept slots the claims were offered go back (or lapse,
+                    # if the database is down). With runs claimed by the round's other claim they
+                    # stay for them; ``_claim_round`` gives back the unused after the dispatch.
+                    self.slots.give_back_unused()
                 self._wake.wait(delay)
                 return None
         claimed = _joined(batches)
@@ -390,10 +409,8 @@ class WorkerProcess:
                                 caps=plan.caps, uncapped=plan.uncapped, kept=plan.kept,
                                 keyed=plan.keyed)
 
-    def _claim_failed(self, loop: _LoopState, kept: dict[str, int]) -> float:
-        """Give the kept slots back after a claim failed; return the outage backoff."""
-        if kept:
-            self.slots.give_back_unused()
+    def _claim_failed(self, loop: _LoopState) -> float:
+        """Count a failed claim; return the outage backoff."""
         loop.failures += 1
         return min(30.0, 0.2 * 2 ** min(loop.failures, 8))
 
@@ -855,6 +872,10 @@ class _LoopState:
     generation: int = -1
     #: The capped kinds' ``concurrency`` by name.
     caps: dict[str, int] = field(default_factory=dict)
+    #: Those of ``caps`` capped per job (not per key): their slots pass from run to run.
+    slot_caps: dict[str, int] = field(default_factory=dict)
+    #: The kinds of ``slot_caps`` whose last claim took every slot free to them (``note_slots``).
+    slot_bound: frozenset[str] = frozenset()
     #: The kinds of ``caps`` capped per key (``concurrency_key``, rule 50).
     keyed: frozenset[str] = frozenset()
     #: The rate-limited kinds (``rate_limit``, rule 52).
@@ -911,6 +932,17 @@ class _LoopState:
             # limit cut. Read from the claim itself, not from its being full: a drain of a
             # capped kind fills every claim (see performance.md item 11).
             self.others_checked_at = time.monotonic()
+
+    def note_slots(self, claimed: Sequence[ClaimedJob], room: Mapping[str, int]) -> None:
+        """Record which capped kinds the claim filled to their room (``FleetSlots.room``): each
+        has a backlog that waits for slots, not for a notification, so the claim counts as a
+        full one (``backlog``: no wait for work after it) and the next waits for a few of those
+        slots to pass on (``WorkerProcess._wait_for_slots``). Per job only: a per-key cap's room
+        is per key."""
+        taken = Counter(job.name for job in claimed if job.name in room)
+        self.slot_bound = frozenset(kind for kind, count in taken.items() if count >= room[kind])
+        if self.slot_bound:
+            self.backlog = True
 
     def poll_wait(self, poll_interval: float, *, uncapped: bool) -> float:
         """How long to wait for work after a claim that found none: a poll interval, but not
