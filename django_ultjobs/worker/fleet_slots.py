@@ -78,7 +78,8 @@ class FleetSlots:
         # The claim loop waits on it for kept slots (``wait_for_kept``); notified only while it
         # does, not once per run.
         self._kept_more = threading.Condition(self._lock)
-        self._want_kept: frozenset[str] = frozenset()
+        #: While the claim loop waits: per kind, how many of its runs are still to pass on.
+        self._awaited: dict[str, int] = {}
         self._busy: dict[_Ident, Run] = {}
         self._kept: list[_Kept] = []
         # Slots passed back to the fleet by ``keep`` and not yet released: the completer's
@@ -154,17 +155,21 @@ class FleetSlots:
         waiting = list(runs)
         reused: list[_Kept] = []
         with self._lock:
-            for kept in [k for k in self._kept if k.kind == kind]:
-                if not waiting:
+            for kept in self._kept:
+                if len(reused) == len(waiting):
                     break
-                if not self._usable(kept, limit):
-                    continue  # left for offer() or give_back_idle() to give back
-                self._kept.remove(kept)
-                reused.append(kept)
-                run = waiting.pop(0)
+                # An unusable one is left for offer() or give_back_idle() to give back.
+                if kept.kind == kind and self._usable(kept, limit):
+                    reused.append(kept)
+            if not reused:
+                return [], waiting
+            # One pass, not a remove() per slot: a claim hands on up to its cap's slots.
+            taken = {id(kept) for kept in reused}
+            self._kept = [kept for kept in self._kept if id(kept) not in taken]
+            for kept, run in zip(reused, waiting, strict=False):
                 run.slot = kept.hold
                 self._busy[_ident(kept.hold)] = run
-        return reused, waiting
+        return reused, waiting[len(reused):]
 
     def _unreuse(self, reused: Sequence[_Kept], runs: Sequence[Run]) -> None:
         """Undo ``_reuse_kept`` after the statement for new slots failed: the caller hands every
@@ -248,6 +253,8 @@ class FleetSlots:
                     # to keep, nothing to give back.
                     continue
                 del self._busy[ident]
+                if self._awaited:
+                    self._passed_on(run.job.name)
                 if run.slot_lost or run.abandoned:
                     # A lost slot is somebody else's now; an abandoned run's body may still be
                     # running, so its slot is left to lapse on its TTL (never renewed again).
@@ -259,8 +266,6 @@ class FleetSlots:
                     self._returned.append(hold)
                     continue
                 self._kept.append(_Kept(kind=run.job.name, hold=hold, kept_at=now))
-            if self._want_kept and self._enough_kept():
-                self._kept_more.notify_all()
 
     def release_returned(self) -> None:
         """Release, in one statement, the slots ``keep`` passed back since the last call.
@@ -320,19 +325,24 @@ class FleetSlots:
         return {name: cap - busy[name] for name, cap in caps.items()}
 
     def wait_for_kept(self, kinds: frozenset[str], timeout: float) -> bool:
-        """Block until every run of this worker of one of ``kinds`` has passed its slot on (its
-        body returned), or ``timeout``; return whether one kind's have."""
+        """Block until every run of this worker of one of ``kinds`` (those holding a slot now)
+        has passed its slot on, its body returned, or ``timeout``; return whether they have."""
         with self._lock:
-            self._want_kept = kinds
+            busy = Counter(run.job.name for run in self._busy.values())
+            self._awaited = {kind: busy[kind] for kind in kinds}
             try:
-                return self._kept_more.wait_for(self._enough_kept, timeout)
+                return self._kept_more.wait_for(
+                    lambda: min(self._awaited.values(), default=0) <= 0, timeout)
             finally:
-                self._want_kept = frozenset()
+                self._awaited = {}
 
-    def _enough_kept(self) -> bool:
-        """Called under the lock."""
-        busy = Counter(run.job.name for run in self._busy.values())
-        return any(not busy[kind] for kind in self._want_kept)
+    def _passed_on(self, kind: str) -> None:
+        """A run of ``kind`` passed its slot on while the claim loop waits (under the lock)."""
+        left = self._awaited.get(kind)
+        if left is not None:
+            self._awaited[kind] = left - 1
+            if left <= 1:
+                self._kept_more.notify_all()
 
     def give_back_all(self) -> None:
         """Give back every kept slot and keep none from now on (the worker is stopping: while it

@@ -304,14 +304,13 @@ class WorkerProcess:
     def _lanes_room(self, loop: _LoopState) -> int:
         """The free places of both lanes (threads and async places), noted in ``loop`` for the
         claim to split; 0 after a wait when both are full. The wait ends when a settle is
-        written or an async place frees up (both wake this loop), or after a poll interval."""
+        written, a thread or an async place frees up (each wakes this loop), or after a poll
+        interval."""
         loop.free_sync, loop.free_async = self.pool.free(), self.async_lane.free()
         if loop.free_sync <= 0 and loop.free_async <= 0:
             self._wake.clear()
-            # A thread that frees up wakes this wait as a freed async place does (item 91).
-            self.pool.call_on_free()
-            if self.pool.free() <= 0 and self.async_lane.free() <= 0:
-                self._wake.wait(self.options.poll_interval)
+            if self.async_lane.free() <= 0:
+                self._wait_for_work(loop, self.options.poll_interval)
             return 0
         return max(0, loop.free_sync) + max(0, loop.free_async)
 
@@ -354,7 +353,7 @@ class WorkerProcess:
                 # take the core (and the GIL) the runs just handed over need to start. New work
                 # notifies or is polled for; a written settle wakes this loop (item 74).
                 wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
-                self._wake.wait(self.rates.until_due(wait))
+                self._wait_for_work(loop, self.rates.until_due(wait))
             return True
         return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
 
@@ -394,6 +393,8 @@ class WorkerProcess:
                 return None
         claimed = _joined(batches)
         loop.note_async_claims(batches)
+        loop.sync_full = any(not plan.is_async and len(batch) >= plan.limit
+                             for plan, batch in batches)
         # The scan of the other kinds counts as done only if a claim made it; a claim is full
         # against what it asked for, not against the places of both lanes.
         scanned = any(plan.uncapped and not plan.is_async for plan in plans) and failure is None
@@ -425,11 +426,24 @@ class WorkerProcess:
             else:
                 # Runs in flight: wait until a settle is written (it frees slots and makes
                 # hand-backs visible, and wakes this loop), or briefly.
-                self._wake.wait(0.05)
+                self._wait_for_work(loop, 0.05)
             return True
         wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
-        self._wake.wait(self.rates.until_due(wait))
+        self._wait_for_work(loop, self.rates.until_due(wait))
         return True
+
+    def _wait_for_work(self, loop: _LoopState, timeout: float) -> None:
+        """Wait until this loop is woken (new work, a written settle, a slot passed on, a freed
+        async place) or ``timeout``. With two lanes a round claims for the lane that has room;
+        one that found every thread busy made no claim for the sync kinds, and one whose claim
+        for the threads came back full took what they could hold of a backlog: then a thread
+        that frees up ends the wait too (performance.md item 91). Before, nothing but the next
+        written settle, or the poll, told the loop."""
+        if loop.async_names and (loop.free_sync <= 0 or loop.sync_full):
+            self.pool.call_on_free()
+            if self.pool.free() > 0:
+                return
+        self._wake.wait(timeout)
 
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
@@ -885,6 +899,8 @@ class _LoopState:
     #: The free threads and free async places ``_room`` found this round.
     free_sync: int = 0
     free_async: int = 0
+    #: The round's claim for the threads came back full (two lanes; see ``_wait_for_work``).
+    sync_full: bool = False
     #: When a claim of the async kinds alone last found none; None: make one next round.
     async_checked_at: float | None = None
 
