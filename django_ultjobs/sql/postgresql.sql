@@ -353,6 +353,41 @@ chosen AS (
               > (SELECT count(*) FROM chosen WHERE NOT chosen.capped) AS others_left,
           chosen.slot_key;
 
+-- name: claim_capped_kinds
+-- claim_capped when it leaves the uncapped scan out and no kind is capped per key: the capped
+-- kinds' own scans alone, each limited to its free fleet slots. What a capped drain sends round
+-- after round (the other kinds' scan is throttled, claim loop; performance.md item 6) and what
+-- the async lane's claim is (rule 87). claim_capped would take the same rows in the same order;
+-- the parts it carries for the other kinds and for per-key caps are planned on every claim even
+-- when they read nothing, which doubled this claim's planning (performance.md, item 89). Same
+-- columns as claim_capped: others_left is false (no other kind was scanned), no slot key.
+WITH caps AS MATERIALIZED (
+    SELECT c.name,
+           c.lim + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
+                             WHERE l.key = {slot_key(c.name)} AND l.slot < c.lim
+                               AND l.expires_at > {now}) AS free
+    FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
+        AS c(name, lim, kept)
+),
+chosen AS (
+    SELECT j.* FROM caps
+    CROSS JOIN LATERAL (
+        SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
+               claimed_at AS prev_claimed_at
+        FROM django_ultjobs_job
+        WHERE name = caps.name
+          AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
+          AND {fragment:runnable}
+        ORDER BY priority DESC, visible_at, id
+        LIMIT LEAST(caps.free, %(limit)s::int)
+        FOR UPDATE SKIP LOCKED
+    ) AS j
+    WHERE caps.free > 0
+    ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
+)
+{fragment:claim_update}
+          false AS others_left, NULL::text AS slot_key;
+
 -- name: heartbeat
 -- Push the lease of every run this worker holds in one statement per tick, fenced on each run's
 -- claim token. A run missing from the result is an explicit "no" (rule 2): another claim owns the

@@ -44,9 +44,13 @@ STALL = 0.001
 class ExecutorPool:
     """``size`` threads running one run each; ``free()`` is how many more the worker may claim."""
 
-    def __init__(self, size: int, handler: Callable[[Run], None]) -> None:
+    def __init__(self, size: int, handler: Callable[[Run], None], *,
+                 on_free: Callable[[], None] | None = None) -> None:
         self.size = size
         self._handler = handler
+        #: Called once after ``call_on_free``, by the next run to finish (see there).
+        self._on_free = on_free
+        self._call_on_free = False
         # Reentrant: the worker's signal handler runs on the main thread, which may be inside
         # one of these methods when the signal arrives.
         self._lock = threading.RLock()
@@ -128,6 +132,13 @@ class ExecutorPool:
             finally:
                 self._want_idle = False
 
+    def call_on_free(self) -> None:
+        """Have the next run that finishes call ``on_free``, once: for a waiter that waits on
+        something else than this pool (the claim loop of a worker with two lanes waits for a
+        thread or an async place). Not on every run: a no-op run pays no wake-up for it."""
+        with self._lock:
+            self._call_on_free = self._on_free is not None
+
     def notify(self) -> None:
         """Make waiters for free threads re-check (the worker starts stopping); they go on
         waiting unless their condition holds."""
@@ -171,6 +182,9 @@ class ExecutorPool:
             if (self._want_free and self.size - self._busy >= self._want_free) or (
                     self._want_idle and self._busy == 0):
                 self._freed.notify_all()
+            if self._call_on_free and self._on_free is not None:
+                self._call_on_free = False
+                self._on_free()
 
     def _watch_stalls(self) -> None:
         """Wake more threads while runs wait (see the module's docstring for when and how many)."""

@@ -14,7 +14,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -95,7 +96,7 @@ class WorkerProcess:
                              interval=options.heartbeat_interval, deadlines=self.deadlines)
         self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
-        self.pool = ExecutorPool(options.threads, self._execute)
+        self.pool = ExecutorPool(options.threads, self._execute, on_free=self.wake)
         #: ``async def`` bodies run on one event loop, apart from the threads (rule 85).
         self.async_lane = AsyncLane(options.async_concurrency, self._execute_async,
                                     on_free=self.wake)
@@ -260,6 +261,7 @@ class WorkerProcess:
             jobs = registered_jobs()
             loop.caps = {n: s.concurrency for n, s in jobs.items() if s.concurrency}
             loop.keyed = frozenset(n for n in loop.caps if jobs[n].concurrency_key is not None)
+            loop.slot_caps = {n: c for n, c in loop.caps.items() if n not in loop.keyed}
             loop.rated = {n: s for n, s in jobs.items() if s.rate is not None}
             loop.async_names = frozenset(n for n, s in jobs.items() if s.is_coroutine)
         # Outside the branch above: a write that failed is tried again next round.
@@ -291,17 +293,24 @@ class WorkerProcess:
             # round trip per finished run. An idle queue skips this: latency first.
             self.pool.wait_for_free(0.002, at_least=loop.batch)
             free = loop.free_sync = self.pool.free()
+        if loop.slot_bound:
+            # The last claim took every slot free to a capped kind it has a backlog of: let its
+            # runs pass their slots on (a couple of ms at most) and claim them in one statement,
+            # as above for threads. Claiming at the first slot back took one run per statement,
+            # every other claim of a capped drain (performance.md item 90).
+            self.slots.wait_for_kept(loop.slot_bound, 0.002)
         return free
 
     def _lanes_room(self, loop: _LoopState) -> int:
         """The free places of both lanes (threads and async places), noted in ``loop`` for the
         claim to split; 0 after a wait when both are full. The wait ends when a settle is
-        written or an async place frees up (both wake this loop), or after a poll interval."""
+        written, a thread or an async place frees up (each wakes this loop), or after a poll
+        interval."""
         loop.free_sync, loop.free_async = self.pool.free(), self.async_lane.free()
         if loop.free_sync <= 0 and loop.free_async <= 0:
             self._wake.clear()
-            if self.pool.free() <= 0 and self.async_lane.free() <= 0:
-                self._wake.wait(self.options.poll_interval)
+            if self.async_lane.free() <= 0:
+                self._wait_for_work(loop, self.options.poll_interval)
             return 0
         return max(0, loop.free_sync) + max(0, loop.free_async)
 
@@ -320,9 +329,13 @@ class WorkerProcess:
         # The slots this worker kept from its last runs of each capped kind: the claim may take
         # that many more runs of the kind than the fleet has free slots.
         kept = self.slots.offer(loop.caps) if loop.caps else {}
+        # Read after the offer: a slot kept since is not free to this claim, nor counted here.
+        room = self.slots.room(loop.slot_caps) if loop.slot_caps else {}
         claimed = self._claim(loop, free, uncapped=uncapped, kept=kept)
         if claimed is None:
+            loop.slot_bound = frozenset()
             return True
+        loop.note_slots(claimed, room)
         started = self._dispatch(claimed) if claimed else 0
         self.recycler.note_started(started)
         if kept:
@@ -340,7 +353,7 @@ class WorkerProcess:
                 # take the core (and the GIL) the runs just handed over need to start. New work
                 # notifies or is polled for; a written settle wakes this loop (item 74).
                 wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
-                self._wake.wait(self.rates.until_due(wait))
+                self._wait_for_work(loop, self.rates.until_due(wait))
             return True
         return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
 
@@ -367,14 +380,21 @@ class WorkerProcess:
             except Exception as exc:
                 failure = exc
         if failure is not None:
-            delay = self._claim_failed(loop, kept)
+            delay = self._claim_failed(loop)
             log_event(logger, logging.ERROR, "jobs.worker.claim-failed",
                       worker_id=self.worker_id, error=repr(failure), retry_in=delay)
             if not any(batch for _, batch in batches):
+                if kept:
+                    # Nothing claimed: the kept slots the claims were offered go back (or lapse,
+                    # if the database is down). With runs claimed by the round's other claim they
+                    # stay for them; ``_claim_round`` gives back the unused after the dispatch.
+                    self.slots.give_back_unused()
                 self._wake.wait(delay)
                 return None
         claimed = _joined(batches)
         loop.note_async_claims(batches)
+        loop.sync_full = any(not plan.is_async and len(batch) >= plan.limit
+                             for plan, batch in batches)
         # The scan of the other kinds counts as done only if a claim made it; a claim is full
         # against what it asked for, not against the places of both lanes.
         scanned = any(plan.uncapped and not plan.is_async for plan in plans) and failure is None
@@ -390,10 +410,8 @@ class WorkerProcess:
                                 caps=plan.caps, uncapped=plan.uncapped, kept=plan.kept,
                                 keyed=plan.keyed)
 
-    def _claim_failed(self, loop: _LoopState, kept: dict[str, int]) -> float:
-        """Give the kept slots back after a claim failed; return the outage backoff."""
-        if kept:
-            self.slots.give_back_unused()
+    def _claim_failed(self, loop: _LoopState) -> float:
+        """Count a failed claim; return the outage backoff."""
         loop.failures += 1
         return min(30.0, 0.2 * 2 ** min(loop.failures, 8))
 
@@ -408,11 +426,24 @@ class WorkerProcess:
             else:
                 # Runs in flight: wait until a settle is written (it frees slots and makes
                 # hand-backs visible, and wakes this loop), or briefly.
-                self._wake.wait(0.05)
+                self._wait_for_work(loop, 0.05)
             return True
         wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
-        self._wake.wait(self.rates.until_due(wait))
+        self._wait_for_work(loop, self.rates.until_due(wait))
         return True
+
+    def _wait_for_work(self, loop: _LoopState, timeout: float) -> None:
+        """Wait until this loop is woken (new work, a written settle, a slot passed on, a freed
+        async place) or ``timeout``. With two lanes a round claims for the lane that has room;
+        one that found every thread busy made no claim for the sync kinds, and one whose claim
+        for the threads came back full took what they could hold of a backlog: then a thread
+        that frees up ends the wait too (performance.md item 91). Before, nothing but the next
+        written settle, or the poll, told the loop."""
+        if loop.async_names and (loop.free_sync <= 0 or loop.sync_full):
+            self.pool.call_on_free()
+            if self.pool.free() > 0:
+                return
+        self._wake.wait(timeout)
 
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
         """Start what was claimed; return how many runs started."""
@@ -855,6 +886,10 @@ class _LoopState:
     generation: int = -1
     #: The capped kinds' ``concurrency`` by name.
     caps: dict[str, int] = field(default_factory=dict)
+    #: Those of ``caps`` capped per job (not per key): their slots pass from run to run.
+    slot_caps: dict[str, int] = field(default_factory=dict)
+    #: The kinds of ``slot_caps`` whose last claim took every slot free to them (``note_slots``).
+    slot_bound: frozenset[str] = frozenset()
     #: The kinds of ``caps`` capped per key (``concurrency_key``, rule 50).
     keyed: frozenset[str] = frozenset()
     #: The rate-limited kinds (``rate_limit``, rule 52).
@@ -864,6 +899,8 @@ class _LoopState:
     #: The free threads and free async places ``_room`` found this round.
     free_sync: int = 0
     free_async: int = 0
+    #: The round's claim for the threads came back full (two lanes; see ``_wait_for_work``).
+    sync_full: bool = False
     #: When a claim of the async kinds alone last found none; None: make one next round.
     async_checked_at: float | None = None
 
@@ -911,6 +948,17 @@ class _LoopState:
             # limit cut. Read from the claim itself, not from its being full: a drain of a
             # capped kind fills every claim (see performance.md item 11).
             self.others_checked_at = time.monotonic()
+
+    def note_slots(self, claimed: Sequence[ClaimedJob], room: Mapping[str, int]) -> None:
+        """Record which capped kinds the claim filled to their room (``FleetSlots.room``): each
+        has a backlog that waits for slots, not for a notification, so the claim counts as a
+        full one (``backlog``: no wait for work after it) and the next waits for a few of those
+        slots to pass on (``WorkerProcess._wait_for_slots``). Per job only: a per-key cap's room
+        is per key."""
+        taken = Counter(job.name for job in claimed if job.name in room)
+        self.slot_bound = frozenset(kind for kind, count in taken.items() if count >= room[kind])
+        if self.slot_bound:
+            self.backlog = True
 
     def poll_wait(self, poll_interval: float, *, uncapped: bool) -> float:
         """How long to wait for work after a claim that found none: a poll interval, but not

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from django_ultjobs.operations import pause_queue
 from django_ultjobs.slot_keys import slot_key_for
 from django_ultjobs.store import JobStore
 from tests.doubles import FakeClock
@@ -139,3 +140,22 @@ def test_caps_of_kinds_with_nothing_queued_change_nothing(cstore: JobStore) -> N
     ids = enqueue(cstore, new_job("add"), new_job("add"))
     got = claim(cstore, caps={"capped": 2, "serial": 1})
     assert sorted(j.id for j in got) == ids
+
+
+def test_the_capped_kinds_alone_are_claimed_as_the_full_claim_would(cstore: JobStore) -> None:
+    # With the other kinds' scan left out and no kind capped per key, the claim is a statement
+    # of its own (performance.md item 89): the same rows in the same order, each kind held to
+    # its free slots (kept ones counted), the whole to the limit, paused queues left alone.
+    enqueue(cstore, *(new_job("capped", priority=p) for p in (1, 5, 3)))
+    enqueue(cstore, *(new_job("serial", priority=p) for p in (4, 2)))
+    (paused,) = enqueue(cstore, new_job("capped", queue="paused", priority=9))
+    enqueue(cstore, new_job("add", priority=9))
+    pause_queue("paused", using=cstore.alias)
+    assert cstore.acquire(slot_key_for("capped"), 2, 60, "w1:0") is not None
+    # "capped": 2 slots, one held and kept by w1 itself, so both free to it; "serial": 1.
+    got = claim(cstore, queues=["default", "paused"], limit=3,
+                caps={"capped": 2, "serial": 1}, kept={"capped": 1}, uncapped=False)
+    assert [(j.name, j.priority) for j in got] == [("capped", 5), ("serial", 4), ("capped", 3)]
+    assert not got.others_left and paused not in [j.id for j in got]
+    got = claim(cstore, "w2", limit=5, caps={"capped": 9, "serial": 9}, uncapped=False)
+    assert [(j.name, j.priority) for j in got] == [("serial", 2), ("capped", 1)]

@@ -92,12 +92,17 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_or_event_find(
         (claimed,) = claim(store)
         assert claimed.id == uncapped_id
         assert store.settle([settlement(claimed)], "w1") == {uncapped_id}
+        # The capped kinds' scans alone (the other kinds' scan not due): a statement of its own.
+        (capped_id,) = enqueue(store, new_job("capped", args=[i, 3]))
+        (claimed,) = claim(store, caps={"capped": 2}, uncapped=False)
+        assert claimed.id == capped_id
+        assert store.settle([settlement(claimed)], "w1") == {capped_id}
         clock.advance(1)
     prepared = _prepared(pg_alias)
     assert {"enqueue_one", "heartbeat", "settle", "slot_acquire", "slot_renew",
             "event_insert", "event_wake"} <= prepared
     # Their generic plans ignore the values that make them fast (docs/deployment.md).
-    assert not {"claim", "claim_capped", "event_find"} & prepared
+    assert not {"claim", "claim_capped", "claim_capped_kinds", "event_find"} & prepared
 
 
 def _explain_prepared(pg_alias: str, name: str, params: dict[str, Any]) -> dict[str, Any]:

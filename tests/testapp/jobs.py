@@ -89,6 +89,11 @@ def capped(ctx: JobContext, seconds: float = 0.05) -> int:
     return ctx.attempt
 
 
+@job(concurrency=8, max_attempts=1)
+def capped_noop() -> None:
+    """A concurrency=8 job whose body returns at once: a drain of it is bound by its slots."""
+
+
 @job(takes_context=True, concurrency=1, max_attempts=20, backoff=0.0)
 def serial(ctx: JobContext, seconds: float = 0.01) -> int:
     """A concurrency=1 job."""

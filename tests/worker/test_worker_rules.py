@@ -39,9 +39,17 @@ from django_ultjobs.models import Job, JobAttempt, Slot, Worker
 from django_ultjobs.store import NewJob, Settlement, SlotHold, get_store
 from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from django_ultjobs.worker import worker as worker_module
+from django_ultjobs.worker.fleet_slots import FleetSlots
 from django_ultjobs.worker.runs import Run
 from tests.conftest import engine_store, events, running_worker, wait_until
-from tests.doubles import no_slot_store_path, settle_outage_store
+from tests.doubles import (
+    WORKER,
+    MonotonicClock,
+    StubSlots,
+    claimed,
+    no_slot_store_path,
+    settle_outage_store,
+)
 from tests.stepsapp.jobs import cancel_myself_then_fail, raises_unprintable
 from tests.testapp import jobs as testjobs
 from tests.testapp.jobs import (
@@ -50,6 +58,7 @@ from tests.testapp.jobs import (
     capped,
     capped_clocked,
     capped_ignoring,
+    capped_noop,
     flaky,
     ignore_cancel,
     record,
@@ -936,6 +945,91 @@ def test_claiming_stops_while_the_completer_cannot_write(
         wait_until(lambda: Job.objects.using(alias).filter(id__in=ids, status="succeeded")
                    .count() == len(ids), timeout=30)
     assert worker.completer.stale == 0
+
+
+def _claim_sizes(alias: str, **options: Any) -> list[int]:
+    """Drain with ``--burst``; return how many jobs each claim statement took."""
+    store = get_store(alias)
+    sizes: list[int] = []
+    claim = store.claim
+
+    def noting_claim(**kwargs: Any) -> Any:
+        claimed = claim(**kwargs)
+        sizes.append(len(claimed))
+        return claimed
+
+    store.claim = noting_claim  # type: ignore[method-assign]
+    worker = WorkerProcess(WorkerOptions(database=alias, burst=True, poll_interval=30.0,
+                                         visibility_timeout=10.0, heartbeat_interval=1.0,
+                                         **options), store=store)
+    worker.run(install_signals=False)
+    return sizes
+
+
+def test_a_drain_bound_by_its_cap_claims_a_cap_of_runs_at_a_time(alias: str) -> None:
+    # performance.md item 90: with more threads than slots, a claim takes every free slot and
+    # is not full against the threads. The next one went out at once, while the runs it had
+    # just started still held every slot (an empty claim), or at the first slot passed on (a
+    # claim of one run): a claim statement in two for nothing. It waits (2 ms at most) for the
+    # kind's runs to pass their slots on, and takes them in one statement.
+    capped_noop.bulk_enqueue([()] * 160)
+    sizes = _claim_sizes(alias, threads=16)
+    assert Job.objects.using(alias).filter(status="succeeded").count() == 160
+    assert max(sizes) <= 8  # the cap bounds the bodies executing (rule 5)
+    assert len(sizes) <= 30, f"{len(sizes)} claims for 160 runs of concurrency=8: {sizes}"
+
+
+def test_a_thread_that_frees_up_wakes_a_claim_loop_of_two_lanes(alias: str) -> None:
+    # performance.md item 91: with an async kind registered (tests.testapp.jobs has several) the
+    # claim loop waits for either lane. Its one thread ran the first job, whose settle cannot be
+    # written (an outage): nothing but that settle or the poll interval (30 s) told the loop
+    # that the thread was free for the second.
+    assert any(spec.is_coroutine for spec in job_registry.registered_jobs().values())
+    outage = threading.Event()
+    outage.set()
+    store = settle_outage_store(alias, outage)
+    add.bulk_enqueue([(1, 1), (2, 2)])
+    with running_worker(alias, store=store, threads=1, poll_interval=30.0,
+                        visibility_timeout=10.0, heartbeat_interval=0.5) as worker:
+        wait_until(lambda: worker.completer.pending >= 2, timeout=10,
+                   message="the second job ran while the first one's settle waited")
+        outage.clear()
+        wait_until(lambda: Job.objects.using(alias).filter(status="succeeded").count() == 2,
+                   timeout=15)
+
+
+def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> None:
+    # A round of two lanes makes two claims. One failing gave back every kept slot the round was
+    # offered, before the runs the other claim brought (counting on them) were given theirs:
+    # each then needed a new slot, which another worker may have taken meanwhile. They stay
+    # for those runs; only what no run took goes back, after the dispatch (rule 6).
+    slot_store = StubSlots()
+    worker = WorkerProcess(WorkerOptions(threads=2, listen=False))
+    worker.slots = FleetSlots(slot_store, WORKER, ttl=30.0,  # type: ignore[arg-type]
+                              clock=MonotonicClock())
+    first = Run(job=claimed(1, "capped"), spec=job_registry.get_job("capped"))
+    assert worker.slots.acquire_group([first]) == []
+    worker.slots.keep([first])
+    loop = worker_module._LoopState(batch=1, caps={"capped": 2},
+                                    async_names=frozenset({"async_add"}),
+                                    free_sync=1, free_async=1)
+    kept = worker.slots.offer(loop.caps)
+    answers: list[Any] = [OperationalError("the async lane's claim failed"),
+                          [claimed(2, "capped")]]
+
+    def claim(**kwargs: Any) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    worker.store.claim = claim  # type: ignore[method-assign]
+    got = worker._claim(loop, 2, uncapped=True, kept=kept)
+    assert got is not None and [job.id for job in got] == [2]
+    assert slot_store.released == [] and worker.slots.kept == 1
+    second = Run(job=got[0], spec=job_registry.get_job("capped"))
+    assert worker.slots.acquire_group([second]) == []
+    assert second.slot == first.slot and len(slot_store.acquired) == 1
 
 
 @pytest.fixture(autouse=True)
