@@ -72,6 +72,8 @@ class ExecutorPool:
         #: The free-thread count a waiter on ``_freed`` needs (0: nobody is waiting).
         self._want_free = 0
         self._want_idle = False
+        #: The stall watch waits for a hand-over with no time limit (no run is queued).
+        self._watch_parked = False
         self._threads = [
             threading.Thread(target=self._loop, name=f"ultjobs-exec-{i}", daemon=True)
             for i in range(size)
@@ -110,9 +112,15 @@ class ExecutorPool:
             if was_empty:
                 self._last_take = now
                 self._helpers = 1
-                self._watch.notify()
             if self._idle:
                 self._work.notify()
+            if self._watch_parked and (len(self._pending) > 1 or not self._idle):
+                # Runs may wait: the watch judges them. A lone run that an idle thread is woken
+                # for cannot, and waking the watch too cost an idle pickup a thread switch and
+                # the GIL while that thread starts (performance.md item 93). A later hand-over
+                # while this run still waits makes two, and wakes the watch then. A watch not
+                # parked looks again within STALL anyway.
+                self._watch.notify()
 
     def wait_for_free(self, timeout: float, at_least: int = 1) -> bool:
         """Block until ``at_least`` threads are free (or ``timeout``); return whether they are."""
@@ -191,7 +199,11 @@ class ExecutorPool:
         with self._lock:
             while not self._stopping:
                 if not self._pending:
-                    self._watch.wait()
+                    self._watch_parked = True
+                    try:
+                        self._watch.wait()
+                    finally:
+                        self._watch_parked = False
                     continue
                 now = time.monotonic()
                 stalled_for = now - self._last_take

@@ -132,3 +132,55 @@ def test_runs_behind_short_bodies_get_more_threads_as_they_wait() -> None:
         assert len(seen) >= 2, "every run went through one thread"
     finally:
         pool.stop(timeout=5)
+
+
+class CountingCondition(threading.Condition):
+    """The stall watch's condition, counting the times its waits end."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        super().__init__(lock)
+        self.woken = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        try:
+            return super().wait(timeout)
+        finally:
+            self.woken += 1
+
+
+def test_a_lone_run_for_an_idle_thread_leaves_the_stall_watch_asleep() -> None:
+    # performance.md item 93: an idle pickup wakes the thread that runs it, nothing else.
+    done = threading.Event()
+    pool = ExecutorPool(4, lambda run: done.set())  # type: ignore[arg-type, misc]
+    watch = pool._watch = CountingCondition(pool._lock)  # type: ignore[assignment]
+    pool.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not pool._watch_parked and time.monotonic() < deadline:
+            time.sleep(0.001)
+        for _ in range(20):
+            done.clear()
+            pool.submit(Blocking("lone"))  # type: ignore[arg-type]
+            assert done.wait(5)
+            assert pool.wait_idle(5)
+        assert watch.woken == 0
+    finally:
+        pool.stop(timeout=2)
+
+
+def test_lone_runs_handed_over_one_at_a_time_all_start_behind_blocking_ones() -> None:
+    # The watch is woken only when a run may wait: two queued, or no idle thread. Hand-overs of
+    # one run each, back to back, as a claim loop woken by notifications makes them.
+    pool = blocking_pool(4)
+    try:
+        for _ in range(50):
+            runs = [Blocking(f"run{i}") for i in range(4)]
+            for run in runs:
+                pool.submit(run)  # type: ignore[arg-type]
+            for run in runs:
+                assert run.started.wait(2), f"{run.name} never started"
+            for run in runs:
+                run.release.set()
+            assert pool.wait_idle(5)
+    finally:
+        pool.stop(timeout=2)
