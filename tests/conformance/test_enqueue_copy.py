@@ -78,15 +78,19 @@ def _plain(count: int) -> list[NewJob]:
             for job in _varied(count)]
 
 
-@pytest.mark.parametrize("odd", [None, "timeout", "expires_in", "concurrency_key", "tags"])
+@pytest.mark.parametrize("odd", [None, "timeout", "expires_in", "concurrency_key", "tags",
+                                 "run_at"])
 def test_a_plain_batch_writes_every_column_the_insert_writes(cstore: JobStore, alias: str,
                                                              odd: str | None) -> None:
-    # rules 95 and 101: the columns a plain batch leaves out take the values the INSERT writes;
-    # one job setting any of them (its last) sends the batch with every column.
+    # rules 95 and 101: the columns a plain batch leaves out take the values the INSERT writes,
+    # and its binary rows hold what the text rows do; one job setting any of those columns (its
+    # last), or a naive run_at (a store's caller, never a spec, may give one), sends the batch
+    # with every column, in text.
     jobs = _plain(COPY_MIN_JOBS + 20)
     if odd is not None:
         jobs[-1] = replace(jobs[-1], **{odd: {"timeout": 2.5, "expires_in": 30.0,
-                                              "concurrency_key": "k", "tags": ("t",)}[odd]})
+                                              "concurrency_key": "k", "tags": ("t",),
+                                              "run_at": datetime(2031, 1, 2, 3, 4, 5, 6)}[odd]})
     conn = connections[alias]
     with CaptureQueriesContext(conn) as ctx:
         copied = [r.id for r in cstore.enqueue(jobs)]
