@@ -19,24 +19,14 @@ if TYPE_CHECKING:
 
 def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -> NewJob:
     spec = job_call.spec
+    args, kwargs = job_call.args, job_call.kwargs
+    # Positional, in NewJob's field order: its keywords were 0.6 us of the 1.1 a build cost,
+    # once per call of a bulk enqueue (performance.md, item 94).
     return NewJob(
-        name=spec.name,
-        queue=spec.queue,
-        priority=spec.priority,
-        args=list(job_call.args),
-        kwargs=dict(job_call.kwargs),
-        max_attempts=spec.max_attempts,
-        timeout=spec.timeout,
-        expires_in=spec.expires_in,
-        delay=spec.delay,
-        run_at=spec.run_at,
-        traceparent=traceparent,
-        tracestate=tracestate,
-        enqueued_by=actor,
-        concurrency_key=spec.slot_key_of(job_call.args, job_call.kwargs),
-        unique_key=unique.key_of(spec, job_call.args, job_call.kwargs),
-        unique_for=spec.unique_for,
-        tags=spec.tags,
+        spec.name, spec.queue, spec.priority, list(args), dict(kwargs), spec.max_attempts,
+        spec.delay, spec.run_at, traceparent, tracestate, actor,
+        spec.slot_key_of(args, kwargs), unique.key_of(spec, args, kwargs), spec.unique_for,
+        spec.timeout, spec.expires_in, spec.tags,
     )
 
 
@@ -88,9 +78,9 @@ def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
     news = [_new_job(c, *trace, actor) for c in calls]
     store = get_store()
     if all(new.unique_key is None for new in news):
-        rows = store.enqueue(news)
+        ids = store.enqueue_ids(news)
         record_enqueued(((new.name, new.queue) for new in news), store.alias)
-        return [row.id for row in rows]
+        return ids
     placed = unique.place(news, store.enqueue_unique, unique.holders_of(store.alias),
                           lambda row: row.id)
     # Only the calls that made a row were enqueued; one answered by its key's holder was not.

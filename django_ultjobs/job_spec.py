@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     from .models import Job
 
 
-@dataclass(frozen=True, slots=True)
+#: Shapes of call (``_shape``) a spec remembers as bound: calls with keyword arguments of
+#: ever new names (``**kwargs`` bodies) are each bound, as before, once this many are kept.
+MAX_BOUND_SHAPES = 64
+
+
+# Made once per call of a bulk enqueue, so slotted but not frozen, as NewJob: frozen, its
+# three fields were set through object.__setattr__, 1.2 us of the 2.1 a call() cost
+# (performance.md, item 94). Nothing mutates it. (Never hashable either way: its kwargs are a
+# dict.)
+@dataclass(slots=True)
 class JobCall:
     """One call of a job, ready to be enqueued (alone or with others in ``bulk_enqueue``)."""
 
@@ -220,10 +229,23 @@ class JobSpec:
             self.rate_key_of(args, kwargs)  # refused now, not on the worker (rule 54)
         return JobCall(self, args, kwargs)
 
+    @cached_property
+    def _bound_shapes(self) -> set[Any]:
+        """The shapes of call (``_shape``) that bound to the body's signature."""
+        return set()
+
     def _check_signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Refuse a call the body could never take (a missing or extra argument) now, before
         any SQL, instead of queueing a job that fails every attempt (rule 16)."""
         if self.signature is None:
+            return
+        # Whether a call binds depends on how many positional arguments it has and the names
+        # of its keyword ones, never on their values: a shape that bound once binds again, so
+        # it is not bound again (``Signature.bind`` was half of what ``call()`` cost a bulk
+        # enqueue; performance.md, item 94). A shape that fails is bound every time, for its
+        # message.
+        shape = _shape(args, kwargs)
+        if shape in self._bound_shapes:
             return
         context = (None,) if self.takes_context else ()
         try:
@@ -232,6 +254,8 @@ class JobSpec:
             raise JobArgumentError(
                 f"{self.name}{_bare(self.signature)}: {exc}; the call would fail on every attempt"
             ) from None
+        if len(self._bound_shapes) < MAX_BOUND_SHAPES:
+            self._bound_shapes.add(shape)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
         """Queue one call inside the caller's transaction; return its (unsaved-looking) row.
@@ -254,6 +278,13 @@ class JobSpec:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function now, in this process (for tests and shells)."""
         return self.func(*args, **kwargs)
+
+
+def _shape(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """What binding a call to a signature depends on: its number of positional arguments and
+    its keyword arguments' names (in their order: another order is another shape, bound once
+    more)."""
+    return (len(args), *kwargs) if kwargs else len(args)
 
 
 def _bare(signature: inspect.Signature) -> inspect.Signature:

@@ -116,6 +116,18 @@ COPY django_ultjobs_job
      expires_at, tags)
 FROM STDIN;
 
+-- name: enqueue_copy_plain
+-- The second statement for a batch whose every job has no timeout, no expiry, no slot key and
+-- no tags (copy_rows.plain), in binary (store/copy_binary.py): those columns, and claim_token,
+-- left to their defaults (NULL, NULL, '', '[]', NULL), which are the values "enqueue" writes
+-- for such jobs; fewer values for the server to read per row, and none to parse
+-- (performance.md, item 95).
+COPY django_ultjobs_job
+    (id, name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+     worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+     last_error, wait_event, wait_after, created_at, updated_at)
+FROM STDIN (FORMAT binary);
+
 -- name: enqueue_one
 -- One job, one plain INSERT: enqueue() is usually one call inside a view's transaction, and the
 -- JSON-array form bulk enqueue needs costs it more than the rest of the call (performance.md,

@@ -188,6 +188,11 @@ class JobStore(SlotStore):
             for r in rows
         ]
 
+    def enqueue_ids(self, jobs: Sequence[NewJob]) -> list[int]:
+        """``enqueue``, and only the new rows' ids, in the order of ``jobs``: what a bulk
+        enqueue returns."""
+        return [row.id for row in self.enqueue(jobs)]
+
     def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
         """Insert ``jobs`` on the caller's connection, each one with a ``unique_key`` only where
         no row holds that key; None for each job whose key is held (rules 65-68).

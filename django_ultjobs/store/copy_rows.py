@@ -81,32 +81,49 @@ def _float(value: float | None) -> str:
     return "\\N" if value is None else repr(float(value))
 
 
-def text_rows(jobs: Sequence[NewJob], ids: Sequence[int],
-              when: Sequence[tuple[datetime, datetime | None]], now: datetime) -> Iterator[str]:
+def _when(now: datetime, stamp: str, seconds: float) -> str:
+    # The common case, no delay, is the statement's clock already written out.
+    return stamp if not seconds else plus_seconds(now, seconds).isoformat()
+
+
+def plain(jobs: Sequence[NewJob]) -> bool:
+    """Whether no job of ``jobs`` sets a column ``enqueue_copy_plain`` leaves out (a timeout,
+    an expiry, a slot key, tags), so that those columns take their defaults (NULL, NULL, ""
+    and ``[]``), the values ``enqueue`` writes for such jobs; and every run_at given is
+    timezone-aware, as ``copy_binary`` needs (a spec's always is)."""
+    return not any(job.timeout is not None or job.expires_in is not None
+                   or job.concurrency_key or job.tags
+                   or (job.run_at is not None and job.run_at.utcoffset() is None)
+                   for job in jobs)
+
+
+def text_rows(jobs: Sequence[NewJob], ids: Sequence[int], now: datetime) -> Iterator[str]:
     """Every job's line of COPY's text format in the columns of ``enqueue_copy``, with the
-    values ``enqueue`` writes (``when``: the jobs' ``times``), ``BLOCK`` lines at a time."""
+    values ``enqueue`` writes (the times ``times`` gives), ``BLOCK`` lines at a time."""
     stamp = now.isoformat()
     for start in range(0, len(jobs), BLOCK):
-        lines = []
-        for job_id, job, (visible_at, expires_at) in zip(
-                ids[start:start + BLOCK], jobs[start:start + BLOCK], when[start:start + BLOCK],
-                strict=True):
-            lines.append("\t".join((
-                str(job_id), _text(job.name), _text(job.queue), str(job.priority),
-                _json(job.args), _json(job.kwargs), "queued", "0", str(job.max_attempts),
-                stamp if visible_at is now else visible_at.isoformat(), "\\N", "", "f",
-                _text(job.traceparent), _text(job.tracestate), _text(job.enqueued_by), "", "",
-                "0", stamp, stamp, _text(job.concurrency_key), _float(job.timeout),
-                "\\N" if expires_at is None else expires_at.isoformat(),
-                _json(list(job.tags)))))
+        lines = [_line(job_id, job, now, stamp) for job_id, job in zip(
+            ids[start:start + BLOCK], jobs[start:start + BLOCK], strict=True)]
         lines.append("")
         yield "\n".join(lines)
 
 
-def copy(wrapper: Any, sql: str, blocks: Iterable[str]) -> None:
-    """Send ``blocks`` (COPY's text format) with ``sql``, a COPY ... FROM STDIN, through Django's
-    cursor ``wrapper``: through its execute wrappers and, under DEBUG and in tests, its query log
-    (rule 41), as an ``execute`` would be (psycopg's ``copy()`` is no method Django wraps)."""
+def _line(job_id: int, job: NewJob, now: datetime, stamp: str) -> str:
+    return "\t".join((
+        str(job_id), _text(job.name), _text(job.queue), str(job.priority),
+        _json(job.args), _json(job.kwargs), "queued", "0", str(job.max_attempts),
+        _when(now, stamp, job.delay) if job.run_at is None else job.run_at.isoformat(),
+        "\\N", "", "f", _text(job.traceparent), _text(job.tracestate), _text(job.enqueued_by),
+        "", "", "0", stamp, stamp, _text(job.concurrency_key), _float(job.timeout),
+        "\\N" if job.expires_in is None else _when(now, stamp, job.expires_in),
+        _json(job.tags)))
+
+
+def copy(wrapper: Any, sql: str, blocks: Iterable[str] | Iterable[bytes]) -> None:
+    """Send ``blocks`` (in the format ``sql`` names) with ``sql``, a COPY ... FROM STDIN,
+    through Django's cursor ``wrapper``: through its execute wrappers and, under DEBUG and in
+    tests, its query log (rule 41), as an ``execute`` would be (psycopg's ``copy()`` is no
+    method Django wraps)."""
     driver = wrapper.cursor
 
     def execute(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:

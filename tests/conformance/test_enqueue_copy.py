@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -69,6 +70,48 @@ def test_a_copied_batch_writes_every_column_the_insert_writes(cstore: JobStore,
     for index, (a, b) in enumerate(zip(got, want, strict=True)):
         assert a == b, (index, {k: (a[k], b[k]) for k in a if a[k] != b[k]})
     assert got[1]["tags"] == ["a", "b\\1", _ODD] and got[1]["args"][1] == _ODD
+
+
+def _plain(count: int) -> list[NewJob]:
+    """``_varied`` jobs without a timeout, an expiry, a slot key or tags: a plain batch."""
+    return [replace(job, timeout=None, expires_in=None, concurrency_key="", tags=())
+            for job in _varied(count)]
+
+
+@pytest.mark.parametrize("odd", [None, "timeout", "expires_in", "concurrency_key", "tags",
+                                 "run_at"])
+def test_a_plain_batch_writes_every_column_the_insert_writes(cstore: JobStore, alias: str,
+                                                             odd: str | None) -> None:
+    # rules 95 and 101: the columns a plain batch leaves out take the values the INSERT writes,
+    # and its binary rows hold what the text rows do; one job setting any of those columns (its
+    # last), or a naive run_at (a store's caller, never a spec, may give one), sends the batch
+    # with every column, in text.
+    jobs = _plain(COPY_MIN_JOBS + 20)
+    if odd is not None:
+        jobs[-1] = replace(jobs[-1], **{odd: {"timeout": 2.5, "expires_in": 30.0,
+                                              "concurrency_key": "k", "tags": ("t",),
+                                              "run_at": datetime(2031, 1, 2, 3, 4, 5, 6)}[odd]})
+    conn = connections[alias]
+    with CaptureQueriesContext(conn) as ctx:
+        copied = [r.id for r in cstore.enqueue(jobs)]
+    inserted = [r.id for r in JobStore.enqueue(cstore, jobs)]
+    if conn.vendor == "postgresql":
+        sent = [m.group(1) for q in ctx.captured_queries if (m := _TAG.search(q["sql"]))]
+        assert sent == ["enqueue_copy_ids",
+                        "enqueue_copy_plain" if odd is None else "enqueue_copy"]
+    got, want = _columns(alias, copied), _columns(alias, inserted)
+    for index, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a == b, (index, {k: (a[k], b[k]) for k in a if a[k] != b[k]})
+    assert got[0]["tags"] == [] and got[0]["timeout"] is None and got[0]["concurrency_key"] == ""
+
+
+def test_bulk_enqueue_returns_the_ids_enqueue_returns(cstore: JobStore, alias: str) -> None:
+    # rule 101: the ids alone, without the rows' times, in the jobs' order.
+    for count in (1, 5, COPY_MIN_JOBS + 3):
+        ids = cstore.enqueue_ids(_varied(count))
+        assert len(ids) == count and ids == sorted(ids)
+        assert list(Job.objects.using(alias).filter(id__in=ids).order_by("id")
+                    .values_list("id", flat=True)) == ids
 
 
 def test_a_copied_batch_returns_what_it_wrote(cstore: JobStore, alias: str) -> None:
@@ -153,7 +196,8 @@ def test_a_copied_batch_shows_its_statements_to_djangos_instrumentation(alias: s
         noop.bulk_enqueue([()] * COPY_MIN_JOBS)
     logged = [_TAG.search(q["sql"]).group(1) for q in ctx.captured_queries]
     assert logged == [_TAG.search(sql).group(1) for sql in seen]
-    assert logged == (["enqueue_copy_ids", "enqueue_copy"] if conn.vendor == "postgresql"
+    # noop's jobs set none of the columns a plain batch leaves out (rule 101).
+    assert logged == (["enqueue_copy_ids", "enqueue_copy_plain"] if conn.vendor == "postgresql"
                       else ["enqueue"])
     with CaptureQueriesContext(conn) as below:
         noop.bulk_enqueue([()] * (COPY_MIN_JOBS - 1))
