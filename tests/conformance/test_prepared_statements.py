@@ -153,6 +153,21 @@ def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
     assert {r.status for r in Job.objects.using(pg_alias).filter(id__in=ids)} == {"succeeded"}
 
 
+def test_a_settle_that_puts_a_run_to_wait_on_an_event_is_planned_afresh(
+        prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
+    """Item 85: such a batch reads the events table (an event already sent wakes the run at
+    once), which a generic plan made when that table was small would scan whole."""
+    store = prepared_store
+    (job_id,) = enqueue(store, new_job())
+    for _ in range(RUNS):
+        (again,) = claim(store)
+        assert store.settle([settlement(again, "waiting", outcome="suspended", delay=30.0,
+                                        wait_event="paid")], "w1") == {job_id}
+        clock.advance(31)
+    assert "settle" not in _prepared(pg_alias)
+    assert row(pg_alias, job_id).status == "waiting"
+
+
 def test_a_settle_that_extends_an_episode_is_planned_afresh(
         prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
     """Item 85: a batch that extends a park's episode (rule 12) reads the attempts table, which
