@@ -953,14 +953,13 @@ class _LoopState:
 
     def note_slots(self, claimed: Sequence[ClaimedJob], room: Mapping[str, int]) -> None:
         """Record which capped kinds the claim filled to their room (``FleetSlots.room``): each
-        has a backlog that waits for slots, not for a notification, so the claim counts as a
-        full one (``backlog``: no wait for work after it) and the next waits for a few of those
-        slots to pass on (``WorkerProcess._wait_for_slots``). Per job only: a per-key cap's room
-        is per key."""
+        may have a backlog that waits for slots, so the next claim waits (2 ms at most) for
+        their runs to pass their slots on (``WorkerProcess._room``). The wait for work after a
+        claim that was not full stays as it is (item 74): the first slot passed on ends it, and
+        with bodies longer than that wait a claim at once would find every slot still held.
+        Per job only: a per-key cap's room is per key."""
         taken = Counter(job.name for job in claimed if job.name in room)
         self.slot_bound = frozenset(kind for kind, count in taken.items() if count >= room[kind])
-        if self.slot_bound:
-            self.backlog = True
 
     def poll_wait(self, poll_interval: float, *, uncapped: bool) -> float:
         """How long to wait for work after a claim that found none: a poll interval, but not
