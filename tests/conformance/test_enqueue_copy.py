@@ -7,6 +7,7 @@ the wake-ups must be the same either way, on both engines.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -112,6 +113,32 @@ def test_bulk_enqueue_returns_the_ids_enqueue_returns(cstore: JobStore, alias: s
         assert len(ids) == count and ids == sorted(ids)
         assert list(Job.objects.using(alias).filter(id__in=ids).order_by("id")
                     .values_list("id", flat=True)) == ids
+
+
+def test_a_batch_is_built_with_the_collector_off_and_leaves_it_as_it_was(alias: str) -> None:
+    # rule 101 (performance.md, item 94): the cyclic collector is off while a batch's calls are
+    # checked and built, and back on after, whatever happened; a site's own "off" is kept.
+    seen: list[bool] = []
+
+    def calls(count: int, bad: bool = False) -> Iterator[tuple[Any, ...]]:
+        for i in range(count):
+            seen.append(gc.isenabled())
+            yield (i, i)
+        if bad:
+            yield (1,)
+
+    add.bulk_enqueue(calls(COPY_MIN_JOBS))
+    assert seen and not any(seen) and gc.isenabled()
+    with pytest.raises(JobArgumentError):
+        add.bulk_enqueue(calls(3, bad=True))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        add.bulk_enqueue(calls(3))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert Job.objects.using(alias).count() == COPY_MIN_JOBS + 3
 
 
 def test_a_copied_batch_returns_what_it_wrote(cstore: JobStore, alias: str) -> None:
