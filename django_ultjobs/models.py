@@ -221,10 +221,16 @@ class JobAttempt(models.Model):
         return f"job {self.job_id} attempt {self.attempt}: {self.outcome}"
 
 
+#: Where the ids of the attempts the jobs' rows hold begin (rule 97): 2**62, beyond any id a
+#: bigint sequence of attempt rows reaches.
+ON_ROW_ID = 2**62
+
+
 class AttemptRecord(models.Model):
     """One attempt as every reader sees it (rule 97): an attempt row, or the attempt a job's own
     row holds (``Job.attempt_on_row``: worker, attempt number, claim time as its start, finish
-    time, outcome succeeded), with ``id`` the job's id negated.
+    time, outcome succeeded), with ``id`` ``ON_ROW_ID`` + the job's id: above every attempt
+    row's id, so in id order it comes after the job's rows, as it happened.
 
     A view over both tables (migration 0022), read-only: the admin, the Django Tasks results,
     ``ultjobs show``, the charts and the prune's counts read attempts here, so none can forget

@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.models import AttemptRecord, Job
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -30,7 +30,7 @@ def test_the_demo_cancels_its_report_and_lists_the_charges() -> None:
 
     (cancelled,) = [j for j in jobs.values() if j.status == "cancelled"]
     assert cancelled.name == "slow_report"
-    assert list(JobAttempt.objects.filter(job_id=cancelled.id)
+    assert list(AttemptRecord.objects.filter(job_id=cancelled.id)
                 .values_list("outcome", flat=True)) == ["cancelled"]
     assert f"Cancelling slow_report#{cancelled.id} while it runs" in text
     assert f"slow_report#{cancelled.id} was cancelled while it ran" in text

@@ -23,7 +23,6 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from ..attempts import OLDEST_FIRST
 from ..conf import jobs_database
 from ..job_progress import progress_text
 from ..models import (
@@ -400,7 +399,7 @@ class AttemptInline(ReadOnlyInline):
     fields = ("attempt", "outcome", "claims_count", "worker_id", "started", "finished", "took",
               "slot_held", "error_display")
     readonly_fields = fields
-    ordering = OLDEST_FIRST
+    ordering = ("id",)
 
     started = stamp_field("started_at", _("started"))
     finished = stamp_field("finished_at", _("finished"))

@@ -25,9 +25,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from ..attempts import OLDEST_FIRST, later_than_outer
 from ..conf import jobs_database
-from ..models import HeldSlot, Job, JobAttempt, JobStatus, LostSlotCancellation, Slot
+from ..models import AttemptRecord, HeldSlot, Job, JobAttempt, JobStatus, LostSlotCancellation, Slot
 from ..registry import registered_jobs
 from ..slot_keys import slot_key_for, split_slot_key
 from .base import JobsAdmin
@@ -176,7 +175,7 @@ class LostSlotCancellationAdmin(JobsAdmin):
         """Attempts with outcome slot_lost, with their job's status and its later attempts."""
         # Read through the attempts view: a success after the lost slot may have no row of its
         # own (rule 97).
-        later = later_than_outer()
+        later = AttemptRecord.objects.filter(job_id=OuterRef("job_id"), id__gt=OuterRef("id"))
         return (
             super().get_queryset(request)
             .filter(outcome="slot_lost")
@@ -187,7 +186,7 @@ class LostSlotCancellationAdmin(JobsAdmin):
                 later_attempts=Coalesce(Subquery(
                     later.order_by().values("job_id").annotate(n=Count("id")).values("n")[:1]),
                     0),
-                next_outcome=Subquery(later.order_by(*OLDEST_FIRST).values("outcome")[:1]),
+                next_outcome=Subquery(later.order_by("id").values("outcome")[:1]),
             )
         )
 

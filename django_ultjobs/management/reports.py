@@ -21,7 +21,7 @@ from django.utils.html import strip_tags
 from ..admin.display import seconds_between
 from ..admin.summary import live_queue_counts
 from ..admin.workers import worker_state
-from ..attempts import OLDEST_FIRST, history
+from ..attempts import history
 from ..exceptions import OperationInputError
 from ..models import Job, JobStatus, JobStep, Worker
 from ..store import get_store
@@ -86,7 +86,7 @@ def job_detail(alias: str, job_id: int) -> dict[str, Any] | None:
     if job is None:
         return None
     job["attempts"] = list(
-        history(job_id, using=alias).order_by("attempt", *OLDEST_FIRST).values(
+        history(job_id, using=alias).order_by("attempt", "id").values(
             "attempt", "outcome", "worker_id", "started_at", "finished_at", "claims", "error",
             "slot_key", "slot"))
     job["steps"] = list(

@@ -16,7 +16,8 @@ from django.db import migrations, models
 
 from django_ultjobs.migration_operations import AddIndexConcurrently
 
-#: The attempt a job's row holds: the job's claim is the attempt's start (the settle records
+#: The attempt a job's row holds, its id 2**62 + the job's id: above every attempt row's id, so
+#: ordered by id it comes after the job's rows, as it happened. The job's claim is the attempt's start (the settle records
 #: the claim time as the start of every attempt), its finish time and worker are the attempt's.
 #: Only a settle to succeeded sets attempt_on_row, and nothing moves a succeeded job, so the flag
 #: alone selects them: a finish-time window reads the partial index alone (an index-only scan).
@@ -28,7 +29,7 @@ SELECT a.id, a.job_id, a.attempt, a.worker_id, a.started_at, a.finished_at, a.ou
        a.error, a.slot_key, a.slot, a.steps_run, a.steps_replayed, a.claims
 FROM django_ultjobs_jobattempt AS a
 UNION ALL
-SELECT -j.id, j.id, j.attempt, j.worker_id, j.claimed_at, j.finished_at, {succeeded},
+SELECT 4611686018427387904 + j.id, j.id, j.attempt, j.worker_id, j.claimed_at, j.finished_at, {succeeded},
        {no_error}, {no_slot_key}, {no_slot}, {no_steps}, {no_steps}, 1
 FROM django_ultjobs_job AS j
 WHERE j.attempt_on_row

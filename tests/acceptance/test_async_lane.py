@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.models import AttemptRecord, Job
 from django_ultjobs.operations import cancel_jobs
 from tests.conftest import WorkerProcesses
 from tests.testapp.jobs import async_sleep, async_stuck, async_stuck_timeout, sync_sleep
@@ -50,7 +50,7 @@ def test_one_process_runs_a_thousand_async_bodies_at_once(
     fleet.wait(lambda: _all_succeeded(alias, ids), 60.0, "1,000 async jobs to succeed")
     elapsed = time.monotonic() - started
     assert elapsed < 40.0, f"1,000 bodies of 1 s took {elapsed:.1f} s"
-    workers = set(JobAttempt.objects.using(alias).filter(job_id__in=ids)
+    workers = set(AttemptRecord.objects.using(alias).filter(job_id__in=ids)
                   .values_list("worker_id", flat=True))
     assert workers == {worker}
 
@@ -67,7 +67,7 @@ def test_async_concurrency_bounds_the_async_bodies_at_once(
     started = time.monotonic()
     fleet.wait(lambda: _all_succeeded(alias, ids), 60.0, "20 async jobs to succeed")
     assert time.monotonic() - started >= 4.0
-    attempts = list(JobAttempt.objects.using(alias).filter(job_id__in=ids)
+    attempts = list(AttemptRecord.objects.using(alias).filter(job_id__in=ids)
                     .values_list("started_at", "finished_at"))
     assert len(attempts) == 20
     assert max((end - start).total_seconds() for start, end in attempts) < 3.0
@@ -108,7 +108,7 @@ def test_a_stuck_async_body_is_cancelled_by_cancel_jobs(
                "the stuck job to be cancelled")
     # A heartbeat (0.5 s) carries the request; nothing waited for the hour to pass.
     assert time.monotonic() - asked < 10.0
-    attempt = JobAttempt.objects.using(alias).get(job_id=job.id)
+    attempt = AttemptRecord.objects.using(alias).get(job_id=job.id)
     assert attempt.outcome == "cancelled"
     assert "cancelled on request" in attempt.error
     assert fleet.events("jobs.worker.cancel-requested", job_id=job.id)
@@ -123,7 +123,7 @@ def test_a_stuck_async_body_is_cancelled_by_its_timeout(
     fleet.wait_registered(worker)
     fleet.wait(lambda: Job.objects.using(alias).get(id=job.id).status == "failed", 30.0,
                "the stuck job to time out")
-    attempt = JobAttempt.objects.using(alias).get(job_id=job.id)
+    attempt = AttemptRecord.objects.using(alias).get(job_id=job.id)
     assert attempt.outcome == "timed_out"
     assert (attempt.finished_at - attempt.started_at).total_seconds() < 5.0
     # Cancelled at its await: not reported as a body overrunning its timeout (rule 56).
@@ -144,9 +144,9 @@ def test_a_killed_workers_async_jobs_are_redelivered(
     fleet.wait(lambda: _all_succeeded(alias, ids), 60.0, "the re-delivered jobs to succeed")
     assert set(Job.objects.using(alias).filter(id__in=ids).values_list("attempt", flat=True)) \
         == {2}
-    lost = JobAttempt.objects.using(alias).filter(job_id__in=ids, attempt=1)
+    lost = AttemptRecord.objects.using(alias).filter(job_id__in=ids, attempt=1)
     assert set(lost.values_list("outcome", "worker_id")) == {("lease_lost", doomed)}
-    assert set(JobAttempt.objects.using(alias).filter(job_id__in=ids, attempt=2)
+    assert set(AttemptRecord.objects.using(alias).filter(job_id__in=ids, attempt=2)
                .values_list("worker_id", flat=True)) == {heir}
 
 
@@ -170,7 +170,7 @@ def test_a_draining_worker_cancels_its_stuck_async_bodies_and_hands_them_back(
     assert _statuses(alias, ids) == {"queued": 5}
     assert set(Job.objects.using(alias).filter(id__in=ids).values_list("attempt", flat=True)) \
         == {0}
-    attempts = JobAttempt.objects.using(alias).filter(job_id__in=ids)
+    attempts = AttemptRecord.objects.using(alias).filter(job_id__in=ids)
     assert set(attempts.values_list("outcome", flat=True)) == {"interrupted"}
     assert all("handed back" in error and "ignored" not in error
                for error in attempts.values_list("error", flat=True))

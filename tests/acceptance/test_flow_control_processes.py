@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import pytest
 
-from django_ultjobs.models import Job, JobAttempt, Slot
+from django_ultjobs.models import AttemptRecord, Job, Slot
 from django_ultjobs.rate_limits import parse_rate_limit
 from django_ultjobs.slot_keys import keyed_slot_key
 from tests.conftest import WorkerProcesses
@@ -80,7 +80,7 @@ def test_per_key_caps_hold_fleet_wide_while_workers_are_killed(
     assert peaks == dict.fromkeys(CUSTOMERS, 1), peaks
     assert max_overlap(every) >= 3, "keys never ran side by side: the cap acted per job"
     # Nothing burned an attempt for a slot, and no key's slot outlived its TTL above the cap.
-    assert not JobAttempt.objects.using(pg_alias).filter(
+    assert not AttemptRecord.objects.using(pg_alias).filter(
         job_id__in=ids, outcome="slot_lost").exists()
     for customer in CUSTOMERS:
         assert Slot.objects.using(pg_alias).filter(
@@ -143,7 +143,7 @@ def test_a_rate_limit_holds_across_processes(
     assert worst <= rate.count + rate.window_allowance
     assert own == pytest.approx(rate.count, rel=0.05)
     assert set(jobs.values_list("attempt", flat=True)) == {1}
-    assert set(JobAttempt.objects.using(pg_alias).filter(job_id__in=ids)
+    assert set(AttemptRecord.objects.using(pg_alias).filter(job_id__in=ids)
                .values_list("outcome", flat=True)) == {"succeeded"}
 
 

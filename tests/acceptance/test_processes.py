@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from django_ultjobs.models import Job, JobAttempt, Slot, Worker
+from django_ultjobs.models import AttemptRecord, Job, Slot, Worker
 from tests.conftest import REPO, WorkerProcesses, running_worker, wait_until, worker_env
 from tests.testapp.jobs import capped_clocked, clocked, record, serial
 from tests.testapp.models import RunLog
@@ -70,7 +70,7 @@ def job_row(alias: str, job_id: int) -> Job:
 
 
 def attempts(alias: str, job_id: int) -> list[tuple[int, str, str]]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id)
+    return list(AttemptRecord.objects.using(alias).filter(job_id=job_id)
                 .order_by("attempt", "id").values_list("attempt", "outcome", "worker_id"))
 
 
@@ -136,7 +136,7 @@ def test_sigkilled_worker_job_is_redelivered_and_succeeds_once(
     done = job_row(pg_alias, job.id)
     assert (done.status, done.attempt, done.worker_id, done.result) == ("succeeded", 2, b, 2)
     assert attempts(pg_alias, job.id) == [(1, "lease_lost", a), (2, "succeeded", b)]
-    lost = JobAttempt.objects.using(pg_alias).get(job_id=job.id, attempt=1)
+    lost = AttemptRecord.objects.using(pg_alias).get(job_id=job.id, attempt=1)
     assert lost.started_at == first_claim
     assert f"re-delivered to {b}" in lost.error  # recorded by the re-claimer, not the dead
     assert fleet.events("jobs.worker.redelivered", job_id=job.id, previous_worker=a,
@@ -225,7 +225,7 @@ def test_three_workers_race_over_a_thousand_jobs(
     per_job = Counter(logged.values_list("job_id", flat=True))
     assert len(per_job) == 1000 and set(per_job.values()) == {1}, "a job ran twice (or never)"
     assert not logged.filter(ended_at__isnull=True).exists()
-    recorded = JobAttempt.objects.using(pg_alias).filter(job_id__in=ids)
+    recorded = AttemptRecord.objects.using(pg_alias).filter(job_id__in=ids)
     assert recorded.count() == 1000
     assert set(recorded.values_list("attempt", "outcome")) == {(1, "succeeded")}
     by_worker = Counter(recorded.values_list("worker_id", flat=True))
@@ -300,7 +300,7 @@ def test_fleet_slots_hold_fleet_wide_while_workers_are_killed(
 
     # Every job succeeded exactly once, none lost.
     assert set(jobs.values_list("status", flat=True)) == {"succeeded"}
-    history = JobAttempt.objects.using(pg_alias).filter(job_id__in=ids)
+    history = AttemptRecord.objects.using(pg_alias).filter(job_id__in=ids)
     succeeded = Counter(history.filter(outcome="succeeded").values_list("job_id", flat=True))
     assert set(succeeded) == set(ids) and set(succeeded.values()) == {1}
     assert set(history.values_list("outcome", flat=True)) <= {"succeeded", "lease_lost"}
@@ -389,13 +389,13 @@ def test_slot_lapsed_while_holder_stopped_is_lost_not_revived(
         proc_a.send_signal(signal.SIGCONT)
     resumed_at = db_now(pg_alias)
 
-    fleet.wait(lambda: JobAttempt.objects.using(pg_alias).filter(
+    fleet.wait(lambda: AttemptRecord.objects.using(pg_alias).filter(
         job_id__in=[j1.id, j2.id], outcome="slot_lost").count() == 2, 15,
         "A's renewals to answer no and its runs to be cancelled")
 
     # Rule 8: cancelled, logged with worker, job, key and slot, recorded for the admin.
     for j in (j1, j2):
-        lost = JobAttempt.objects.using(pg_alias).get(job_id=j.id, outcome="slot_lost")
+        lost = AttemptRecord.objects.using(pg_alias).get(job_id=j.id, outcome="slot_lost")
         assert (lost.attempt, lost.worker_id, lost.slot_key, lost.slot) == \
             (1, a, CAPPED_KEY, slot_of[j.id])
         assert len(fleet.events("jobs.worker.slot-lost", worker_id=a, job_id=j.id,

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.db.models import Count
 
-from django_ultjobs.models import Job, JobAttempt, JobSchedule
+from django_ultjobs.models import AttemptRecord, Job, JobSchedule
 from django_ultjobs.store import get_store
 from tests.conftest import WorkerProcesses
 
@@ -83,11 +83,11 @@ def _judge(alias: str, fleet: Fleet, begun: datetime, end: datetime, kills: int)
         assert job.claimed_at >= job.scheduled_for
         assert job.args == [] and job.kwargs == {}
     # One successful run per tick; a second attempt only after a lease the kill lost.
-    succeeded = (JobAttempt.objects.using(alias).filter(job__in=jobs, outcome="succeeded")
+    succeeded = (AttemptRecord.objects.using(alias).filter(job__in=jobs, outcome="succeeded")
                  .values("job").annotate(n=Count("id")))
     assert {row["n"] for row in succeeded} == {1}
     assert len(succeeded) == len(ticks)
-    others = JobAttempt.objects.using(alias).filter(job__in=jobs).exclude(outcome="succeeded")
+    others = AttemptRecord.objects.using(alias).filter(job__in=jobs).exclude(outcome="succeeded")
     assert set(others.values_list("outcome", flat=True)) <= {"lease_lost"}
     # The killed sender's ticks were taken over by a survivor at once: nobody had to lead.
     senders = set(jobs.values_list("enqueued_by", flat=True))

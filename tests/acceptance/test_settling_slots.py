@@ -19,7 +19,7 @@ from collections import Counter
 
 import pytest
 
-from django_ultjobs.models import Job, JobAttempt, Slot
+from django_ultjobs.models import AttemptRecord, Job, Slot
 from tests.acceptance.fleet import Fleet
 from tests.acceptance.test_processes import CAPPED_KEY, db_now, max_overlap
 from tests.conftest import WorkerProcesses
@@ -54,7 +54,7 @@ def test_next_runs_start_while_settles_are_pending_and_bodies_never_exceed_the_c
     fleet.wait(lambda: jobs.filter(status="succeeded").count() == len(ids), 90,
                "every job to succeed")
 
-    history = JobAttempt.objects.using(pg_alias).filter(job_id__in=ids)
+    history = AttemptRecord.objects.using(pg_alias).filter(job_id__in=ids)
     assert Counter(history.values_list("outcome", flat=True)) == {"succeeded": len(ids)}
     logged = {r.job_id: r for r in RunLog.objects.using(pg_alias).filter(job_id__in=ids)}
     assert len(logged) == len(ids) and all(r.label == "settling" for r in logged.values())
@@ -101,7 +101,7 @@ def test_a_worker_killed_with_runs_settling_frees_its_slots_on_their_ttl(
     # B's first body waited for a slot A held: freed on its TTL, never released by A.
     first = min(redone.values_list("started_at", flat=True))
     assert first >= min(held), (first, held)
-    history = JobAttempt.objects.using(pg_alias).filter(job_id__in=ids)
+    history = AttemptRecord.objects.using(pg_alias).filter(job_id__in=ids)
     assert Counter(history.filter(outcome="succeeded").values_list("job_id", flat=True)) \
         == dict.fromkeys(ids, 1)
     bodies = [(r.started_at, r.ended_at or killed_at) for r in logs]

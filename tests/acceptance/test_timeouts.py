@@ -14,7 +14,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.models import AttemptRecord, Job
 from django_ultjobs.models import Worker as WorkerRow
 from django_ultjobs.worker.worker import EXIT_OVERRUN
 from tests.conftest import WorkerProcesses, wait_until
@@ -42,7 +42,7 @@ def job_row(alias: str, job_id: int) -> Job:
 
 
 def attempts(alias: str, job_id: int) -> list[tuple[int, str, str]]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id)
+    return list(AttemptRecord.objects.using(alias).filter(job_id=job_id)
                 .order_by("attempt", "id").values_list("attempt", "outcome", "worker_id"))
 
 
@@ -139,7 +139,7 @@ def test_exit_on_overrun_drains_and_exits_non_zero_losing_no_job(
     # On B the body overran again (its last attempt) and returned: its result is kept.
     assert attempts(alias, stuck.id) == [(1, "timed_out", a), (2, "timed_out", b)]
     assert job_row(alias, stuck.id).result == 2
-    assert JobAttempt.objects.using(alias).filter(job_id__in=everything,
+    assert AttemptRecord.objects.using(alias).filter(job_id__in=everything,
                                                   outcome="succeeded").count() == 11
 
 

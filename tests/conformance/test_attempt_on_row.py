@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from django_ultjobs.attempts import history
-from django_ultjobs.models import AttemptRecord, Job, JobAttempt
+from django_ultjobs.models import ON_ROW_ID, AttemptRecord, Job, JobAttempt
 from django_ultjobs.retention import prune
 from django_ultjobs.store import JobStore, LostAttempt
 from tests.doubles import FakeClock
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
 
 def _history(alias: str, job_id: int) -> list[tuple[int, str, str, bool]]:
     """(attempt, worker, outcome, has a row of its own) of each attempt, oldest first."""
-    return [(a.attempt, a.worker_id, a.outcome, a.id > 0)
+    return [(a.attempt, a.worker_id, a.outcome, a.id < ON_ROW_ID)
             for a in history(job_id, using=alias)]
 
 
@@ -41,7 +41,7 @@ def test_a_first_attempt_that_succeeds_is_held_by_the_jobs_row(
     (attempt,) = Job.objects.using(alias).get(id=job_id).attempts.all()
     assert (attempt.id, attempt.attempt, attempt.worker_id, attempt.outcome, attempt.error,
             attempt.claims, attempt.steps_run, attempt.steps_replayed) == (
-        -job_id, 1, "w1", "succeeded", "", 1, [], [])
+        ON_ROW_ID + job_id, 1, "w1", "succeeded", "", 1, [], [])
     assert (attempt.started_at, attempt.finished_at) == (job.claimed_at, clock.now)
     assert attempt.finished_at - attempt.started_at == timedelta(seconds=3)
 
@@ -91,7 +91,7 @@ def test_a_first_success_with_more_than_the_row_says_writes_its_row(
     assert _rows(alias, job_id) == 1
     assert row(alias, job_id).attempt_on_row is False
     (attempt,) = history(job_id, using=alias)
-    assert attempt.id > 0 and attempt.outcome == fields.get("outcome", "succeeded")
+    assert attempt.id < ON_ROW_ID and attempt.outcome == fields.get("outcome", "succeeded")
 
 
 def test_a_success_after_a_hand_back_follows_the_hand_backs_row(

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from django_ultjobs.attempts import history
-from django_ultjobs.models import AttemptRecord, Job, JobAttempt
+from django_ultjobs.models import ON_ROW_ID, AttemptRecord, Job, JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore
 from tests.doubles import FakeClock
 
@@ -119,7 +119,7 @@ def test_settle_succeeded_records_the_attempt(cstore: JobStore, clock: FakeClock
     assert (attempt.slot_key, attempt.slot) == ("", None)
     # A first attempt that succeeded plainly is held by the job's row: no row of its own
     # (rule 97).
-    assert (attempt.id, stored.attempt_on_row) == (-job_id, True)
+    assert (attempt.id, stored.attempt_on_row) == (ON_ROW_ID + job_id, True)
     assert not JobAttempt.objects.using(alias).filter(job_id=job_id).exists()
 
 

@@ -154,3 +154,29 @@ def test_0009_carries_the_held_slots_permissions_over_to_the_renamed_model(alias
     finally:
         call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
         ContentType.objects.db_manager(alias).clear_cache()
+
+
+def test_an_interrupted_0022_finishes_when_migrate_runs_again(alias: str) -> None:
+    # rule 97: 0022 is not atomic (its index is built concurrently). A deploy killed after the
+    # column and the view were made, before the migration was recorded, runs it again: the
+    # column is kept, the view made anew, the index built.
+    try:
+        call_command("migrate", "django_ultjobs", "0021", database=alias, verbosity=0)
+        with connections[alias].cursor() as cursor:
+            cursor.execute("ALTER TABLE django_ultjobs_job ADD COLUMN attempt_on_row boolean "
+                           "NOT NULL DEFAULT false")
+            cursor.execute("CREATE VIEW django_ultjobs_attemptrecord AS SELECT 1 AS id")
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        assert "ultjobs_job_attempt_on_row" in _job_index_names(alias)
+        job = Job.objects.using(alias).create(name="add", status="succeeded", attempt=1,
+                                              worker_id="w1", attempt_on_row=True)
+        assert [(a.attempt, a.worker_id, a.outcome) for a in job.attempts.all()] == [
+            (1, "w1", "succeeded")]
+    finally:
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+
+
+def _job_index_names(alias: str) -> set[str]:
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        return set(connection.introspection.get_constraints(cursor, Job._meta.db_table))

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from django_ultjobs.models import AttemptOutcome, Job, JobAttempt, Worker
+from django_ultjobs.models import AttemptOutcome, AttemptRecord, Job, Worker
 from django_ultjobs.operations import pause_queue, resume_queue
 from tests.conftest import WorkerProcesses, wait_until
 from tests.testapp.jobs import record
@@ -95,7 +95,7 @@ def test_max_jobs_exits_0_after_exactly_n_runs_none_lost_none_handed_back(
     # None handed back: the queued ones were never claimed, every attempt row is a success.
     assert set(Job.objects.using(alias).filter(status="queued").values_list("attempt",
                                                                               flat=True)) == {0}
-    assert set(JobAttempt.objects.using(alias).values_list("outcome", flat=True)) == {
+    assert set(AttemptRecord.objects.using(alias).values_list("outcome", flat=True)) == {
         AttemptOutcome.SUCCEEDED}
     assert "jobs.worker.recycling" in worker_processes.logs()
     # The next process takes the rest.
@@ -114,7 +114,7 @@ def test_max_memory_exits_0_without_handing_back_the_run_in_flight(
     assert _exit_code(proc, worker_processes, 60) == 0, worker_processes.logs()
     assert "reason=max-memory" in worker_processes.logs()
     assert _statuses(alias, [job_id, other]) == {job_id: "succeeded", other: "queued"}
-    assert list(JobAttempt.objects.using(alias).values_list("job_id", "outcome")) == [
+    assert list(AttemptRecord.objects.using(alias).values_list("job_id", "outcome")) == [
         (job_id, AttemptOutcome.SUCCEEDED)]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_ultjobs.models import Job, JobAttempt, Slot
+from django_ultjobs.models import AttemptRecord, Job, Slot
 from tests.conftest import running_worker, wait_until
 from tests.testapp.jobs import async_capped_stuck, async_stuck
 
@@ -21,7 +21,7 @@ def test_an_async_run_keeps_its_lease_past_the_visibility_timeout(alias: str) ->
     with running_worker(alias, **FAST):
         wait_until(lambda: Job.objects.using(alias).get(id=job.id).status == "succeeded",
                    timeout=30, message="the async job to succeed")
-    assert list(JobAttempt.objects.using(alias).filter(job_id=job.id)
+    assert list(AttemptRecord.objects.using(alias).filter(job_id=job.id)
                 .values_list("attempt", "outcome")) == [(1, "succeeded")]
 
 
@@ -39,7 +39,7 @@ def test_a_lost_slot_cancels_a_stuck_async_body(alias: str) -> None:
                    timeout=30, message="the job to run again and succeed")
     row = Job.objects.using(alias).get(id=job.id)
     assert row.result == 2 and row.attempt == 1
-    assert list(JobAttempt.objects.using(alias).filter(job_id=job.id).order_by("id")
+    assert list(AttemptRecord.objects.using(alias).filter(job_id=job.id).order_by("id")
                 .values_list("outcome", flat=True)) == ["slot_lost", "succeeded"]
 
 

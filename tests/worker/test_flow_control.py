@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from django_ultjobs.models import Job, JobAttempt, RateLimitBucket, Slot
+from django_ultjobs.models import AttemptRecord, Job, RateLimitBucket, Slot
 from django_ultjobs.rate_limits import parse_rate_limit
 from tests.conftest import running_worker, wait_until
 from tests.testapp.jobs import keyed_clocked, rated_clocked
@@ -54,6 +54,6 @@ def test_a_rate_limit_spaces_starts_without_burning_attempts(alias: str) -> None
     least = (len(ids) - rate.burst) * rate.interval / 1e6
     assert (starts[-1] - starts[0]).total_seconds() >= least * 0.95
     assert set(jobs.values_list("attempt", flat=True)) == {1}
-    assert list(JobAttempt.objects.using(alias).filter(job_id__in=ids)
+    assert list(AttemptRecord.objects.using(alias).filter(job_id__in=ids)
                 .values_list("outcome", flat=True).distinct()) == ["succeeded"]
     assert RateLimitBucket.objects.using(alias).get().key == "job:rated_clocked"

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.models import AttemptRecord, Job
 from django_ultjobs.store import get_store
 from tests.conftest import running_worker, wait_until
 from tests.testapp.jobs import record
@@ -48,7 +48,7 @@ def test_a_worker_that_claims_its_own_lapsed_job_again_cancels_the_old_run(alias
         wait_until(lambda: _done(alias, job.id), timeout=30)
     final = _job(alias, job.id)
     assert (final.status, final.attempt) == ("succeeded", 2)
-    outcomes = list(JobAttempt.objects.using(alias).filter(job_id=job.id)
+    outcomes = list(AttemptRecord.objects.using(alias).filter(job_id=job.id)
                     .order_by("attempt", "id").values_list("attempt", "outcome"))
     assert outcomes[0] == (1, "lease_lost") and outcomes[-1] == (2, "succeeded")
     assert len(outcomes) == 2

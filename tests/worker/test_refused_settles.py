@@ -21,7 +21,7 @@ import pytest
 from django.db import OperationalError
 from django.test.utils import override_settings
 
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.models import AttemptRecord, Job
 from django_ultjobs.store import Settlement
 from django_ultjobs.worker import worker as worker_module
 from tests.conftest import WorkerProcesses, engine_store, events, running_worker, wait_until
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 
 def attempts(alias: str, job_id: int) -> list[tuple[int, str]]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id)
+    return list(AttemptRecord.objects.using(alias).filter(job_id=job_id)
                 .order_by("id").values_list("attempt", "outcome"))
 
 
@@ -230,4 +230,4 @@ def test_many_large_results_are_written_in_batches_postgresql_accepts(
         wait_until(lambda: Job.objects.using(pg_alias).filter(id__in=ids, status="succeeded")
                    .count() == len(ids), timeout=120, message="every job succeeded")
         assert worker.completer.unstorable == 0
-    assert JobAttempt.objects.using(pg_alias).filter(job_id__in=ids).count() == len(ids)
+    assert AttemptRecord.objects.using(pg_alias).filter(job_id__in=ids).count() == len(ids)

@@ -10,7 +10,7 @@ import pytest
 from django.db import connections
 
 from django_ultjobs.exceptions import JobTimeoutError
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.models import AttemptRecord, Job
 from django_ultjobs.models import Worker as WorkerRow
 from django_ultjobs.operations import cancel_jobs
 from tests.conftest import events, running_worker, wait_until
@@ -36,7 +36,7 @@ def row(alias: str, job_id: int) -> Job:
 
 
 def attempts(alias: str, job_id: int) -> list[tuple[int, str]]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id)
+    return list(AttemptRecord.objects.using(alias).filter(job_id=job_id)
                 .order_by("id").values_list("attempt", "outcome"))
 
 
@@ -200,7 +200,7 @@ def test_a_cancel_reason_reaches_the_body_the_row_and_the_attempt(
     done = row(alias, job.id)
     assert (done.status, done.cancel_reason) == ("cancelled", "customer asked to stop")
     assert attempts(alias, job.id) == [(1, "cancelled")]
-    error = JobAttempt.objects.using(alias).get(job_id=job.id).error
+    error = AttemptRecord.objects.using(alias).get(job_id=job.id).error
     assert error.endswith("was cancelled on request: customer asked to stop")
     assert events(caplog, "jobs.worker.cancel-requested", job_id=job.id,
                   reason="customer asked to stop")
@@ -216,7 +216,7 @@ def test_a_cancel_reason_given_before_the_claim_is_kept_in_the_attempt(alias: st
                                                       cancel_reason="duplicate order")
     with running_worker(alias, **FAST):
         wait_until(finished(alias, job.id), message="the job to be cancelled")
-    error = JobAttempt.objects.using(alias).get(job_id=job.id).error
+    error = AttemptRecord.objects.using(alias).get(job_id=job.id).error
     assert error == "cancelled on request before this attempt started: duplicate order"
 
 

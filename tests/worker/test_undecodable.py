@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.models import AttemptRecord, Job
 from tests.conftest import REPO, running_worker, wait_until, worker_command, worker_env
 from tests.hostile import nested, write_raw_args
 from tests.testapp.jobs import add
@@ -67,7 +67,7 @@ def test_an_undecodable_row_fails_alone_and_the_rest_of_its_claim_runs_at_once(
         assert error.startswith("arguments cannot be decoded: the stored args ")
         assert why in error
         assert "failed without a retry" in error
-        (attempt,) = JobAttempt.objects.using(alias).filter(job_id=job_id)
+        (attempt,) = AttemptRecord.objects.using(alias).filter(job_id=job_id)
         assert (attempt.attempt, attempt.outcome, attempt.error) == (1, "failed", error)
     logged = {getattr(r, "ultjobs", {}).get("job_id") for r in caplog.records
               if getattr(r, "ultjobs_event", None) == "jobs.worker.undecodable"}

@@ -20,7 +20,7 @@ import pytest
 from django.core.management import call_command
 
 from django_ultjobs.admin.summary import jobs_summary
-from django_ultjobs.models import Job, JobAttempt, Worker
+from django_ultjobs.models import AttemptRecord, Job, JobAttempt, Worker
 from tests.conftest import REPO, WorkerProcesses, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -47,7 +47,7 @@ def _parks_logged(procs: WorkerProcesses, job_id: int) -> int:
 
 
 def _attempts(alias: str, job_id: int) -> list[JobAttempt]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id).order_by("id"))
+    return list(AttemptRecord.objects.using(alias).filter(job_id=job_id).order_by("id"))
 
 
 def test_an_orphan_parked_again_and_again_keeps_one_attempt_row(
@@ -88,7 +88,7 @@ def test_an_orphan_fails_after_the_unknown_job_timeout_and_is_then_pruned(
     assert "jobs.worker.unknown-job-failed" in worker_processes.logs()
     call_command("prunejobs", "--days", "0", database=alias, stdout=open(os.devnull, "w"))  # noqa: SIM115
     assert not Job.objects.using(alias).filter(id=orphan.id).exists()
-    assert not JobAttempt.objects.using(alias).filter(job_id=orphan.id).exists()
+    assert not AttemptRecord.objects.using(alias).filter(job_id=orphan.id).exists()
 
 
 PROBE = """\

@@ -35,7 +35,7 @@ from django_ultjobs.exceptions import (
     WorkerShutdownError,
 )
 from django_ultjobs.management.commands.runjobworker import Command
-from django_ultjobs.models import Job, JobAttempt, Slot, Worker
+from django_ultjobs.models import AttemptRecord, Job, Slot, Worker
 from django_ultjobs.store import NewJob, Settlement, SlotHold, get_store
 from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from django_ultjobs.worker import worker as worker_module
@@ -84,7 +84,7 @@ def row(alias: str, job_id: int) -> Job:
 
 
 def attempts(alias: str, job_id: int) -> list[tuple[int, str]]:
-    return list(JobAttempt.objects.using(alias).filter(job_id=job_id)
+    return list(AttemptRecord.objects.using(alias).filter(job_id=job_id)
                 .order_by("id").values_list("attempt", "outcome"))
 
 
@@ -300,7 +300,7 @@ def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
     after = row(alias, job.id)
     assert (after.status, after.attempt) == ("succeeded", 1)  # the lost run burned nothing
     assert attempts(alias, job.id) == [(1, "slot_lost"), (1, "succeeded")]
-    lost = JobAttempt.objects.using(alias).get(job_id=job.id, outcome="slot_lost")
+    lost = AttemptRecord.objects.using(alias).get(job_id=job.id, outcome="slot_lost")
     assert (lost.slot_key, lost.slot, lost.worker_id) == (key, 0, worker.worker_id)
     assert "lost fleet slot 0" in lost.error
     assert RunLog.objects.filter(job_id=job.id).count() == 2
@@ -365,7 +365,7 @@ def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kin
                    message="the slot given back while the worker runs on")
     assert len(store.acquires) == 1, store.acquires
     assert [len(r) for r in store.releases] == [1]
-    slots = set(JobAttempt.objects.using(alias).filter(job_id__in=ids)
+    slots = set(AttemptRecord.objects.using(alias).filter(job_id__in=ids)
                 .values_list("slot_key", "slot"))
     assert slots == {("job:serial", 0)}
     logs = list(RunLog.objects.filter(job_id__in=ids).order_by("started_at"))
@@ -459,7 +459,7 @@ def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> No
         wait_until(all_done)
     assert touched == []
     assert set(slot_rows) == {0}
-    assert JobAttempt.objects.using(alias).exclude(slot_key="").count() == 0
+    assert AttemptRecord.objects.using(alias).exclude(slot_key="").count() == 0
 
 
 # -- rule 10: no promise that does nothing -------------------------------------------------------
@@ -501,7 +501,7 @@ def test_unknown_job_is_parked_for_thirty_seconds_without_counting_an_attempt(
     after = row(alias, enqueued.id)
     assert (after.status, after.attempt) == ("queued", 0)
     assert after.last_error == 'no job registered as "no.such.job"'
-    (parked,) = JobAttempt.objects.using(alias).filter(job_id=enqueued.id)
+    (parked,) = AttemptRecord.objects.using(alias).filter(job_id=enqueued.id)
     assert parked.outcome == "suspended"
     assert parked.error == 'no job registered as "no.such.job"'
     assert after.claim_token is None
@@ -637,7 +637,7 @@ def test_job_that_always_fails_ends_failed_with_its_traceback(alias: str) -> Non
     assert attempts(alias, job.id) == [(1, "retrying"), (2, "retrying"), (3, "failed")]
     assert sorted(RunLog.objects.filter(job_id=job.id).values_list("attempt", flat=True)) \
         == [1, 2, 3]
-    retried = JobAttempt.objects.using(alias).get(job_id=job.id, attempt=1)
+    retried = AttemptRecord.objects.using(alias).get(job_id=job.id, attempt=1)
     assert "worker_always_fails broke on attempt 1" in retried.error
 
 
@@ -651,7 +651,7 @@ def test_retry_waits_for_its_backoff(alias: str) -> None:
     after = row(alias, job.id)
     assert (after.status, after.attempt) == ("queued", 1)
     assert attempts(alias, job.id) == [(1, "retrying")]
-    first = JobAttempt.objects.using(alias).get(job_id=job.id)
+    first = AttemptRecord.objects.using(alias).get(job_id=job.id)
     delay = (after.visible_at - first.finished_at).total_seconds()
     assert 30.0 - 0.01 <= delay <= 60.0 + 0.01
     assert "RuntimeError: worker_fails_with_backoff failed" in after.last_error
