@@ -9,6 +9,7 @@ received it, with no thread in between (performance.md item 92).
 from __future__ import annotations
 
 import contextlib
+import math
 import select
 import socket
 import threading
@@ -23,7 +24,7 @@ class Wakeup:
     def __init__(self) -> None:
         self._flag = False
         self._lock = threading.Lock()
-        # A byte in this pair wakes a wait blocked in select(); the flag says why.
+        # A byte in this pair wakes a wait blocked in poll(); the flag says why.
         self._recv, self._send = socket.socketpair()
         self._recv.setblocking(False)
         self._send.setblocking(False)
@@ -72,13 +73,13 @@ class Wakeup:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            ready, _, _ = select.select(fds, [], [], remaining)
+            ready = _readable(fds, remaining)
             if not ready:
                 return self._flag
             if self._recv_fd in ready and not self._flag:
-                self.clear_stale()
+                self._clear_stale()
 
-    def clear_stale(self) -> None:
+    def _clear_stale(self) -> None:
         """Drop a byte whose ``set`` a ``clear`` has already undone (a race of the two)."""
         with self._lock:
             if not self._flag:
@@ -121,3 +122,16 @@ class Wakeup:
 
 def _never() -> bool:
     return False
+
+
+def _readable(fds: list[int], timeout: float | None) -> list[int]:
+    """The ones of ``fds`` readable within ``timeout`` seconds. ``poll``, not ``select``, where
+    there is one: a session opened after a reconnect in a process with many threads' connections
+    may get a descriptor above ``select``'s limit of 1024."""
+    if not hasattr(select, "poll"):
+        return select.select(fds, [], [], timeout)[0]
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
+    return [fd for fd, _ in poller.poll(ms)]
