@@ -3,7 +3,7 @@
 Used as a ``threading.Event`` (``set``, ``clear``, ``is_set``, ``wait``). Besides the flag, a wait
 watches the claim loop's own database session when it LISTENs (``watch``): an enqueue's
 notification then wakes the claim loop itself, and the claim goes out on the session that just
-received it, with no thread in between (performance.md item 92).
+received it, with no thread in between (performance.md item 92; rule 100).
 """
 
 from __future__ import annotations
