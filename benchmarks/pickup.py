@@ -2,8 +2,8 @@
 
     python -m benchmarks.pickup --base /tmp/base --rounds 4 --samples 200 --threads 16
 
-Each round runs ``benchmarks.peers.ours pickup`` from this checkout, then from ``--base`` (a
-checkout of the version to compare with; left out if not given), then
+Each round runs ``benchmarks.peers.ours pickup`` from this checkout, then from each ``--base`` (a
+checkout of a version to compare with; none if not given), then
 ``benchmarks.peers.peer_pgqueuer pickup``; the order rotates per round so no system always
 runs first. Databases are ``ultjobs_peers_<system><--suffix>``, created and dropped here. Only
 ratios within one run mean anything on a shared machine (performance.md items 92-93).
@@ -36,7 +36,8 @@ def run(repo: Path, module: str, *args: str) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.pickup")
-    p.add_argument("--base", type=Path, help="another checkout to compare with")
+    p.add_argument("--base", type=Path, action="append", default=[],
+                   help="another checkout to compare with (repeatable)")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--samples", type=int, default=200)
     p.add_argument("--threads", type=int, default=16)
@@ -49,10 +50,11 @@ def main() -> None:
                  ["--db", f"ultjobs_peers_ours{args.suffix}",
                   "--prepare-threshold", args.prepare_threshold]),
     }
-    if args.base:
-        systems["base"] = (args.base.resolve(), "benchmarks.peers.ours",
-                           ["--db", f"ultjobs_peers_base{args.suffix}",
-                            "--prepare-threshold", args.prepare_threshold])
+    for i, base in enumerate(args.base):
+        name = "base" if len(args.base) == 1 else f"base{i}"
+        systems[name] = (base.resolve(), "benchmarks.peers.ours",
+                         ["--db", f"ultjobs_peers_{name}{args.suffix}",
+                          "--prepare-threshold", args.prepare_threshold])
     if not args.no_pgqueuer:
         systems["pgqueuer"] = (REPO, "benchmarks.peers.peer_pgqueuer",
                                ["--db", f"ultjobs_peers_pgqueuer{args.suffix}"])

@@ -9,6 +9,7 @@ its session was killed, and a LISTEN that fails leaves polling to pick jobs up.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -155,3 +156,43 @@ def test_a_listen_that_fails_leaves_polling_to_pick_up(
                    message="the polled pickup")
         assert worker.listener is not None and not worker.listener.wait_listening(0)
     assert "jobs.worker.listen-failed" in caplog.text
+
+
+def test_a_session_on_a_descriptor_above_1024_is_watched() -> None:
+    # rule 100: a reconnect in a process whose threads hold many connections may get such a
+    # descriptor, past select()'s limit; the wait must still work, not raise.
+    import os
+    import resource
+    import socket
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= 1100:
+        pytest.skip("the descriptor limit is too low to open one above 1024")
+    server, client = socket.socketpair()
+    high = os.dup2(client.fileno(), 1100)
+    got: list[bytes] = []
+    wakeup = Wakeup()
+
+    class Session:
+        socket = high
+        notify_handler = None
+
+        def consume_input(self) -> None:
+            with contextlib.suppress(BlockingIOError):
+                got.append(os.read(high, 64))
+                wakeup.set()
+
+        def notifies(self) -> None:
+            return None
+
+    try:
+        os.set_blocking(high, False)
+        wakeup.watch(Session(), lambda: True)
+        assert not wakeup.wait(0.05)
+        server.send(b"x")
+        assert wakeup.wait(5.0)
+        assert got == [b"x"]
+    finally:
+        wakeup.close()
+        os.close(high)
+        server.close()
+        client.close()
