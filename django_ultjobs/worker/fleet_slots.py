@@ -325,8 +325,10 @@ class FleetSlots:
         return {name: cap - busy[name] for name, cap in caps.items()}
 
     def wait_for_kept(self, kinds: frozenset[str], timeout: float) -> bool:
-        """Block until every run of this worker of one of ``kinds`` (those holding a slot now)
-        has passed its slot on, its body returned, or ``timeout``; return whether they have."""
+        """Block until, for any one of ``kinds``, every run of this worker holding a slot now
+        has passed it on (its body returned), or ``timeout``; return whether one kind's have.
+        Any one kind, not all: its slots are a claim's worth already, and claiming them at once
+        beats waiting for the slowest kind."""
         with self._lock:
             busy = Counter(run.job.name for run in self._busy.values())
             self._awaited = {kind: busy[kind] for kind in kinds}

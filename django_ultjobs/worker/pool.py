@@ -190,9 +190,11 @@ class ExecutorPool:
             if (self._want_free and self.size - self._busy >= self._want_free) or (
                     self._want_idle and self._busy == 0):
                 self._freed.notify_all()
-            if self._call_on_free and self._on_free is not None:
-                self._call_on_free = False
-                self._on_free()
+            call = self._call_on_free and self._on_free is not None
+            self._call_on_free = False
+        # Outside the lock: a callback that takes a lock of its own must not nest it in ours.
+        if call:
+            self._on_free()
 
     def _watch_stalls(self) -> None:
         """Wake more threads while runs wait (see the module's docstring for when and how many)."""

@@ -289,6 +289,8 @@ class WorkerProcess:
             if self._unsettled_full():
                 self._wake.wait(self.options.poll_interval)
             return 0
+        # One deadline for both waits below: the claim waits 2 ms at most, not 2 ms per wait.
+        deadline = time.monotonic() + 0.002
         if loop.backlog and free < loop.batch and not loop.async_names:
             # The last claim came back full, so there is a backlog: let a few more threads free
             # up (a couple of ms at most) and claim them in one statement, rather than pay a
@@ -300,8 +302,20 @@ class WorkerProcess:
             # runs pass their slots on (a couple of ms at most) and claim them in one statement,
             # as above for threads. Claiming at the first slot back took one run per statement,
             # every other claim of a capped drain (performance.md item 90).
-            self.slots.wait_for_kept(loop.slot_bound, 0.002)
+            self.slots.wait_for_kept(loop.slot_bound, max(0.0, deadline - time.monotonic()))
+            # The runs that passed their slots on freed their places too: count them, or the
+            # claim takes only the places free before the wait (with fewer than twice the cap
+            # of threads, every other claim was a short one).
+            free = self._free_places(loop)
         return free
+
+    def _free_places(self, loop: _LoopState) -> int:
+        """The free places of the lanes this worker runs, noted in ``loop`` for the claim."""
+        loop.free_sync = self.pool.free()
+        if not loop.async_names:
+            return loop.free_sync
+        loop.free_async = self.async_lane.free()
+        return max(0, loop.free_sync) + max(0, loop.free_async)
 
     def _lanes_room(self, loop: _LoopState) -> int:
         """The free places of both lanes (threads and async places), noted in ``loop`` for the
