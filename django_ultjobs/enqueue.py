@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -92,23 +93,42 @@ def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
     return [p.id for p in placed]
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Build a batch's records with Python's cyclic garbage collector off, if it was on.
+class _CollectorPause:
+    """Python's cyclic garbage collector off while any thread builds a batch's records, if it
+    was on when the first of them began.
 
     Each call leaves a JobCall, a NewJob and a list alive until the batch is written, and the
     collector, set off by those allocations, walked them and the rest of the heap again and again:
     1.5 us of a bulk enqueue's 11.5 a job (performance.md, item 94). Nothing is lost: what
-    became garbage meanwhile is collected once it is back on. Left alone when the site turned it
-    off itself (or another thread's batch did: that one turns it back on)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+    became garbage meanwhile is collected once it is back on. Batches of several threads at
+    once share one pause (counted), so the first one's end does not turn the collector on under
+    the others; the last one's end turns it on only if a batch turned it off and it is still off.
+    A site that turns it off itself while a batch is built has it turned on again at that
+    batch's end (rule 101)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._paused = False
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            self._depth += 1
+            if self._depth == 1 and gc.isenabled():
+                gc.disable()
+                self._paused = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0 and self._paused:
+                    self._paused = False
+                    gc.enable()
+
+
+_collector_paused = _CollectorPause()
 
 
 def enqueue_one(job_call: JobCall) -> tuple[Job, bool]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 from .. import jsonargs
-from .copy_rows import BLOCK, plus_seconds
+from .copy_rows import BLOCK, visible_at
 from .records import NewJob
 
 #: The columns of ``enqueue_copy_plain``, in its order: a row starts with their count.
@@ -73,12 +73,8 @@ def binary_rows(jobs: Sequence[NewJob], ids: Sequence[int], now: datetime) -> It
         rows = []
         for job_id, job in zip(ids[start:start + BLOCK], jobs[start:start + BLOCK],
                                strict=True):
-            if job.run_at is not None:
-                visible = _time(job.run_at)
-            elif job.delay:
-                visible = _time(plus_seconds(now, job.delay))
-            else:
-                visible = stamp
+            when = visible_at(job, now)
+            visible = stamp if when is now else _time(when)
             rows.append(b"".join((
                 _ROW_ID.pack(COLUMNS, 8, job_id), text(job.name), text(job.queue),
                 _INT4.pack(4, job.priority), _json(job.args, _EMPTY_LIST),

@@ -51,11 +51,21 @@ def plus_seconds(now: datetime, seconds: float) -> datetime:
     return now if micros == 0 else now + timedelta(microseconds=micros)
 
 
+def visible_at(job: NewJob, now: datetime) -> datetime:
+    """The job's ``visible_at`` as ``enqueue`` computes it from ``now`` (``now`` itself, the
+    same object, when it has no delay: the rows then write the clock already formatted)."""
+    return job.run_at if job.run_at is not None else plus_seconds(now, job.delay)
+
+
+def expires_at(job: NewJob, now: datetime) -> datetime | None:
+    """The job's ``expires_at`` as ``enqueue`` computes it from ``now``."""
+    return None if job.expires_in is None else plus_seconds(now, job.expires_in)
+
+
 def times(jobs: Sequence[NewJob], now: datetime) -> list[tuple[datetime, datetime | None]]:
-    """Each job's ``visible_at`` and ``expires_at``, as ``enqueue`` computes them from ``now``."""
-    return [(job.run_at if job.run_at is not None else plus_seconds(now, job.delay),
-             None if job.expires_in is None else plus_seconds(now, job.expires_in))
-            for job in jobs]
+    """Each job's ``visible_at`` and ``expires_at``: what ``enqueue`` returns, and what the
+    rows (text or binary) write, from the same two functions."""
+    return [(visible_at(job, now), expires_at(job, now)) for job in jobs]
 
 
 def _text(value: str) -> str:
@@ -81,9 +91,9 @@ def _float(value: float | None) -> str:
     return "\\N" if value is None else repr(float(value))
 
 
-def _when(now: datetime, stamp: str, seconds: float) -> str:
+def _when(when: datetime, now: datetime, stamp: str) -> str:
     # The common case, no delay, is the statement's clock already written out.
-    return stamp if not seconds else plus_seconds(now, seconds).isoformat()
+    return stamp if when is now else when.isoformat()
 
 
 def plain(jobs: Sequence[NewJob]) -> bool:
@@ -112,10 +122,10 @@ def _line(job_id: int, job: NewJob, now: datetime, stamp: str) -> str:
     return "\t".join((
         str(job_id), _text(job.name), _text(job.queue), str(job.priority),
         _json(job.args), _json(job.kwargs), "queued", "0", str(job.max_attempts),
-        _when(now, stamp, job.delay) if job.run_at is None else job.run_at.isoformat(),
+        _when(visible_at(job, now), now, stamp),
         "\\N", "", "f", _text(job.traceparent), _text(job.tracestate), _text(job.enqueued_by),
         "", "", "0", stamp, stamp, _text(job.concurrency_key), _float(job.timeout),
-        "\\N" if job.expires_in is None else _when(now, stamp, job.expires_in),
+        "\\N" if job.expires_in is None else _when(expires_at(job, now), now, stamp),
         _json(job.tags)))
 
 

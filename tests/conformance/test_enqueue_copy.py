@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -270,3 +271,27 @@ def test_with_use_tz_off_a_large_batch_keeps_the_insert(pg_alias: str) -> None:
         ids = noop.bulk_enqueue([()] * COPY_MIN_JOBS)
     assert len(ids) == COPY_MIN_JOBS
     assert [_TAG.search(q["sql"]).group(1) for q in ctx.captured_queries] == ["enqueue"]
+
+
+def test_batches_of_two_threads_share_one_collector_pause() -> None:
+    # rule 101: the first batch to end does not turn the collector on under another thread's
+    # batch still building; the last one's end does.
+    from django_ultjobs.enqueue import _collector_paused
+
+    assert gc.isenabled()
+    first_in, first_out = threading.Event(), threading.Event()
+    during_second: list[bool] = []
+
+    def first() -> None:
+        with _collector_paused():
+            first_in.set()
+            first_out.wait(5)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    first_in.wait(5)
+    with _collector_paused():
+        first_out.set()
+        thread.join(5)
+        during_second.append(gc.isenabled())
+    assert during_second == [False] and gc.isenabled()
