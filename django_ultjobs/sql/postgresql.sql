@@ -478,12 +478,14 @@ settled AS (
         result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json::jsonb END,
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                            THEN {now} ELSE NULL END,
-        attempt_on_row = COALESCE(c.on_row, false),
+        -- Held by the row only when the row's worker (the claim's) is the settle's, as it is
+        -- for every settle under its own claim: then the row says all the attempt row would.
+        attempt_on_row = COALESCE(c.on_row, false) AND j.worker_id = %(worker_id)s::text,
         updated_at = {now}
     FROM locked AS c
     WHERE j.id = c.id
     RETURNING j.id, c.attempt_no, c.started_at, c.outcome, c.error, c.slot_key, c.slot,
-              c.steps_run, c.steps_replayed, c.extends, c.on_row
+              c.steps_run, c.steps_replayed, c.extends, j.attempt_on_row AS on_row
 ),
 extended AS (
     -- A park continuing its episode (rule 12) counts one more claim on the episode's row. The
@@ -511,7 +513,7 @@ recorded AS (
            COALESCE(s.error, ''), COALESCE(s.slot_key, ''), s.slot,
            COALESCE(s.steps_run, '[]'::jsonb), COALESCE(s.steps_replayed, '[]'::jsonb)
     FROM settled AS s
-    WHERE s.outcome IS NOT NULL AND s.on_row IS NOT TRUE
+    WHERE s.outcome IS NOT NULL AND NOT s.on_row
       AND s.id NOT IN (SELECT x.job_id FROM extended AS x)
 )
 SELECT id FROM settled;

@@ -211,7 +211,8 @@ SET status = c.status,
     result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json END,
     finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                        THEN {now} ELSE NULL END,
-    attempt_on_row = COALESCE(c.on_row, 0),
+    -- Held by the row only when the row's worker (the claim's) is the settle's (rule 97).
+    attempt_on_row = COALESCE(c.on_row, 0) AND j.worker_id = :worker_id,
     updated_at = {now}
 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token,
              json_extract(value, '$.status') AS status,
@@ -240,8 +241,10 @@ SELECT json_extract(value, '$.id'), json_extract(value, '$.attempt_no'), :worker
        COALESCE(json_extract(value, '$.steps_replayed'), '[]')
 FROM json_each(:batch)
 WHERE json_extract(value, '$.outcome') IS NOT NULL
-  AND json_extract(value, '$.on_row') IS NULL
   AND json_extract(value, '$.id') IN (SELECT value FROM json_each(:settled))
+  AND (json_extract(value, '$.on_row') IS NULL OR NOT EXISTS (
+      SELECT 1 FROM django_ultjobs_job AS j
+      WHERE j.id = json_extract(value, '$.id') AND j.attempt_on_row))
   AND (json_extract(value, '$.extends') IS NULL OR NOT EXISTS (
       SELECT 1 FROM django_ultjobs_jobattempt AS a
       WHERE a.id = json_extract(value, '$.extends') AND a.job_id = json_extract(value, '$.id')));

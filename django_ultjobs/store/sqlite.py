@@ -295,7 +295,7 @@ class SQLiteStore(JobStore):
         batch = dumps_batch(rows)
         now = self.now_param()
         with self._write() as cur:
-            cur.execute(self.sql["settle"], {"batch": batch, "now": now})
+            cur.execute(self.sql["settle"], {"batch": batch, "now": now, "worker_id": worker_id})
             settled = {row[0] for row in cur.fetchall()}
             if settled:
                 record = {"batch": batch, "settled": json.dumps(sorted(settled)),

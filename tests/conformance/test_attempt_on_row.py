@@ -155,3 +155,14 @@ def test_a_prune_counts_the_attempts_the_rows_hold(
     assert prune(older_than=timedelta(days=1), using=alias, dry_run=True).attempts == 2
     assert prune(older_than=timedelta(days=1), using=alias).attempts == 2
     assert not AttemptRecord.objects.using(alias).exists()
+
+
+def test_a_settle_by_another_worker_than_the_claims_writes_its_row(
+        cstore: JobStore, alias: str) -> None:  # rule 97
+    # Never so under a worker (the claim's token is its own), but a store call may name any
+    # worker: the row holds the claim's, so the attempt keeps the settle's in a row of its own.
+    (job_id,) = enqueue(cstore, new_job())
+    (job,) = claim(cstore, "w1")
+    assert cstore.settle([settlement(job)], "w2") == {job_id}
+    assert row(alias, job_id).attempt_on_row is False
+    assert _history(alias, job_id) == [(1, "w2", "succeeded", True)]
