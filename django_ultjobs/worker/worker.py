@@ -59,7 +59,6 @@ from .recycle import Recycler
 from .runs import Run, RunsInFlight
 from .scheduler import Scheduler
 from .ticker import Ticker
-from .wakeup import Wakeup
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -101,11 +100,9 @@ class WorkerProcess:
         #: ``async def`` bodies run on one event loop, apart from the threads (rule 85).
         self.async_lane = AsyncLane(options.async_concurrency, self._execute_async,
                                     on_free=self.wake)
-        # The claim loop's wake-up, which also watches its session when it LISTENs.
-        self._wake = Wakeup()
         self.listener = (
             Listener(store=self.store, queues=options.queues, wake=self.notified,
-                     worker_id=self.worker_id, wakeup=self._wake)
+                     worker_id=self.worker_id)
             if self.store.vendor == "postgresql" and options.listen else None
         )
         # Every worker may enqueue a tick, none leads (rule 60); a burst worker drains and
@@ -120,6 +117,7 @@ class WorkerProcess:
         self._executing_lock = threading.Lock()
         self._stopping = threading.Event()
         self._forced = threading.Event()
+        self._wake = threading.Event()
         # Set by an enqueue notification: work of any kind may have arrived.
         self._notified = threading.Event()
         self.rates = RateGate(self.store, self.worker_id)
@@ -337,8 +335,6 @@ class WorkerProcess:
         # empty answer mean "nothing is runnable now" (a hand-back written meanwhile would
         # otherwise be missed by --burst).
         idle = self._busy() == 0 and self.completer.pending == 0
-        if self.listener is not None:
-            self.listener.ensure()
         self._wake.clear()
         if self._notified.is_set():
             self._notified.clear()
@@ -782,7 +778,7 @@ class WorkerProcess:
                 return False
 
     def _start_threads(self) -> None:
-        """Start the pool, ticker, completer and scheduler; if the system refuses a thread, stop
+        """Start the pool, ticker, completer and listener; if the system refuses a thread, stop
         what started and mark this worker's row stopped, which would otherwise show as a
         silent worker for ever (rule 17)."""
         # The pool stops even the part of it that started before a thread was refused.
@@ -791,6 +787,8 @@ class WorkerProcess:
             (self.ticker.start, self.ticker.stop),
             (self.completer.start, lambda: self.completer.stop(timeout=0.0)),
         ]
+        if self.listener is not None:
+            parts.append((self.listener.start, self.listener.stop))
         if self.scheduler is not None:
             parts.append((self.scheduler.start, self.scheduler.stop))
         self.gauges = self._gauge_sampler()
