@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from . import attempt_view
 from .slot_keys import MAX_SLOT_KEY
 
 
@@ -221,9 +222,8 @@ class JobAttempt(models.Model):
         return f"job {self.job_id} attempt {self.attempt}: {self.outcome}"
 
 
-#: Where the ids of the attempts the jobs' rows hold begin (rule 97): 2**62, beyond any id a
-#: bigint sequence of attempt rows reaches.
-ON_ROW_ID = 2**62
+#: Where the ids of the attempts the jobs' rows hold begin (rule 97): the view's own constant.
+ON_ROW_ID = attempt_view.ON_ROW_ID
 
 
 class AttemptRecord(models.Model):

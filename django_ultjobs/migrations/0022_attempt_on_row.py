@@ -5,42 +5,19 @@
 the catalog: no rewrite of the jobs table, no long exclusive lock. Its partial index is built
 concurrently (settles and enqueues go on meanwhile), so the migration is not atomic, and each
 step may run again after an interruption: the column is added only if missing, the view
-dropped and created again, the index dropped if half-built. The view is a plain UNION ALL
+created again (replaced), the index dropped if half-built. The view is a plain UNION ALL
 of the two tables: each engine pushes a reader's filters (a job's id, a finish-time window) into
-both halves, so each reads through its own table's indexes.
+both halves, so each reads through its own table's indexes. Its SQL is attempt_view's. Going back
+writes an attempt row for every attempt a job's row holds before the column goes, so the code
+before 0022 (which reads the attempt table alone) loses no history.
 """
 from typing import Any
 
 import django.db.models.deletion
-from django.db import migrations, models
+from django.db import migrations, models, transaction
 
+from django_ultjobs import attempt_view
 from django_ultjobs.migration_operations import AddIndexConcurrently
-
-#: The attempt a job's row holds, its id 2**62 + the job's id: above every attempt row's id, so
-#: ordered by id it comes after the job's rows, as it happened. The job's claim is the attempt's start (the settle records
-#: the claim time as the start of every attempt), its finish time and worker are the attempt's.
-#: Only a settle to succeeded sets attempt_on_row, and nothing moves a succeeded job, so the flag
-#: alone selects them: a finish-time window reads the partial index alone (an index-only scan).
-#: On PostgreSQL each constant has its column's exact type: with any other, the planner keeps the
-#: second half as a subquery and sorts it whole instead of merging it in index order.
-_VIEW = """
-CREATE VIEW django_ultjobs_attemptrecord AS
-SELECT a.id, a.job_id, a.attempt, a.worker_id, a.started_at, a.finished_at, a.outcome,
-       a.error, a.slot_key, a.slot, a.steps_run, a.steps_replayed, a.claims
-FROM django_ultjobs_jobattempt AS a
-UNION ALL
-SELECT 4611686018427387904 + j.id, j.id, j.attempt, j.worker_id, j.claimed_at, j.finished_at, {succeeded},
-       {no_error}, {no_slot_key}, {no_slot}, {no_steps}, {no_steps}, 1
-FROM django_ultjobs_job AS j
-WHERE j.attempt_on_row
-"""
-_CONSTANTS = {
-    "postgresql": {"succeeded": "'succeeded'::varchar(16)", "no_error": "''::text",
-                   "no_slot_key": "''::varchar(200)", "no_slot": "NULL::integer",
-                   "no_steps": "'[]'::jsonb"},
-    "sqlite": {"succeeded": "'succeeded'", "no_error": "''", "no_slot_key": "''",
-               "no_slot": "NULL", "no_steps": "'[]'"},
-}
 
 
 def _on_row_field(job: Any) -> Any:
@@ -62,18 +39,34 @@ def add_column(apps: Any, schema_editor: Any) -> None:
         schema_editor.add_field(job, _on_row_field(job))
 
 
+#: Going back: the code before 0022 reads attempts from the attempt table alone, so each attempt a
+#: job's row holds gets its row first, with exactly the facts the view shows for it (see
+#: attempt_view). A row already there for that attempt (a re-run after an interruption) is kept.
+_WRITE_ROWS = """
+INSERT INTO django_ultjobs_jobattempt (job_id, attempt, worker_id, started_at, finished_at,
+    outcome, error, slot_key, slot, steps_run, steps_replayed, claims)
+SELECT j.id, j.attempt, j.worker_id, j.claimed_at, j.finished_at, 'succeeded', '', '', NULL,
+       '[]', '[]', 1
+FROM django_ultjobs_job AS j
+WHERE j.attempt_on_row AND NOT EXISTS (
+    SELECT 1 FROM django_ultjobs_jobattempt AS a WHERE a.job_id = j.id AND a.attempt = j.attempt)
+"""
+
+
 def remove_column(apps: Any, schema_editor: Any) -> None:
     job = apps.get_model("django_ultjobs", "Job")
-    schema_editor.remove_field(job, _on_row_field(job))
+    # One transaction: the rows and the column's drop land together or not at all.
+    with transaction.atomic(using=schema_editor.connection.alias):
+        schema_editor.execute(_WRITE_ROWS)
+        schema_editor.remove_field(job, _on_row_field(job))
 
 
 def create_view(apps: Any, schema_editor: Any) -> None:
-    schema_editor.execute("DROP VIEW IF EXISTS django_ultjobs_attemptrecord")
-    schema_editor.execute(_VIEW.format(**_CONSTANTS[schema_editor.connection.vendor]))
+    attempt_view.create_view(schema_editor)
 
 
 def drop_view(apps: Any, schema_editor: Any) -> None:
-    schema_editor.execute("DROP VIEW IF EXISTS django_ultjobs_attemptrecord")
+    attempt_view.drop_view(schema_editor)
 
 
 class Migration(migrations.Migration):

@@ -6,7 +6,11 @@ import pytest
 from django.core.management import call_command
 from django.db import connections, transaction
 
-from django_ultjobs.models import Job, JobAttempt, Worker
+from django_ultjobs.models import ON_ROW_ID, Job, JobAttempt, Worker
+from django_ultjobs.store import JobStore
+from tests.doubles import FakeClock
+
+from .helpers import claim, enqueue, new_job, settlement
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -180,3 +184,47 @@ def _job_index_names(alias: str) -> set[str]:
     connection = connections[alias]
     with connection.cursor() as cursor:
         return set(connection.introspection.get_constraints(cursor, Job._meta.db_table))
+
+
+_FACTS = ("attempt", "worker_id", "started_at", "finished_at", "outcome", "error", "slot_key",
+          "slot", "steps_run", "steps_replayed", "claims")
+
+
+def _facts(attempt: object) -> tuple:
+    return tuple(getattr(attempt, name) for name in _FACTS)
+
+
+def _settle_plain_success(cstore: JobStore, clock: FakeClock, worker: str) -> int:
+    (job_id,) = enqueue(cstore, new_job())
+    (job,) = claim(cstore, worker)
+    clock.advance(2)
+    assert cstore.settle([settlement(job, result_json="1")], worker) == {job_id}
+    return job_id
+
+
+def test_going_back_from_0022_writes_the_rows_the_jobs_rows_held(
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:
+    # rule 97: the code before 0022 reads the attempt table alone; going back writes each
+    # attempt a job's row held as a row with the facts the view showed, once.
+    held = _settle_plain_success(cstore, clock, "w1")
+    (seen,) = Job.objects.using(alias).get(id=held).attempts.all()
+    assert seen.id == ON_ROW_ID + held
+    # A job flagged with its row already written (a half-done earlier way back) keeps one row.
+    written = _settle_plain_success(cstore, clock, "w2")
+    JobAttempt.objects.using(alias).create(job_id=written, attempt=1, worker_id="w2",
+                                           outcome="succeeded")
+    try:
+        call_command("migrate", "django_ultjobs", "0021", database=alias, verbosity=0)
+        (row,) = JobAttempt.objects.using(alias).filter(job_id=held)
+        assert _facts(row) == _facts(seen)
+        assert JobAttempt.objects.using(alias).filter(job_id=written).count() == 1
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        (again,) = Job.objects.using(alias).get(id=held).attempts.all()
+        assert again.id == row.id and _facts(again) == _facts(seen)
+        assert Job.objects.using(alias).get(id=held).attempt_on_row is False
+        # ...and a first success settled after the way forward is held by its row again.
+        later = _settle_plain_success(cstore, clock, "w3")
+        (attempt,) = Job.objects.using(alias).get(id=later).attempts.all()
+        assert attempt.id == ON_ROW_ID + later and attempt.worker_id == "w3"
+    finally:
+        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)

@@ -1,0 +1,80 @@
+"""The SQL of the attempts view, ``django_ultjobs_attemptrecord`` (rule 97), in one place.
+
+Migration 0022 creates the view from here, and ``WithoutAttemptsView`` (every later migration
+that changes the job or attempt table) drops it and creates it again from here. Migrations import
+this module, so it must stay stable: a change to the view's SQL is a new migration carrying the
+new SQL of its own (and a new version of this module's ``create_view`` that later migrations use),
+never an edit here that would change what an old migration builds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Where the ids of the attempts the jobs' rows hold begin (rule 97): 2**62, beyond any id a
+#: bigint sequence of attempt rows reaches. ``models.ON_ROW_ID`` is this constant.
+ON_ROW_ID = 2**62
+
+NAME = "django_ultjobs_attemptrecord"
+
+#: The attempt a job's row holds, its id ON_ROW_ID + the job's id: above every attempt row's id,
+#: so ordered by id it comes after the job's rows, as it happened. The job's claim is the
+#: attempt's start (the settle records the claim time as the start of every attempt), its finish
+#: time and worker are the attempt's. Only a settle to succeeded sets attempt_on_row, and nothing
+#: moves a succeeded job, so the flag alone selects them: a finish-time window reads the partial
+#: index alone (an index-only scan). On PostgreSQL each constant has its column's exact type:
+#: with any other, the planner keeps the second half as a subquery and sorts it whole instead of
+#: merging it in index order.
+_SELECT = """
+SELECT a.id, a.job_id, a.attempt, a.worker_id, a.started_at, a.finished_at, a.outcome,
+       a.error, a.slot_key, a.slot, a.steps_run, a.steps_replayed, a.claims
+FROM django_ultjobs_jobattempt AS a
+UNION ALL
+SELECT {on_row_id} + j.id, j.id, j.attempt, j.worker_id, j.claimed_at, j.finished_at, {succeeded},
+       {no_error}, {no_slot_key}, {no_slot}, {no_steps}, {no_steps}, 1
+FROM django_ultjobs_job AS j
+WHERE j.attempt_on_row
+"""
+_CONSTANTS = {
+    "postgresql": {"succeeded": "'succeeded'::varchar(16)", "no_error": "''::text",
+                   "no_slot_key": "''::varchar(200)", "no_slot": "NULL::integer",
+                   "no_steps": "'[]'::jsonb"},
+    "sqlite": {"succeeded": "'succeeded'", "no_error": "''", "no_slot_key": "''",
+               "no_slot": "NULL", "no_steps": "'[]'"},
+}
+
+
+def create_view(schema_editor: Any) -> None:
+    """Create the view, replacing whatever view of that name is there.
+
+    PostgreSQL replaces it in one statement when it is already this view (a re-run of an
+    interrupted migration: readers never see it missing); a view of another shape (half-made by
+    an older run) it refuses to replace, so that one is dropped first, in the same transaction.
+    SQLite has no CREATE OR REPLACE VIEW: drop, then create.
+    """
+    vendor = schema_editor.connection.vendor
+    select = _SELECT.format(on_row_id=ON_ROW_ID, **_CONSTANTS[vendor])
+    if vendor == "postgresql" and _same_view_there(schema_editor):
+        schema_editor.execute(f"CREATE OR REPLACE VIEW {NAME} AS{select}")
+        return
+    drop_view(schema_editor)
+    schema_editor.execute(f"CREATE VIEW {NAME} AS{select}")
+
+
+def drop_view(schema_editor: Any) -> None:
+    schema_editor.execute(f"DROP VIEW IF EXISTS {NAME}")
+
+
+def _same_view_there(schema_editor: Any) -> bool:
+    """Whether a view of this name has this view's columns (so CREATE OR REPLACE accepts it)."""
+    if schema_editor.collect_sql:  # sqlmigrate: no database to ask
+        return False
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute "
+                       "WHERE attrelid = to_regclass(%s) AND attnum > 0", [NAME])
+        (columns,) = cursor.fetchone()
+    return columns == list(_COLUMNS)
+
+
+_COLUMNS = ("id", "job_id", "attempt", "worker_id", "started_at", "finished_at", "outcome",
+            "error", "slot_key", "slot", "steps_run", "steps_replayed", "claims")
