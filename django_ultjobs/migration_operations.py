@@ -1,10 +1,13 @@
-"""Migration operations that keep a busy job table writable while they run."""
+"""Migration operations that keep a busy job table writable while they run, and the one that
+runs changes to the job and attempt tables with the attempts view out of the way."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db import migrations
+
+from django_ultjobs import attempt_view
 
 
 class AddIndexConcurrently(migrations.AddIndex):
@@ -127,3 +130,39 @@ class DropFieldIndexConcurrently(migrations.AlterField):
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
         super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+
+class WithoutAttemptsView(migrations.SeparateDatabaseAndState):
+    """Schema operations on the job or attempt table, run with the attempts view out of the way.
+
+    The view (rule 97, migration 0022) reads both tables, and each engine then refuses changes to
+    them: PostgreSQL will not alter the type of a column a view uses, and SQLite's rebuild of a
+    table (most of its AlterField, RemoveField, RenameField...) fails at the rename with "error in
+    view django_ultjobs_attemptrecord". Every migration after 0022 that changes either table
+    wraps its operations in this one (a test walks the migrations to hold that): it drops the
+    view, runs them, and creates the view again (``attempt_view``); their state changes pass
+    through unchanged. Keep the migration atomic (the default), so that on PostgreSQL no reader
+    sees the view missing and a failure leaves it as it was.
+    """
+
+    def __init__(self, operations: list[Any]) -> None:
+        super().__init__(database_operations=operations, state_operations=operations)
+        self.operations = operations
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return self.__class__.__qualname__, [], {"operations": self.operations}
+
+    def describe(self) -> str:
+        return "Without the attempts view: " + "; ".join(o.describe() for o in self.operations)
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        attempt_view.drop_view(schema_editor)
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
+        attempt_view.create_view(schema_editor)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        attempt_view.drop_view(schema_editor)
+        super().database_backwards(app_label, schema_editor, from_state, to_state)
+        attempt_view.create_view(schema_editor)
