@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
      "flow_keys", "rate_limits", "progress", "schedules", "metrics", "signals", "tags",
      "job_progress"),
     # The tables.
-    ("models", "migration_operations"),
+    ("models", "migration_operations", "attempt_view"),
     # The only code that writes SQL against them.
     ("store", "retention", "attempts"),
     # Jobs: declaring, enqueueing, finding, and what a body sees while it runs.
