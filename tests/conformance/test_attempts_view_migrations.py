@@ -10,6 +10,7 @@ from django.db import DatabaseError, connections, migrations
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 
+from django_ultjobs import attempt_view
 from django_ultjobs.migration_operations import (
     AddIndexConcurrently,
     AddUniqueConstraintConcurrently,
@@ -17,7 +18,7 @@ from django_ultjobs.migration_operations import (
     RemoveIndexConcurrently,
     WithoutAttemptsView,
 )
-from django_ultjobs.models import Job
+from django_ultjobs.models import ON_ROW_ID, Job
 
 _APP = "django_ultjobs"
 _VIEW_MIGRATION = (_APP, "0022_attempt_on_row")
@@ -126,3 +127,28 @@ def test_a_change_to_a_column_the_view_reads_goes_through_inside_the_wrapper(
         Job.objects.using(alias).all().delete()
         _apply(alias, wrapped, backwards=True)
     assert _worker_id_size(alias) == 200
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_the_view_made_again_over_itself_reads_the_same(alias: str) -> None:  # rule 97
+    # A re-run of 0022 (or of a wrapper) makes the view again where it already is: on
+    # PostgreSQL with CREATE OR REPLACE VIEW, so readers never find it missing.
+    job = Job.objects.using(alias).create(name="add", status="succeeded", attempt=1,
+                                          worker_id="w1", attempt_on_row=True)
+    try:
+        statements: list[str] = []
+        with connections[alias].schema_editor(atomic=True) as editor:
+            execute = editor.execute
+
+            def record(sql: Any, params: Any = ()) -> None:
+                statements.append(str(sql).split(" AS")[0])
+                execute(sql, params)
+            editor.execute = record
+            attempt_view.create_view(editor)
+        assert statements == (
+            ["CREATE OR REPLACE VIEW django_ultjobs_attemptrecord"] if alias == "postgres" else
+            ["DROP VIEW IF EXISTS django_ultjobs_attemptrecord",
+             "CREATE VIEW django_ultjobs_attemptrecord"])
+        assert [(a.id, a.worker_id) for a in job.attempts.all()] == [(ON_ROW_ID + job.id, "w1")]
+    finally:
+        Job.objects.using(alias).all().delete()
