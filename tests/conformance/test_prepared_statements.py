@@ -181,6 +181,24 @@ def test_the_prepared_claim_runs_its_generic_plan_down_the_claim_index(pg_alias:
         raw.prepare_threshold = before
 
 
+@pytest.mark.parametrize("limit", [127, 128, 129, 1024, 1025])
+def test_a_prepared_claim_takes_exactly_its_limit_about_each_fence(
+        prepared_store: JobStore, pg_alias: str, clock: FakeClock, limit: int) -> None:
+    """The claim's fence has a constant limit of its own (128, 1024, 8192...): a claim takes
+    its limit's rows in priority order, no fewer and none past it, on either side of each
+    fence, prepared and on its generic plan; rows past the limit stay queued and unlocked."""
+    store = prepared_store
+    enqueue(store, *[new_job(args=[i], priority=i % 3) for i in range(limit + 2)])
+    for _ in range(2):  # the second on the prepared statement's cached generic plan
+        batch = claim(store, limit=limit)
+        assert len(batch) == limit
+        assert [j.priority for j in batch] == sorted((j.priority for j in batch), reverse=True)
+        assert Job.objects.using(pg_alias).exclude(claim_token=next(iter(batch)).token).count() == 2
+        assert len(claim(store, "w2", limit=limit)) == 2  # nothing past the limit stayed locked
+        clock.advance(60)  # every lease lapses: all of them runnable again
+    assert "claim" in _prepared(pg_alias)
+
+
 def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
         prepared_store: JobStore, pg_alias: str) -> None:
     """Performance item 85: the generic plan a prepared settle keeps was made at its first runs,
