@@ -345,7 +345,6 @@ class PostgresStore(JobStore):
 CLAIM_BOUND = 128
 
 
-@cache
 def claim_text(sql: str, limit: int) -> str:
     """``claim`` (``sql``, its text as loaded) with its fence's constant: the least of 128, 1024,
     8192... at or above ``limit``. A handful of texts, so a handful of prepared statements, and
@@ -353,6 +352,11 @@ def claim_text(sql: str, limit: int) -> str:
     bound = CLAIM_BOUND
     while bound < limit:
         bound *= 8
+    return _fenced(sql, bound)
+
+
+@cache
+def _fenced(sql: str, bound: int) -> str:
     return sql.replace("{bound}", str(bound))
 
 
