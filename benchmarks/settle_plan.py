@@ -37,6 +37,7 @@ from django.db import connections  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from django_ultjobs.sql import queries  # noqa: E402
+from django_ultjobs.store.postgresql import claim_text  # noqa: E402
 
 Q = queries("postgresql")
 NAMES = re.compile(r"%\((\w+)\)s")
@@ -67,8 +68,9 @@ def fill(conn: psycopg.Connection, jobs: int) -> None:
 
 def claim(conn: psycopg.Connection, limit: int) -> tuple[uuid.UUID, list[Any]]:
     token = uuid.uuid4()
-    rows = conn.execute(Q["claim"], {"queues": ["default"], "limit": limit, "token": token,
-                                     "worker_id": "w1", "timeout": 60.0, "now": None},
+    rows = conn.execute(claim_text(Q["claim"], limit),
+                        {"queues": ["default"], "limit": limit, "token": token,
+                         "worker_id": "w1", "timeout": 60.0, "now": None},
                         prepare=False).fetchall()
     return token, rows
 

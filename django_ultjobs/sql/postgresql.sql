@@ -252,17 +252,27 @@ SELECT * FROM django_ultjobs_job WHERE name = %(name)s::text AND unique_key = %(
 -- capped kind registered; claim_capped (same columns) is the one with caps: planning and running
 -- the caps' part would cost every claim its time even with no cap to apply (performance.md,
 -- item 23).
+-- It may be prepared. Each queue's scan takes its first "limit" lockable rows through a fence
+-- whose inner limit is a constant, "{bound}" (the store writes the least of 128, 1024, 8192...
+-- at or above the limit, one text each): a limit the planner cannot see it estimates at a tenth
+-- of the rows, so the generic plan was costed ten to a hundred times above the custom one and
+-- PostgreSQL never chose it, planning every run afresh. The outer limit stops the pull, so no
+-- row past the limit is locked; no ORDER BY out there, or the fence would lock all "bound" rows
+-- to sort them (performance.md, items 96-97).
 WITH locked AS (
     SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
-        SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-               claimed_at AS prev_claimed_at
-        FROM django_ultjobs_job
-        WHERE queue = q.queue
-          AND {fragment:runnable}
-        ORDER BY priority DESC, visible_at, id
+        SELECT * FROM (
+            SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
+                   claimed_at AS prev_claimed_at
+            FROM django_ultjobs_job
+            WHERE queue = q.queue
+              AND {fragment:runnable}
+            ORDER BY priority DESC, visible_at, id
+            LIMIT {bound}
+            FOR UPDATE SKIP LOCKED
+        ) AS fence
         LIMIT %(limit)s::int
-        FOR UPDATE SKIP LOCKED
     ) AS j
 ),
 chosen AS (

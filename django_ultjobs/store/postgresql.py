@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 import psycopg
@@ -161,7 +162,8 @@ class PostgresStore(JobStore):
         # Never prepared, whatever prepare_threshold says: after five runs PostgreSQL may switch
         # a prepared statement to its generic plan, planned without the parameters' values.
         # claim_capped's cannot see the cap names as constants and seq-scans and sorts every
-        # live row; the claim without caps cannot see its due time; event_find's walks the
+        # live row (the claim without caps, once as bad, is prepared since items 96-97, whose
+        # figures do not cover the capped ones); event_find's walks the
         # events in id order instead of taking its name's index. Each is many times slower
         # than planning afresh (docs/performance.md, items 19 and 23); a settle that extends an
         # episode or waits on an event is the same (item 85). Django's wrapper passes no
@@ -248,9 +250,15 @@ class PostgresStore(JobStore):
             "timeout": request.visibility_timeout,
             "now": self.now_param(),
         }
+        name = _claim_query(caps, per_key, request.uncapped)
         with self.cursor() as cur:
             self._driver_times(cur)
-            self.execute_unprepared(cur, _claim_query(caps, per_key, request.uncapped), params)
+            if name == "claim":
+                # Prepared as the site's connection prepares: its generic plan is its custom one
+                # at every queue size measured (performance.md, items 96-97).
+                cur.execute(claim_text(self.sql[name], request.limit), params)
+            else:
+                self.execute_unprepared(cur, name, params)
             rows = cur.fetchall()
         # Columns 13-15: the run's timeout, expiry and cancel reason; 16-19: what the row was
         # before (claim_update), its due time last; 20: others_left; 21 (with caps): the slot
@@ -330,6 +338,26 @@ class PostgresStore(JobStore):
         }
 
     # -- workers ------------------------------------------------------------------------------
+
+
+#: The smallest inner limit of the claim's per-queue fence ("{bound}" in ``claim``): generic
+#: plans were measured at limits 1-128 under it (performance.md, items 96-97).
+CLAIM_BOUND = 128
+
+
+def claim_text(sql: str, limit: int) -> str:
+    """``claim`` (``sql``, its text as loaded) with its fence's constant: the least of 128, 1024,
+    8192... at or above ``limit``. A handful of texts, so a handful of prepared statements, and
+    a limit the planner can cost (past 128, at most eight times the rows asked for)."""
+    bound = CLAIM_BOUND
+    while bound < limit:
+        bound *= 8
+    return _fenced(sql, bound)
+
+
+@cache
+def _fenced(sql: str, bound: int) -> str:
+    return sql.replace("{bound}", str(bound))
 
 
 def _claim_query(caps: Mapping[str, int], per_key: Sequence[str], uncapped: bool) -> str:

@@ -1,10 +1,11 @@
-"""Prepared statements on PostgreSQL: the queue works on them, and never prepares two queries.
+"""Prepared statements on PostgreSQL: the queue works on them, and never prepares three queries.
 
 Django opens psycopg connections with ``prepare_threshold`` off; a site that sets
 ``OPTIONS["prepare_threshold"]`` gets its statements prepared after that many runs on a
-connection, ours included. The claim and event_find must stay out: a prepared statement may switch
-to its generic plan after five runs, and theirs ignore the values that make them fast (the claim's
-seq-scans and sorts every live row, 13 ms against 3 at 20,000 queued; docs/deployment.md).
+connection, ours included. The capped claims and event_find must stay out: a prepared statement
+may switch to its generic plan after five runs, and theirs ignore the values that make them fast
+(docs/deployment.md). The claim without caps is prepared: its generic plan is its custom one
+(performance.md, items 96-97), which a test below holds.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from psycopg import sql
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import JobStore, get_store
 from django_ultjobs.store.base import dumps_batch
-from django_ultjobs.store.postgresql import PostgresStore
+from django_ultjobs.store.postgresql import PostgresStore, claim_text
 from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
 from tests.doubles import FakeClock
 
@@ -66,7 +67,7 @@ def _prepared(pg_alias: str) -> set[str]:
             for s in statements if s.startswith("/* django_ultjobs:")}
 
 
-def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_or_event_find(
+def test_the_queue_runs_on_generic_plans_and_never_prepares_capped_claims_or_event_find(
         prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
     store = prepared_store
     for i in range(RUNS):
@@ -100,22 +101,24 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_or_event_find(
         clock.advance(1)
     prepared = _prepared(pg_alias)
     assert {"enqueue_one", "heartbeat", "settle", "slot_acquire", "slot_renew",
-            "event_insert", "event_wake"} <= prepared
-    # Their generic plans ignore the values that make them fast (docs/deployment.md).
-    assert not {"claim", "claim_capped", "claim_capped_kinds", "event_find"} & prepared
+            "event_insert", "event_wake", "claim"} <= prepared
+    # Their generic plans ignore the values that make them fast (docs/deployment.md); the claim
+    # without caps is prepared since performance.md items 96-97 (its own test below).
+    assert not {"claim_capped", "claim_capped_kinds", "event_find"} & prepared
 
 
-def _explain_prepared(pg_alias: str, name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Run query ``name``'s statement as the connection prepared it (its cached plan), under
-    EXPLAIN ANALYZE, and return the plan."""
+def _explain_prepared(pg_alias: str, name: str, params: dict[str, Any],
+                      text: str | None = None) -> dict[str, Any]:
+    """Run query ``name``'s statement (or ``text``, the text sent for it) as the connection
+    prepared it (its cached plan), under EXPLAIN (ANALYZE, BUFFERS), and return the plan."""
     raw = connections[pg_alias].connection
-    text = PostgresStore(pg_alias).sql[name]
+    text = text or PostgresStore(pg_alias).sql[name]
     order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))  # psycopg's $1, $2, ...
     prepared = raw.execute("SELECT name FROM pg_prepared_statements WHERE statement = %s",
                            [re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m[1]) + 1}",
                                    text)]).fetchone()
     assert prepared is not None, f"{name} is not prepared on this connection"
-    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {}({})").format(
+    explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {}({})").format(
         sql.Identifier(prepared[0]), sql.SQL(", ").join(sql.Literal(params[p]) for p in order))
     (plan,) = raw.execute(explain.as_string(raw), prepare=False).fetchone()
     return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
@@ -125,6 +128,75 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield plan
     for child in plan.get("Plans", []):
         yield from _nodes(child)
+
+
+#: Queued rows for the prepared claim's test: where the generic plan of the claim before
+#: performance.md items 96-97 was costed far above its custom one.
+CLAIM_BACKLOG = 40_000
+
+
+def test_the_prepared_claim_runs_its_generic_plan_down_the_claim_index(pg_alias: str) -> None:
+    """Performance items 96-97: at 40,000 queued, PostgreSQL's own choice (plan_cache_mode auto)
+    keeps the prepared claim's generic plan after its five custom ones (the claim before them was
+    costed ten to a hundred times above its custom plan there and planned at every run), and that
+    plan takes the first row down the claim index, reading a few pages, not the backlog."""
+    conn = connections[pg_alias]
+    conn.ensure_connection()
+    raw = conn.connection
+    before = raw.prepare_threshold
+    raw.prepare_threshold = 0
+    store = get_store(pg_alias)  # the database's clock: the rows below are due on it
+    try:
+        raw.execute(
+            "INSERT INTO django_ultjobs_job (name, queue, priority, args, kwargs, status, attempt,"
+            " max_attempts, visible_at, worker_id, cancel_requested, traceparent, tracestate,"
+            " enqueued_by, last_error, wait_after, wait_event, created_at, updated_at,"
+            " concurrency_key, unique_for, cancel_reason, tags)"
+            " SELECT 'noop', 'default', (i %% 3), '[]', '{}', 'queued', 0, 1,"
+            " now() - interval '1 minute' + (i %% 1000) * interval '1 ms', '', false, '', '',"
+            " '', '', 0, '', now(), now(), '', 0, '', '[]'"
+            " FROM generate_series(1, %s) AS i ORDER BY random()", [CLAIM_BACKLOG])
+        raw.execute("ANALYZE django_ultjobs_job")
+        for _ in range(RUNS):
+            assert len(claim(store, limit=1)) == 1
+        text = claim_text(store.sql["claim"], 1)
+        (generic,) = raw.execute("SELECT generic_plans FROM pg_prepared_statements"
+                                 " WHERE statement LIKE '/* django_ultjobs:claim */%%'").fetchone()
+        assert generic >= RUNS - 5, "PostgreSQL chose custom plans for the prepared claim"
+        raw.execute("SET plan_cache_mode = force_generic_plan")
+        plan = _explain_prepared(pg_alias, "claim", {
+            "queues": ["default"], "limit": 1, "token": "00000000-0000-0000-0000-000000000001",
+            "worker_id": "w1", "timeout": 30.0, "now": None}, text)
+        scans = [n for n in _nodes(plan) if n.get("Relation Name") == "django_ultjobs_job"
+                 and n["Node Type"] != "ModifyTable"]
+        assert {n.get("Index Name") for n in scans} == {"ultjobs_job_claim",
+                                                         "django_ultjobs_job_pkey"}, scans
+        assert not [n for n in _nodes(plan) if n["Node Type"] in ("Sort", "Bitmap Heap Scan")
+                    and n["Actual Loops"] and n["Actual Rows"] > 1], plan
+        pages = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+        assert pages <= 100, pages  # 20-30 measured; the backlog is about 1,000 pages
+    finally:
+        raw.execute("RESET plan_cache_mode")
+        raw.execute("DEALLOCATE ALL")
+        raw.prepare_threshold = before
+
+
+@pytest.mark.parametrize("limit", [127, 128, 129, 1024, 1025])
+def test_a_prepared_claim_takes_exactly_its_limit_about_each_fence(
+        prepared_store: JobStore, pg_alias: str, clock: FakeClock, limit: int) -> None:
+    """The claim's fence has a constant limit of its own (128, 1024, 8192...): a claim takes
+    its limit's rows in priority order, no fewer and none past it, on either side of each
+    fence, prepared and on its generic plan; rows past the limit stay queued and unlocked."""
+    store = prepared_store
+    enqueue(store, *[new_job(args=[i], priority=i % 3) for i in range(limit + 2)])
+    for _ in range(2):  # the second on the prepared statement's cached generic plan
+        batch = claim(store, limit=limit)
+        assert len(batch) == limit
+        assert [j.priority for j in batch] == sorted((j.priority for j in batch), reverse=True)
+        assert Job.objects.using(pg_alias).exclude(claim_token=next(iter(batch)).token).count() == 2
+        assert len(claim(store, "w2", limit=limit)) == 2  # nothing past the limit stayed locked
+        clock.advance(60)  # every lease lapses: all of them runnable again
+    assert "claim" in _prepared(pg_alias)
 
 
 def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
