@@ -61,6 +61,13 @@ def claim_plans(*, free_sync: int, free_async: int, caps: Mapping[str, int],
         return [ClaimPlan(free_sync, dict(caps), keyed, dict(kept), uncapped)]
     if 0 < free_sync <= free_async and not async_due:
         return [_async_share(free_sync, free_async, caps, keyed, kept, async_names, uncapped)]
+    if free_sync <= 0 and not async_due:
+        # Every thread busy and the async kinds looked at within the poll interval (or since
+        # the last notification): a claim of them alone would find what the last one found.
+        # A round woken for a freed thread sent it anyway, an empty statement per run started
+        # on the threads; the next one goes out when due, on a notification, or with a claim
+        # for the threads (_async_share).
+        return []
     plans: list[ClaimPlan] = []
     if free_async > 0:
         # A cap of the kind's own wins (a fleet cap is a slot count, not a claim size); the

@@ -134,3 +134,15 @@ def test_after_an_empty_async_claim_one_claim_serves_both_lanes() -> None:
     plans = claim_plans(free_sync=4, free_async=3, caps={}, keyed=frozenset(), kept={},
                         async_names=ASYNC, uncapped=True, async_due=False)
     assert [(p.is_async, p.limit) for p in plans] == [(True, 3), (False, 4)]
+
+
+def test_every_thread_busy_sends_no_claim_of_the_async_kinds_before_it_is_due() -> None:
+    # Rule 87: with every thread busy, a round (woken for a freed thread that the next round
+    # fills) claimed the async kinds alone every time, one empty statement per run started on
+    # the threads; it waits for their poll, a notification, or a claim for the threads.
+    kinds = frozenset({"fetch"})
+    assert claim_plans(free_sync=0, free_async=10, caps={}, keyed=frozenset(), kept={},
+                       async_names=kinds, uncapped=True, async_due=False) == []
+    [plan] = claim_plans(free_sync=0, free_async=10, caps={}, keyed=frozenset(), kept={},
+                         async_names=kinds, uncapped=True, async_due=True)
+    assert plan.is_async and plan.limit == 10
