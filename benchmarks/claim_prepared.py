@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Any
 
+from benchmarks.noop_rows import insert_queued_noops
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -54,14 +56,14 @@ def main() -> int:
     raw.ensure_connection()
     with raw.connection.cursor() as cur:
         cur.execute("TRUNCATE django_ultjobs_job CASCADE")
-        _fill(cur, args.queued)
+        insert_queued_noops(cur, args.queued)
         cur.execute("VACUUM (ANALYZE) django_ultjobs_job")
     times: dict[str, list[float]] = {label: [] for label in variants}
     for _ in range(args.claims):
         for label, (each, threshold) in variants.items():
             if args.queued < 1000:
                 with raw.connection.cursor() as cur:
-                    _fill(cur, args.limit)
+                    insert_queued_noops(cur, args.limit)
             raw.connection.prepare_threshold = threshold
             began = time.perf_counter()
             got = each.claim(worker_id="bench", queues=["default"], limit=args.limit,
@@ -85,16 +87,6 @@ def main() -> int:
                   f" {custom} custom")
     return 0
 
-
-def _fill(cur: Any, jobs: int) -> None:
-    cur.execute(
-        "INSERT INTO django_ultjobs_job (name, queue, priority, args, kwargs, status, attempt,"
-        " max_attempts, visible_at, worker_id, cancel_requested, traceparent, tracestate,"
-        " enqueued_by, last_error, wait_after, wait_event, created_at, updated_at,"
-        " concurrency_key, unique_for, cancel_reason, tags)"
-        " SELECT 'benchmarks.jobs.noop', 'default', 0, '[]', '{}', 'queued', 0, 1,"
-        " now() - interval '1 minute', '', false, '', '', '', '', 0, '', now(), now(), '', 0,"
-        " '', '[]' FROM generate_series(1, %s)", [jobs])
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
 from psycopg import sql  # noqa: E402
 
+from benchmarks.noop_rows import insert_queued_noops  # noqa: E402
 from django_ultjobs.sql import queries  # noqa: E402
 from django_ultjobs.store.postgresql import claim_text  # noqa: E402
 
@@ -55,14 +56,7 @@ def fill(conn: psycopg.Connection, jobs: int) -> None:
     conn.execute("DELETE FROM django_ultjobs_jobattempt")
     conn.execute("DELETE FROM django_ultjobs_job")
     conn.execute("VACUUM (ANALYZE) django_ultjobs_jobattempt")
-    conn.execute(
-        "INSERT INTO django_ultjobs_job (name, queue, priority, args, kwargs, status, attempt,"
-        " max_attempts, visible_at, worker_id, cancel_requested, traceparent, tracestate,"
-        " enqueued_by, last_error, wait_after, wait_event, created_at, updated_at,"
-        " concurrency_key, unique_for, cancel_reason, tags)"
-        " SELECT 'benchmarks.jobs.noop', 'default', 0, '[]', '{}', 'queued', 0, 1,"
-        " now() - interval '1 minute', '', false, '', '', '', '', 0, '', now(), now(), '', 0,"
-        " '', '[]' FROM generate_series(1, %s)", [jobs])
+    insert_queued_noops(conn, jobs)
     conn.execute("VACUUM (ANALYZE) django_ultjobs_job")
 
 
