@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 from django.core.management import call_command
 from django.db import connections, transaction
@@ -13,6 +16,22 @@ from tests.doubles import FakeClock
 from .helpers import claim, enqueue, new_job, settlement
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+def _migrate(alias: str, to: str | None = None) -> None:
+    """Migrate the queue's tables on ``alias`` to ``to``, or to the latest migration."""
+    call_command("migrate", "django_ultjobs", *([to] if to else []), database=alias, verbosity=0)
+
+
+@contextmanager
+def _migrated_back(alias: str, to: str) -> Iterator[None]:
+    """Hold ``alias`` at migration ``to`` for the block, and at the latest after it, even when
+    the block fails: the tests after it need every table as the code expects."""
+    try:
+        _migrate(alias, to)
+        yield
+    finally:
+        _migrate(alias)
 
 
 def _attempt_indexes(alias: str) -> dict[str, list[str]]:
@@ -33,16 +52,13 @@ def test_an_attempt_row_is_indexed_by_job_once(alias: str) -> None:
     # was a second index write per attempt row on every settle.
     assert _indexes_on(alias, ["job_id"]) == []
     assert _indexes_on(alias, ["job_id", "attempt"]) == ["ultjobs_attempt_job"]
-    try:
-        call_command("migrate", "django_ultjobs", "0004", database=alias, verbosity=0)
+    with _migrated_back(alias, "0004"):
         # Going back restores the index Django made for the foreign key...
         assert len(_indexes_on(alias, ["job_id"])) == 1
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        _migrate(alias)
         # ...and the upgrade drops exactly that one (concurrently on PostgreSQL).
         assert _indexes_on(alias, ["job_id"]) == []
         assert _indexes_on(alias, ["job_id", "attempt"]) == ["ultjobs_attempt_job"]
-    finally:
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
 
 
 def _index_names(alias: str) -> set[str]:
@@ -83,43 +99,36 @@ def test_attempts_are_indexed_by_outcome_only_where_slots_were_lost(alias: str) 
     assert "WHERE" in _index_definition(alias, "ultjobs_attempt_slot_lost").upper()  # partial
     with transaction.atomic(using=alias):
         assert _slot_lost_index_is_used(alias)
-    try:
-        call_command("migrate", "django_ultjobs", "0005", database=alias, verbosity=0)
+    with _migrated_back(alias, "0005"):
         names = _index_names(alias)
         assert "ultjobs_attempt_outcome" in names and "ultjobs_attempt_slot_lost" not in names
         with transaction.atomic(using=alias):
             assert not _slot_lost_index_is_used(alias)
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        _migrate(alias)
         names = _index_names(alias)
         assert "ultjobs_attempt_outcome" not in names and "ultjobs_attempt_slot_lost" in names
-    finally:
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
 
 
 def test_an_interrupted_0006_finishes_when_migrate_runs_again(alias: str) -> None:
     # Each of its operations commits on its own (atomic = False): a deploy killed after the new
     # index was built, before the migration was recorded, runs it again from the start.
-    try:
-        call_command("migrate", "django_ultjobs", "0005", database=alias, verbosity=0)
+    with _migrated_back(alias, "0005"):
         with connections[alias].cursor() as cursor:
             cursor.execute("CREATE INDEX ultjobs_attempt_slot_lost "
                            "ON django_ultjobs_jobattempt (finished_at)")
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        _migrate(alias)
         names = _index_names(alias)
         assert "ultjobs_attempt_outcome" not in names and "ultjobs_attempt_slot_lost" in names
         # Built anew by the migration, not the stand-in left behind: partial.
         assert "WHERE" in _index_definition(alias, "ultjobs_attempt_slot_lost").upper()
-    finally:
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
 
 
 def test_0007_leaves_the_writes_of_older_code_working(alias: str) -> None:
     # 0007 adds JobAttempt.claims (a database default of 1) and Worker.jobs (nullable), so code
     # from before it (a worker of the last release, mid-deploy) still writes both tables, and its
     # rows read as one claim and as a worker that did not say what it knows (rule 12).
-    try:
-        call_command("migrate", "django_ultjobs", "0006", database=alias, verbosity=0)
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+    with _migrated_back(alias, "0006"):
+        _migrate(alias)
         job = Job.objects.using(alias).create(name="gone")
         with connections[alias].cursor() as cursor:
             cursor.execute(
@@ -131,8 +140,6 @@ def test_0007_leaves_the_writes_of_older_code_working(alias: str) -> None:
                 "in_flight) VALUES ('old', 'h', 1, 1, '[]', 0)")
         assert JobAttempt.objects.using(alias).get(job_id=job.id).claims == 1
         assert Worker.objects.using(alias).get(id="old").jobs is None
-    finally:
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
 
 
 def test_0009_carries_the_held_slots_permissions_over_to_the_renamed_model(alias: str) -> None:
@@ -142,7 +149,7 @@ def test_0009_carries_the_held_slots_permissions_over_to_the_renamed_model(alias
     from django.contrib.contenttypes.models import ContentType
 
     try:
-        call_command("migrate", "django_ultjobs", "0008", database=alias, verbosity=0)
+        _migrate(alias, "0008")
         ContentType.objects.db_manager(alias).clear_cache()
         old_type, _ = ContentType.objects.db_manager(alias).get_or_create(
             app_label="django_ultjobs", model="joblease")
@@ -151,12 +158,12 @@ def test_0009_carries_the_held_slots_permissions_over_to_the_renamed_model(alias
         Permission.objects.using(alias).get_or_create(
             content_type=old_type, codename="view_joblease",
             defaults={"name": "Can view job lease"})
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        _migrate(alias)
         views = Permission.objects.using(alias).filter(
             content_type__app_label="django_ultjobs", codename__in=["view_slot", "view_joblease"])
         assert [(p.codename, p.content_type.model) for p in views] == [("view_slot", "slot")]
     finally:
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        _migrate(alias)
         ContentType.objects.db_manager(alias).clear_cache()
 
 
@@ -164,20 +171,17 @@ def test_an_interrupted_0022_finishes_when_migrate_runs_again(alias: str) -> Non
     # rule 97: 0022 is not atomic (its index is built concurrently). A deploy killed after the
     # column and the view were made, before the migration was recorded, runs it again: the
     # column is kept, the view made anew, the index built.
-    try:
-        call_command("migrate", "django_ultjobs", "0021", database=alias, verbosity=0)
+    with _migrated_back(alias, "0021"):
         with connections[alias].cursor() as cursor:
             cursor.execute("ALTER TABLE django_ultjobs_job ADD COLUMN attempt_on_row boolean "
                            "NOT NULL DEFAULT false")
             cursor.execute("CREATE VIEW django_ultjobs_attemptrecord AS SELECT 1 AS id")
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        _migrate(alias)
         assert "ultjobs_job_attempt_on_row" in _job_index_names(alias)
         job = Job.objects.using(alias).create(name="add", status="succeeded", attempt=1,
                                               worker_id="w1", attempt_on_row=True)
         assert [(a.attempt, a.worker_id, a.outcome) for a in job.attempts.all()] == [
             (1, "w1", "succeeded")]
-    finally:
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
 
 
 def _job_index_names(alias: str) -> set[str]:
@@ -213,12 +217,11 @@ def test_going_back_from_0022_writes_the_rows_the_jobs_rows_held(
     written = _settle_plain_success(cstore, clock, "w2")
     JobAttempt.objects.using(alias).create(job_id=written, attempt=1, worker_id="w2",
                                            outcome="succeeded")
-    try:
-        call_command("migrate", "django_ultjobs", "0021", database=alias, verbosity=0)
+    with _migrated_back(alias, "0021"):
         (row,) = JobAttempt.objects.using(alias).filter(job_id=held)
         assert _facts(row) == _facts(seen)
         assert JobAttempt.objects.using(alias).filter(job_id=written).count() == 1
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)
+        _migrate(alias)
         (again,) = Job.objects.using(alias).get(id=held).attempts.all()
         assert again.id == row.id and _facts(again) == _facts(seen)
         assert Job.objects.using(alias).get(id=held).attempt_on_row is False
@@ -226,5 +229,3 @@ def test_going_back_from_0022_writes_the_rows_the_jobs_rows_held(
         later = _settle_plain_success(cstore, clock, "w3")
         (attempt,) = Job.objects.using(alias).get(id=later).attempts.all()
         assert attempt.id == ON_ROW_ID + later and attempt.worker_id == "w3"
-    finally:
-        call_command("migrate", "django_ultjobs", database=alias, verbosity=0)

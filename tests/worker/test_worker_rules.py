@@ -968,6 +968,7 @@ def _claim_sizes(alias: str, **options: Any) -> list[int]:
 
 @pytest.mark.parametrize("threads", [9, 16])
 def test_a_drain_bound_by_its_cap_claims_a_cap_of_runs_at_a_time(alias: str, threads: int) -> None:
+    # rule 98
     # performance.md item 90: with more threads than slots, a claim takes every free slot and
     # is not full against the threads. The next one went out at once, while the runs it had
     # just started still held every slot (an empty claim), or at the first slot passed on (a
@@ -983,6 +984,7 @@ def test_a_drain_bound_by_its_cap_claims_a_cap_of_runs_at_a_time(alias: str, thr
 
 
 def test_a_thread_that_frees_up_wakes_a_claim_loop_of_two_lanes(alias: str) -> None:
+    # rule 98
     # performance.md item 91: with an async kind registered (tests.testapp.jobs has several) the
     # claim loop waits for either lane. Its one thread ran the first job, whose settle cannot be
     # written (an outage): nothing but that settle or the poll interval (30 s) told the loop
@@ -1002,6 +1004,7 @@ def test_a_thread_that_frees_up_wakes_a_claim_loop_of_two_lanes(alias: str) -> N
 
 
 def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> None:
+    # rule 99
     # A round of two lanes makes two claims. One failing gave back every kept slot the round was
     # offered, before the runs the other claim brought (counting on them) were given theirs:
     # each then needed a new slot, which another worker may have taken meanwhile. They stay
