@@ -147,6 +147,10 @@ class StepLedger:
                        timeout: timedelta | float | None) -> Any:
         """Return the payload of a matching event, suspending the job until one arrives."""
         self.scope.raise_if_cancelled()
+        if not event or len(event) > 200:
+            # send_event refuses such a name, so nothing could ever wake the wait.
+            raise StepError(f"wait_for_event({event!r}): an event name must be 1 to 200 "
+                            "characters long")
         match = dict(match or {})
         try:
             jsonargs.check_result(f"wait_for_event({event!r}) match", match)

@@ -325,8 +325,6 @@ class PostgresStore(JobStore):
         else:
             cur.execute(self.sql["settle"], params)
 
-    # -- durable steps and events --------------------------------------------------------------
-
     # -- fleet slots ---------------------------------------------------------------------------
 
     @staticmethod
@@ -336,8 +334,6 @@ class PostgresStore(JobStore):
             "slots": [h.slot for h in held],
             "holders": [h.holder for h in held],
         }
-
-    # -- workers ------------------------------------------------------------------------------
 
 
 #: The smallest inner limit of the claim's per-queue fence ("{bound}" in ``claim``): generic

@@ -305,8 +305,6 @@ class SQLiteStore(JobStore):
                 cur.execute(self.sql["settle_record"], record)
         return settled
 
-    # -- durable steps and events --------------------------------------------------------------
-
     # -- fleet slots ---------------------------------------------------------------------------
 
     @staticmethod
@@ -347,5 +345,3 @@ class SQLiteStore(JobStore):
                 buckets.append([key, tat, granted, interval, tolerance])
             cur.execute(self.sql["rate_write"], {"buckets": json.dumps(buckets), "now": now})
         return answer
-
-    # -- workers ------------------------------------------------------------------------------

@@ -320,13 +320,12 @@ class WorkerProcess:
         claim to split; 0 after a wait when both are full. The wait ends when a settle is
         written, a thread or an async place frees up (each wakes this loop), or after a poll
         interval."""
-        loop.free_sync, loop.free_async = self.pool.free(), self.async_lane.free()
-        if loop.free_sync <= 0 and loop.free_async <= 0:
+        free = self._free_places(loop)
+        if free <= 0:
             self._wake.clear()
             if self.async_lane.free() <= 0:
                 self._wait_for_work(loop, self.options.poll_interval)
-            return 0
-        return max(0, loop.free_sync) + max(0, loop.free_async)
+        return free
 
     def _claim_round(self, loop: _LoopState, free: int) -> bool:
         """Claim up to ``free`` runs, start them and wait as the answer says; False when a

@@ -10,7 +10,7 @@ from django.db.models import Count
 
 from django_ultjobs import send_event
 from django_ultjobs.cancel import CancelScope
-from django_ultjobs.exceptions import CancelRequestedError, JobCancelledError
+from django_ultjobs.exceptions import CancelRequestedError, JobCancelledError, StepError
 from django_ultjobs.models import Job, JobAttempt, JobStep
 from django_ultjobs.steps import StepLedger
 from django_ultjobs.store import get_store
@@ -181,6 +181,20 @@ def test_an_event_sent_with_the_enqueue_is_found_at_once(alias: str) -> None:
         wait_until(lambda: _finished(alias, job.id))
     assert _status(alias, job.id) == "succeeded"
     assert RunLog.objects.using(alias).filter(job_id=job.id, label="started").count() == 1
+
+
+def test_a_wait_for_an_event_no_sender_may_name_is_a_clear_error(alias: str) -> None:
+    # send_event refuses an empty name or one past 200 characters: a wait on one could only
+    # time out, and would be settled as a wait on a name the settle does not lock.
+    add.enqueue(1, 1)
+    store = get_store(alias)
+    (claimed,) = store.claim(worker_id="w", queues=["default"], limit=1,
+                             visibility_timeout=30, caps={})
+    ledger = StepLedger(store=store, job=claimed, scope=CancelScope())
+    for name in ("", "e" * 201):
+        with pytest.raises(StepError, match="an event name must be 1 to 200 characters long"):
+            ledger.wait_for_event(name, None, None)
+    assert not JobStep.objects.using(alias).filter(job_id=claimed.id).exists()
 
 
 def test_match_compares_json_values_the_same_on_both_engines(alias: str) -> None:
