@@ -383,26 +383,38 @@ chosen AS (
 -- the parts it carries for the other kinds and for per-key caps are planned on every claim even
 -- when they read nothing, which doubled this claim's planning (performance.md, item 89). Same
 -- columns as claim_capped: others_left is false (no other kind was scanned), no slot key.
+-- It may be prepared, as claim is, for the same reason: each kind's scan takes its rows through
+-- a fence whose inner limit is the constant "{bound}" (the store writes the least of 128, 1024,
+-- 8192... at or above the limit), so the planner can cost the scan and keeps the generic plan;
+-- the kind's own limit (its free slots, the claim's limit) is outside the fence, and stops the
+-- pull there, so no row past it is locked. "{kinds}" is how many kinds the arrays hold (the
+-- store writes it; the LIMIT cuts nothing): a function of parameters is estimated at ten rows,
+-- which costed the generic plan at ten scans for one and kept PostgreSQL planning every claim
+-- (performance.md, item 98).
 WITH caps AS MATERIALIZED (
     SELECT c.name,
            c.lim + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
                              WHERE l.key = {slot_key(c.name)} AND l.slot < c.lim
                                AND l.expires_at > {now}) AS free
-    FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
-        AS c(name, lim, kept)
+    FROM (SELECT * FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
+              AS c(name, lim, kept)
+          LIMIT {kinds}) AS c
 ),
 chosen AS (
     SELECT j.* FROM caps
     CROSS JOIN LATERAL (
-        SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
-               claimed_at AS prev_claimed_at
-        FROM django_ultjobs_job
-        WHERE name = caps.name
-          AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
-          AND {fragment:runnable}
-        ORDER BY priority DESC, visible_at, id
+        SELECT * FROM (
+            SELECT id, priority, visible_at, status AS prev_status, worker_id AS prev_worker,
+                   claimed_at AS prev_claimed_at
+            FROM django_ultjobs_job
+            WHERE name = caps.name
+              AND queue = ANY (ARRAY(SELECT q.queue FROM {fragment:active_queues}))
+              AND {fragment:runnable}
+            ORDER BY priority DESC, visible_at, id
+            LIMIT {bound}
+            FOR UPDATE SKIP LOCKED
+        ) AS fence
         LIMIT LEAST(caps.free, %(limit)s::int)
-        FOR UPDATE SKIP LOCKED
     ) AS j
     WHERE caps.free > 0
     ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int

@@ -253,10 +253,11 @@ class PostgresStore(JobStore):
         name = _claim_query(caps, per_key, request.uncapped)
         with self.cursor() as cur:
             self._driver_times(cur)
-            if name == "claim":
+            if name in _PREPARED_CLAIMS:
                 # Prepared as the site's connection prepares: its generic plan is its custom one
-                # at every queue size measured (performance.md, items 96-97).
-                cur.execute(claim_text(self.sql[name], request.limit), params)
+                # at every queue size measured (performance.md, items 96-98).
+                cur.execute(claim_text(self.sql[name], request.limit, kinds=len(per_job)),
+                            params)
             else:
                 self.execute_unprepared(cur, name, params)
             rows = cur.fetchall()
@@ -341,19 +342,26 @@ class PostgresStore(JobStore):
 CLAIM_BOUND = 128
 
 
-def claim_text(sql: str, limit: int) -> str:
-    """``claim`` (``sql``, its text as loaded) with its fence's constant: the least of 128, 1024,
-    8192... at or above ``limit``. A handful of texts, so a handful of prepared statements, and
-    a limit the planner can cost (past 128, at most eight times the rows asked for)."""
+def claim_text(sql: str, limit: int, *, kinds: int = 0) -> str:
+    """``claim`` or ``claim_capped_kinds`` (``sql``, its text as loaded) with its constants: the
+    fence's, the least of 128, 1024, 8192... at or above ``limit``, and the number of capped
+    ``kinds`` the claim's arrays hold. A handful of texts, so a handful of prepared statements,
+    and sizes the planner can cost (past 128, at most eight times the rows asked for)."""
     bound = CLAIM_BOUND
     while bound < limit:
         bound *= 8
-    return _fenced(sql, bound)
+    return _fenced(sql, bound, kinds)
 
 
 @cache
-def _fenced(sql: str, bound: int) -> str:
-    return sql.replace("{bound}", str(bound))
+def _fenced(sql: str, bound: int, kinds: int) -> str:
+    return sql.replace("{bound}", str(bound)).replace("{kinds}", str(kinds))
+
+
+#: The claims whose scans sit behind the constant fence (``claim_text``): sent for the site's
+#: connection to prepare. claim_capped is planned at every run: its scans for the other kinds
+#: and per key were never proved on a generic plan.
+_PREPARED_CLAIMS = frozenset({"claim", "claim_capped_kinds"})
 
 
 def _claim_query(caps: Mapping[str, int], per_key: Sequence[str], uncapped: bool) -> str:

@@ -1,11 +1,11 @@
-"""Prepared statements on PostgreSQL: the queue works on them, and never prepares three queries.
+"""Prepared statements on PostgreSQL: the queue works on them, and never prepares two queries.
 
 Django opens psycopg connections with ``prepare_threshold`` off; a site that sets
 ``OPTIONS["prepare_threshold"]`` gets its statements prepared after that many runs on a
-connection, ours included. The capped claims and event_find must stay out: a prepared statement
+connection, ours included. claim_capped and event_find must stay out: a prepared statement
 may switch to its generic plan after five runs, and theirs ignore the values that make them fast
-(docs/deployment.md). The claim without caps is prepared: its generic plan is its custom one
-(performance.md, items 96-97), which a test below holds.
+(docs/deployment.md). The claim without caps and the capped kinds' own claim are prepared: their
+generic plans are their custom ones (performance.md, items 96-98), which tests below hold.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _prepared(pg_alias: str) -> set[str]:
             for s in statements if s.startswith("/* django_ultjobs:")}
 
 
-def test_the_queue_runs_on_generic_plans_and_never_prepares_capped_claims_or_event_find(
+def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_capped_or_event_find(
         prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
     store = prepared_store
     for i in range(RUNS):
@@ -101,10 +101,11 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_capped_claims_or_eve
         clock.advance(1)
     prepared = _prepared(pg_alias)
     assert {"enqueue_one", "heartbeat", "settle", "slot_acquire", "slot_renew",
-            "event_insert", "event_wake", "claim"} <= prepared
+            "event_insert", "event_wake", "claim", "claim_capped_kinds"} <= prepared
     # Their generic plans ignore the values that make them fast (docs/deployment.md); the claim
-    # without caps is prepared since performance.md items 96-97 (its own test below).
-    assert not {"claim_capped", "claim_capped_kinds", "event_find"} & prepared
+    # without caps and the capped kinds' own claim are prepared since performance.md items 96-98
+    # (their own tests below).
+    assert not {"claim_capped", "event_find"} & prepared
 
 
 def _explain_prepared(pg_alias: str, name: str, params: dict[str, Any],
@@ -135,11 +136,24 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 CLAIM_BACKLOG = 40_000
 
 
-def test_the_prepared_claim_runs_its_generic_plan_down_the_claim_index(pg_alias: str) -> None:
-    """Performance items 96-97: at 40,000 queued, PostgreSQL's own choice (plan_cache_mode auto)
+#: The two prepared claims: the query, the kind queued, the claim's caps and whether it scans the
+#: other kinds, the index its scans must take, and its parameters beyond the plain claim's.
+PREPARED_CLAIMS = {
+    "claim": ("noop", {}, True, "ultjobs_job_claim", {}),
+    "claim_capped_kinds": ("capped", {"capped": 64}, False, "ultjobs_job_claim_kind",
+                           {"cap_names": ["capped"], "cap_limits": [64], "cap_kept": [0]}),
+}
+
+
+@pytest.mark.parametrize("query", sorted(PREPARED_CLAIMS))
+def test_the_prepared_claim_runs_its_generic_plan_down_the_claim_index(
+        pg_alias: str, query: str) -> None:
+    """Performance items 96-98: at 40,000 queued, PostgreSQL's own choice (plan_cache_mode auto)
     keeps the prepared claim's generic plan after its five custom ones (the claim before them was
     costed ten to a hundred times above its custom plan there and planned at every run), and that
-    plan takes the first row down the claim index, reading a few pages, not the backlog."""
+    plan takes the first row down the claim index, reading a few pages, not the backlog. The
+    same for the capped kinds' own claim, down the index by kind."""
+    name, caps, uncapped, index, extra = PREPARED_CLAIMS[query]
     conn = connections[pg_alias]
     conn.ensure_connection()
     raw = conn.connection
@@ -152,25 +166,25 @@ def test_the_prepared_claim_runs_its_generic_plan_down_the_claim_index(pg_alias:
             " max_attempts, visible_at, worker_id, cancel_requested, traceparent, tracestate,"
             " enqueued_by, last_error, wait_after, wait_event, created_at, updated_at,"
             " concurrency_key, unique_for, cancel_reason, tags)"
-            " SELECT 'noop', 'default', (i %% 3), '[]', '{}', 'queued', 0, 1,"
+            " SELECT %s, 'default', (i %% 3), '[]', '{}', 'queued', 0, 1,"
             " now() - interval '1 minute' + (i %% 1000) * interval '1 ms', '', false, '', '',"
             " '', '', 0, '', now(), now(), '', 0, '', '[]'"
-            " FROM generate_series(1, %s) AS i ORDER BY random()", [CLAIM_BACKLOG])
+            " FROM generate_series(1, %s) AS i ORDER BY random()", [name, CLAIM_BACKLOG])
         raw.execute("ANALYZE django_ultjobs_job")
         for _ in range(RUNS):
-            assert len(claim(store, limit=1)) == 1
-        text = claim_text(store.sql["claim"], 1)
+            assert len(claim(store, limit=1, caps=caps, uncapped=uncapped)) == 1
+        text = claim_text(store.sql[query], 1, kinds=len(caps))
         (generic,) = raw.execute("SELECT generic_plans FROM pg_prepared_statements"
-                                 " WHERE statement LIKE '/* django_ultjobs:claim */%%'").fetchone()
-        assert generic >= RUNS - 5, "PostgreSQL chose custom plans for the prepared claim"
+                                 " WHERE statement LIKE %s", [f"/* django_ultjobs:{query} */%"]
+                                 ).fetchone()
+        assert generic >= RUNS - 5, f"PostgreSQL chose custom plans for the prepared {query}"
         raw.execute("SET plan_cache_mode = force_generic_plan")
-        plan = _explain_prepared(pg_alias, "claim", {
+        plan = _explain_prepared(pg_alias, query, {
             "queues": ["default"], "limit": 1, "token": "00000000-0000-0000-0000-000000000001",
-            "worker_id": "w1", "timeout": 30.0, "now": None}, text)
+            "worker_id": "w1", "timeout": 30.0, "now": None, **extra}, text)
         scans = [n for n in _nodes(plan) if n.get("Relation Name") == "django_ultjobs_job"
                  and n["Node Type"] != "ModifyTable"]
-        assert {n.get("Index Name") for n in scans} == {"ultjobs_job_claim",
-                                                         "django_ultjobs_job_pkey"}, scans
+        assert {n.get("Index Name") for n in scans} == {index, "django_ultjobs_job_pkey"}, scans
         assert not [n for n in _nodes(plan) if n["Node Type"] in ("Sort", "Bitmap Heap Scan")
                     and n["Actual Loops"] and n["Actual Rows"] > 1], plan
         pages = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
@@ -182,21 +196,44 @@ def test_the_prepared_claim_runs_its_generic_plan_down_the_claim_index(pg_alias:
 
 
 @pytest.mark.parametrize("limit", [127, 128, 129, 1024, 1025])
+@pytest.mark.parametrize("query", sorted(PREPARED_CLAIMS))
 def test_a_prepared_claim_takes_exactly_its_limit_about_each_fence(
-        prepared_store: JobStore, pg_alias: str, clock: FakeClock, limit: int) -> None:
+        prepared_store: JobStore, pg_alias: str, clock: FakeClock, limit: int,
+        query: str) -> None:
     """The claim's fence has a constant limit of its own (128, 1024, 8192...): a claim takes
     its limit's rows in priority order, no fewer and none past it, on either side of each
-    fence, prepared and on its generic plan; rows past the limit stay queued and unlocked."""
+    fence, prepared and on its generic plan; rows past the limit stay queued and unlocked. The
+    capped kinds' own claim alike, its cap above the limit."""
     store = prepared_store
-    enqueue(store, *[new_job(args=[i], priority=i % 3) for i in range(limit + 2)])
+    name, _, uncapped, _, _ = PREPARED_CLAIMS[query]
+    caps = {"capped": limit + 10} if query == "claim_capped_kinds" else {}
+    enqueue(store, *[new_job(name, args=[i], priority=i % 3) for i in range(limit + 2)])
     for _ in range(2):  # the second on the prepared statement's cached generic plan
-        batch = claim(store, limit=limit)
+        batch = claim(store, limit=limit, caps=caps, uncapped=uncapped)
         assert len(batch) == limit
         assert [j.priority for j in batch] == sorted((j.priority for j in batch), reverse=True)
         assert Job.objects.using(pg_alias).exclude(claim_token=next(iter(batch)).token).count() == 2
-        assert len(claim(store, "w2", limit=limit)) == 2  # nothing past the limit stayed locked
+        # Nothing past the limit stayed locked.
+        assert len(claim(store, "w2", limit=limit, caps=caps, uncapped=uncapped)) == 2
         clock.advance(60)  # every lease lapses: all of them runnable again
-    assert "claim" in _prepared(pg_alias)
+    assert query in _prepared(pg_alias)
+
+
+@pytest.mark.parametrize("cap", [1, 5, 127])
+def test_a_prepared_claim_of_the_capped_kinds_takes_no_more_than_their_free_slots(
+        prepared_store: JobStore, pg_alias: str, cap: int) -> None:
+    """Rule 5 on the generic plan: the kind's own limit (its free slots) sits outside the fence,
+    so a claim asking for more takes exactly the free slots, and leaves the rest unlocked."""
+    store = prepared_store
+    for _ in range(2):  # the second on the prepared statement's cached generic plan
+        enqueue(store, *[new_job("capped", args=[i]) for i in range(cap + 3)])
+        batch = claim(store, limit=129, caps={"capped": cap}, uncapped=False)
+        assert len(batch) == cap
+        rest = claim(store, "w2", limit=129, caps={"capped": cap + 3}, uncapped=False)
+        assert len(rest) == 3
+        assert store.settle([settlement(job) for job in batch], "w1") == {j.id for j in batch}
+        assert store.settle([settlement(job) for job in rest], "w2") == {j.id for j in rest}
+    assert "claim_capped_kinds" in _prepared(pg_alias)
 
 
 def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
