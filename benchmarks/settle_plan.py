@@ -62,7 +62,7 @@ def fill(conn: psycopg.Connection, jobs: int) -> None:
 
 def claim(conn: psycopg.Connection, limit: int) -> tuple[uuid.UUID, list[Any]]:
     token = uuid.uuid4()
-    rows = conn.execute(claim_text(Q["claim"], limit),
+    rows = conn.execute(claim_text(Q["claim"], limit, kinds=0),
                         {"queues": ["default"], "limit": limit, "token": token,
                          "worker_id": "w1", "timeout": 60.0, "now": None},
                         prepare=False).fetchall()

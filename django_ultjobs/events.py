@@ -7,6 +7,16 @@ from typing import Any
 from . import jsonargs
 from .store import get_store
 
+#: The longest event name: the events table's column (``JobEvent.name``).
+MAX_EVENT_NAME = 200
+
+
+def check_event_name(name: object) -> None:
+    """Raise ``ValueError`` unless ``name`` is an event name ``send_event`` accepts: a string of
+    1 to ``MAX_EVENT_NAME`` characters."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_EVENT_NAME:
+        raise ValueError(f"an event name must be a string of 1 to {MAX_EVENT_NAME} characters")
+
 
 def send_event(name: str, payload: dict[str, Any] | None = None) -> int:
     """Send event ``name``; jobs in ``ctx.wait_for_event(name, match=...)`` whose ``match`` keys
@@ -16,8 +26,7 @@ def send_event(name: str, payload: dict[str, Any] | None = None) -> int:
     wakes. An event sent after a job was enqueued counts for its waits even if the job had not
     started waiting yet.
     """
-    if not name or len(name) > 200:
-        raise ValueError("an event name must be 1 to 200 characters long")
+    check_event_name(name)
     payload = dict(payload or {})
     jsonargs.check_result(f"send_event({name!r}) payload", payload)
     return get_store().send_event(name, payload)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from . import jsonargs
 from .cancel import CancelScope
+from .events import check_event_name
 from .exceptions import EventTimeoutError, JobArgumentError, LeaseLostError, StepError
 from .logs import log_event
 from .models import JobStep
@@ -147,10 +148,11 @@ class StepLedger:
                        timeout: timedelta | float | None) -> Any:
         """Return the payload of a matching event, suspending the job until one arrives."""
         self.scope.raise_if_cancelled()
-        if not event or len(event) > 200:
+        try:
             # send_event refuses such a name, so nothing could ever wake the wait.
-            raise StepError(f"wait_for_event({event!r}): an event name must be 1 to 200 "
-                            "characters long")
+            check_event_name(event)
+        except ValueError as exc:
+            raise StepError(f"wait_for_event({event!r}): {exc}") from exc
         match = dict(match or {})
         try:
             jsonargs.check_result(f"wait_for_event({event!r}) match", match)

@@ -387,7 +387,10 @@ chosen AS (
 -- a fence whose inner limit is the constant "{bound}" (the store writes the least of 128, 1024,
 -- 8192... at or above the limit), so the planner can cost the scan and keeps the generic plan;
 -- the kind's own limit (its free slots, the claim's limit) is outside the fence, and stops the
--- pull there, so no row past it is locked. "{kinds}" is how many kinds the arrays hold (the
+-- pull there, so no row past it is locked; no ORDER BY between the two, or the fence would lock
+-- all "{bound}" rows to sort them. Each kind locks up to its own limit, so with several kinds more
+-- rows than "limit" may be locked until the claim commits (chosen takes "limit" of them), as
+-- before the fence. "{kinds}" is how many kinds the arrays hold (the
 -- store writes it; the LIMIT cuts nothing): a function of parameters is estimated at ten rows,
 -- which costed the generic plan at ten scans for one and kept PostgreSQL planning every claim
 -- (performance.md, item 98).

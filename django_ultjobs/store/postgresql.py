@@ -162,8 +162,8 @@ class PostgresStore(JobStore):
         # Never prepared, whatever prepare_threshold says: after five runs PostgreSQL may switch
         # a prepared statement to its generic plan, planned without the parameters' values.
         # claim_capped's cannot see the cap names as constants and seq-scans and sorts every
-        # live row (the claim without caps, once as bad, is prepared since items 96-97, whose
-        # figures do not cover the capped ones); event_find's walks the
+        # live row (the claim without caps and the capped kinds' own claim, once as bad, are
+        # prepared since items 96-98, behind a fence that fixes their plans); event_find's walks the
         # events in id order instead of taking its name's index. Each is many times slower
         # than planning afresh (docs/performance.md, items 19 and 23); a settle that extends an
         # episode or waits on an event is the same (item 85). Django's wrapper passes no
@@ -337,12 +337,13 @@ class PostgresStore(JobStore):
         }
 
 
-#: The smallest inner limit of the claim's per-queue fence ("{bound}" in ``claim``): generic
-#: plans were measured at limits 1-128 under it (performance.md, items 96-97).
+#: The smallest inner limit of the claims' fence ("{bound}" in ``claim``, per queue, and in
+#: ``claim_capped_kinds``, per kind): generic plans were measured at limits 1-128 under it
+#: (performance.md, items 96-98).
 CLAIM_BOUND = 128
 
 
-def claim_text(sql: str, limit: int, *, kinds: int = 0) -> str:
+def claim_text(sql: str, limit: int, *, kinds: int) -> str:
     """``claim`` or ``claim_capped_kinds`` (``sql``, its text as loaded) with its constants: the
     fence's, the least of 128, 1024, 8192... at or above ``limit``, and the number of capped
     ``kinds`` the claim's arrays hold. A handful of texts, so a handful of prepared statements,
@@ -355,12 +356,16 @@ def claim_text(sql: str, limit: int, *, kinds: int = 0) -> str:
 
 @cache
 def _fenced(sql: str, bound: int, kinds: int) -> str:
+    if "{kinds}" in sql and kinds < 1:
+        # LIMIT 0 on the kinds would claim nothing, silently: the capped kinds would starve.
+        raise ValueError(f"a claim of the capped kinds needs their number, not {kinds}")
     return sql.replace("{bound}", str(bound)).replace("{kinds}", str(kinds))
 
 
 #: The claims whose scans sit behind the constant fence (``claim_text``): sent for the site's
-#: connection to prepare. claim_capped is planned at every run: its scans for the other kinds
-#: and per key were never proved on a generic plan.
+#: connection to prepare. claim_capped is planned at every run: its generic plan was measured
+#: slower than planning afresh (docs/deployment.md), and its scans for the other kinds and per
+#: key have no fence.
 _PREPARED_CLAIMS = frozenset({"claim", "claim_capped_kinds"})
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, connections, transaction
 from django.db.utils import ConnectionHandler
 from psycopg import sql
 
@@ -125,6 +125,19 @@ def _explain_prepared(pg_alias: str, name: str, params: dict[str, Any],
     return (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
 
 
+def _lockable(pg_alias: str) -> int:
+    """How many job rows another session could lock now (``FOR UPDATE SKIP LOCKED``): every row
+    but those a transaction still open holds."""
+    params = connections[pg_alias].settings_dict
+    with psycopg.connect(dbname=params["NAME"], host=params["HOST"] or None,
+                         port=params["PORT"] or None, user=params["USER"] or None,
+                         password=params["PASSWORD"] or None) as other:
+        (count,) = other.execute("SELECT count(*) FROM (SELECT id FROM django_ultjobs_job"
+                                 " FOR UPDATE SKIP LOCKED) AS s").fetchone()
+        other.rollback()
+    return count
+
+
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield plan
     for child in plan.get("Plans", []):
@@ -205,15 +218,17 @@ def test_a_prepared_claim_takes_exactly_its_limit_about_each_fence(
     fence, prepared and on its generic plan; rows past the limit stay queued and unlocked. The
     capped kinds' own claim alike, its cap above the limit."""
     store = prepared_store
-    name, _, uncapped, _, _ = PREPARED_CLAIMS[query]
-    caps = {"capped": limit + 10} if query == "claim_capped_kinds" else {}
+    name, caps, uncapped, _, _ = PREPARED_CLAIMS[query]
+    caps = {kind: limit + 10 for kind in caps}  # above the limit: the limit binds
     enqueue(store, *[new_job(name, args=[i], priority=i % 3) for i in range(limit + 2)])
     for _ in range(2):  # the second on the prepared statement's cached generic plan
-        batch = claim(store, limit=limit, caps=caps, uncapped=uncapped)
-        assert len(batch) == limit
+        with transaction.atomic(using=pg_alias):
+            batch = claim(store, limit=limit, caps=caps, uncapped=uncapped)
+            assert len(batch) == limit
+            # While the claim's transaction is open, nothing past the limit is locked.
+            assert _lockable(pg_alias) == 2
         assert [j.priority for j in batch] == sorted((j.priority for j in batch), reverse=True)
         assert Job.objects.using(pg_alias).exclude(claim_token=next(iter(batch)).token).count() == 2
-        # Nothing past the limit stayed locked.
         assert len(claim(store, "w2", limit=limit, caps=caps, uncapped=uncapped)) == 2
         clock.advance(60)  # every lease lapses: all of them runnable again
     assert query in _prepared(pg_alias)
@@ -227,8 +242,11 @@ def test_a_prepared_claim_of_the_capped_kinds_takes_no_more_than_their_free_slot
     store = prepared_store
     for _ in range(2):  # the second on the prepared statement's cached generic plan
         enqueue(store, *[new_job("capped", args=[i]) for i in range(cap + 3)])
-        batch = claim(store, limit=129, caps={"capped": cap}, uncapped=False)
-        assert len(batch) == cap
+        with transaction.atomic(using=pg_alias):
+            batch = claim(store, limit=129, caps={"capped": cap}, uncapped=False)
+            assert len(batch) == cap
+            # While the claim's transaction is open, only the claimed rows are locked.
+            assert _lockable(pg_alias) == Job.objects.using(pg_alias).count() - cap
         rest = claim(store, "w2", limit=129, caps={"capped": cap + 3}, uncapped=False)
         assert len(rest) == 3
         assert store.settle([settlement(job) for job in batch], "w1") == {j.id for j in batch}
