@@ -342,6 +342,34 @@ def test_fleet_slots_hold_fleet_wide_while_workers_are_killed(
           f"late_finishes={late_finishes}")
 
 
+def test_a_fleet_cap_holds_across_workers_on_generic_plans(
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:
+    """Rule 5 with the capped kinds' own claim prepared (performance.md item 98): three worker
+    processes that prepare every statement at its first run and run it on its generic plan
+    (a site's OPTIONS["prepare_threshold"] after five runs) drain 40 runs of a concurrency=2
+    job, four threads each: every job runs once, at its first attempt, and at no instant do more
+    than 2 run. Each run logs its start after its slot was taken and its end before its slot
+    passes on, so the logged intervals lie inside the slot holds (see the chaos test above).
+    The worker that took the two slots first usually keeps them for the whole backlog (rule 90):
+    the others' claims, on the same generic plan, see no free slot and take nothing."""
+    fleet = Fleet(worker_processes, pg_alias)
+    env = {"ULTJOBS_TEST_PREPARE_THRESHOLD": "0"}
+    assert _worker_connection_settings(pg_alias, env) == "0 force_generic_plan"
+    workers = [fleet.start(name, "--threads", "4", env=env) for name in ("A", "B", "C")]
+    fleet.wait_registered(*workers)
+    ids = capped_clocked.bulk_enqueue(
+        [capped_clocked.call(label="generic", seconds=0.05) for _ in range(40)])
+    jobs = Job.objects.using(pg_alias).filter(id__in=ids)
+    fleet.wait(lambda: jobs.filter(status="succeeded").count() == 40, 90,
+               "40 capped jobs to succeed")
+    assert set(jobs.values_list("attempt", flat=True)) == {1}
+    logged = list(RunLog.objects.using(pg_alias).filter(job_id__in=ids))
+    assert sorted(r.job_id for r in logged) == sorted(ids), "a job ran twice (or never)"
+    peak = max_overlap((r.started_at, r.ended_at) for r in logged)
+    assert peak <= 2, f"{peak} runs of a concurrency=2 job at once"
+    assert peak == 2, "the cap was never even reached: the check proved nothing"
+
+
 # -- rules 7/8: a lapsed slot cancels its stalled holder and never revives -------------------------
 
 
