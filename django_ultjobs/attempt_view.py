@@ -1,10 +1,11 @@
 """The SQL of the attempts view, ``django_ultjobs_attemptrecord`` (rule 97), in one place.
 
-Migration 0022 creates the view from here, and ``WithoutAttemptsView`` (every later migration
-that changes the job or attempt table) drops it and creates it again from here. Migrations import
-this module, so it must stay stable: a change to the view's SQL is a new migration carrying the
-new SQL of its own (and a new version of this module's ``create_view`` that later migrations use),
-never an edit here that would change what an old migration builds.
+Migration 0022 creates version 1 of the view from here, migration 0023 version 2, and
+``WithoutAttemptsView`` (every later migration that changes the job or attempt table) drops it and
+creates again the version it names. Migrations import this module, so it must stay stable: a
+change to the view's SQL is a new version here, created by a new migration (and named by the
+``WithoutAttemptsView`` of every later one), never an edit of a version that would change what an
+old migration builds.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ SELECT {on_row_id} + j.id, j.id, j.attempt, j.worker_id, j.claimed_at, j.finishe
 FROM django_ultjobs_job AS j
 WHERE j.attempt_on_row
 """
+#: Version 2 (migration 0023): the held attempt may have held a per-job fleet slot, its number in
+#: ``Job.attempt_slot`` (NULL: no slot); its key is then the job's per-job slot key, built from
+#: the job's name as ``slot_keys.slot_key_for`` builds it (written out here, so that this version
+#: stays what 0023 built).
+_SELECT_2 = _SELECT.replace("{no_slot_key}, {no_slot}", "{held_slot_key}, j.attempt_slot")
 _CONSTANTS = {
     "postgresql": {"succeeded": "'succeeded'::varchar(16)", "no_error": "''::text",
                    "no_slot_key": "''::varchar(200)", "no_slot": "NULL::integer",
@@ -44,8 +50,26 @@ _CONSTANTS = {
 }
 
 
-def create_view(schema_editor: Any) -> None:
-    """Create the view, replacing whatever view of that name is there.
+_HELD_SLOT_KEY = {
+    "postgresql": "CASE WHEN j.attempt_slot IS NULL THEN ''::varchar(200) "
+                  "ELSE ('job:' || j.name)::varchar(200) END",
+    "sqlite": "CASE WHEN j.attempt_slot IS NULL THEN '' ELSE 'job:' || j.name END",
+}
+#: The version later migrations create (``WithoutAttemptsView(view=LATEST)`` names it as a number).
+LATEST = 2
+
+
+def _select(vendor: str, version: int) -> str:
+    if version == 1:
+        return _SELECT.format(on_row_id=ON_ROW_ID, **_CONSTANTS[vendor])
+    if version == 2:
+        return _SELECT_2.format(on_row_id=ON_ROW_ID, held_slot_key=_HELD_SLOT_KEY[vendor],
+                                **_CONSTANTS[vendor])
+    raise ValueError(f"no attempts view of version {version}")
+
+
+def create_view(schema_editor: Any, version: int = 1) -> None:
+    """Create the view of ``version``, replacing whatever view of that name is there.
 
     PostgreSQL replaces it in one statement when it is already this view (a re-run of an
     interrupted migration: readers never see it missing); a view of another shape (half-made by
@@ -53,7 +77,7 @@ def create_view(schema_editor: Any) -> None:
     SQLite has no CREATE OR REPLACE VIEW: drop, then create.
     """
     vendor = schema_editor.connection.vendor
-    select = _SELECT.format(on_row_id=ON_ROW_ID, **_CONSTANTS[vendor])
+    select = _select(vendor, version)
     if vendor == "postgresql" and _same_view_there(schema_editor):
         schema_editor.execute(f"CREATE OR REPLACE VIEW {NAME} AS{select}")
         return

@@ -140,17 +140,20 @@ class WithoutAttemptsView(migrations.SeparateDatabaseAndState):
     table (most of its AlterField, RemoveField, RenameField...) fails at the rename with "error in
     view django_ultjobs_attemptrecord". Every migration after 0022 that changes either table
     wraps its operations in this one (a test walks the migrations to hold that): it drops the
-    view, runs them, and creates the view again (``attempt_view``); their state changes pass
+    view, runs them, and creates again the version ``view`` of it (``attempt_view``: the version
+    the migrations before built, ``attempt_view.LATEST`` written out as a number, so that the
+    migration keeps building what it built when a later version comes); their state changes pass
     through unchanged. Keep the migration atomic (the default), so that on PostgreSQL no reader
     sees the view missing and a failure leaves it as it was.
     """
 
-    def __init__(self, operations: list[Any]) -> None:
+    def __init__(self, operations: list[Any], *, view: int) -> None:
         super().__init__(database_operations=operations, state_operations=operations)
         self.operations = operations
+        self.view = view
 
     def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
-        return self.__class__.__qualname__, [], {"operations": self.operations}
+        return self.__class__.__qualname__, [], {"operations": self.operations, "view": self.view}
 
     def describe(self) -> str:
         return "Without the attempts view: " + "; ".join(o.describe() for o in self.operations)
@@ -159,10 +162,10 @@ class WithoutAttemptsView(migrations.SeparateDatabaseAndState):
                           to_state: Any) -> None:
         attempt_view.drop_view(schema_editor)
         super().database_forwards(app_label, schema_editor, from_state, to_state)
-        attempt_view.create_view(schema_editor)
+        attempt_view.create_view(schema_editor, self.view)
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
                            to_state: Any) -> None:
         attempt_view.drop_view(schema_editor)
         super().database_backwards(app_label, schema_editor, from_state, to_state)
-        attempt_view.create_view(schema_editor)
+        attempt_view.create_view(schema_editor, self.view)

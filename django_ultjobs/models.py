@@ -113,9 +113,13 @@ class Job(models.Model):
     #: "total": ..., "message": ...}``, or None before any. Written fenced on the claim token.
     progress = models.JSONField(_("progress"), null=True, blank=True, editable=False)
     #: This row holds the job's attempt: a first attempt that succeeded with nothing the row
-    #: cannot say (no fleet slot, no steps, no error) is written here by its settle instead of
-    #: as an attempt row of its own (rule 97). Read through ``AttemptRecord``, never alone.
+    #: cannot say (no steps, no error, no fleet slot but a per-job one) is written here by its
+    #: settle instead of as an attempt row of its own (rule 97). Read through ``AttemptRecord``,
+    #: never alone.
     attempt_on_row = models.BooleanField(default=False, db_default=False, editable=False)
+    #: The per-job fleet slot (``slot_keys.slot_key_for`` of this job's name) the attempt this
+    #: row holds ran in; None when it held no slot, or the row holds no attempt (rule 97).
+    attempt_slot = models.IntegerField(null=True, editable=False)
 
     class Meta:
         constraints = [

@@ -504,8 +504,13 @@ settled AS (
         finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                            THEN {now} ELSE NULL END,
         -- Held by the row only when the row's worker (the claim's) is the settle's, as it is
-        -- for every settle under its own claim: then the row says all the attempt row would.
-        attempt_on_row = COALESCE(c.on_row, false) AND j.worker_id = %(worker_id)s::text,
+        -- for every settle under its own claim, and the slot the run held, if any, is its job's
+        -- per-job slot: then the row says all the attempt row would (the view builds the key
+        -- from the job's name).
+        attempt_on_row = COALESCE(c.on_row, false) AND j.worker_id = %(worker_id)s::text
+                         AND (c.slot IS NULL OR c.slot_key = {slot_key(j.name)}),
+        attempt_slot = CASE WHEN COALESCE(c.on_row, false) AND j.worker_id = %(worker_id)s::text
+                                 AND c.slot_key = {slot_key(j.name)} THEN c.slot END,
         updated_at = {now}
     FROM locked AS c
     WHERE j.id = c.id
@@ -530,7 +535,8 @@ extended AS (
 recorded AS (
     -- Every other run with an outcome records its attempt: the row it extends is gone, or it
     -- extends none (the batch holds one run per job). A run whose attempt the job's row holds
-    -- (on_row: a first attempt that succeeded plainly) writes no row (rule 97).
+    -- (on_row: a first attempt that succeeded plainly, in no slot or a per-job one) writes no
+    -- row (rule 97).
     INSERT INTO django_ultjobs_jobattempt
         (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
          steps_run, steps_replayed)

@@ -211,8 +211,12 @@ SET status = c.status,
     result = CASE WHEN c.result_json IS NULL THEN j.result ELSE c.result_json END,
     finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                        THEN {now} ELSE NULL END,
-    -- Held by the row only when the row's worker (the claim's) is the settle's (rule 97).
-    attempt_on_row = COALESCE(c.on_row, 0) AND j.worker_id = :worker_id,
+    -- Held by the row only when the row's worker (the claim's) is the settle's and the slot the
+    -- run held, if any, is its job's per-job slot (the view builds the key from the name; rule 97).
+    attempt_on_row = COALESCE(c.on_row, 0) AND j.worker_id = :worker_id
+                     AND (c.slot IS NULL OR c.slot_key = {slot_key(j.name)}),
+    attempt_slot = CASE WHEN COALESCE(c.on_row, 0) AND j.worker_id = :worker_id
+                             AND c.slot_key = {slot_key(j.name)} THEN c.slot END,
     updated_at = {now}
 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') AS token,
              json_extract(value, '$.status') AS status,
@@ -222,6 +226,8 @@ FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') A
              json_extract(value, '$.wait_event') AS wait_event,
              json_extract(value, '$.wait_match') AS wait_match,
              json_extract(value, '$.wait_after') AS wait_after,
+             json_extract(value, '$.slot_key') AS slot_key,
+             json_extract(value, '$.slot') AS slot,
              json_extract(value, '$.on_row') AS on_row
       FROM json_each(:batch)) AS c
 WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'running'
@@ -229,7 +235,8 @@ RETURNING id;
 
 -- name: settle_record
 -- The attempts of the runs settle applied (ids in :settled), from the same batch; not of a run
--- whose attempt the job's row holds (on_row: a first attempt that succeeded plainly; rule 97).
+-- whose attempt the job's row holds (on_row: a first attempt that succeeded plainly, in no slot
+-- or a per-job one; rule 97).
 INSERT INTO django_ultjobs_jobattempt
     (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
      steps_run, steps_replayed)

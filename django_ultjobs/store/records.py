@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..slot_keys import SLOT_KEY_PREFIX
+
 
 # Made once per job on the enqueue path, so slotted but not frozen, as ClaimedJob below: a
 # frozen dataclass sets each of its 19 fields through object.__setattr__, which was most of
@@ -170,14 +172,24 @@ class Settlement:
         """Whether the job's own row holds this attempt, so it needs no attempt row (rule 97).
 
         A first attempt that succeeded, with nothing the row cannot say: the row keeps its
-        worker, its attempt number (1), its claim time (this attempt's start), its finish time
-        and its outcome (succeeded); an attempt with an error, a fleet slot or steps is written
-        as a row, as is every other outcome and every later attempt."""
+        worker, its attempt number (1), its claim time (this attempt's start), its finish time,
+        its outcome (succeeded) and the number of its per-job fleet slot (``Job.attempt_slot``;
+        the key is the job's name's). An attempt with an error, steps or a per-key cap's slot
+        (rule 50) is written as a row, as is every other outcome and every later attempt. The
+        settle checks the per-job key against the job's name, and writes the row when they
+        differ."""
         return (self.status == "succeeded" and self.outcome == "succeeded"
                 and self.attempt_no == 1 and self.attempt_delta == 0
                 and self.started_at is not None and self.error is None
-                and self.slot_key is None and self.slot is None and self.extends is None
+                and self._slot_on_row() and self.extends is None
                 and not self.steps_run and not self.steps_replayed)
+
+    def _slot_on_row(self) -> bool:
+        """No slot, or a per-job one (its key ``job:<name>``), which the row can say."""
+        if self.slot_key is None and self.slot is None:
+            return True
+        return (self.slot is not None and self.slot_key is not None
+                and self.slot_key.startswith(SLOT_KEY_PREFIX))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import pytest
 from django_ultjobs.attempts import history
 from django_ultjobs.models import ON_ROW_ID, AttemptRecord, Job, JobAttempt
 from django_ultjobs.retention import prune
+from django_ultjobs.slot_keys import keyed_slot_key, slot_key_for
 from django_ultjobs.store import JobStore, LostAttempt
 from tests.doubles import FakeClock
 
@@ -78,20 +79,84 @@ def test_a_success_after_a_lost_lease_writes_its_row(
 
 
 @pytest.mark.parametrize("fields", [
-    {"slot_key": "job:add", "slot": 0},
+    {"slot_key": keyed_slot_key("add", "acct-7"), "slot": 0},
+    {"slot_key": slot_key_for("other"), "slot": 0},
+    {"slot_key": slot_key_for("add"), "slot": None},
     {"steps_run": ("charge",)},
     {"steps_replayed": ("charge",)},
     {"error": "the body finished anyway", "outcome": "slot_lost"},
-], ids=["slot", "steps-run", "steps-replayed", "slot-lost"])
+    {"error": "the body finished anyway", "outcome": "slot_lost", "slot_key": "job:add",
+     "slot": 0},
+], ids=["per-key-slot", "another-jobs-slot", "key-without-slot", "steps-run", "steps-replayed",
+        "slot-lost", "slot-lost-per-job-slot"])
 def test_a_first_success_with_more_than_the_row_says_writes_its_row(
         cstore: JobStore, alias: str, fields: dict) -> None:  # rule 97
     (job_id,) = enqueue(cstore, new_job())
     (job,) = claim(cstore, "w1")
     assert cstore.settle([settlement(job, result_json="1", **fields)], "w1") == {job_id}
     assert _rows(alias, job_id) == 1
-    assert row(alias, job_id).attempt_on_row is False
+    assert (row(alias, job_id).attempt_on_row, row(alias, job_id).attempt_slot) == (False, None)
     (attempt,) = history(job_id, using=alias)
     assert attempt.id < ON_ROW_ID and attempt.outcome == fields.get("outcome", "succeeded")
+    assert (attempt.slot_key, attempt.slot) == (fields.get("slot_key", ""), fields.get("slot"))
+
+
+def test_a_first_success_in_a_per_job_slot_is_held_by_the_jobs_row(
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97
+    # A run of a job with @job(concurrency=...) held one of its job's fleet slots: the row
+    # keeps the slot's number, the view builds its key from the job's name.
+    (job_id,) = enqueue(cstore, new_job())
+    (job,) = claim(cstore, "w1")
+    clock.advance(3)
+    done = settlement(job, result_json="7", slot_key=slot_key_for("add"), slot=5)
+    assert done.on_row
+    assert cstore.settle([done], "w1") == {job_id}
+    assert _rows(alias, job_id) == 0
+    assert (row(alias, job_id).attempt_on_row, row(alias, job_id).attempt_slot) == (True, 5)
+    (attempt,) = Job.objects.using(alias).get(id=job_id).attempts.all()
+    assert (attempt.id, attempt.attempt, attempt.worker_id, attempt.outcome, attempt.error,
+            attempt.slot_key, attempt.slot, attempt.claims, attempt.steps_run,
+            attempt.steps_replayed) == (
+        ON_ROW_ID + job_id, 1, "w1", "succeeded", "", "job:add", 5, 1, [], [])
+    assert (attempt.started_at, attempt.finished_at) == (job.claimed_at, clock.now)
+    assert cstore.settle_landed([done], "w1") == {job_id}
+    # A filter on the slot finds the held attempt too (through the key the view builds).
+    assert list(AttemptRecord.objects.using(alias).filter(slot_key="job:add", slot=5)
+                .values_list("job_id", flat=True)) == [job_id]
+
+
+def test_a_held_attempt_reads_as_the_row_it_saves_would(
+        cstore: JobStore, alias: str) -> None:  # rule 97
+    # The same first success, once held by its job's row and once written as a row (another
+    # worker settles it: the row's worker is the claim's), reads the same but for the worker.
+    enqueue(cstore, new_job(), new_job())
+    held, written = sorted(claim(cstore, "w1"), key=lambda j: j.id)
+    key = slot_key_for("add")
+    assert cstore.settle([settlement(held, slot_key=key, slot=3)], "w1") == {held.id}
+    assert cstore.settle([settlement(written, slot_key=key, slot=3)], "w2") == {written.id}
+    (on_row,) = history(held.id, using=alias)
+    (own,) = history(written.id, using=alias)
+    assert on_row.id >= ON_ROW_ID > own.id
+    facts = ("attempt", "outcome", "error", "slot_key", "slot", "steps_run", "steps_replayed",
+             "claims")
+    assert [getattr(on_row, f) for f in facts] == [getattr(own, f) for f in facts]
+
+
+def test_the_views_columns_keep_the_attempt_tables_types(alias: str) -> None:  # rule 97
+    # On PostgreSQL a column of another type keeps the view's second half a sorted subquery.
+    if alias != "postgres":
+        pytest.skip("column types are PostgreSQL's")
+    from django.db import connections
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) "
+            "FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid "
+            "WHERE c.relname IN ('django_ultjobs_attemptrecord', 'django_ultjobs_jobattempt') "
+            "AND a.attname IN ('slot_key', 'slot') ORDER BY 1, 2")
+        types = cursor.fetchall()
+    assert {(name, t) for _, name, t in types if _ == "django_ultjobs_attemptrecord"} == {
+        (name, t) for _, name, t in types if _ == "django_ultjobs_jobattempt"}
+    assert len(types) == 4
 
 
 def test_a_success_after_a_hand_back_follows_the_hand_backs_row(
@@ -116,7 +181,8 @@ def test_a_batch_writes_rows_for_all_but_its_first_successes(
     claim_again = Job.objects.using(alias).filter(id=stale.id)
     claim_again.update(claim_token="00000000-0000-0000-0000-000000000001")
     outcomes = [settlement(jobs[0]), settlement(jobs[1], "failed", outcome="failed", error="e"),
-                settlement(jobs[2]), settlement(jobs[3], slot_key="job:add", slot=1),
+                settlement(jobs[2]),
+                settlement(jobs[3], slot_key=keyed_slot_key("add", "k"), slot=1),
                 settlement(jobs[4], "queued", outcome="retrying", error="r"),
                 settlement(stale)]
     assert cstore.settle(outcomes, "w1") == set(ids[:5])

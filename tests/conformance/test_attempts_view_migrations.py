@@ -82,7 +82,7 @@ def test_the_check_finds_a_bare_change_and_lets_a_wrapped_one_through() -> None:
             migrations.SeparateDatabaseAndState(database_operations=[
                 migrations.RenameField(model_name="job", old_name="worker_id", new_name="w")])]
     assert len(_unwrapped(bare)) == 4
-    assert _unwrapped([WithoutAttemptsView(operations=bare),
+    assert _unwrapped([WithoutAttemptsView(operations=bare, view=attempt_view.LATEST),
                        AddIndexConcurrently(model_name="job", index=_an_index())]) == []
 
 
@@ -116,7 +116,7 @@ def test_a_change_to_a_column_the_view_reads_goes_through_inside_the_wrapper(
         alias: str) -> None:  # rule 97
     with pytest.raises(DatabaseError):
         _apply(alias, _widened_worker_id())
-    wrapped = WithoutAttemptsView(operations=[_widened_worker_id()])
+    wrapped = WithoutAttemptsView(operations=[_widened_worker_id()], view=attempt_view.LATEST)
     try:
         _apply(alias, wrapped)
         assert _worker_id_size(alias) == 300
@@ -144,7 +144,7 @@ def test_the_view_made_again_over_itself_reads_the_same(alias: str) -> None:  # 
                 statements.append(str(sql).split(" AS")[0])
                 execute(sql, params)
             editor.execute = record
-            attempt_view.create_view(editor)
+            attempt_view.create_view(editor, attempt_view.LATEST)
         assert statements == (
             ["CREATE OR REPLACE VIEW django_ultjobs_attemptrecord"] if alias == "postgres" else
             ["DROP VIEW IF EXISTS django_ultjobs_attemptrecord",

@@ -9,7 +9,9 @@ import pytest
 from django.core.management import call_command
 from django.db import connections, transaction
 
+from django_ultjobs.attempts import history
 from django_ultjobs.models import ON_ROW_ID, Job, JobAttempt, Worker
+from django_ultjobs.slot_keys import slot_key_for
 from django_ultjobs.store import JobStore
 from tests.doubles import FakeClock
 
@@ -229,3 +231,46 @@ def test_going_back_from_0022_writes_the_rows_the_jobs_rows_held(
         later = _settle_plain_success(cstore, clock, "w3")
         (attempt,) = Job.objects.using(alias).get(id=later).attempts.all()
         assert attempt.id == ON_ROW_ID + later and attempt.worker_id == "w3"
+
+
+def _settle_slotted_success(cstore: JobStore, clock: FakeClock, worker: str, slot: int) -> int:
+    (job_id,) = enqueue(cstore, new_job())
+    (job,) = claim(cstore, worker)
+    clock.advance(2)
+    done = settlement(job, result_json="1", slot_key=slot_key_for("add"), slot=slot)
+    assert cstore.settle([done], worker) == {job_id}
+    return job_id
+
+
+def test_going_back_from_0023_writes_the_rows_of_the_slotted_attempts_the_rows_held(
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:
+    # rule 97: version 1 of the view (0022) shows no slot for the attempt a row holds; going
+    # back writes each one the rows held with a slot as a row with the facts version 2 showed,
+    # and the rows hold them no more. One held without a slot stays held.
+    slotted = _settle_slotted_success(cstore, clock, "w1", 4)
+    plain = _settle_plain_success(cstore, clock, "w2")
+    (seen,) = Job.objects.using(alias).get(id=slotted).attempts.all()
+    (plain_seen,) = Job.objects.using(alias).get(id=plain).attempts.all()
+    assert seen.id == ON_ROW_ID + slotted and (seen.slot_key, seen.slot) == ("job:add", 4)
+    with _migrated_back(alias, "0022"):
+        (row,) = JobAttempt.objects.using(alias).filter(job_id=slotted)
+        assert _facts(row) == _facts(seen)
+        # (the model has the column 0022 has not: read the job's row by its fields)
+        assert Job.objects.using(alias).filter(id=slotted).values_list(
+            "attempt_on_row", flat=True).get() is False
+        (again,) = history(slotted, using=alias)
+        assert again.id == row.id and _facts(again) == _facts(seen)
+        (plain_again,) = history(plain, using=alias)
+        assert (plain_again.id, _facts(plain_again)) == (plain_seen.id, _facts(plain_seen))
+        with connections[alias].cursor() as cursor:  # the column went with 0023
+            columns = connections[alias].introspection.get_table_description(
+                cursor, Job._meta.db_table)
+        assert "attempt_slot" not in {c.name for c in columns}
+        _migrate(alias)
+        (forward,) = Job.objects.using(alias).get(id=slotted).attempts.all()
+        assert forward.id == row.id and _facts(forward) == _facts(seen)
+        # ...and a slotted first success settled after the way forward is held by its row.
+        later = _settle_slotted_success(cstore, clock, "w3", 2)
+        (attempt,) = Job.objects.using(alias).get(id=later).attempts.all()
+        assert attempt.id == ON_ROW_ID + later and (attempt.slot_key, attempt.slot) == (
+            "job:add", 2)
