@@ -233,12 +233,14 @@ ON_ROW_ID = attempt_view.ON_ROW_ID
 class AttemptRecord(models.Model):
     """One attempt as every reader sees it (rule 97): an attempt row, or the attempt a job's own
     row holds (``Job.attempt_on_row``: worker, attempt number, claim time as its start, finish
-    time, outcome succeeded), with ``id`` ``ON_ROW_ID`` + the job's id: above every attempt
-    row's id, so in id order it comes after the job's rows, as it happened.
+    time, outcome succeeded, its per-job slot from ``Job.attempt_slot``), with ``id``
+    ``ON_ROW_ID`` + the job's id: above every attempt row's id, so in id order it comes after
+    the job's rows, as it happened.
 
-    A view over both tables (migration 0022), read-only: the admin, the Django Tasks results,
-    ``ultjobs show``, the charts and the prune's counts read attempts here, so none can forget
-    the attempts that have no row of their own. Read them in order with ``attempts.history``.
+    A view over both tables (migrations 0022 and 0023), read-only: the admin, the Django Tasks
+    results, ``ultjobs show``, the charts and the prune's counts read attempts here, so none can
+    forget the attempts that have no row of their own. Read them in order with
+    ``attempts.history``.
     """
 
     id = models.BigIntegerField(primary_key=True)

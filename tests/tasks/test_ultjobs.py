@@ -14,8 +14,10 @@ from django.db import transaction
 from django.test.utils import override_settings
 
 from django_ultjobs import UnknownJobError
+from django_ultjobs.attempts import history
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.registry import get_job, unregister
+from django_ultjobs.slot_keys import slot_key_for
 from django_ultjobs.tasks_backend import UltJobsBackend
 from django_ultjobs.tasks_backend.compat import (
     InvalidTask,
@@ -31,6 +33,7 @@ from tests.tasks.settings import JOB_MODULES
 from tests.tasks.taskdefs import (
     add,
     async_where,
+    capped,
     context_info,
     doubled,
     email,
@@ -66,6 +69,20 @@ def test_a_first_attempt_held_by_the_jobs_row_reads_as_one_attempt(alias: str) -
     assert done.attempts == 1 and done.worker_ids == [job.worker_id] and done.errors == []
     assert done.started_at == done.last_attempted_at == job.claimed_at
     assert done.finished_at == job.finished_at and done.return_value == 5
+
+
+def test_a_first_attempt_in_a_per_job_slot_is_held_by_the_jobs_row(alias: str) -> None:
+    # rule 97: a run of a capped task (@task(concurrency=2)) held one of its fleet slots; the
+    # row keeps the slot's number, and the attempt reads its key and slot as a row would.
+    result = capped.enqueue()
+    with running_worker(alias):
+        finished(result.id)
+    job = Job.objects.using(alias).get(pk=result.id)
+    assert job.attempt_on_row and not JobAttempt.objects.using(alias).filter(job=job).exists()
+    (attempt,) = history(job.id, using=alias)
+    assert job.attempt_slot in (0, 1)
+    assert (attempt.worker_id, attempt.slot_key, attempt.slot) == (
+        job.worker_id, slot_key_for(job.name), job.attempt_slot)
 
 
 @pytest.mark.parametrize("fail_times, status, errors", [(2, SUCCESSFUL, 2), (5, FAILED, 3)])
