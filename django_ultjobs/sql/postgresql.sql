@@ -508,7 +508,8 @@ settled AS (
         -- per-job slot: then the row says all the attempt row would (the view builds the key
         -- from the job's name).
         attempt_on_row = COALESCE(c.on_row, false) AND j.worker_id = %(worker_id)s::text
-                         AND (c.slot IS NULL OR c.slot_key = {slot_key(j.name)}),
+                         AND (c.slot IS NULL AND c.slot_key IS NULL
+                              OR c.slot IS NOT NULL AND c.slot_key = {slot_key(j.name)}),
         attempt_slot = CASE WHEN COALESCE(c.on_row, false) AND j.worker_id = %(worker_id)s::text
                                  AND c.slot_key = {slot_key(j.name)} THEN c.slot END,
         updated_at = {now}

@@ -214,7 +214,8 @@ SET status = c.status,
     -- Held by the row only when the row's worker (the claim's) is the settle's and the slot the
     -- run held, if any, is its job's per-job slot (the view builds the key from the name; rule 97).
     attempt_on_row = COALESCE(c.on_row, 0) AND j.worker_id = :worker_id
-                     AND (c.slot IS NULL OR c.slot_key = {slot_key(j.name)}),
+                     AND (c.slot IS NULL AND c.slot_key IS NULL
+                          OR c.slot IS NOT NULL AND c.slot_key = {slot_key(j.name)}),
     attempt_slot = CASE WHEN COALESCE(c.on_row, 0) AND j.worker_id = :worker_id
                              AND c.slot_key = {slot_key(j.name)} THEN c.slot END,
     updated_at = {now}
