@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -200,11 +201,12 @@ def _facts(attempt: object) -> tuple:
     return tuple(getattr(attempt, name) for name in _FACTS)
 
 
-def _settle_plain_success(cstore: JobStore, clock: FakeClock, worker: str) -> int:
+def _settle_plain_success(cstore: JobStore, clock: FakeClock, worker: str,
+                          **fields: Any) -> int:
     (job_id,) = enqueue(cstore, new_job())
     (job,) = claim(cstore, worker)
     clock.advance(2)
-    assert cstore.settle([settlement(job, result_json="1")], worker) == {job_id}
+    assert cstore.settle([settlement(job, result_json="1", **fields)], worker) == {job_id}
     return job_id
 
 
@@ -234,12 +236,7 @@ def test_going_back_from_0022_writes_the_rows_the_jobs_rows_held(
 
 
 def _settle_slotted_success(cstore: JobStore, clock: FakeClock, worker: str, slot: int) -> int:
-    (job_id,) = enqueue(cstore, new_job())
-    (job,) = claim(cstore, worker)
-    clock.advance(2)
-    done = settlement(job, result_json="1", slot_key=slot_key_for("add"), slot=slot)
-    assert cstore.settle([done], worker) == {job_id}
-    return job_id
+    return _settle_plain_success(cstore, clock, worker, slot_key=slot_key_for("add"), slot=slot)
 
 
 def test_going_back_from_0023_writes_the_rows_of_the_slotted_attempts_the_rows_held(
