@@ -335,6 +335,12 @@ class WorkerProcess:
         # otherwise be missed by --burst).
         idle = self._busy() == 0 and self.completer.pending == 0
         self._wake.clear()
+        if loop.async_names:
+            # Read again after the clear: an async place freed since ``_room`` read the lanes
+            # set the wake-up this clear dropped, and a round that saw no room in that lane
+            # would wait for the next place to free, a whole body's time when the lane's runs
+            # end together (performance.md item 99). Places only free up meanwhile.
+            free = self.recycler.room(self._free_places(loop))
         if self._notified.is_set():
             self._notified.clear()
             loop.others_checked_at = loop.async_checked_at = None

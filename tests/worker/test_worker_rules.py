@@ -1038,6 +1038,32 @@ def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> N
     assert second.slot == first.slot and len(slot_store.acquired) == 1
 
 
+def test_an_async_place_freed_while_a_round_starts_is_claimed_by_that_round() -> None:
+    # rule 98
+    # The round read the lanes (no async place free), then cleared its wake-up before the
+    # claim. A place the async lane freed in between set the wake-up that clear dropped, and
+    # the round, seeing no async room, claimed nothing for that lane and waited for the next
+    # place to free: with runs that end together, a whole body's time (performance.md
+    # item 99). The round reads the lanes after the clear.
+    worker = WorkerProcess(WorkerOptions(threads=1, async_concurrency=2, listen=False,
+                                         poll_interval=0.01))
+    plans: list[dict[str, Any]] = []
+
+    def claim(**kwargs: Any) -> Any:
+        plans.append(kwargs)
+        return []
+
+    worker.store.claim = claim  # type: ignore[method-assign]
+    # What _room read a moment ago: the thread free, both async places held. Both have freed
+    # since (the lane is idle), waking the loop before the round cleared that wake-up.
+    loop = worker_module._LoopState(batch=1, async_names=frozenset({"async_add"}),
+                                    free_sync=1, free_async=0,
+                                    others_checked_at=time.monotonic())
+    worker._claim_round(loop, 1)
+    assert [(p["limit"], p["uncapped"], p["caps"]) for p in plans] == [
+        (2, False, {"async_add": 2})]
+
+
 @pytest.fixture(autouse=True)
 def _no_stray_worker_threads() -> Iterator[None]:
     """Fail loudly if a test leaves a worker's threads running into the next one."""
