@@ -15,6 +15,14 @@ So a run waits at most about ``STALL`` behind bodies that block, and behind shor
 helpers double every ``STALL`` until the queue keeps up; no-op jobs are done by the few threads
 already awake.
 
+Except while the process is bound by the GIL: its threads used between ``BUSY`` and ``PARALLEL``
+CPUs since the watch last judged (``_gil_bound``). Its queued runs then wait for the GIL, not for
+a thread, and a thread more only switches the GIL more: the watch adds no helpers, and gives each
+waiting run a thread only once no thread has taken one for ``BUSY_STALL`` (bodies that block
+while others compute). Without this, a no-op drain woke about a thread for every four jobs,
+most of them in herds when the claim loop held the GIL for a millisecond (performance.md
+item 100).
+
 Not ``concurrent.futures.ThreadPoolExecutor``: it wakes a thread per run, holds the process's exit
 until every body returns (a body that ignores its cancellation would keep a stopped worker alive),
 and has no hook to close a thread's connections when it ends (rule 13); measured in
@@ -39,15 +47,34 @@ logger = logging.getLogger("django_ultjobs.worker")
 #: Seconds a queued run may wait with no thread taking runs before more threads are woken: short
 #: against any job that does I/O, long against a no-op body.
 STALL = 0.001
+#: The share of one CPU from which the process counts as bound by the GIL: its Python runs on
+#: one core at a time (the database and other processes share the machine, hence not 1.0).
+BUSY = 0.6
+#: The CPUs beyond which its threads are running in parallel (bodies in C code that releases
+#: the GIL), where more threads help again.
+PARALLEL = 1.1
+#: How long no thread may take a queued run, while the process is GIL-bound, before each
+#: waiting run gets a thread: long against the GIL's hand-overs (every 1 ms under
+#: ``runjobworker``), short against a body that blocks on I/O.
+BUSY_STALL = 0.005
+#: The shortest window the process's CPU is judged over.
+SAMPLE = 0.002
 
 
 class ExecutorPool:
     """``size`` threads running one run each; ``free()`` is how many more the worker may claim."""
 
     def __init__(self, size: int, handler: Callable[[Run], None], *,
-                 on_free: Callable[[], None] | None = None) -> None:
+                 on_free: Callable[[], None] | None = None,
+                 cpu_clock: Callable[[], float] = time.process_time) -> None:
         self.size = size
         self._handler = handler
+        #: The process's CPU seconds (all threads), and when and at what reading the watch last
+        #: judged whether it is GIL-bound (``_gil_bound``).
+        self._cpu_clock = cpu_clock
+        self._judged_at = 0.0
+        self._judged_cpu = 0.0
+        self._bound = False
         #: Called once after ``call_on_free``, by the next run to finish (see there).
         self._on_free = on_free
         self._call_on_free = False
@@ -210,7 +237,13 @@ class ExecutorPool:
                 now = time.monotonic()
                 stalled_for = now - self._last_take
                 oldest_waited = now - self._pending[0][0]
-                if stalled_for < STALL and oldest_waited < STALL:
+                if self._gil_bound(now):
+                    # Runs wait for the GIL, not for threads: none is added to threads taking
+                    # runs, and a queue nobody takes from gets its threads after BUSY_STALL.
+                    if stalled_for < BUSY_STALL:
+                        self._watch.wait(BUSY_STALL - stalled_for)
+                        continue
+                elif stalled_for < STALL and oldest_waited < STALL:
                     self._watch.wait(STALL - max(stalled_for, oldest_waited))
                     continue
                 if self._idle:
@@ -224,6 +257,17 @@ class ExecutorPool:
                 # runs, so there are at least as many of those as queued runs).
                 self._last_take = now
                 self._watch.wait(STALL)
+
+    def _gil_bound(self, now: float) -> bool:
+        """Whether the process used between ``BUSY`` and ``PARALLEL`` CPUs over the window
+        since the watch last judged, once that window is ``SAMPLE`` long (the last verdict until
+        then). Under the lock, from the watch only."""
+        window = now - self._judged_at
+        if window >= SAMPLE:
+            cpu = self._cpu_clock()
+            self._bound = BUSY * window <= cpu - self._judged_cpu <= PARALLEL * window
+            self._judged_at, self._judged_cpu = now, cpu
+        return self._bound
 
     def _loop(self) -> None:
         try:

@@ -10,8 +10,27 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+
+import pytest
 
 from django_ultjobs.worker.pool import ExecutorPool
+
+#: Process CPU clocks for the pool's GIL judgement (pool.py): one CPU used all the time (bound by
+#: the GIL), none (idle: bodies that block), two (threads running in parallel, in C code).
+GIL_BOUND: Callable[[], float] = time.monotonic
+
+
+def IDLE() -> float:
+    return 0.0
+
+
+def PARALLEL() -> float:
+    return 2 * time.monotonic()
+
+
+EVERY_CLOCK = pytest.mark.parametrize("cpu_clock", [time.process_time, GIL_BOUND, IDLE],
+                                      ids=["real", "gil-bound", "idle"])
 
 
 class Blocking:
@@ -23,18 +42,22 @@ class Blocking:
         self.release = threading.Event()
 
 
-def blocking_pool(size: int) -> ExecutorPool:
+def blocking_pool(size: int, cpu_clock: Callable[[], float] = time.process_time
+                  ) -> ExecutorPool:
     def handler(run: Blocking) -> None:
         run.started.set()
         assert run.release.wait(10), f"{run.name} was never released"
 
-    pool = ExecutorPool(size, handler)  # type: ignore[arg-type]
+    pool = ExecutorPool(size, handler, cpu_clock=cpu_clock)  # type: ignore[arg-type]
     pool.start()
     return pool
 
 
-def test_run_behind_a_blocking_run_of_the_same_claim_still_starts() -> None:
-    pool = blocking_pool(4)
+@EVERY_CLOCK
+def test_run_behind_a_blocking_run_of_the_same_claim_still_starts(
+        cpu_clock: Callable[[], float]) -> None:
+    # GIL-bound too: the process may be busy with other runs while this body blocks.
+    pool = blocking_pool(4, cpu_clock)
     slow, behind = Blocking("slow"), Blocking("behind")
     try:
         pool.submit_many([slow, behind])
@@ -49,7 +72,8 @@ def test_run_behind_a_blocking_run_of_the_same_claim_still_starts() -> None:
         pool.stop(timeout=5)
 
 
-def test_a_claim_of_blocking_runs_runs_them_all_at_once() -> None:
+@EVERY_CLOCK
+def test_a_claim_of_blocking_runs_runs_them_all_at_once(cpu_clock: Callable[[], float]) -> None:
     size = 8
     barrier = threading.Barrier(size, timeout=10)
 
@@ -57,7 +81,8 @@ def test_a_claim_of_blocking_runs_runs_them_all_at_once() -> None:
         barrier.wait()  # breaks (and raises) unless all eight bodies run concurrently
 
     passed: list[object] = []
-    pool = ExecutorPool(size, lambda run: (handler(run), passed.append(run)))  # type: ignore[arg-type]
+    pool = ExecutorPool(size, lambda run: (handler(run), passed.append(run)),  # type: ignore[arg-type]
+                        cpu_clock=cpu_clock)
     pool.start()
     try:
         pool.submit_many([object() for _ in range(size)])
@@ -114,22 +139,50 @@ def test_wait_for_free_wakes_when_enough_threads_free_up() -> None:
         pool.stop(timeout=5)
 
 
-def test_runs_behind_short_bodies_get_more_threads_as_they_wait() -> None:
+@pytest.mark.parametrize("cpu_clock", [IDLE, PARALLEL], ids=["idle", "parallel"])
+def test_runs_behind_short_bodies_get_more_threads_as_they_wait(
+        cpu_clock: Callable[[], float]) -> None:
     # 16 runs of 0.5 ms handed over together: the one thread woken for the claim keeps taking them,
     # so the queue never stalls, but its oldest run ages past 1 ms and the watch adds threads
-    # (1, 2, 4, ...) instead of letting one thread run all sixteen one after another.
+    # (1, 2, 4, ...) instead of letting one thread run all sixteen one after another. So it does
+    # when the process's threads run in parallel (over one CPU): the GIL is not what they wait for.
     seen: set[str] = set()
 
     def handler(run: object) -> None:
         seen.add(threading.current_thread().name)
         time.sleep(0.0005)
 
-    pool = ExecutorPool(8, handler)  # type: ignore[arg-type]
+    pool = ExecutorPool(8, handler, cpu_clock=cpu_clock)  # type: ignore[arg-type]
     pool.start()
     try:
         pool.submit_many([object() for _ in range(16)])  # type: ignore[misc]
         assert pool.wait_idle(10)
         assert len(seen) >= 2, "every run went through one thread"
+    finally:
+        pool.stop(timeout=5)
+
+
+def test_a_gil_bound_process_adds_no_thread_to_threads_taking_runs() -> None:
+    # performance.md item 100: 200 short runs handed over together (0.1 ms of Python, then the
+    # GIL let go for 0.1 ms, so the watch looks at its pace), in a process using one CPU (bound
+    # by the GIL). The thread woken for them keeps taking them; more threads would wait for the
+    # same GIL and only switch it more. Before, the watch doubled the threads every millisecond
+    # the oldest run waited (1, 2, 4, ... 32).
+    seen: set[str] = set()
+
+    def handler(run: object) -> None:
+        seen.add(threading.current_thread().name)
+        deadline = time.perf_counter() + 0.0001
+        while time.perf_counter() < deadline:
+            pass
+        time.sleep(0.0001)
+
+    pool = ExecutorPool(32, handler, cpu_clock=GIL_BOUND)  # type: ignore[arg-type]
+    pool.start()
+    try:
+        pool.submit_many([object() for _ in range(200)])  # type: ignore[misc]
+        assert pool.wait_idle(10)
+        assert len(seen) <= 2, f"{len(seen)} threads took 200 short runs of a GIL-bound process"
     finally:
         pool.stop(timeout=5)
 
