@@ -16,12 +16,14 @@ helpers double every ``STALL`` until the queue keeps up; no-op jobs are done by 
 already awake.
 
 Except while the process is bound by the GIL: its threads used between ``BUSY`` and ``PARALLEL``
-CPUs since the watch last judged (``_gil_bound``). Its queued runs then wait for the GIL, not for
-a thread, and a thread more only switches the GIL more: the watch adds no helpers, and gives each
-waiting run a thread only once no thread has taken one for ``BUSY_STALL`` (bodies that block
-while others compute). Without this, a no-op drain woke about a thread for every four jobs,
-most of them in herds when the claim loop held the GIL for a millisecond (performance.md
-item 100).
+CPUs since the watch last judged (``_judge``). A millisecond with no take is then more likely the
+GIL held by another thread than bodies that block, so the waiting runs get a thread each only
+after ``BUSY_STALL``; and runs that are short (under ``SHORT_RUN`` on average) wait for the GIL,
+not for a thread, so no helpers are added to the threads taking them (a thread more would only
+hand the GIL over more often). Runs that last longer (bodies that block while other threads
+compute) still get their helpers after ``STALL``. Without this, a no-op drain woke about a thread
+for every three jobs, most of them in herds when the claim loop held the GIL for a millisecond
+(performance.md item 100).
 
 Not ``concurrent.futures.ThreadPoolExecutor``: it wakes a thread per run, holds the process's exit
 until every body returns (a body that ignores its cancellation would keep a stopped worker alive),
@@ -57,7 +59,10 @@ PARALLEL = 1.1
 #: waiting run gets a thread: long against the GIL's hand-overs (every 1 ms under
 #: ``runjobworker``), short against a body that blocks on I/O.
 BUSY_STALL = 0.005
-#: The shortest window the process's CPU is judged over.
+#: A run shorter than this on average (taken to finished) blocks on nothing worth a thread: it
+#: is shorter than a round trip to a database on the same machine.
+SHORT_RUN = 0.0002
+#: The shortest window the process's CPU and the runs' length are judged over.
 SAMPLE = 0.002
 
 
@@ -70,11 +75,15 @@ class ExecutorPool:
         self.size = size
         self._handler = handler
         #: The process's CPU seconds (all threads), and when and at what reading the watch last
-        #: judged whether it is GIL-bound (``_gil_bound``).
+        #: judged whether it is GIL-bound and its runs short (``_judge``); the runs finished
+        #: since, and their time from taken to finished.
         self._cpu_clock = cpu_clock
         self._judged_at = 0.0
         self._judged_cpu = 0.0
         self._bound = False
+        self._short = False
+        self._runs_done = 0
+        self._run_time = 0.0
         #: Called once after ``call_on_free``, by the next run to finish (see there).
         self._on_free = on_free
         self._call_on_free = False
@@ -109,6 +118,7 @@ class ExecutorPool:
             threading.Thread(target=self._watch_stalls, name="ultjobs-exec-watch", daemon=True))
 
     def start(self) -> None:
+        self._judged_at, self._judged_cpu = time.monotonic(), self._cpu_clock()
         for thread in self._threads:
             thread.start()
 
@@ -197,8 +207,9 @@ class ExecutorPool:
             if thread.ident is not None:  # not those a failed start never started
                 thread.join(max(0.0, deadline - time.monotonic()))
 
-    def _next(self) -> Run | None:
-        """The next queued run, or None once the pool stops and nothing is queued."""
+    def _next(self) -> tuple[Run, float] | None:
+        """The next queued run and when it was taken, or None once the pool stops and nothing is
+        queued."""
         with self._lock:
             while not self._pending:
                 if self._stopping:
@@ -209,10 +220,12 @@ class ExecutorPool:
                 finally:
                     self._idle -= 1
             self._last_take = time.monotonic()
-            return self._pending.popleft()[1]
+            return self._pending.popleft()[1], self._last_take
 
-    def _finished(self) -> None:
+    def _finished(self, taken_at: float) -> None:
         with self._lock:
+            self._runs_done += 1
+            self._run_time += time.monotonic() - taken_at
             self._busy -= 1
             if (self._want_free and self.size - self._busy >= self._want_free) or (
                     self._want_idle and self._busy == 0):
@@ -235,20 +248,21 @@ class ExecutorPool:
                         self._watch_parked = False
                     continue
                 now = time.monotonic()
+                self._judge(now)
                 stalled_for = now - self._last_take
                 oldest_waited = now - self._pending[0][0]
-                if self._gil_bound(now):
-                    # Runs wait for the GIL, not for threads: none is added to threads taking
-                    # runs, and a queue nobody takes from gets its threads after BUSY_STALL.
-                    if stalled_for < BUSY_STALL:
-                        self._watch.wait(BUSY_STALL - stalled_for)
-                        continue
-                elif stalled_for < STALL and oldest_waited < STALL:
-                    self._watch.wait(STALL - max(stalled_for, oldest_waited))
+                stall = BUSY_STALL if self._bound else STALL
+                # Short runs of a GIL-bound process wait for the GIL, not for threads.
+                crowded = oldest_waited >= STALL and not (self._bound and self._short)
+                if stalled_for < stall and not crowded:
+                    # Look again when either may change: the stall's end, the oldest run's
+                    # STALL, or (once it has waited that long) the next judgement.
+                    until_crowded = STALL - oldest_waited if oldest_waited < STALL else SAMPLE
+                    self._watch.wait(min(stall - stalled_for, until_crowded))
                     continue
                 if self._idle:
                     # Nobody taking runs: a thread for each. Runs taken, too slowly: double.
-                    wake = len(self._pending) if stalled_for >= STALL else self._helpers
+                    wake = len(self._pending) if stalled_for >= stall else self._helpers
                     wake = min(self._idle, len(self._pending), wake)
                     self._helpers += wake
                     self._work.notify(wake)
@@ -258,23 +272,27 @@ class ExecutorPool:
                 self._last_take = now
                 self._watch.wait(STALL)
 
-    def _gil_bound(self, now: float) -> bool:
-        """Whether the process used between ``BUSY`` and ``PARALLEL`` CPUs over the window
-        since the watch last judged, once that window is ``SAMPLE`` long (the last verdict until
-        then). Under the lock, from the watch only."""
+    def _judge(self, now: float) -> None:
+        """Once the window since the last judgement is ``SAMPLE`` long: whether the process used
+        between ``BUSY`` and ``PARALLEL`` CPUs over it (GIL-bound), and whether the runs that
+        finished in it took under ``SHORT_RUN`` on average (none finishing: long). Until then
+        the last verdicts stand. Under the lock, from the watch only."""
         window = now - self._judged_at
-        if window >= SAMPLE:
-            cpu = self._cpu_clock()
-            self._bound = BUSY * window <= cpu - self._judged_cpu <= PARALLEL * window
-            self._judged_at, self._judged_cpu = now, cpu
-        return self._bound
+        if window < SAMPLE:
+            return
+        cpu = self._cpu_clock()
+        self._bound = BUSY * window <= cpu - self._judged_cpu <= PARALLEL * window
+        self._short = self._runs_done > 0 and self._run_time < SHORT_RUN * self._runs_done
+        self._judged_at, self._judged_cpu = now, cpu
+        self._runs_done, self._run_time = 0, 0.0
 
     def _loop(self) -> None:
         try:
             while True:
-                run = self._next()
-                if run is None:
+                taken = self._next()
+                if taken is None:
                     return
+                run, taken_at = taken
                 try:
                     self._handler(run)
                 except BaseException as exc:
@@ -286,8 +304,8 @@ class ExecutorPool:
                     # Hold nothing of a finished run while idle (rule 13): the next wait may
                     # last hours, and this local kept the Run, its cancel scope and its job's
                     # arguments alive until then.
-                    run = None
-                    self._finished()
+                    del run, taken
+                    self._finished(taken_at)
         finally:
             # Every thread the worker starts closes its connections when it ends (rule 13).
             connections.close_all()

@@ -1058,7 +1058,7 @@ def test_an_async_place_freed_while_a_round_starts_is_claimed_by_that_round() ->
     # since (the lane is idle), waking the loop before the round cleared that wake-up.
     loop = worker_module._LoopState(batch=1, async_names=frozenset({"async_add"}),
                                     free_sync=1, free_async=0,
-                                    others_checked_at=time.monotonic())
+                                    others_checked_at=time.monotonic() + 60)
     worker._claim_round(loop, 1)
     assert [(p["limit"], p["uncapped"], p["caps"]) for p in plans] == [
         (2, False, {"async_add": 2})]
