@@ -142,6 +142,25 @@ def test_wait_for_free_wakes_when_enough_threads_free_up() -> None:
         pool.stop(timeout=5)
 
 
+def threads_taking(runs: int, body: Callable[[], None], *, size: int,
+                   cpu_clock: Callable[[], float]) -> set[str]:
+    """The names of the threads that ran ``runs`` runs of ``body`` handed over together."""
+    seen: set[str] = set()
+
+    def handler(run: object) -> None:
+        seen.add(threading.current_thread().name)
+        body()
+
+    pool = ExecutorPool(size, handler, cpu_clock=cpu_clock)  # type: ignore[arg-type]
+    pool.start()
+    try:
+        pool.submit_many([object() for _ in range(runs)])  # type: ignore[misc]
+        assert pool.wait_idle(10)
+    finally:
+        pool.stop(timeout=5)
+    return seen
+
+
 @pytest.mark.parametrize("cpu_clock", [time.process_time, IDLE, PARALLEL],
                          ids=["real", "idle", "parallel"])
 def test_runs_behind_short_bodies_get_more_threads_as_they_wait(
@@ -150,20 +169,8 @@ def test_runs_behind_short_bodies_get_more_threads_as_they_wait(
     # so the queue never stalls, but its oldest run ages past 1 ms and the watch adds threads
     # (1, 2, 4, ...) instead of letting one thread run all sixteen one after another. So it does
     # when the process's threads run in parallel (over one CPU): the GIL is not what they wait for.
-    seen: set[str] = set()
-
-    def handler(run: object) -> None:
-        seen.add(threading.current_thread().name)
-        time.sleep(0.0005)
-
-    pool = ExecutorPool(8, handler, cpu_clock=cpu_clock)  # type: ignore[arg-type]
-    pool.start()
-    try:
-        pool.submit_many([object() for _ in range(16)])  # type: ignore[misc]
-        assert pool.wait_idle(10)
-        assert len(seen) >= 2, "every run went through one thread"
-    finally:
-        pool.stop(timeout=5)
+    seen = threads_taking(16, lambda: time.sleep(0.0005), size=8, cpu_clock=cpu_clock)
+    assert len(seen) >= 2, "every run went through one thread"
 
 
 def test_a_gil_bound_process_adds_no_thread_to_threads_taking_short_runs(
@@ -175,23 +182,15 @@ def test_a_gil_bound_process_adds_no_thread_to_threads_taking_short_runs(
     # the oldest run waited (1, 2, 4, ... 32). The stall is what this test is not about: a
     # loaded machine may keep the one thread from taking for 5 ms, which wakes a thread per run.
     monkeypatch.setattr(pool_module, "BUSY_STALL", 1.0)
-    seen: set[str] = set()
 
-    def handler(run: object) -> None:
-        seen.add(threading.current_thread().name)
+    def body() -> None:
         deadline = time.perf_counter() + 0.00005
         while time.perf_counter() < deadline:
             pass
         time.sleep(0)
 
-    pool = ExecutorPool(32, handler, cpu_clock=GIL_BOUND)  # type: ignore[arg-type]
-    pool.start()
-    try:
-        pool.submit_many([object() for _ in range(200)])  # type: ignore[misc]
-        assert pool.wait_idle(10)
-        assert len(seen) <= 2, f"{len(seen)} threads took 200 short runs of a GIL-bound process"
-    finally:
-        pool.stop(timeout=5)
+    seen = threads_taking(200, body, size=32, cpu_clock=GIL_BOUND)
+    assert len(seen) <= 2, f"{len(seen)} threads took 200 short runs of a GIL-bound process"
 
 
 class CountingCondition(threading.Condition):
