@@ -84,6 +84,9 @@ class ExecutorPool:
         self._short = False
         self._runs_done = 0
         self._run_time = 0.0
+        #: The threads that took runs in the window: each run's time includes its wait for the
+        #: GIL behind the others, so short is judged per thread taking runs.
+        self._takers: set[int] = set()
         #: Called once after ``call_on_free``, by the next run to finish (see there).
         self._on_free = on_free
         self._call_on_free = False
@@ -220,6 +223,7 @@ class ExecutorPool:
                 finally:
                     self._idle -= 1
             self._last_take = time.monotonic()
+            self._takers.add(threading.get_ident())
             return self._pending.popleft()[1], self._last_take
 
     def _finished(self, taken_at: float) -> None:
@@ -275,16 +279,20 @@ class ExecutorPool:
     def _judge(self, now: float) -> None:
         """Once the window since the last judgement is ``SAMPLE`` long: whether the process used
         between ``BUSY`` and ``PARALLEL`` CPUs over it (GIL-bound), and whether the runs that
-        finished in it took under ``SHORT_RUN`` on average (none finishing: long). Until then
-        the last verdicts stand. Under the lock, from the watch only."""
+        finished in it took under ``SHORT_RUN`` on average for each thread taking them (k threads
+        taking runs that hold the GIL make each last k times its own; none finishing: long).
+        Until then the last verdicts stand. Under the lock, from the watch only."""
         window = now - self._judged_at
         if window < SAMPLE:
             return
         cpu = self._cpu_clock()
         self._bound = BUSY * window <= cpu - self._judged_cpu <= PARALLEL * window
-        self._short = self._runs_done > 0 and self._run_time < SHORT_RUN * self._runs_done
+        takers = max(1, len(self._takers))
+        self._short = (self._runs_done > 0
+                       and self._run_time < SHORT_RUN * self._runs_done * takers)
         self._judged_at, self._judged_cpu = now, cpu
         self._runs_done, self._run_time = 0, 0.0
+        self._takers.clear()
 
     def _loop(self) -> None:
         try:
