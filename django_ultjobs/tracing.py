@@ -85,10 +85,11 @@ _NO_JOB_SPAN: AbstractContextManager[Span] = nullcontext(INVALID_SPAN)
 
 
 def job_span_of(name: str, attributes: Callable[[], dict[str, Any]], traceparent: str,
-                tracestate: str) -> AbstractContextManager[Span]:
+                tracestate: str, *, traced: bool | None = None) -> AbstractContextManager[Span]:
     """``job_span``, with the attributes made only when the span is: without a tracer provider
-    a run skips their dict and the span's generator (performance.md, item 81)."""
-    if not tracing_enabled():
+    a run skips their dict and the span's generator (performance.md, item 81). ``traced``:
+    ``tracing_enabled()`` as the caller read it already (a worker reads it once per claim)."""
+    if not (tracing_enabled() if traced is None else traced):
         return _NO_JOB_SPAN
     return job_span(name, attributes(), traceparent, tracestate)
 

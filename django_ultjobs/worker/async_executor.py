@@ -40,18 +40,23 @@ from .executor import (
     start_run,
 )
 from .runs import Run
+from .telemetry import Telemetry, telemetry_now
 
 T = TypeVar("T")
 
 
 async def arun_job(run: Run, *, store: JobStore, worker_id: str,
-                   on_started: Callable[[], None]) -> Settlement:
-    """Run ``run``'s ``async def`` body on the running loop and return how it ended."""
+                   on_started: Callable[[], None], telemetry: Telemetry | None = None
+                   ) -> Settlement:
+    """Run ``run``'s ``async def`` body on the running loop and return how it ended
+    (``telemetry`` as for ``run_job``)."""
     job, spec = run.job, run.spec
     assert spec is not None
+    seen = telemetry if telemetry is not None else telemetry_now()
     with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
-                     job.tracestate) as span:
-        started = start_run(run, span, store=store, worker_id=worker_id, on_started=on_started)
+                     job.tracestate, traced=seen.traced) as span:
+        started = start_run(run, span, store=store, worker_id=worker_id, on_started=on_started,
+                            instruments=seen.instruments)
         if isinstance(started, Settlement):
             return started
         return await _run_body(run, span, *started)

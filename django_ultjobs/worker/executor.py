@@ -31,7 +31,7 @@ from ..exceptions import (
 )
 from ..job_progress import JobProgress
 from ..logs import log_event
-from ..metrics import record_wait
+from ..metrics import Instruments, record_wait_on
 from ..models import AttemptOutcome, JobStatus
 from ..retry import backoff_delay
 from ..signals import job_finished, job_started
@@ -39,6 +39,7 @@ from ..steps import StepLedger, Suspend
 from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement
 from ..tracing import acting_as, job_span_of
 from .runs import Run
+from .telemetry import Telemetry, telemetry_now
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -306,21 +307,24 @@ def hand_back_settlement(run: Run) -> Settlement:
                           error="the worker stopped before the run finished; handed back")
 
 
-def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[], None]
-            ) -> Settlement:
-    """Run ``run``'s body and return how it ended. Never raises."""
+def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[], None],
+            telemetry: Telemetry | None = None) -> Settlement:
+    """Run ``run``'s body and return how it ended. Never raises. ``telemetry``: the providers
+    as the worker looked them up for the run's claim (None: looked up now)."""
     job, spec = run.job, run.spec
     assert spec is not None
+    seen = telemetry if telemetry is not None else telemetry_now()
     with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
-                     job.tracestate) as span:
-        started = start_run(run, span, store=store, worker_id=worker_id, on_started=on_started)
+                     job.tracestate, traced=seen.traced) as span:
+        started = start_run(run, span, store=store, worker_id=worker_id, on_started=on_started,
+                            instruments=seen.instruments)
         if isinstance(started, Settlement):
             return started
         return _run_body(run, span, *started)
 
 
 def start_run(run: Run, span: Span, *, store: JobStore, worker_id: str,
-              on_started: Callable[[], None]
+              on_started: Callable[[], None], instruments: Instruments | None
               ) -> tuple[JobContext, list[Any], dict[str, Any]] | Settlement:
     """What every run does before its body, sync or async (``async_executor.arun_job``): its
     context and arguments (or the settlement of a run that cannot start), the start reported,
@@ -330,8 +334,9 @@ def start_run(run: Run, span: Span, *, store: JobStore, worker_id: str,
         return prepared
     on_started()
     job = run.job
-    if job.due_at is not None:
-        record_wait(job.name, job.queue, (job.claimed_at - job.due_at).total_seconds())
+    if job.due_at is not None and instruments is not None:
+        record_wait_on(instruments, job.name, job.queue,
+                       (job.claimed_at - job.due_at).total_seconds())
     return prepared
 
 

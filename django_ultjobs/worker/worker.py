@@ -58,6 +58,7 @@ from .rate_gate import RateGate, over_limit_settlement
 from .recycle import Recycler
 from .runs import Run, RunsInFlight
 from .scheduler import Scheduler
+from .telemetry import Telemetry, telemetry_now
 from .ticker import Ticker
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -115,6 +116,9 @@ class WorkerProcess:
         self.gauges: GaugeSampler | None = None
         self._executing: set[Run] = set()
         self._executing_lock = threading.Lock()
+        # The providers the runs report to, looked up again for each claim's runs (see
+        # telemetry.py: per run, the lookups were a fifth of a no-op run's Python).
+        self._telemetry: Telemetry = telemetry_now()
         self._stopping = threading.Event()
         self._forced = threading.Event()
         self._wake = threading.Event()
@@ -490,6 +494,7 @@ class WorkerProcess:
         runs = self._fit_lanes(self._gate_rates(runs))
         starting = self._take_slots(runs)
         if starting:
+            self._telemetry = telemetry_now()
             with self._executing_lock:
                 self._executing.update(starting)
             lanes: tuple[list[Run], list[Run]] = ([], [])
@@ -620,7 +625,8 @@ class WorkerProcess:
         try:
             try:
                 settlement = run_job(run, store=self.store, worker_id=self.worker_id,
-                                     on_started=lambda: self._started(run))
+                                     on_started=lambda: self._started(run),
+                                     telemetry=self._telemetry)
             except BaseException as exc:
                 # run_job turns every outcome into a settlement; this is the guard for a bug in
                 # that (or an exception no str() can print): the run must still be settled, or
@@ -638,7 +644,8 @@ class WorkerProcess:
         try:
             try:
                 settlement = await arun_job(run, store=self.store, worker_id=self.worker_id,
-                                            on_started=lambda: self._started(run))
+                                            on_started=lambda: self._started(run),
+                                            telemetry=self._telemetry)
             except BaseException as exc:
                 settlement = failed_by_worker(run, exc)
             self.completer.submit(run, settlement)

@@ -66,3 +66,80 @@ def test_without_an_sdk_jobs_run_and_nothing_is_traced(tmp_path: Path) -> None:
     assert {(r["traceparent"], r["tracestate"]) for r in rows} == {("", "")}
     assert rows[2]["enqueued_by"] == f"job:{report['parent_id']}"
     assert "Traceback" not in done.stderr
+
+
+LOOKUPS_SCRIPT = r"""
+import json, threading
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", database="default", verbosity=0)
+
+import opentelemetry.metrics as otel_metrics
+import opentelemetry.trace as otel_trace
+from django_ultjobs import job
+from django_ultjobs.models import Job
+from django_ultjobs.worker.worker import WorkerProcess
+from tests.tracing import jobs
+
+
+@job(name="tracing_async_noop", max_attempts=1)
+async def async_noop() -> str:
+    return "async"
+
+
+lock = threading.Lock()
+lookups = {"tracer": {}, "meter": {}}
+claims = [0]
+
+
+def counted(kind, lookup):
+    def wrapper():
+        thread = threading.current_thread().name
+        thread = "executor" if thread.startswith(("ultjobs-exec-", "ultjobs-async")) else thread
+        with lock:
+            lookups[kind][thread] = lookups[kind].get(thread, 0) + 1
+        return lookup()
+    return wrapper
+
+
+def dispatch(self, claimed, _real=WorkerProcess._dispatch):
+    claims[0] += 1
+    return _real(self, claimed)
+
+
+for _ in range(48):
+    jobs.child.enqueue()
+    async_noop.enqueue()
+otel_trace.get_tracer_provider = counted("tracer", otel_trace.get_tracer_provider)
+otel_metrics.get_meter_provider = counted("meter", otel_metrics.get_meter_provider)
+WorkerProcess._dispatch = dispatch
+call_command("runjobworker", database="default", burst=True, threads=8, poll_interval=0.01)
+print(json.dumps({
+    "statuses": sorted(set(Job.objects.values_list("status", flat=True))),
+    "runs": Job.objects.count(),
+    "lookups": lookups,
+    "claims": claims[0],
+}))
+"""
+
+
+def test_without_an_sdk_runs_look_the_providers_up_once_per_claim(tmp_path: Path) -> None:
+    # Until a provider is set the API reads an environment variable at every lookup, a fifth of
+    # a no-op run's Python (performance.md, item 102): the worker looks both providers up once
+    # for each claim's runs, and no run on an executor thread or the async lane looks again.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OTEL_", "ULTJOBS_")) and k != "DJANGO_SETTINGS_MODULE"}
+    env.update({"DJANGO_SETTINGS_MODULE": "tests.settings", "ULTJOBS_TEST_TMP": str(tmp_path),
+                "PYTHONPATH": str(REPO)})
+    done = subprocess.run([sys.executable, "-c", LOOKUPS_SCRIPT], cwd=REPO, env=env,
+                          timeout=60, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["statuses"] == ["succeeded"] and report["runs"] == 96
+    for kind in ("tracer", "meter"):
+        assert report["lookups"][kind].get("executor", 0) == 0, report
+    claims = report["claims"]
+    assert 0 < claims < 96
+    # The claim loop: once when the worker is built, once for each claim's runs.
+    assert report["lookups"]["tracer"].get("MainThread", 0) <= claims + 1, report
