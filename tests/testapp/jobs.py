@@ -378,3 +378,23 @@ async def async_capped_stuck(ctx: JobContext) -> int:
     runs = CAPPED_STUCK_RUNS.count((ctx.worker_id, ctx.job_id))
     await asyncio.sleep(3600 if runs == 1 else 0)
     return runs
+
+
+@job(max_attempts=1)
+def leaves_a_transaction_open(alias: str) -> None:
+    """Turns autocommit off on its thread's connection and returns inside the transaction."""
+    from django.db import connections
+
+    conn = connections[alias]
+    conn.set_autocommit(False)
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1")
+
+
+@job(max_attempts=1)
+def reports_its_connection(alias: str) -> dict[str, bool]:
+    """How its thread's connection was left by the run before it."""
+    from django.db import connections
+
+    conn = connections[alias]
+    return {"autocommit": conn.get_autocommit(), "in_atomic_block": conn.in_atomic_block}

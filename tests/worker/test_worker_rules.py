@@ -608,6 +608,18 @@ def test_nothing_of_a_run_is_held_after_it(alias: str, monkeypatch: pytest.Monke
         assert [ref() for ref in run_refs if ref() is not None] == []
 
 
+def test_a_transaction_a_body_leaves_open_ends_with_its_run(alias: str) -> None:
+    # The next run on the same executor thread starts in autocommit, outside any transaction,
+    # as a request after a view that did the same would (the reset after every run).
+    opened = testjobs.leaves_a_transaction_open.enqueue(alias)
+    after = testjobs.reports_its_connection.enqueue(alias)
+    call_command("runjobworker", burst=True, database=alias, threads=1, poll_interval=0.05)
+    assert row(alias, opened.id).status == "succeeded"
+    report = row(alias, after.id)
+    assert report.status == "succeeded"
+    assert report.result == {"autocommit": True, "in_atomic_block": False}
+
+
 def test_an_exception_that_cannot_print_itself_is_still_settled(alias: str) -> None:
     # rule 13: the run is settled (not left running under the heartbeat) and the executor
     # thread survives to run the next job.
