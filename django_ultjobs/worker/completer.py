@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from django.db import connections
 
 from .. import metrics
-from ..logs import log_event
+from ..logs import log_event, logs_event
 from ..store import JobStore, Settlement
 from ..store.records import settlement_size
 from .executor import unstorable_settlement
@@ -67,7 +67,9 @@ class Completer:
         self.runs = runs
         self.slots = slots
         self.worker_id = worker_id
-        self._queue: queue.Queue[Pending] = queue.Queue()
+        # A SimpleQueue: put and get 0.1 us a run against 1.4 for queue.Queue, whose task
+        # counting nothing here uses (performance.md, item 104).
+        self._queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
         self._pending = 0
         self._pending_bytes = 0
         self._lock = threading.Lock()
@@ -100,10 +102,11 @@ class Completer:
         # The body is over: its slot passes on now, not after the settle (rules 9 and 90). The
         # cap bounds bodies executing; a batch of settles must not hold slots. The run keeps
         # its job lease (heartbeated) until the settle is written.
-        self.slots.keep([run])
-        if run.slot is not None and self.on_written is not None:
-            # A claim loop waiting for a slot of this kind may claim now.
-            self.on_written()
+        if run.slot is not None:
+            self.slots.keep([run])
+            if self.on_written is not None:
+                # A claim loop waiting for a slot of this kind may claim now.
+                self.on_written()
         item = Pending(run, settlement, settlement_size(settlement))
         with self._lock:
             self._pending += 1
@@ -259,6 +262,7 @@ class Completer:
         # Asked once a batch: with no SDK configured nothing is collected (rule 70).
         finished: list[tuple[str, str, str, float | None]] | None = (
             [] if metrics.enabled() else None)
+        say_settled = logs_event(logger, logging.INFO, "jobs.worker.settled")
         for item in batch:
             run, settlement = item.run, item.settlement
             if run.id in applied or (landed is not None and run.id in landed):
@@ -266,10 +270,13 @@ class Completer:
                 if finished is not None and settlement.outcome is not None:
                     finished.append((run.job.name, run.job.queue, settlement.outcome,
                                      run.duration))
-                log_event(logger, logging.INFO, "jobs.worker.settled", worker_id=self.worker_id,
-                          job_id=run.id, job=run.job.name, attempt=settlement.attempt_no,
-                          status=settlement.status, outcome=settlement.outcome,
-                          **({} if run.id in applied else {"note": "written before a lost reply"}))
+                if say_settled:
+                    log_event(logger, logging.INFO, "jobs.worker.settled",
+                              worker_id=self.worker_id, job_id=run.id, job=run.job.name,
+                              attempt=settlement.attempt_no, status=settlement.status,
+                              outcome=settlement.outcome,
+                              **({} if run.id in applied
+                                 else {"note": "written before a lost reply"}))
             elif item.uncertain and (landed is None or settlement.outcome is None):
                 # Rule 32: written before the connection died, or stale; nothing tells which
                 # (no attempt row to look for, or the look failed). Not a warning either way.
