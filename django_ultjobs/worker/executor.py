@@ -452,7 +452,7 @@ def _suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:
 def _success_settlement(run: Run, span: Span, result_json: str) -> Settlement:
     """The settlement of a body that returned ``result_json``."""
     reason = run.scope.reason
-    if isinstance(reason, JobSlotLostError | JobTimeoutError):
+    if reason is not None and isinstance(reason, JobSlotLostError | JobTimeoutError):
         # The body ignored the cancellation and finished: its result stands (the job
         # succeeded), but the attempt is recorded as slot_lost or timed_out so the admin shows
         # the cap, or the timeout, was not held. Running it again would repeat what it did.
