@@ -6,13 +6,14 @@ the API's own, so a site that does not trace pays nothing and needs nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from contextvars import ContextVar
-from typing import Any
+from contextvars import ContextVar, Token
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -21,6 +22,8 @@ from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, SpanKin
 from .jsonargs import storable_text
 
 _tracer = trace.get_tracer("django_ultjobs")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Who is enqueueing right now: "job:<id>" inside a run, the user during a request (set by the
 # middleware), else the process (see _process_actor).
@@ -127,26 +130,35 @@ def step_span(job_name: str, step: str, kind: str, replayed: bool) -> Iterator[S
         yield span
 
 
-def acting_as(actor: str) -> AbstractContextManager[None]:
+def acting_as(actor: str) -> _ActingAs:
     """Attribute jobs enqueued inside the block to ``actor`` (``job:<id>``, a user, …)."""
     return _ActingAs(actor)
 
 
 class _ActingAs:
-    """``acting_as``'s block. A class, not a generator: every run enters one, and
+    """``acting_as``'s block, or decorator. A class, not a generator: every run enters one, and
     ``@contextmanager``'s generator cost 1.46 us of a no-op run's 7.5 (performance.md, item
-    105)."""
+    105). One block may be entered again inside itself, each entry undone by its own exit."""
 
-    __slots__ = ("_actor", "_token")
+    __slots__ = ("_actor", "_tokens")
 
     def __init__(self, actor: str) -> None:
         self._actor = actor
+        self._tokens: list[Token[str | None]] = []
 
     def __enter__(self) -> None:
-        self._token = _actor.set(self._actor)
+        self._tokens.append(_actor.set(self._actor))
 
     def __exit__(self, *exc_info: object) -> None:
-        _actor.reset(self._token)
+        _actor.reset(self._tokens.pop())
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        """``@acting_as(actor)``: the function's every call acts as ``actor``."""
+        @functools.wraps(func)
+        def acting(*args: P.args, **kwargs: P.kwargs) -> R:
+            with _ActingAs(self._actor):
+                return func(*args, **kwargs)
+        return acting
 
 
 def current_actor() -> str:

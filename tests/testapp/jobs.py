@@ -398,3 +398,11 @@ def reports_its_connection(alias: str) -> dict[str, bool]:
 
     conn = connections[alias]
     return {"autocommit": conn.get_autocommit(), "in_atomic_block": conn.in_atomic_block}
+
+
+@job(max_attempts=1)
+def connects(alias: str) -> None:
+    """Opens its thread's connection (if it is not open yet)."""
+    from django.db import connections
+
+    connections[alias].ensure_connection()

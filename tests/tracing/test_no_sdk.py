@@ -143,3 +143,75 @@ def test_without_an_sdk_runs_look_the_providers_up_once_per_claim(tmp_path: Path
     assert 0 < claims < 96
     # The claim loop: once when the worker is built, once for each claim's runs.
     assert report["lookups"]["tracer"].get("MainThread", 0) <= claims + 1, report
+
+
+SET_LATER_SCRIPT = r"""
+import json, threading, time
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", database="default", verbosity=0)
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from django_ultjobs.models import Job
+from django_ultjobs.worker import WorkerOptions, WorkerProcess
+from tests.tracing import jobs
+
+
+def succeeded(job_id):
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if Job.objects.get(id=job_id).status == "succeeded":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+worker = WorkerProcess(WorkerOptions(database="default", threads=2, poll_interval=0.02))
+thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+thread.start()
+before = jobs.noop.enqueue()
+first = succeeded(before.id)
+exporter = InMemorySpanExporter()
+tracer_provider = TracerProvider()
+tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(tracer_provider)
+reader = InMemoryMetricReader()
+otel_metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+after = jobs.noop.enqueue()
+second = succeeded(after.id)
+worker.request_stop()
+thread.join(30)
+data = reader.get_metrics_data()
+print(json.dumps({
+    "succeeded": [first, second],
+    "spans": [(span.name, span.attributes.get("job.id")) for span in exporter.get_finished_spans()],
+    "metrics": sorted({m.name for rm in data.resource_metrics for sm in rm.scope_metrics
+                       for m in sm.metrics}),
+    "ids": [before.id, after.id],
+}))
+"""
+
+
+def test_providers_set_while_a_worker_runs_count_from_its_next_claim(tmp_path: Path) -> None:
+    # The worker looks the providers up for each claim's runs (rule 70): one started with none
+    # traces and measures the runs it claims after a site sets them.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OTEL_", "ULTJOBS_")) and k != "DJANGO_SETTINGS_MODULE"}
+    env.update({"DJANGO_SETTINGS_MODULE": "tests.settings", "ULTJOBS_TEST_TMP": str(tmp_path),
+                "PYTHONPATH": str(REPO)})
+    done = subprocess.run([sys.executable, "-c", SET_LATER_SCRIPT], cwd=REPO, env=env,
+                          timeout=60, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["succeeded"] == [True, True]
+    after = report["ids"][1]
+    assert [attributes for name, attributes in report["spans"]
+            if name == "job.tracing_noop"] == [after]
+    assert "ultjobs.job.wait" in report["metrics"]

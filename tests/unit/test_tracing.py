@@ -114,3 +114,25 @@ def test_the_actor_is_the_innermost_acting_as() -> None:
             assert current_actor() == "job:7"
         assert current_actor() == "user:1"
     assert current_actor() == outside
+
+
+def test_acting_as_decorates_a_function_and_may_be_entered_again_inside_itself() -> None:
+    outside = current_actor()
+
+    @acting_as("webhook")
+    def handler(depth: int) -> list[str]:
+        seen = [current_actor()]
+        if depth:
+            seen += handler(depth - 1)
+        return seen
+
+    assert handler(2) == ["webhook"] * 3
+    assert current_actor() == outside
+    block = acting_as("user:2")
+    with block:
+        with acting_as("job:3"):
+            with block:
+                assert current_actor() == "user:2"
+            assert current_actor() == "job:3"
+        assert current_actor() == "user:2"
+    assert current_actor() == outside

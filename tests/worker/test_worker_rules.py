@@ -620,6 +620,33 @@ def test_a_transaction_a_body_leaves_open_ends_with_its_run(alias: str) -> None:
     assert report.result == {"autocommit": True, "in_atomic_block": False}
 
 
+def test_a_connection_whose_setup_failed_is_still_reset_after_each_run(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Django keeps a connection whose session setup raised (a connection_created receiver, or
+    # the backend's init_connection_state) without ever sending connection_created: the reset
+    # must not depend on that signal alone (rule 13).
+    wrapper = type(connections[alias])
+    setup = wrapper.init_connection_state
+    failed: list[str] = []
+
+    def fails_once(self: Any) -> None:
+        if threading.current_thread().name.startswith("ultjobs-exec-") and not failed:
+            failed.append(threading.current_thread().name)
+            raise RuntimeError("session setup failed")
+        setup(self)
+
+    monkeypatch.setattr(wrapper, "init_connection_state", fails_once)
+    first = testjobs.connects.enqueue(alias)
+    opened = testjobs.leaves_a_transaction_open.enqueue(alias)
+    after = testjobs.reports_its_connection.enqueue(alias)
+    call_command("runjobworker", burst=True, database=alias, threads=1, poll_interval=0.05)
+    assert failed and row(alias, first.id).status == "failed"
+    assert row(alias, opened.id).status == "succeeded"
+    report = row(alias, after.id)
+    assert report.status == "succeeded"
+    assert report.result == {"autocommit": True, "in_atomic_block": False}
+
+
 def test_an_exception_that_cannot_print_itself_is_still_settled(alias: str) -> None:
     # rule 13: the run is settled (not left running under the heartbeat) and the executor
     # thread survives to run the next job.
