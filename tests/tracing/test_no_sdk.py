@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import REPO
 
@@ -42,8 +43,10 @@ print(json.dumps({
 """
 
 
-def test_without_an_sdk_jobs_run_and_nothing_is_traced(tmp_path: Path) -> None:
-    # rule 14, and the API-only promise: no SDK, no exporter, no error, no traceparent stored.
+def run_script(script: str, tmp_path: Path
+               ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run ``script`` in a fresh interpreter with the test settings, no OpenTelemetry variable
+    and a SQLite database of its own; return the finished process and the JSON it printed last."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OTEL_", "ULTJOBS_")) and k != "DJANGO_SETTINGS_MODULE"}
     env.update({
@@ -51,10 +54,15 @@ def test_without_an_sdk_jobs_run_and_nothing_is_traced(tmp_path: Path) -> None:
         "ULTJOBS_TEST_TMP": str(tmp_path),  # a fresh SQLite database, tests.settings' default
         "PYTHONPATH": str(REPO),
     })
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, timeout=60,
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, timeout=60,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return done, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_without_an_sdk_jobs_run_and_nothing_is_traced(tmp_path: Path) -> None:
+    # rule 14, and the API-only promise: no SDK, no exporter, no error, no traceparent stored.
+    done, report = run_script(SCRIPT, tmp_path)
     assert report["provider"] == "ProxyTracerProvider"  # the API's default: no SDK configured
     assert report["sdk_imported"] == []
     assert report["instrumentation_imported"] is False
@@ -128,14 +136,7 @@ def test_without_an_sdk_runs_look_the_providers_up_once_per_claim(tmp_path: Path
     # Until a provider is set the API reads an environment variable at every lookup, a fifth of
     # a no-op run's Python (performance.md, item 102): the worker looks both providers up once
     # for each claim's runs, and no run on an executor thread or the async lane looks again.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OTEL_", "ULTJOBS_")) and k != "DJANGO_SETTINGS_MODULE"}
-    env.update({"DJANGO_SETTINGS_MODULE": "tests.settings", "ULTJOBS_TEST_TMP": str(tmp_path),
-                "PYTHONPATH": str(REPO)})
-    done = subprocess.run([sys.executable, "-c", LOOKUPS_SCRIPT], cwd=REPO, env=env,
-                          timeout=60, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    _, report = run_script(LOOKUPS_SCRIPT, tmp_path)
     assert report["statuses"] == ["succeeded"] and report["runs"] == 96
     for kind in ("tracer", "meter"):
         assert report["lookups"][kind].get("executor", 0) == 0, report
@@ -202,14 +203,7 @@ print(json.dumps({
 def test_providers_set_while_a_worker_runs_count_from_its_next_claim(tmp_path: Path) -> None:
     # The worker looks the providers up for each claim's runs (rule 70): one started with none
     # traces and measures the runs it claims after a site sets them.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OTEL_", "ULTJOBS_")) and k != "DJANGO_SETTINGS_MODULE"}
-    env.update({"DJANGO_SETTINGS_MODULE": "tests.settings", "ULTJOBS_TEST_TMP": str(tmp_path),
-                "PYTHONPATH": str(REPO)})
-    done = subprocess.run([sys.executable, "-c", SET_LATER_SCRIPT], cwd=REPO, env=env,
-                          timeout=60, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    _, report = run_script(SET_LATER_SCRIPT, tmp_path)
     assert report["succeeded"] == [True, True]
     after = report["ids"][1]
     assert [attributes for name, attributes in report["spans"]
