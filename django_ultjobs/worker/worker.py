@@ -638,7 +638,7 @@ class WorkerProcess:
                 # receiver before ours, the backend's init_connection_state) and never sends
                 # the signal for it: a run that did not succeed may have left one, so this
                 # thread's connections are reset from now on.
-                _opened.any = True
+                _note_opened()
             self.completer.submit(run, settlement)
         finally:
             with self._executing_lock:
