@@ -90,7 +90,12 @@ def parse_args() -> argparse.Namespace:
                         "measured too). PgQueuer's asyncpg prepares every statement and "
                         "Procrastinate's psycopg pool prepares at 5 runs: 5 (the default) puts "
                         "ours on their footing")
-    p.add_argument("--pickup-samples", type=int, default=200)
+    p.add_argument("--pickup-samples", type=int, default=1000,
+                   help="idle pickups of ours and PgQueuer each (the pickup targets' pair), "
+                        "taken in --pickup-blocks blocks alternating between the two")
+    p.add_argument("--pickup-blocks", type=int, default=5)
+    p.add_argument("--peer-pickup-samples", type=int, default=200,
+                   help="idle pickups of each other system, in one block")
     p.add_argument("--capped-jobs", type=int, default=10_000,
                    help="jobs per fleet-slots drain (0 skips the figure)")
     p.add_argument("--slots-threads", default="32,128",
@@ -177,7 +182,8 @@ def noop_phases(args: argparse.Namespace, systems: list[str]) -> int:
     prepared = ours and args.ours_prepare_threshold != "off"
     count = len(args.threads.split(",")) if ours else 0  # the --threads sweep
     count += args.repeat * (len(systems) + (1 if prepared else 0))  # the measured rounds
-    count += 2 * len(systems)  # single enqueues and pickup
+    count += len(systems)  # single enqueues
+    count += sum(pickup_blocks(args, system) for system in systems)
     count += 1 if "django-tasks-db" in systems and args.dtdb_default_interval_samples else 0
     if ours and args.capped_jobs:
         count += len(set(args.slots_threads.split(","))) * args.repeat
@@ -352,22 +358,29 @@ def celery_round(celery: dict[str, Any], drain: Any, r: int, repeat: int) -> Non
         celery["bulk_runs"].append(run["bulk"])
 
 
+#: The pickup targets compare these two: their pickups alternate in blocks, so drift on the
+#: machine over the minutes they take reaches both alike (one block each, one after the other,
+#: read p99s 0.68x and 0.89x of PgQueuer's an hour apart; performance.md, item 106).
+PICKUP_PAIR = ("ours", "pgqueuer")
+
+
+def pickup_blocks(args: argparse.Namespace, system: str) -> int:
+    return max(1, args.pickup_blocks) if system in PICKUP_PAIR else 1
+
+
 def single_and_pickup(runner: Runner, systems: list[str],
                       results: dict[str, dict[str, Any]]) -> None:
     args = runner.args
     for system in systems:
+        results[system].update(runner.phase(system, "single"))
+    blocks: dict[str, list[dict[str, Any]]] = {system: [] for system in systems}
+    for block in range(max(pickup_blocks(args, system) for system in systems)):
+        for system in systems:
+            if block < pickup_blocks(args, system):
+                blocks[system].append(pickup_block(runner, system, results[system]))
+    for system in systems:
         r = results[system]
-        r.update(runner.phase(system, "single"))
-        extra: tuple[str, ...] = ()
-        if system == "ours":
-            extra = ("--threads", str(r["threads"]))
-        elif system == "celery":
-            extra = workloads.celery_pool_args(r["pool"], r["concurrency"])
-        elif system == "django-tasks-db":
-            extra = ("--interval", str(args.dtdb_interval))
-            r["pickup_interval"] = args.dtdb_interval
-        r["pickup"] = runner.phase(system, "pickup", "--samples", str(args.pickup_samples),
-                                   *extra)
+        r["pickup"] = common.pooled_pickup(blocks[system])
         log(f"{system}: single enqueue {r['single_commit_ms']:.2f} ms; pickup p50 "
             f"{r['pickup']['p50_ms']:.2f} ms, p99 {r['pickup']['p99_ms']:.2f} ms")
         if system == "django-tasks-db" and args.dtdb_default_interval_samples:
@@ -375,6 +388,22 @@ def single_and_pickup(runner: Runner, systems: list[str],
                 system, "pickup", "--samples", str(args.dtdb_default_interval_samples),
                 "--interval", "1")
             log(f"{system} at --interval 1: pickup p50 {r['pickup_default']['p50_ms']:.1f} ms")
+
+
+def pickup_block(runner: Runner, system: str, r: dict[str, Any]) -> dict[str, Any]:
+    """One block of ``system``'s idle pickups (a worker started for it, then stopped)."""
+    args = runner.args
+    extra: tuple[str, ...] = ()
+    if system == "ours":
+        extra = ("--threads", str(r["threads"]))
+    elif system == "celery":
+        extra = workloads.celery_pool_args(r["pool"], r["concurrency"])
+    elif system == "django-tasks-db":
+        extra = ("--interval", str(args.dtdb_interval))
+        r["pickup_interval"] = args.dtdb_interval
+    blocks = pickup_blocks(args, system)
+    total = args.pickup_samples if system in PICKUP_PAIR else args.peer_pickup_samples
+    return runner.phase(system, "pickup", "--samples", str(max(1, total // blocks)), *extra)
 
 
 def slots_and_history(runner: Runner, ours: dict[str, Any]) -> None:
@@ -490,15 +519,29 @@ def render(results: dict[str, dict[str, Any]], skipped: dict[str, str], env: dic
     return "\n".join(out)
 
 
+def _block_spread(ours: dict[str, Any], pgq: dict[str, Any] | None) -> str:
+    """Each pickup block's p99, ours and PgQueuer's side by side: what one block alone read."""
+    mine, theirs = ours.get("block_p99_ms"), (pgq or {}).get("block_p99_ms")
+    if not mine or len(mine) < 2:
+        return ""
+    text = "; p99 of each block, in order: " + ", ".join(f"{v:.2f}" for v in mine)
+    if theirs:
+        text += " (PgQueuer's, alternating with them: " \
+            + ", ".join(f"{v:.2f}" for v in theirs) + ")"
+    return text
+
+
 def render_noop(results: dict[str, dict[str, Any]], skipped: dict[str, str],
                 args: argparse.Namespace) -> list[str]:
     out: list[str] = [""]
     add = out.append
     add(f"No-op jobs, ONE worker process per system, drain = median of {args.repeat} runs, "
         "each from the database's own timestamps (first job started → last completion "
-        "committed; Celery: its worker's first task start → last task finish); pickup over "
-        f"{args.pickup_samples} single enqueues with the worker idle "
-        "(commit returned → first line of the body, CLOCK_MONOTONIC). "
+        "committed; Celery: its worker's first task start → last task finish); idle pickup "
+        "over single enqueues with the worker idle (commit returned → first line of the body, "
+        f"CLOCK_MONOTONIC): {args.pickup_samples:,} each for ours and PgQueuer, in "
+        f"{max(1, args.pickup_blocks)} blocks alternating between the two, "
+        f"{args.peer_pickup_samples:,} for each other system. "
         + ("Tables were never ANALYZEd (--no-analyze)." if args.no_analyze else
            "Each system's tables were ANALYZEd after the enqueue, before the drain, as "
            "autovacuum would have done in production."))
@@ -533,7 +576,7 @@ def render_noop(results: dict[str, dict[str, Any]], skipped: dict[str, str],
     if ours:
         out += render_against(ours, results)
         add("")
-        add(render_ours(ours, args))
+        add(render_ours(ours, args, results.get("pgqueuer", {}).get("pickup")))
     if "celery" in results:
         add("")
         add(workloads.render_celery(results["celery"]))
@@ -588,7 +631,8 @@ def render_against(ours: dict[str, Any], results: dict[str, dict[str, Any]]) -> 
     return out
 
 
-def render_ours(r: dict[str, Any], args: argparse.Namespace) -> str:
+def render_ours(r: dict[str, Any], args: argparse.Namespace,
+                pgq_pickup: dict[str, Any] | None) -> str:
     out = [
         "Ours in detail:",
         "",
@@ -614,7 +658,8 @@ def render_ours(r: dict[str, Any], args: argparse.Namespace) -> str:
     out += [
         f"- Idle pickup: p50 {r['pickup']['p50_ms']:.2f} ms, p90 {r['pickup']['p90_ms']:.2f} ms, "
         f"p99 {r['pickup']['p99_ms']:.2f} ms, max {r['pickup']['max_ms']:.2f} ms "
-        f"({r['pickup']['samples']} samples, {r['pickup']['lost']} lost).",
+        f"({r['pickup']['samples']} samples, {r['pickup']['lost']} lost)"
+        + _block_spread(r["pickup"], pgq_pickup) + ".",
     ]
     for s in r.get("slots", ()):
         out.append(

@@ -186,7 +186,18 @@ def measure_pickup(
             lost += 1
             continue
         latencies.append((started - committed) * 1000.0)
-    return {"samples": len(latencies), "lost": lost, **percentiles(latencies)}
+    return {"samples": len(latencies), "lost": lost, **percentiles(latencies),
+            "latencies_ms": [round(ms, 4) for ms in latencies]}
+
+
+def pooled_pickup(blocks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One system's pickup blocks as one figure: the percentiles of all their samples, and each
+    block's p50 and p99 (their spread shows what one block alone could have read)."""
+    latencies = [ms for block in blocks for ms in block["latencies_ms"]]
+    return {"samples": len(latencies), "lost": sum(block["lost"] for block in blocks),
+            **percentiles(latencies), "blocks": len(blocks),
+            "block_p50_ms": [block["p50_ms"] for block in blocks],
+            "block_p99_ms": [block["p99_ms"] for block in blocks]}
 
 
 # -- statistics ---------------------------------------------------------------------------------

@@ -148,3 +148,47 @@ def test_a_run_of_one_workload_renders_without_the_no_op_figures() -> None:
     assert "| async I/O drain ahead of PgQueuer's | 1.20x | met |" in report
     assert "| drain ≥ 1.2x PgQueuer's | not measured | - |" in report
     assert "No-op jobs" not in report
+
+
+def test_pooled_pickup_reads_percentiles_over_every_block_and_keeps_each_blocks_p99() -> None:
+    """Five blocks of 200 read as one figure of 1,000: the p99 of all the samples (the 990th),
+    not the median of the blocks' p99s. Twelve slow samples in one block make the 990th slow."""
+    blocks = []
+    for b in range(5):
+        latencies = [1.0] * 188 + [9.0] * 12 if b == 0 else [1.0] * 199 + [2.0]
+        blocks.append({"lost": b % 2, "latencies_ms": latencies,
+                       **common.percentiles(latencies)})
+    pooled = common.pooled_pickup(blocks)
+    assert pooled["samples"] == 1000
+    assert pooled["lost"] == 2
+    assert pooled["p50_ms"] == 1.0
+    assert pooled["p99_ms"] == 9.0
+    assert pooled["block_p99_ms"] == [9.0, 1.0, 1.0, 1.0, 1.0]
+    assert "latencies_ms" not in pooled
+
+
+def test_pickups_of_ours_and_pgqueuer_alternate_in_blocks_and_the_others_take_one() -> None:
+    import argparse
+
+    from benchmarks.peers.__main__ import single_and_pickup
+
+    calls: list[tuple[str, str, tuple[str, ...]]] = []
+
+    class Runner:
+        args = argparse.Namespace(pickup_samples=1000, pickup_blocks=5, peer_pickup_samples=200,
+                                  dtdb_interval=0.1, dtdb_default_interval_samples=0)
+
+        def phase(self, system: str, phase: str, *extra: str) -> dict[str, object]:
+            calls.append((system, phase, extra))
+            if phase == "single":
+                return {"single_commit_ms": 0.5}
+            return {"lost": 0, "latencies_ms": [1.0], **common.percentiles([1.0])}
+
+    results: dict[str, dict[str, object]] = {"ours": {"threads": 128}, "pgqueuer": {},
+                                              "procrastinate": {}}
+    single_and_pickup(Runner(), ["ours", "pgqueuer", "procrastinate"], results)  # type: ignore[arg-type]
+    pickups = [(system, extra[1]) for system, phase, extra in calls if phase == "pickup"]
+    assert pickups == [("ours", "200"), ("pgqueuer", "200"), ("procrastinate", "200"),
+                       *[("ours", "200"), ("pgqueuer", "200")] * 4]
+    assert results["ours"]["pickup"]["blocks"] == 5  # type: ignore[index]
+    assert results["procrastinate"]["pickup"]["blocks"] == 1  # type: ignore[index]
