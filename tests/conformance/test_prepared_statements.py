@@ -280,6 +280,57 @@ def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
     assert {r.status for r in Job.objects.using(pg_alias).filter(id__in=ids)} == {"succeeded"}
 
 
+#: Rows in the settle's plan test: under about 15,000 the settle read the whole table per batch
+#: (performance.md, item 107).
+SMALL_TABLE = 3_000
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["generic-plan", "custom-plan"])
+def test_the_settle_reads_its_rows_by_primary_key_on_a_small_table(
+        pg_alias: str, prepared: bool) -> None:
+    """Item 107: the batch (estimated at 100 rows whatever it holds) joined to a table of a few
+    thousand rows was planned as a hash join over a sequential scan of every row, prepared or
+    not: each settle read the whole table. Its rows are now read by primary key."""
+    conn = connections[pg_alias]
+    conn.ensure_connection()
+    raw = conn.connection
+    before = raw.prepare_threshold
+    store = get_store(pg_alias)  # the database's clock: the rows below are due on it
+    try:
+        raw.execute(
+            "INSERT INTO django_ultjobs_job (name, queue, priority, args, kwargs, status, attempt,"
+            " max_attempts, visible_at, worker_id, cancel_requested, traceparent, tracestate,"
+            " enqueued_by, last_error, wait_after, wait_event, created_at, updated_at,"
+            " concurrency_key, unique_for, cancel_reason, tags)"
+            " SELECT 'noop', 'default', 0, '[]', '{}', 'queued', 0, 1, now() - interval '1 minute',"
+            " '', false, '', '', '', '', 0, '', now(), now(), '', 0, '', '[]'"
+            " FROM generate_series(1, %s)", [SMALL_TABLE])
+        raw.execute("ANALYZE django_ultjobs_job")
+        if prepared:
+            raw.prepare_threshold = 0
+            raw.execute("SET plan_cache_mode = force_generic_plan")
+            first = claim(store, limit=64)
+            assert len(store.settle([settlement(j) for j in first], "w1")) == 64
+        batch = claim(store, limit=64)
+        params = {"batch": dumps_batch([store._settlement_row(settlement(j)) for j in batch]),
+                  "worker_id": "w1", "now": store.now_param()}
+        if prepared:
+            plan = _explain_prepared(pg_alias, "settle", params)
+        else:
+            (found,) = raw.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + store.sql["settle"],
+                                   params, prepare=False).fetchone()
+            plan = (json.loads(found) if isinstance(found, str) else found)[0]["Plan"]
+        scans = [n["Node Type"] for n in _nodes(plan) if n.get("Relation Name") ==
+                 "django_ultjobs_job" and n["Node Type"] != "ModifyTable"]
+        assert scans and set(scans) == {"Index Scan"}, scans
+        assert Job.objects.using(pg_alias).filter(status="succeeded").count() == \
+            64 * (1 + prepared)
+    finally:
+        raw.execute("RESET plan_cache_mode")
+        raw.execute("DEALLOCATE ALL")
+        raw.prepare_threshold = before
+
+
 def test_a_settle_that_puts_a_run_to_wait_on_an_event_is_planned_afresh(
         prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
     """Item 85: such a batch reads the events table (an event already sent wakes the run at
