@@ -70,8 +70,12 @@ def counters(db: str) -> dict[str, float]:
 
 
 def backend_seconds(pid: int) -> float | None:
-    """Seconds backend ``pid`` has spent on a CPU (nanoseconds exact), None once it is gone."""
+    """Seconds backend ``pid`` has spent on a CPU (nanoseconds exact), None once it is gone or
+    when the pid is not a PostgreSQL process of this machine (a server elsewhere)."""
     try:
+        with open(f"/proc/{pid}/comm") as f:
+            if not f.read().startswith("postgres"):
+                return None
         with open(f"/proc/{pid}/schedstat") as f:
             return int(f.read().split()[0]) / 1e9
     except OSError:
@@ -91,13 +95,22 @@ def drain_measured(db: str, cmd: list[str], env: dict[str, str], jobs: int) -> d
         own = conn.info.backend_pid
         while proc.poll() is None:
             polls += 1
-            for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity "
-                                       "WHERE datname = current_database()").fetchall():
-                spent = backend_seconds(pid) if pid != own else None
-                if spent is not None:
-                    seconds[pid] = spent  # since the backend started: all of it this drain's
-            time.sleep(0.01)
+            try:
+                # The worker's connections only: not this one, nor an autovacuum worker.
+                for (pid,) in conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND backend_type = 'client backend' AND pid <> %s", [own]).fetchall():
+                    spent = backend_seconds(pid)
+                    if spent is not None:
+                        seconds[pid] = spent  # since the backend started: all of it the drain's
+                time.sleep(0.01)
+            except BaseException:
+                proc.kill()
+                raise
     took = time.monotonic() - started
+    if not seconds:
+        raise RuntimeError("no backend of the worker was found in /proc: the server must run on "
+                           "this machine")
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[:4]} exited {proc.returncode}")
     time.sleep(FLUSH)

@@ -93,7 +93,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pickup-samples", type=int, default=1000,
                    help="idle pickups of ours and PgQueuer each (the pickup targets' pair), "
                         "taken in --pickup-blocks blocks alternating between the two")
-    p.add_argument("--pickup-blocks", type=int, default=5)
+    p.add_argument("--pickup-blocks", type=int, default=5,
+                   help="blocks the pair's pickups are taken in, each a worker of its own")
     p.add_argument("--peer-pickup-samples", type=int, default=200,
                    help="idle pickups of each other system, in one block")
     p.add_argument("--capped-jobs", type=int, default=10_000,
@@ -360,11 +361,13 @@ def celery_round(celery: dict[str, Any], drain: Any, r: int, repeat: int) -> Non
 
 #: The pickup targets compare these two: their pickups alternate in blocks, so drift on the
 #: machine over the minutes they take reaches both alike (one block each, one after the other,
-#: read p99s 0.68x and 0.89x of PgQueuer's an hour apart; performance.md, item 106).
+#: read PgQueuer's p99 at 0.90x and 0.69x of ours an hour apart; performance.md, item 106).
 PICKUP_PAIR = ("ours", "pgqueuer")
 
 
 def pickup_blocks(args: argparse.Namespace, system: str) -> int:
+    """How many blocks ``system``'s pickups are taken in: the pair's ``--pickup-blocks``, one
+    for any other system."""
     return max(1, args.pickup_blocks) if system in PICKUP_PAIR else 1
 
 
@@ -374,8 +377,10 @@ def single_and_pickup(runner: Runner, systems: list[str],
     for system in systems:
         results[system].update(runner.phase(system, "single"))
     blocks: dict[str, list[dict[str, Any]]] = {system: [] for system in systems}
-    for block in range(max(pickup_blocks(args, system) for system in systems)):
-        for system in systems:
+    for block in range(max((pickup_blocks(args, system) for system in systems), default=0)):
+        # The order turns each block (ours first, then PgQueuer first, ...), so neither always
+        # runs on the later side of a drift.
+        for system in systems if block % 2 == 0 else reversed(systems):
             if block < pickup_blocks(args, system):
                 blocks[system].append(pickup_block(runner, system, results[system]))
     for system in systems:
@@ -401,9 +406,13 @@ def pickup_block(runner: Runner, system: str, r: dict[str, Any]) -> dict[str, An
     elif system == "django-tasks-db":
         extra = ("--interval", str(args.dtdb_interval))
         r["pickup_interval"] = args.dtdb_interval
-    blocks = pickup_blocks(args, system)
+    return runner.phase(system, "pickup", "--samples", str(block_samples(args, system)), *extra)
+
+
+def block_samples(args: argparse.Namespace, system: str) -> int:
+    """The pickups each of ``system``'s blocks takes: its total shared out, rounded up."""
     total = args.pickup_samples if system in PICKUP_PAIR else args.peer_pickup_samples
-    return runner.phase(system, "pickup", "--samples", str(max(1, total // blocks)), *extra)
+    return max(1, math.ceil(total / pickup_blocks(args, system)))
 
 
 def slots_and_history(runner: Runner, ours: dict[str, Any]) -> None:
@@ -519,6 +528,21 @@ def render(results: dict[str, dict[str, Any]], skipped: dict[str, str], env: dic
     return "\n".join(out)
 
 
+def _pickup_counts(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+    """How many pickups each system took, and in how many blocks, as the run took them."""
+    pair = [s for s in PICKUP_PAIR if "pickup" in results.get(s, {})]
+    others = [s for s in results if s not in PICKUP_PAIR and "pickup" in results[s]]
+    parts = []
+    if pair:
+        first = results[pair[0]]["pickup"]
+        names = " and ".join(LABELS[s] for s in pair)
+        parts.append(f"{names} {first['samples']:,} each in {first['blocks']} blocks"
+                     + (", taken in turn" if len(pair) == 2 else ""))
+    if others:
+        parts.append(f"the others {block_samples(args, others[0]):,} each in one block")
+    return "; ".join(parts)
+
+
 def _block_spread(ours: dict[str, Any], pgq: dict[str, Any] | None) -> str:
     """Each pickup block's p99, ours and PgQueuer's side by side: what one block alone read."""
     mine, theirs = ours.get("block_p99_ms"), (pgq or {}).get("block_p99_ms")
@@ -539,9 +563,7 @@ def render_noop(results: dict[str, dict[str, Any]], skipped: dict[str, str],
         "each from the database's own timestamps (first job started → last completion "
         "committed; Celery: its worker's first task start → last task finish); idle pickup "
         "over single enqueues with the worker idle (commit returned → first line of the body, "
-        f"CLOCK_MONOTONIC): {args.pickup_samples:,} each for ours and PgQueuer, in "
-        f"{max(1, args.pickup_blocks)} blocks alternating between the two, "
-        f"{args.peer_pickup_samples:,} for each other system. "
+        f"CLOCK_MONOTONIC): {_pickup_counts(results, args)}. "
         + ("Tables were never ANALYZEd (--no-analyze)." if args.no_analyze else
            "Each system's tables were ANALYZEd after the enqueue, before the drain, as "
            "autovacuum would have done in production."))

@@ -517,8 +517,8 @@ settled AS (
     -- The ids again as an array: the rows are read by primary key whatever the table's size.
     -- Joined to the batch alone, estimated at 100 rows, a table of under about 15,000 rows was
     -- read whole per settle (a hash join over a sequential scan), planned so by the table's
-    -- statistics, generic plan and custom alike: 50 µs of the server's CPU a run against 21 at
-    -- 10,000 rows (performance.md, item 107).
+    -- statistics, generic plan and custom alike: 36.5 µs of the server's CPU a run against 20.5
+    -- at 10,000 rows in 128-run batches (performance.md, item 107).
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT x.id FROM locked AS x))
     RETURNING j.id, c.attempt_no, c.started_at, c.outcome, c.error, c.slot_key, c.slot,
               c.steps_run, c.steps_replayed, c.extends, j.attempt_on_row AS on_row

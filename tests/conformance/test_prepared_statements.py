@@ -323,6 +323,9 @@ def test_the_settle_reads_its_rows_by_primary_key_on_a_small_table(
         scans = [n["Node Type"] for n in _nodes(plan) if n.get("Relation Name") ==
                  "django_ultjobs_job" and n["Node Type"] != "ModifyTable"]
         assert scans and set(scans) == {"Index Scan"}, scans
+        # Nor a join that reads the batch again for each row (item 78's quadratic shape).
+        assert not [n for n in _nodes(plan) if n["Node Type"] == "CTE Scan"
+                    and n.get("Actual Loops", 0) > 1], plan
         assert Job.objects.using(pg_alias).filter(status="succeeded").count() == \
             64 * (1 + prepared)
     finally:

@@ -189,6 +189,7 @@ def test_pickups_of_ours_and_pgqueuer_alternate_in_blocks_and_the_others_take_on
     single_and_pickup(Runner(), ["ours", "pgqueuer", "procrastinate"], results)  # type: ignore[arg-type]
     pickups = [(system, extra[1]) for system, phase, extra in calls if phase == "pickup"]
     assert pickups == [("ours", "200"), ("pgqueuer", "200"), ("procrastinate", "200"),
-                       *[("ours", "200"), ("pgqueuer", "200")] * 4]
+                       ("pgqueuer", "200"), ("ours", "200"), ("ours", "200"), ("pgqueuer", "200"),
+                       ("pgqueuer", "200"), ("ours", "200"), ("ours", "200"), ("pgqueuer", "200")]
     assert results["ours"]["pickup"]["blocks"] == 5  # type: ignore[index]
     assert results["procrastinate"]["pickup"]["blocks"] == 1  # type: ignore[index]
