@@ -93,9 +93,9 @@ def drain_measured(db: str, cmd: list[str], env: dict[str, str], jobs: int) -> d
         proc = subprocess.Popen(cmd, cwd=common.REPO, env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         own = conn.info.backend_pid
-        while proc.poll() is None:
-            polls += 1
-            try:
+        try:
+            while proc.poll() is None:
+                polls += 1
                 # The worker's connections only: not this one, nor an autovacuum worker.
                 for (pid,) in conn.execute(
                         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
@@ -104,15 +104,15 @@ def drain_measured(db: str, cmd: list[str], env: dict[str, str], jobs: int) -> d
                     if spent is not None:
                         seconds[pid] = spent  # since the backend started: all of it the drain's
                 time.sleep(0.01)
-            except BaseException:
-                proc.kill()
-                raise
+        except BaseException:
+            proc.kill()
+            raise
     took = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[:4]} exited {proc.returncode}")
     if not seconds:
         raise RuntimeError("no backend of the worker was found in /proc: the server must run on "
                            "this machine")
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[:4]} exited {proc.returncode}")
     time.sleep(FLUSH)
     after = counters(db)
     figures = {key: float(after[key] - before[key]) / jobs for key in before}
