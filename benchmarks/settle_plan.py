@@ -16,12 +16,12 @@ are deleted first.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
@@ -39,6 +39,8 @@ from psycopg import sql  # noqa: E402
 from benchmarks.noop_rows import insert_queued_noops  # noqa: E402
 from django_ultjobs.sql import queries  # noqa: E402
 from django_ultjobs.store.postgresql import claim_text  # noqa: E402
+from django_ultjobs.store.records import Settlement  # noqa: E402
+from django_ultjobs.store.settle_arrays import settle_arrays  # noqa: E402
 
 Q = queries("postgresql")
 NAMES = re.compile(r"%\((\w+)\)s")
@@ -70,11 +72,10 @@ def claim(conn: psycopg.Connection, limit: int) -> tuple[uuid.UUID, list[Any]]:
 
 
 def settle_params(token: uuid.UUID, rows: list[Any]) -> dict[str, Any]:
-    """A batch of plain successes, as the store sends it (``JobStore._settlement_row``)."""
-    batch = [{"id": r[0], "token": str(token), "status": "succeeded", "attempt_delta": 0,
-              "delay": 0.0, "attempt_no": r[6], "outcome": "succeeded",
-              "started_at": r[12].isoformat(), "result_json": "null"} for r in rows]
-    return {"batch": json.dumps(batch, separators=(",", ":")), "worker_id": "w1", "now": None}
+    """A batch of plain successes, as the store sends it (``PostgresStore.settle_params``)."""
+    batch = [Settlement(job_id=r[0], token=str(token), status="succeeded", attempt_no=r[6],
+                        started_at=r[12], outcome="succeeded", result_json="null") for r in rows]
+    return {**settle_arrays(batch, datetime.isoformat), "worker_id": "w1", "now": None}
 
 
 def explain_prepared(conn: psycopg.Connection, modes: dict[str, dict[str, Any]]

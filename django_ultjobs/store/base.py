@@ -529,9 +529,10 @@ class JobStore(SlotStore):
     # -- helpers shared by the engines ---------------------------------------------------------
 
     def _settlement_row(self, s: Settlement) -> dict[str, Any]:
-        # A key left out reads as NULL on both engines, as a JSON null does, and each query
-        # reads a missing wait_after and steps as 0 and []: a plain success sends half the text
-        # to encode, and to parse on the database (performance.md, item 79).
+        # One run of a JSON settle batch: SQLite's (PostgreSQL's settle takes one array per
+        # column instead, ``settle_arrays``, performance.md item 111). A key left out reads as
+        # NULL, as a JSON null does, and the query reads a missing wait_after and steps as 0 and
+        # []: a plain success sends half the text to encode, and to parse (item 79).
         row: dict[str, Any] = {
             "id": s.job_id,
             "token": s.token,

@@ -17,7 +17,7 @@ from psycopg.pq import Format, TransactionStatus
 
 from .. import jsonargs
 from . import copy_binary, copy_rows
-from .base import JobStore, check_one_per_job, dumps_batch
+from .base import JobStore, check_one_per_job
 from .records import (
     ClaimBatch,
     ClaimRequest,
@@ -26,6 +26,7 @@ from .records import (
     Settlement,
     SlotHold,
 )
+from .settle_arrays import settle_arrays
 
 #: SQLSTATE invalid_sql_statement_name: a prepared statement the server does not have.
 _LOST_PREPARED_STATEMENT = "26000"
@@ -290,8 +291,7 @@ class PostgresStore(JobStore):
         if not settlements:
             return set()
         check_one_per_job(settlements)
-        batch = dumps_batch([self._settlement_row(s) for s in settlements])
-        params = {"batch": batch, "worker_id": worker_id, "now": self.now_param()}
+        params = self.settle_params(settlements, worker_id)
         waits = sorted({s.wait_event for s in settlements if s.wait_event})
         # A run that extends a park's episode or waits on an event makes the settle read the
         # attempts or the events table, which a prepared settle's generic plan, made at its first
@@ -311,14 +311,17 @@ class PostgresStore(JobStore):
                     # A sender of that event is mid-transaction: its event may commit unseen by
                     # this settle, so those runs look again in a second instead of sleeping
                     # until their timeout.
-                    batch = dumps_batch([
-                        self._settlement_row(replace(s, delay=min(s.delay, BUSY_EVENT_RECHECK))
-                                             if s.wait_event in busy else s)
-                        for s in settlements
-                    ])
-                    params["batch"] = batch
+                    params.update(settle_arrays(
+                        [replace(s, delay=min(s.delay, BUSY_EVENT_RECHECK))
+                         if s.wait_event in busy else s for s in settlements],
+                        self._json_time))
                 self._execute_settle(cur, params, fresh)
                 return {row[0] for row in cur.fetchall()}
+
+    def settle_params(self, settlements: Sequence[Settlement], worker_id: str) -> dict[str, Any]:
+        """The settle statement's parameters: the batch as one array per column."""
+        return {**settle_arrays(settlements, self._json_time), "worker_id": worker_id,
+                "now": self.now_param()}
 
     def _execute_settle(self, cur: Any, params: Mapping[str, Any], fresh: bool) -> None:
         if fresh:

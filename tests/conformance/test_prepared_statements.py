@@ -23,7 +23,6 @@ from psycopg import sql
 
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import JobStore, get_store
-from django_ultjobs.store.base import dumps_batch
 from django_ultjobs.store.postgresql import PostgresStore, claim_text
 from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
 from tests.doubles import FakeClock
@@ -275,9 +274,7 @@ def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
     JobAttempt.objects.using(pg_alias).bulk_create(
         JobAttempt(job_id=first.id, attempt=n, worker_id="w1", outcome="failed", error="")
         for n in range(2, 2002))
-    sent = store._settlement_row(settlement(second))  # what settle() sends
-    plan = _explain_prepared(pg_alias, "settle", {
-        "batch": dumps_batch([sent]), "worker_id": "w1", "now": store.now_param()})
+    plan = _explain_prepared(pg_alias, "settle", store.settle_params([settlement(second)], "w1"))
     read = [(n["Node Type"], n["Actual Loops"]) for n in _nodes(plan)
             if n["Node Type"] != "ModifyTable"
             and ("jobattempt" in n.get("Relation Name", "")
@@ -312,8 +309,7 @@ def test_the_settle_reads_its_rows_by_primary_key_on_a_small_table(
             first = claim(store, limit=64)
             assert len(store.settle([settlement(j) for j in first], "w1")) == 64
         batch = claim(store, limit=64)
-        params = {"batch": dumps_batch([store._settlement_row(settlement(j)) for j in batch]),
-                  "worker_id": "w1", "now": store.now_param()}
+        params = store.settle_params([settlement(j) for j in batch], "w1")
         if prepared:
             plan = _explain_prepared(pg_alias, "settle", params)
         else:
