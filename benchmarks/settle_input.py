@@ -76,7 +76,7 @@ def as_arrays(batch: list[Settlement]) -> dict[str, Any]:
 
 def as_binary(batch: list[Settlement]) -> dict[str, Any]:
     # The columns a plain success uses (item 79) as typed lists; the others NULL.
-    return {**dict.fromkeys(settle_arrays.COLUMNS),
+    return {**dict.fromkeys(settle_arrays.settle_arrays(batch, datetime.isoformat)),
             "id": [s.job_id for s in batch], "token": [uuid.UUID(s.token) for s in batch],
             "status": [s.status for s in batch], "attempt_delta": [s.attempt_delta for s in batch],
             "delay": [s.delay for s in batch], "result_json": [s.result_json for s in batch],

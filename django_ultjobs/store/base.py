@@ -136,6 +136,11 @@ class JobStore(SlotStore):
         lines = str(exc).strip().splitlines()
         return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
+    def unfit_settings(self) -> str | None:
+        """What in the database's settings would make this store misread its own statements, as
+        a sentence for the operator; None when nothing does (engines override)."""
+        return None
+
     def schema_missing(self, exc: BaseException) -> bool:
         """Whether ``exc`` says a table or column of this package does not exist in the
         database: a database nobody migrated, which no wait will fix (engines override)."""

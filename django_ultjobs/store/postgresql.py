@@ -197,6 +197,18 @@ class PostgresStore(JobStore):
                 return True
         return False
 
+    def unfit_settings(self) -> str | None:
+        # The settle's arrays write a run's missing value as NULL, which PostgreSQL reads as
+        # the text 'NULL' with array_nulls off: a success would record the error 'NULL'.
+        with self.cursor() as cur:
+            cur.execute("SHOW array_nulls")
+            if cur.fetchone()[0] == "on":
+                return None
+        return (f"PostgreSQL's array_nulls is off for the database of '{self.alias}': the "
+                "worker's settles would store the text 'NULL' for values they leave out. Turn "
+                "it back on (ALTER DATABASE ... RESET array_nulls, ALTER ROLE ... RESET "
+                "array_nulls, or remove it from the connection's options)")
+
     def refusal_reason(self, exc: BaseException) -> str:
         # The DETAIL line says what was refused ("\u0000 cannot be converted to text", "jsonb
         # strings cannot exceed 268435455 bytes"); the CONTEXT lines repeat the parameter.

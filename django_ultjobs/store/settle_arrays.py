@@ -18,11 +18,6 @@ from ..jsonargs import storable_text
 from ..retry import clamp_delay
 from .records import Settlement
 
-#: ``unnest``'s arguments, in the settle's column order (``sql/postgresql.sql``, settle).
-COLUMNS = ("id", "token", "status", "attempt_delta", "delay", "error", "result_json", "outcome",
-           "attempt_no", "started_at", "slot_key", "slot", "wait_event", "wait_match",
-           "wait_after", "steps_run", "steps_replayed", "extends", "on_row")
-
 
 def settle_arrays(settlements: Sequence[Settlement],
                   time_text: Callable[[datetime], str]) -> dict[str, str | None]:
@@ -61,7 +56,10 @@ def texts(values: Iterable[str | None]) -> str | None:
     """An array of text: every element double-quoted, its backslashes and double quotes
     escaped, so braces, commas, spaces and the word NULL stay text; None is NULL. None for an
     array of NULLs only."""
-    items = ["NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    # str.replace, not v.replace: a value that is no text is a TypeError, which the completer
+    # isolates as a refusal of that run's values (rule 30), not an error it retries.
+    items = ["NULL" if v is None
+             else '"' + str.replace(str.replace(v, "\\", "\\\\"), '"', '\\"') + '"'
              for v in values]
     return None if all(item == "NULL" for item in items) else "{" + ",".join(items) + "}"
 

@@ -34,8 +34,9 @@ from .runs import Run, RunsInFlight
 logger = logging.getLogger("django_ultjobs.worker")
 
 #: A settle batch holds at most this many runs, and this many bytes of outcome (results and
-#: errors) beyond its first run: PostgreSQL refuses a JSON value over 256 MB, and a batch is held
-#: in memory three times over while it is encoded and sent (rule 31).
+#: errors) beyond its first run: a batch is held in memory three times over while it is encoded
+#: and sent, PostgreSQL refuses a parameter over 1 GB (an array of them too), and SQLite's batch
+#: is one JSON value (rule 31).
 _MAX_BATCH = 500
 MAX_BATCH_BYTES = 32 * 1024 * 1024
 

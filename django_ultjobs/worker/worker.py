@@ -765,6 +765,9 @@ class WorkerProcess:
         while True:
             tries += 1
             try:
+                unfit = self.store.unfit_settings()
+                if unfit is not None:
+                    raise JobConfigurationError(unfit)
                 # Registering first: a database nobody migrated is refused before the worker
                 # changes anything in it (the WAL switch).
                 generation = registry_generation()

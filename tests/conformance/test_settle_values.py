@@ -1,4 +1,4 @@
-"""Rule 30, generated: whatever text a settle carries (an error, a result, step names, an event's
+"""Generated: whatever text a settle carries (an error, a result, step names, an event's
 name and match, a slot key) is stored as it was given, on both engines. PostgreSQL's settle sends
 its batch as one array literal per column (``store/settle_arrays.py``): quotes, backslashes,
 braces, commas, spaces and the word NULL must come back as themselves."""
@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connections
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from django_ultjobs.jsonargs import storable_text
-from django_ultjobs.models import Job, JobAttempt
+from django_ultjobs.models import JobAttempt
 from django_ultjobs.store import JobStore
-from django_ultjobs.store.settle_arrays import numbers, texts
+from django_ultjobs.store.settle_arrays import numbers
+from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement
 
@@ -41,33 +44,40 @@ _HOSTILE = 'NULL", "{a,b}" \\" \\\\ } { , NULL'
 @example(error=_HOSTILE, result=[_HOSTILE, {_HOSTILE: None}], steps=[_HOSTILE, "", "NULL"],
          event=_HOSTILE, match={_HOSTILE: _HOSTILE}, slot_key=_HOSTILE)
 @example(error="", result="", steps=[""], event="", match={"": ""}, slot_key="")
-def test_a_settle_stores_its_text_as_given(cstore: JobStore, alias: str, error: str,
-                                           result: Any, steps: list[str], event: str,
-                                           match: dict[str, Any], slot_key: str) -> None:
+def test_a_settle_stores_its_text_as_given(cstore: JobStore, alias: str, clock: FakeClock,
+                                           error: str, result: Any, steps: list[str],
+                                           event: str, match: dict[str, Any],
+                                           slot_key: str) -> None:
     queue = next(_queues)
-    enqueue(cstore, new_job(queue=queue), new_job(queue=queue), new_job(queue=queue))
-    done, failed, waiting = claim(cstore, queues=[queue], limit=3)
+    enqueue(cstore, *(new_job(queue=queue) for _ in range(4)))
+    done, failed, waiting, handed = claim(cstore, queues=[queue], limit=4)
     result_json = json.dumps(result)
     assert cstore.settle([
         settlement(done, result_json=result_json, steps_run=tuple(steps),
-                   steps_replayed=tuple(reversed(steps)), slot_key=slot_key, slot=0),
+                   steps_replayed=tuple(reversed(steps)), slot_key=slot_key, slot=7),
         settlement(failed, "failed", outcome="failed", error=error),
         settlement(waiting, "waiting", outcome=None, wait_event=event, wait_match=match,
-                   delay=60.0),
-    ], "w1") == {done.id, failed.id, waiting.id}
+                   wait_after=3, delay=60.0),
+        settlement(handed, "queued", outcome=None, attempt_delta=-1),
+    ], "w1") == {done.id, failed.id, waiting.id, handed.id}
 
     assert row(alias, done.id).result == result
     (ran,) = JobAttempt.objects.using(alias).filter(job_id=done.id)
-    assert (ran.steps_run, ran.steps_replayed, ran.slot_key) == (
-        steps, list(reversed(steps)), slot_key)
+    assert (ran.steps_run, ran.steps_replayed, ran.slot_key, ran.slot) == (
+        steps, list(reversed(steps)), slot_key, 7)
     (fell,) = JobAttempt.objects.using(alias).filter(job_id=failed.id)
     assert fell.error == row(alias, failed.id).last_error == storable_text(error)
-    parked = Job.objects.using(alias).get(id=waiting.id)
-    assert (parked.status, parked.wait_event, parked.wait_match) == ("waiting", event, match)
+    parked = row(alias, waiting.id)
+    assert (parked.status, parked.wait_event, parked.wait_match, parked.wait_after) == (
+        "waiting", event, match, 3)
+    assert parked.visible_at == clock.now + timedelta(seconds=60)
+    back = row(alias, handed.id)
+    assert (back.status, back.attempt) == ("queued", handed.attempt - 1)
 
 
-def test_an_array_literal_of_only_nulls_is_sent_as_null() -> None:
-    # unnest pads a NULL array with NULLs: a column no run uses costs the server no parsing.
-    assert texts([None, None]) is None and numbers([None]) is None
-    assert texts([None, "NULL"]) == '{NULL,"NULL"}'
-    assert numbers([1, None, 0.5]) == "{1,NULL,0.5}"
+def test_numbers_read_back_as_the_same_values(pg_alias: str) -> None:
+    floats = [0.0, -0.0, 1e-05, 5e-324, 3153600000.0, 0.1 + 0.2, 1.7976931348623157e308, None]
+    ints = [0, -1, 2**63 - 1, -(2**63), None]
+    with connections[pg_alias].cursor() as cur:
+        cur.execute("SELECT %s::float8[], %s::bigint[]", [numbers(floats), numbers(ints)])
+        assert cur.fetchone() == (floats, ints)

@@ -24,6 +24,7 @@ from django.test.utils import override_settings
 from django_ultjobs.models import AttemptRecord, Job
 from django_ultjobs.store import Settlement
 from django_ultjobs.worker import worker as worker_module
+from django_ultjobs.worker.completer import MAX_BATCH_BYTES
 from tests.conftest import WorkerProcesses, engine_store, events, running_worker, wait_until
 from tests.doubles import settle_outage_store
 from tests.testapp.jobs import record, sized_result
@@ -210,13 +211,23 @@ def test_a_refused_outcome_then_sigterm_runs_no_body_twice(
 def test_many_large_results_are_written_in_batches_postgresql_accepts(
         pg_alias: str) -> None:
     # 60 results of 5 MB waiting together (a settle outage held them): in one batch, 300 MB,
-    # past the 256 MB PostgreSQL allows a jsonb array ("total size of jsonb array elements
-    # exceeds the maximum"), and refused whole. Batches are bounded by bytes (rule 31), and the
-    # backlog too (claiming stops at 128 MB), so each batch is written as it is.
+    # held in memory three times over while it is encoded and sent (and, while the batch was
+    # one JSON value, past the 256 MB PostgreSQL allows a jsonb array: refused whole). Batches
+    # are bounded by bytes (rule 31), and the backlog too (claiming stops at 128 MB), so each
+    # batch is written as it is, none past the bound by more than one run's outcome.
     outage = threading.Event()
     outage.set()
 
     store = settle_outage_store(pg_alias, outage, "the database system is starting up")
+    batch_bytes: list[int] = []
+    settle = store.settle
+
+    def counted(settlements: Sequence[Settlement], worker_id: str) -> set[int]:
+        written = settle(settlements, worker_id)
+        batch_bytes.append(sum(len(s.result_json or "") for s in settlements))
+        return written
+
+    store.settle = counted  # type: ignore[method-assign]
 
     ids = sized_result.bulk_enqueue([(5_000_000,)] * 60)
     with override_settings(ULTJOBS={"DATABASE": pg_alias, "MAX_RESULT_BYTES": 6_000_000}), \
@@ -231,3 +242,4 @@ def test_many_large_results_are_written_in_batches_postgresql_accepts(
                    .count() == len(ids), timeout=120, message="every job succeeded")
         assert worker.completer.unstorable == 0
     assert AttemptRecord.objects.using(pg_alias).filter(job_id__in=ids).count() == len(ids)
+    assert max(batch_bytes) <= MAX_BATCH_BYTES + 6_000_000, batch_bytes

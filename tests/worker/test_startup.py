@@ -204,6 +204,19 @@ def test_an_unmigrated_database_says_run_migrate_at_once(
     assert tries(result.stderr) == [], result.stderr
 
 
+def test_a_database_with_array_nulls_off_is_refused_at_once(
+        empty_pg_database: str, tmp_path: Path) -> None:
+    # The settle's arrays write a missing value as NULL, which PostgreSQL reads as the text
+    # 'NULL' with array_nulls off: refused before the worker registers, not waited for.
+    with admin_connection() as conn:
+        conn.execute(f'ALTER DATABASE "test_ultjobs{empty_pg_database}" SET array_nulls = off')
+    result = run_worker("postgres", "--burst", "--connect-timeout", "30",
+                        env={"ULTJOBS_TEST_DB_SUFFIX": empty_pg_database}, tmp_path=tmp_path)
+    error = assert_one_line_refusal(result)
+    assert "array_nulls is off" in error and "'postgres'" in error, error
+    assert tries(result.stderr) == [], result.stderr
+
+
 class LateProxy:
     """A TCP proxy to PostgreSQL on a port that is closed until ``open()`` is called."""
 
