@@ -560,9 +560,9 @@ class JobStore(SlotStore):
             row["slot_key"] = s.slot_key
         if s.slot is not None:
             row["slot"] = s.slot
-        if s.wait_event is not None or s.wait_match is not None or s.wait_after:
+        if s.carries_wait:
             row.update(wait_event=s.wait_event, wait_match=s.wait_match, wait_after=s.wait_after)
-        if s.steps_run or s.steps_replayed:
+        if s.carries_steps:
             row.update(steps_run=list(s.steps_run), steps_replayed=list(s.steps_replayed))
         if s.extends is not None:
             row["extends"] = s.extends
@@ -594,10 +594,11 @@ class JobStore(SlotStore):
         return value.isoformat()
 
 
-def dumps_batch(rows: list[dict[str, Any]]) -> str:
-    """A settle batch as one JSON parameter. ``allow_nan=False``: Python would write ``NaN`` or
-    ``Infinity``, which is no JSON, and PostgreSQL would refuse the whole batch; raised here, it
-    is a refusal of one row's values that the completer isolates (rules 30, 31)."""
+def dumps_batch(rows: object) -> str:
+    """A settle batch, or one of its JSON values, as JSON. ``allow_nan=False``: Python would
+    write ``NaN`` or ``Infinity``, which is no JSON, and the database would refuse the whole
+    batch; raised here, it is a refusal of one row's values that the completer isolates (rules
+    30, 31)."""
     return json.dumps(rows, separators=(",", ":"), allow_nan=False)
 
 

@@ -168,6 +168,16 @@ class Settlement:
     extends: int | None = None
 
     @property
+    def carries_wait(self) -> bool:
+        """Whether the settle writes this run's wait columns (a batch leaves them out else)."""
+        return self.wait_event is not None or self.wait_match is not None or bool(self.wait_after)
+
+    @property
+    def carries_steps(self) -> bool:
+        """Whether the settle writes this run's step lists (a batch leaves them out else)."""
+        return bool(self.steps_run or self.steps_replayed)
+
+    @property
     def on_row(self) -> bool:
         """Whether the job's own row holds this attempt, so it needs no attempt row (rule 97).
 

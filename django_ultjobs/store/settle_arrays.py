@@ -10,12 +10,12 @@ out (item 79).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from ..jsonargs import storable_text
 from ..retry import clamp_delay
+from .base import dumps_batch
 from .records import Settlement
 
 
@@ -40,12 +40,12 @@ def settle_arrays(settlements: Sequence[Settlement],
         "slot_key": texts(s.slot_key for s in settlements),
         "slot": numbers(s.slot for s in settlements),
         "wait_event": texts(s.wait_event for s in settlements),
-        "wait_match": texts(None if s.wait_match is None else _json(s.wait_match)
+        "wait_match": texts(None if s.wait_match is None else dumps_batch(s.wait_match)
                             for s in settlements),
-        "wait_after": numbers(s.wait_after if _waits(s) else None for s in settlements),
-        "steps_run": texts(_json(list(s.steps_run)) if _has_steps(s) else None
+        "wait_after": numbers(s.wait_after if s.carries_wait else None for s in settlements),
+        "steps_run": texts(dumps_batch(list(s.steps_run)) if s.carries_steps else None
                            for s in settlements),
-        "steps_replayed": texts(_json(list(s.steps_replayed)) if _has_steps(s) else None
+        "steps_replayed": texts(dumps_batch(list(s.steps_replayed)) if s.carries_steps else None
                                 for s in settlements),
         "extends": numbers(s.extends for s in settlements),
         "on_row": texts("t" if s.on_row else None for s in settlements),
@@ -61,25 +61,11 @@ def texts(values: Iterable[str | None]) -> str | None:
     items = ["NULL" if v is None
              else '"' + str.replace(str.replace(v, "\\", "\\\\"), '"', '\\"') + '"'
              for v in values]
-    return None if all(item == "NULL" for item in items) else "{" + ",".join(items) + "}"
+    return None if items.count("NULL") == len(items) else "{" + ",".join(items) + "}"
 
 
 def numbers(values: Iterable[int | float | None]) -> str | None:
     """An array of numbers (``repr``, which reads back as the same float); None is NULL. None for
     an array of NULLs only."""
     items = ["NULL" if v is None else repr(v) for v in values]
-    return None if all(item == "NULL" for item in items) else "{" + ",".join(items) + "}"
-
-
-def _waits(s: Settlement) -> bool:
-    return s.wait_event is not None or s.wait_match is not None or bool(s.wait_after)
-
-
-def _has_steps(s: Settlement) -> bool:
-    return bool(s.steps_run or s.steps_replayed)
-
-
-def _json(value: object) -> str:
-    """JSON as the batch wrote it. ``allow_nan=False``: a NaN is no JSON, and raised here it is a
-    refusal of one run's values that the completer isolates (rules 30, 31)."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return None if items.count("NULL") == len(items) else "{" + ",".join(items) + "}"
