@@ -32,6 +32,9 @@ INSTALLED_APPS = [
 # Worker processes of the scheduling tests also run a periodic job (tests/periodicapp).
 if os.environ.get("ULTJOBS_TEST_PERIODIC"):
     INSTALLED_APPS.append("tests.periodicapp")
+# ... and those of the clock-step tests, one periodic job per catch-up policy (tests/catchupapp).
+if os.environ.get("ULTJOBS_TEST_CATCH_UP"):
+    INSTALLED_APPS.append("tests.catchupapp")
 
 # The queue's tests run against real engines, never a mock: SQLite in a file (threads and worker
 # processes share it) and the machine's PostgreSQL.
