@@ -83,6 +83,8 @@ def _measure(alias: str, repeat: int, jobs: int) -> None:
     from django.db import connections
     from django.test.utils import CaptureQueriesContext
 
+    from django_ultjobs.models import JobSchedule
+    from django_ultjobs.schedules import Candidates
     from django_ultjobs.store import get_store
     from django_ultjobs.store.schedules import ScheduleInfo, ScheduleStore, TickJob
 
@@ -90,22 +92,31 @@ def _measure(alias: str, repeat: int, jobs: int) -> None:
     schedules = ScheduleStore(store)
     info = [ScheduleInfo("bench_tick", "every 5 s", "", "latest")]
     schedules.sync(info)
-    start = store.db_now().replace(microsecond=0)
-    _fill(alias, jobs, start)
+    # The ticks sent are in the past (a tick is enqueued only once it has come, rule 102): the
+    # schedule begins before them, and the history filled in goes before that.
+    now = store.db_now()
+    begun = now.replace(microsecond=0) - timedelta(seconds=5 * 10 * repeat)
+    JobSchedule.objects.using(alias).filter(name="bench_tick").update(last_tick=begun)
+    _fill(alias, jobs, begun)
     if alias == "postgres":
         with connections[alias].cursor() as cur:
             cur.execute("VACUUM ANALYZE django_ultjobs_job")
     job = TickJob("bench_tick", "default", 0, 3)
-    ticks = iter(start + timedelta(seconds=5 * i) for i in range(1, 10 * repeat))
+    ticks = iter(begun + timedelta(seconds=5 * i) for i in range(1, 10 * repeat))
     sent: list[datetime] = []
+
+    def offer(tick: datetime) -> Candidates:
+        """The newest tick, offered as every tick up to a horizon past the whole run."""
+        return Candidates(ticks=(tick,), floor=None, horizon=now + timedelta(days=1), keep=1,
+                          late=None)
 
     def first() -> None:
         tick = next(ticks)
         sent.append(tick)
-        assert schedules.enqueue_ticks(job, [tick], "bench:first")
+        assert schedules.enqueue_ticks(job, offer(tick), "bench:first").created
 
     def second() -> None:
-        assert not schedules.enqueue_ticks(job, [sent[-1]], "bench:second")
+        assert not schedules.enqueue_ticks(job, offer(sent[-1]), "bench:second").created
 
     with connections[alias].cursor() as cur:
         round_trip = _median_ms(lambda: cur.execute("SELECT 1"), repeat)

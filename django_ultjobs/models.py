@@ -388,8 +388,9 @@ class JobSchedule(models.Model):
     """A periodic job's schedule across the fleet: its cursor, and whether it is paused.
 
     Written by the workers (each registers the periodic jobs it knows) and paused or resumed
-    from the admin. ``last_tick`` is the newest tick enqueued; it only moves forward, and a
-    tick is enqueued only by the statement that moves it (rule 60).
+    from the admin. ``last_tick`` is the newest tick dealt with (enqueued, or skipped as late by
+    ``catch_up="none"``); it only moves forward, never past the database's clock, and a tick is
+    enqueued only by the statement that moves it (rules 60 and 102).
     """
 
     name = models.CharField(max_length=200, primary_key=True)

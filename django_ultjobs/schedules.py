@@ -9,10 +9,12 @@ def poll_inbox() -> None: ...
 ```
 
 Pure functions over a frozen ``Schedule``: no SQL and no clock of their own, so a test drives
-them with any "now" it likes. The worker's scheduler (``worker/scheduler.py``) asks ``due`` for
-the ticks to enqueue, and the store enqueues each at most once fleet-wide (rule 60). Cron
-expressions are read and stepped by ``cronsim``, which handles time zones and DST the way
-Debian's cron does (docs/scheduling.md): no parser of our own.
+them with any "now" it likes. The worker's scheduler (``worker/scheduler.py``) asks
+``candidates`` for the ticks to offer around its estimate of the database's clock; the tick
+statement keeps those the database's clock has reached, by the policy ``due`` states, and
+enqueues each at most once fleet-wide (rules 60, 62 and 102). Cron expressions are read and
+stepped by ``cronsim``, which handles time zones and DST the way Debian's cron does
+(docs/scheduling.md): no parser of our own.
 """
 
 from __future__ import annotations
@@ -42,8 +44,34 @@ MAX_EVERY = 366 * 86_400.0
 #: How late a tick may be enqueued and still count as on time for ``catch_up="none"``: a worker
 #: wakes for a tick a few milliseconds after it, and a busy one later still.
 ON_TIME = timedelta(seconds=5)
+#: How far either side of its estimate of the database's clock a worker offers ticks: the tick
+#: statement keeps only those the database's clock has reached, so an estimate off by less than
+#: this costs nothing, and one off by more costs one more statement (rule 102).
+CANDIDATE_MARGIN = timedelta(seconds=5)
 #: A cron expression that matches nothing in this many steps (``0 0 30 2 *``) is refused.
 _MAX_CRON_STEPS = 8
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The ticks a worker offers the tick statement, and what the statement needs to judge them.
+
+    The statement, not the worker, decides which are due: those at or before the database's
+    clock, after the schedule's cursor, of which the catch-up policy keeps the newest ``keep``,
+    none more than ``late`` seconds late (rules 62 and 102).
+    """
+
+    #: Oldest first.
+    ticks: tuple[datetime, ...]
+    #: No tick in (``floor``, ``horizon``] is missing from ``ticks``; None: none is missing
+    #: since the schedule began. An offer cut short of the cursor has its oldest tick here.
+    floor: datetime | None
+    #: The end of the offer: the worker's estimate of the database's clock, plus a margin.
+    horizon: datetime
+    #: The most ticks one statement enqueues: the newest due (1), or ``MAX_CATCH_UP``.
+    keep: int
+    #: Seconds a kept tick may be late (``catch_up="none"``), or None for any lateness.
+    late: float | None
 
 
 @dataclass(frozen=True)
@@ -104,23 +132,50 @@ class Schedule:
             return _from_epoch_micros((micros // step + 1) * step)
         return _next_cron(str(self.cron), self.zone, after)
 
-    def due(self, cursor: datetime, now: datetime) -> list[datetime]:
-        """The ticks to enqueue now, oldest first: those in ``(cursor, now]`` that the catch-up
-        policy keeps (rule 62).
+    @property
+    def keep(self) -> int:
+        """The most ticks one catch-up enqueues: the newest, or the newest ``MAX_CATCH_UP``."""
+        return MAX_CATCH_UP if self.catch_up == "all" else 1
 
-        ``cursor`` is the newest tick already enqueued (or when the schedule began). A tick is
-        missed when it is more than ``ON_TIME`` late: ``latest`` keeps only the newest due tick,
+    @property
+    def late(self) -> float | None:
+        """Seconds a tick may be late and still run (``catch_up="none"``), None for any."""
+        return ON_TIME.total_seconds() if self.catch_up == "none" else None
+
+    def due(self, cursor: datetime, now: datetime) -> list[datetime]:
+        """The ticks to enqueue when the database's clock reads ``now``, oldest first: those in
+        ``(cursor, now]`` that the catch-up policy keeps (rule 62).
+
+        ``cursor`` is the newest tick dealt with (or when the schedule began). A tick is missed
+        when it is more than ``ON_TIME`` late: ``latest`` keeps only the newest due tick,
         ``none`` keeps it only when it is on time, ``all`` keeps the newest ``MAX_CATCH_UP``.
+        The tick statement applies this policy in SQL on the database's clock (rule 102); the
+        conformance tests hold the statement to this function.
         """
-        ticks = self._ticks_between(cursor, now, MAX_CATCH_UP if self.catch_up == "all" else 1)
+        ticks = self._ticks_between(cursor, now, self.keep)
         if not ticks:
             return []
-        if self.catch_up == "all":
-            return ticks
-        newest = ticks[-1]
-        if self.catch_up == "none" and now - newest > ON_TIME:
+        late = self.late
+        if late is not None and (now - ticks[-1]).total_seconds() > late:
             return []
-        return [newest]
+        return ticks
+
+    def candidates(self, cursor: datetime, around: datetime,
+                   margin: timedelta = CANDIDATE_MARGIN) -> Candidates:
+        """The ticks to offer the tick statement when the database's clock reads about
+        ``around`` (rule 102): every tick after ``cursor`` up to ``around + margin``.
+
+        A cursor far behind (the fleet down for a day) is not offered whole: only the newest
+        ``keep`` ticks up to ``around - margin``, with every tick after them, which is all the
+        policy can keep while the database's clock is within ``margin`` of ``around``.
+        """
+        older = self._ticks_between(cursor, around - margin, self.keep)
+        # Every tick of the window: MIN_EVERY apart at the closest, none more than a cron's.
+        window = int(2 * margin.total_seconds() / MIN_EVERY) + 1
+        newer = self._ticks_between(max(cursor, around - margin), around + margin, window)
+        cut_short = len(older) == self.keep
+        return Candidates(ticks=tuple(older + newer), floor=older[0] if cut_short else cursor,
+                          horizon=around + margin, keep=self.keep, late=self.late)
 
     def _ticks_between(self, cursor: datetime, now: datetime, limit: int) -> list[datetime]:
         """The newest ``limit`` ticks in ``(cursor, now]``, oldest first.

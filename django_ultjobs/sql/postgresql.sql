@@ -879,19 +879,45 @@ ON CONFLICT (name) DO UPDATE
 RETURNING s.name, s.last_tick, s.paused, {now};
 
 -- name: schedule_tick
--- Enqueue ticks of one periodic job, each at most once across the fleet, by whichever worker
--- gets there first (rule 60). The schedule's cursor moves forward only: an UPDATE fenced on
--- "not paused and older than the newest tick" locks the schedule's row, so a second worker
--- sending the same ticks waits for the first, finds the cursor moved and inserts nothing. The
--- unique index on (name, scheduled_for) holds the rule on its own as well: a tick already in
--- the table is skipped (ON CONFLICT DO NOTHING), never an error. Each job is visible at its
--- tick (rule 61); idle workers are notified on commit of the ones runnable now.
-WITH cursor AS (
-    UPDATE django_ultjobs_jobschedule
-    SET last_tick = %(newest)s::timestamptz, updated_at = {now}
-    WHERE name = %(name)s::text AND NOT paused
-      AND (last_tick IS NULL OR last_tick < %(newest)s::timestamptz)
-    RETURNING name
+-- Enqueue the ticks of one periodic job that the database's clock has reached, each at most
+-- once across the fleet, by whichever worker gets there first (rules 60-62, 102). The worker
+-- offers candidate ticks around its estimate of this clock; which are due (at or before now(),
+-- after the cursor), which the catch-up policy keeps (the newest keep, none more than late
+-- seconds late) and where the cursor moves are decided here, on now(), so a worker whose clock
+-- is off changes only when it asks: a tick still ahead of now() is neither enqueued nor passed
+-- by the cursor, which moves to the newest due tick (kept or skipped as late), never further.
+-- An offer that does not reach now() (its horizon before it), or that leaves out ticks the
+-- policy could keep (cut short of the cursor, its floor after it, with fewer than keep due),
+-- changes nothing: the worker offers again around the now() it gets back. The schedule's row
+-- is locked (FOR UPDATE) only when the snapshot shows a reached tick past its cursor, so a
+-- worker whose ticks are in already writes nothing (no WAL flush at its commit); a second
+-- worker offering the same ticks at once waits for the first, finds the cursor moved and locks
+-- nothing (its answer shows the cursor of its snapshot: its next offer reads the moved one).
+-- The unique index on (name, scheduled_for) skips a tick already in the table on its own as
+-- well. Each job is visible at its tick (rule 61), which has come; idle workers are notified
+-- on commit. One row always (the clock, the cursor after, paused), then one per job created.
+WITH prev AS (
+    SELECT s.name, s.last_tick
+    FROM django_ultjobs_jobschedule AS s
+    WHERE s.name = %(name)s::text AND NOT s.paused
+      AND (s.last_tick IS NULL OR s.last_tick < (
+          SELECT max(t.tick) FROM unnest(%(ticks)s::timestamptz[]) AS t(tick)
+          WHERE t.tick <= {now}))
+    FOR UPDATE
+),
+due AS (
+    SELECT t.tick
+    FROM unnest(%(ticks)s::timestamptz[]) AS t(tick), prev
+    WHERE t.tick <= {now} AND (prev.last_tick IS NULL OR t.tick > prev.last_tick)
+),
+cursor AS (
+    UPDATE django_ultjobs_jobschedule AS s
+    SET last_tick = (SELECT max(due.tick) FROM due), updated_at = {now}
+    FROM prev
+    WHERE s.name = prev.name AND %(horizon)s::timestamptz >= {now}
+      AND (COALESCE(prev.last_tick, '-infinity') >= COALESCE(%(floor)s::timestamptz, '-infinity')
+           OR (SELECT count(*) FROM due) >= %(keep)s::int)
+    RETURNING s.name, s.last_tick
 ),
 ins AS (
     INSERT INTO django_ultjobs_job
@@ -899,18 +925,28 @@ ins AS (
          claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
          last_error, wait_event, wait_after, created_at, updated_at, scheduled_for)
     SELECT cursor.name, %(queue)s::text, %(priority)s::int, '[]'::jsonb, '{}'::jsonb, 'queued', 0,
-           %(max_attempts)s::int, t.tick, NULL, '', false, '', '', %(enqueued_by)s::text, '',
-           '', 0, {now}, {now}, t.tick
-    FROM cursor CROSS JOIN unnest(%(ticks)s::timestamptz[]) AS t(tick)
-    ORDER BY t.tick
+           %(max_attempts)s::int, kept.tick, NULL, '', false, '', '', %(enqueued_by)s::text, '',
+           '', 0, {now}, {now}, kept.tick
+    FROM cursor,
+         (SELECT tick FROM due ORDER BY tick DESC LIMIT %(keep)s::int) AS kept
+    WHERE %(late)s::float8 IS NULL OR kept.tick >= {now_plus(-%(late)s::float8)}
+    ORDER BY kept.tick
     ON CONFLICT (name, scheduled_for) WHERE scheduled_for IS NOT NULL DO NOTHING
-    RETURNING id, scheduled_for, queue, visible_at
+    RETURNING id, scheduled_for, queue
 ),
 notified AS (
     SELECT count(pg_notify('django_ultjobs', q.queue)) AS n
-    FROM (SELECT DISTINCT queue FROM ins WHERE visible_at <= {now}) AS q
+    FROM (SELECT DISTINCT queue FROM ins) AS q
 )
-SELECT ins.id, ins.scheduled_for FROM ins CROSS JOIN notified ORDER BY ins.scheduled_for;
+SELECT ins.id, ins.scheduled_for, {now}, COALESCE(cursor.last_tick, prev.last_tick, s.last_tick),
+       s.paused
+FROM (SELECT 1) AS one
+LEFT JOIN django_ultjobs_jobschedule AS s ON s.name = %(name)s::text
+LEFT JOIN prev ON true
+LEFT JOIN cursor ON true
+LEFT JOIN ins ON true
+CROSS JOIN notified
+ORDER BY ins.scheduled_for;
 
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of

@@ -536,20 +536,64 @@ ON CONFLICT (name) DO UPDATE
         catch_up = excluded.catch_up, updated_at = excluded.updated_at
 RETURNING name, last_tick, paused, {now};
 
+-- name: schedule_due
+-- The first of a tick's three statements (rules 60-62, 102), inside one write transaction with
+-- the other two, which take the clock this one read: of the candidate ticks a worker offers
+-- around its estimate of this clock, decide on the database's clock which are due (at or
+-- before it, after the cursor), which the catch-up policy keeps (the newest :keep, none more
+-- than :late seconds late) and where the cursor moves (the newest due tick, kept or skipped as
+-- late), so a worker whose clock is off changes only when it asks. :ticks is [[scheduled_for,
+-- at], ...]: the tick in Django's text form and in the clock's millisecond form, which is
+-- what is compared (the cursor is read back in that form too). An offer whose :horizon is
+-- before the clock, or cut short of the cursor (:floor after it) with fewer than :keep due,
+-- decides nothing. One row: the clock, the cursor, paused, the new cursor (NULL: nothing to
+-- do) and the kept ticks as :ticks pairs.
+WITH clock AS (
+    SELECT {now} AS now
+),
+prev AS (
+    SELECT last_tick, paused, strftime('%Y-%m-%d %H:%M:%f', last_tick) AS at
+    FROM django_ultjobs_jobschedule
+    WHERE name = :name
+),
+due AS (
+    SELECT json_extract(c.value, '$[0]') AS tick, json_extract(c.value, '$[1]') AS at
+    FROM json_each(:ticks) AS c, prev, clock
+    WHERE NOT prev.paused AND json_extract(c.value, '$[1]') <= clock.now
+      AND (prev.at IS NULL OR json_extract(c.value, '$[1]') > prev.at)
+),
+covered AS (
+    SELECT 1 AS yes
+    FROM prev, clock
+    WHERE :horizon >= clock.now
+      AND (COALESCE(prev.at, '') >= COALESCE(:floor, '') OR (SELECT count(*) FROM due) >= :keep)
+),
+kept AS (
+    SELECT newest.tick, newest.at
+    FROM (SELECT tick, at FROM due ORDER BY at DESC LIMIT :keep) AS newest, clock
+    WHERE :late IS NULL OR newest.at >= strftime('%Y-%m-%d %H:%M:%f', clock.now,
+                                                 printf('%+.6f seconds', -:late))
+)
+SELECT clock.now, prev.last_tick, prev.paused,
+       CASE WHEN EXISTS (SELECT 1 FROM covered)
+            THEN (SELECT tick FROM due ORDER BY at DESC LIMIT 1) END,
+       (SELECT json_group_array(json_array(tick, at)) FROM kept)
+FROM clock
+LEFT JOIN prev ON true;
+
 -- name: schedule_advance
--- The first half of a tick's enqueue (rule 60), inside one write transaction with the second:
--- move the schedule's cursor forward to the newest tick, unless it is paused or already there.
--- No row back: another worker enqueued these ticks first, or the schedule is paused.
+-- The second: move the schedule's cursor to the tick the first decided. The first read the
+-- row inside this write transaction, so nobody has moved it since.
 UPDATE django_ultjobs_jobschedule
 SET last_tick = :newest, updated_at = {now}
-WHERE name = :name AND NOT paused AND (last_tick IS NULL OR last_tick < :newest)
-RETURNING name;
+WHERE name = :name AND NOT paused;
 
 -- name: schedule_insert
--- The second half: one job per tick, visible at its tick (rule 61); a tick already in the table
--- is skipped by the unique index on (name, scheduled_for), never an error. :ticks is
--- [[scheduled_for, visible_at], ...]: the tick in Django's text form (what an ORM lookup
--- compares), and in the clock's millisecond form (what the claim compares).
+-- The third: one job per tick the first kept, visible at its tick (rule 61), which has come; a
+-- tick already in the table is skipped by the unique index on (name, scheduled_for), never an
+-- error. :ticks is the first's [[scheduled_for, visible_at], ...]: the tick in Django's text
+-- form (what an ORM lookup compares), and in the clock's millisecond form (what the claim
+-- compares).
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,

@@ -1,8 +1,10 @@
 """The schedules' SQL: register periodic jobs, and enqueue each tick once across the fleet.
 
 Beside the job store, on its connection and cursor (rule 41): the scheduler thread of every
-worker calls it, and nobody leads. A tick is enqueued by one statement on PostgreSQL and by one
-``BEGIN IMMEDIATE`` write of two statements on SQLite (rule 60).
+worker calls it, and nobody leads. A worker offers candidate ticks; which are due, which the
+catch-up policy keeps and where the schedule's cursor moves are decided by the statement on the
+database's clock, never the worker's (rule 102). One statement on PostgreSQL; on SQLite one
+``BEGIN IMMEDIATE`` write of three, the first of which decides (rule 60).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
+from ..schedules import Candidates
 from .base import JobStore
 
 
@@ -31,8 +35,21 @@ class ScheduleState:
     """One schedule's row as the database has it now."""
 
     name: str
-    #: The newest tick enqueued (or when the schedule began, or was resumed).
+    #: The newest tick dealt with (or when the schedule began, or was resumed).
     last_tick: datetime | None
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TickAnswer:
+    """What the tick statement decided, on the database's clock."""
+
+    #: ``(id, tick)`` of each job this statement created, oldest tick first.
+    created: list[tuple[int, datetime]]
+    #: The database's clock when it decided.
+    now: datetime
+    #: The schedule's cursor after the statement; None when the schedule has no row.
+    cursor: datetime | None
     paused: bool
 
 
@@ -71,38 +88,61 @@ class ScheduleStore:
             paused=bool(row[2])) for row in rows}
         return states, store.parse_time(rows[0][3])
 
-    def enqueue_ticks(self, job: TickJob, ticks: Sequence[datetime], enqueued_by: str
-                      ) -> list[tuple[int, datetime]]:
-        """Enqueue one job per tick of ``ticks`` (ascending), visible at its tick, unless
-        another worker got there first or the schedule is paused; return ``(id, tick)`` of
-        each job this call created (rule 60)."""
-        if not ticks:
-            return []
+    def enqueue_ticks(self, job: TickJob, offer: Candidates, enqueued_by: str) -> TickAnswer:
+        """Enqueue one job per tick of ``offer`` that the database's clock has reached and the
+        catch-up policy keeps, unless another worker got there first or the schedule is paused
+        (rules 60-62, 102); a tick still ahead of the database's clock is neither enqueued nor
+        passed by the cursor."""
         store = self.store
         params = {"name": job.name, "queue": job.queue, "priority": job.priority,
                   "max_attempts": job.max_attempts, "enqueued_by": enqueued_by,
-                  "now": store.now_param()}
+                  "now": store.now_param(), "keep": offer.keep, "late": offer.late}
         if "schedule_tick" in store.sql:
             with store.cursor() as cur:
                 cur.execute(store.sql["schedule_tick"], {
-                    **params, "newest": ticks[-1], "ticks": list(ticks)})
+                    **params, "ticks": list(offer.ticks), "floor": offer.floor,
+                    "horizon": offer.horizon})
                 rows = cur.fetchall()
-        else:
-            rows = self._enqueue_in_two(params, ticks)
-        return [(row[0], store.parse_time(row[1])) for row in rows]
+            first = rows[0]
+            return TickAnswer(
+                created=[(row[0], store.parse_time(row[1])) for row in rows if row[0] is not None],
+                now=store.parse_time(first[2]), cursor=self._time_or_none(first[3]),
+                paused=bool(first[4]))
+        return self._enqueue_in_three(params, offer)
 
-    def _enqueue_in_two(self, params: dict[str, object], ticks: Sequence[datetime]
-                        ) -> list[tuple[object, ...]]:
-        """SQLite: move the cursor, then insert, in one write transaction (no DML in a CTE)."""
+    def _enqueue_in_three(self, params: dict[str, Any], offer: Candidates) -> TickAnswer:
+        """SQLite (no DML in a CTE): decide, move the cursor, insert, in one write transaction;
+        the last two read the clock the first read, so all three see one instant."""
         store = self.store
-        pairs = json.dumps([[orm_time(t), store.format_time(t)[:23]] for t in ticks])
         with store.write_transaction(), store.cursor() as cur:
-            cur.execute(store.sql["schedule_advance"], {
-                "name": params["name"], "newest": orm_time(ticks[-1]), "now": params["now"]})
-            if cur.fetchone() is None:
-                return []
-            cur.execute(store.sql["schedule_insert"], {**params, "ticks": pairs})
-            return list(cur.fetchall())
+            cur.execute(store.sql["schedule_due"], {
+                **params, "ticks": json.dumps([[orm_time(t), clock_time(store, t)]
+                                               for t in offer.ticks]),
+                "floor": None if offer.floor is None else clock_time(store, offer.floor),
+                "horizon": clock_time(store, offer.horizon)})
+            now, cursor, paused, newest, kept = cur.fetchone()
+            created: list[tuple[Any, ...]] = []
+            if newest is not None:
+                decided = {**params, "now": now}
+                cur.execute(store.sql["schedule_advance"], {**decided, "newest": newest})
+                # Oldest first, so ids rise with ticks as on PostgreSQL.
+                oldest_first = sorted(json.loads(kept), key=lambda pair: pair[1])
+                cur.execute(store.sql["schedule_insert"], {**decided,
+                                                           "ticks": json.dumps(oldest_first)})
+                created = list(cur.fetchall())
+                cursor = newest
+        return TickAnswer(created=[(row[0], store.parse_time(row[1])) for row in created],
+                          now=store.parse_time(now), cursor=self._time_or_none(cursor),
+                          paused=bool(paused))
+
+    def _time_or_none(self, value: Any) -> datetime | None:
+        return None if value is None else self.store.parse_time(value)
+
+
+def clock_time(store: JobStore, moment: datetime) -> str:
+    """``moment`` in the form SQLite's clock macro reads (UTC, milliseconds), which the tick
+    statement compares as text with that clock and with its cursor."""
+    return str(store.format_time(moment))[:23]
 
 
 def orm_time(moment: datetime) -> str:

@@ -5,19 +5,25 @@ scheduler thread; none leads. Over about twenty seconds one worker is SIGKILLed 
 again. Each tick must be one job row (never two), every tick of the window must be there (the
 survivors keep ticking; at most one tick per kill may be missed), each run starts no earlier
 than its tick, and each tick's job succeeds with one successful run.
+
+Then two workers running a periodic job of each catch-up policy (tests/catchupapp), one of them
+with its wall clock stepped by tests/clockstep: each scheduled instant still gets exactly one
+job, enqueued once its instant came on the database's clock (rule 102).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
-from django.db.models import Count
+from django.db.models import Count, F
 
 from django_ultjobs.models import AttemptRecord, Job, JobSchedule
 from django_ultjobs.store import get_store
-from tests.conftest import WorkerProcesses
+from tests.conftest import REPO, WorkerProcesses
 
 from .fleet import Fleet
 
@@ -123,3 +129,71 @@ def test_a_worker_started_with_no_schedule_enqueues_no_tick(
     senders = set(Job.objects.using(pg_alias).filter(name=NAME)
                   .values_list("enqueued_by", flat=True))
     assert senders == {f"schedule:{loud}"}
+
+
+#: The periodic jobs of tests/catchupapp, one per catch-up policy, and their intervals (s).
+CATCH_UP_JOBS = {"tick_latest": 1, "tick_none": 2, "tick_all": 1}
+#: tests/clockstep: first on a process's PYTHONPATH, it steps that process's wall clock.
+CLOCK_STEP = REPO / "tests" / "clockstep"
+
+
+def _stepped_env(step_file: Path) -> dict[str, str]:
+    """A worker process whose wall clock is off by the seconds ``step_file`` holds."""
+    return {"ULTJOBS_TEST_CATCH_UP": "1", "ULTJOBS_TEST_CLOCK_STEP": str(step_file),
+            "PYTHONPATH": os.pathsep.join([str(CLOCK_STEP), str(REPO),
+                                           os.environ.get("PYTHONPATH", "")])}
+
+
+def _per_instant(alias: str, name: str, every: int, begun: datetime, end: datetime
+                 ) -> tuple[list[datetime], dict[datetime, int]]:
+    """The instants of (begun, end] of job ``name`` with no job row, and those with more than
+    one (instant: rows)."""
+    rows = Job.objects.using(alias).filter(name=name, scheduled_for__gt=begun,
+                                           scheduled_for__lte=end)
+    counts = dict(rows.values_list("scheduled_for").annotate(n=Count("id")))
+    first = begun.replace(microsecond=0) + timedelta(seconds=every - begun.second % every)
+    instants = [first + timedelta(seconds=every * i)
+                for i in range(int((end - first).total_seconds()) // every + 1)]
+    return ([t for t in instants if t not in counts],
+            {t: n for t, n in counts.items() if n != 1})
+
+
+def test_a_worker_whose_wall_clock_steps_loses_no_tick_of_any_policy_on_postgresql(
+        pg_alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
+    # rules 60, 61, 62, 102
+    """Two workers; one's wall clock is stepped 30 s ahead, then 30 s behind, then back, between
+    its syncs. Each scheduled instant of each catch-up policy gets exactly one job, enqueued
+    once its instant came on the database's clock, and each runs once."""
+    alias = pg_alias
+    step_file = tmp_path / "clock-step"
+    step_file.write_text("0")
+    fleet = Fleet(worker_processes, alias)
+    steady = fleet.start("steady", "--threads", "2", env={"ULTJOBS_TEST_CATCH_UP": "1"})
+    stepped = fleet.start("stepped", "--threads", "2", env=_stepped_env(step_file))
+    fleet.wait_registered(steady, stepped)
+    fleet.wait(lambda: JobSchedule.objects.using(alias).filter(name__in=CATCH_UP_JOBS).count()
+               == len(CATCH_UP_JOBS), 30, "the schedules to be registered")
+    fleet.wait(lambda: Job.objects.using(alias).filter(name="tick_latest").count() >= 2, 30,
+               "the ticks to flow")
+    begun = db_now(alias)
+    for offset, until in (("30", 8), ("-30", 16), ("0", 32)):
+        step_file.write_text(offset)
+        fleet.wait(lambda until=until: db_now(alias) > begun + timedelta(seconds=until),
+                   until + 30, f"the clock step {offset} to last")
+    end = begun + timedelta(seconds=30)
+    found = {name: _per_instant(alias, name, every, begun, end)
+             for name, every in CATCH_UP_JOBS.items()}
+    assert all(missing == [] and doubled == {} for missing, doubled in found.values()), {
+        name: f"{len(missing)} instants with no job (the first {missing[:3]}), doubled "
+              f"{doubled}" for name, (missing, doubled) in found.items()}
+    jobs = Job.objects.using(alias).filter(name__in=CATCH_UP_JOBS, scheduled_for__gt=begun,
+                                           scheduled_for__lte=end)
+    # Rule 61, and the statement's clock: no tick enqueued before it came, none run before it.
+    assert not jobs.filter(created_at__lt=F("scheduled_for")).exists()
+    fleet.wait(lambda: not jobs.exclude(status="succeeded").exists(), 30,
+               "every tick's job to succeed")
+    assert not jobs.filter(claimed_at__lt=F("scheduled_for")).exists()
+    # The stepped worker took part: it sent ticks the database kept while its clock was off.
+    senders = set(jobs.values_list("enqueued_by", flat=True))
+    assert f"schedule:{stepped}" in senders, senders
+    assert not fleet.events("jobs.scheduler.failed")

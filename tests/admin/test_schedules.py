@@ -8,7 +8,8 @@ from any worker while a resumed one starts again from now.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -17,9 +18,11 @@ from django.urls import reverse
 
 from django_ultjobs.models import Job, JobSchedule
 from django_ultjobs.operations import pause_schedules, resume_schedules
+from django_ultjobs.schedules import MAX_CATCH_UP, Candidates
 from django_ultjobs.store import get_store
 from django_ultjobs.store.schedules import ScheduleInfo, ScheduleStore, TickJob
 from tests.admin.conftest import APP_INDEX, client_for, page, post_action, staff_user
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -32,6 +35,16 @@ def _schedule(alias: str, name: str = "refresh_rates", text: str = "*/5 * * * *"
     return JobSchedule.objects.using(alias).get(name=name)
 
 
+def _offer(alias: str, job: TickJob, ticks: Sequence[datetime], by: str
+           ) -> list[tuple[int, datetime]]:
+    """Offer ``ticks`` as a worker whose clock is right would now: every tick up to 5 s on."""
+    store = get_store(alias)
+    offer = Candidates(ticks=tuple(ticks), floor=None,
+                       horizon=store.db_now() + timedelta(seconds=5), keep=MAX_CATCH_UP,
+                       late=None)
+    return ScheduleStore(store).enqueue_ticks(job, offer, by).created
+
+
 def _log(name: str) -> list[str]:
     return list(LogEntry.objects.filter(
         content_type=ContentType.objects.get_for_model(JobSchedule), object_id=name,
@@ -41,9 +54,12 @@ def _log(name: str) -> list[str]:
 def test_the_page_shows_schedule_zone_next_and_last_tick_with_its_outcome(
         alias: str, admin_client) -> None:
     schedule = _schedule(alias)
-    tick = schedule.last_tick.replace(second=0, microsecond=0) + timedelta(minutes=5)
-    (created,) = ScheduleStore(get_store(alias)).enqueue_ticks(
-        TickJob("refresh_rates", "default", 0, 3), [tick], "schedule:w1")
+    # The schedule began ten minutes ago; its latest */5 tick has come.
+    tick = schedule.last_tick.replace(second=0, microsecond=0)
+    tick -= timedelta(minutes=tick.minute % 5)
+    JobSchedule.objects.using(alias).filter(name="refresh_rates").update(
+        last_tick=tick - timedelta(minutes=10))
+    (created,) = _offer(alias, TickJob("refresh_rates", "default", 0, 3), [tick], "schedule:w1")
     _schedule(alias, "poll_inbox", "every 30 s", "")
     html = page(admin_client, SCHEDULES)
     assert "refresh_rates" in html and "*/5 * * * *" in html and "Europe/Paris" in html
@@ -82,18 +98,20 @@ def test_pause_and_resume_from_the_admin_are_fenced_and_logged(alias: str) -> No
 
 def test_a_paused_schedule_gets_no_tick_and_resumes_from_now(alias: str) -> None:  # rule 63
     schedule = _schedule(alias, "poll_inbox", "every 1 s", "")
-    schedules = ScheduleStore(get_store(alias))
+    store = get_store(alias)
     job = TickJob("poll_inbox", "default", 0, 3)
     begun = schedule.last_tick.replace(microsecond=0)
     assert pause_schedules(["poll_inbox"], using=alias) == ("poll_inbox",)
     assert pause_schedules(["poll_inbox"], using=alias) == ()
     paused_ticks = [begun + timedelta(seconds=i) for i in (1, 2)]
-    assert schedules.enqueue_ticks(job, paused_ticks, "w1") == []
+    wait_until(lambda: store.db_now() > paused_ticks[-1], message="the paused ticks to come")
+    assert _offer(alias, job, paused_ticks, "w1") == []
     assert resume_schedules(["poll_inbox"], using=alias) == ("poll_inbox",)
     resumed = JobSchedule.objects.using(alias).get(name="poll_inbox")
     assert resumed.last_tick >= schedule.last_tick
     # A tick of the pause, sent late by a worker, is refused: the cursor is at the resume.
-    assert schedules.enqueue_ticks(job, [begun], "w1") == []
-    later = resumed.last_tick.replace(microsecond=0) + timedelta(seconds=2)
-    assert [t for _, t in schedules.enqueue_ticks(job, [later], "w1")] == [later]
+    assert _offer(alias, job, paused_ticks, "w1") == []
+    later = resumed.last_tick.replace(microsecond=0) + timedelta(seconds=1)
+    wait_until(lambda: store.db_now() >= later, message="the tick after the resume to come")
+    assert [t for _, t in _offer(alias, job, [later], "w1")] == [later]
     assert Job.objects.using(alias).filter(name="poll_inbox").count() == 1

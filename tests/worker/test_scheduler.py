@@ -127,7 +127,8 @@ def test_a_paused_schedule_gets_no_tick_from_any_worker(
     pause_schedules([minutely], using=alias)
     for _ in range(3):
         clock.advance(60)
-        a.step()
+        # Told the schedule is paused, it sleeps towards the next tick: no statement meanwhile.
+        assert a.step() == pytest.approx(MAX_SLEEP + AFTER_TICK)
         scheduler(alias, clock, "fresh").step()
     assert ticks(alias, minutely) == []
 
