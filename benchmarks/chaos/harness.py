@@ -105,16 +105,18 @@ class Harness:
         return env
 
     def start_worker(self, *flags: str, threads: int = 4, defaults: bool = True,
-                     port: int | None = None) -> WorkerProcess:
+                     port: int | None = None, env: dict[str, str] | None = None
+                     ) -> WorkerProcess:
         """Start one ``runjobworker`` process (its output to a log file of its own), connected
-        to the cluster or to ``port`` (a proxy in front of it)."""
+        to the cluster or to ``port`` (a proxy in front of it), ``env`` added to its
+        environment."""
         worker_id = f"chaos-{uuid4().hex[:8]}"
         log = self.scenario_dir / f"{worker_id}.log"
         cmd = [sys.executable, "-m", "django", "runjobworker", "--worker-id", worker_id,
                "--threads", str(threads), *(WORKER_FLAGS if defaults else ()), *flags]
         with open(log, "wb") as out:
-            popen = subprocess.Popen(cmd, cwd=REPO, env=self.worker_env(port), stdout=out,
-                                     stderr=subprocess.STDOUT)
+            popen = subprocess.Popen(cmd, cwd=REPO, env={**self.worker_env(port), **(env or {})},
+                                     stdout=out, stderr=subprocess.STDOUT)
         worker = WorkerProcess(worker_id, popen, log)
         self.workers.append(worker)
         return worker

@@ -8,10 +8,12 @@ did (which process it SIGKILLed and when, when the database was down or its back
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 #: Statuses a job leaves only by being run (or parked) again.
@@ -166,6 +168,23 @@ def recovery_seconds(fault_ends: Iterable[float], runs: Iterable[RunRecord]) -> 
             return None
         worst = max(worst, min(after) - fault_end)
     return worst
+
+
+def instants(begun: datetime, end: datetime, every: int) -> list[datetime]:
+    """The instants of an ``every``-second schedule in (``begun``, ``end``]: the multiples of
+    ``every`` since the Unix epoch, as every worker computes them."""
+    first = (math.floor(begun.timestamp()) // every + 1) * every
+    return [datetime.fromtimestamp(t, UTC)
+            for t in range(first, math.floor(end.timestamp()) + 1, every)]
+
+
+def per_instant(scheduled: Iterable[datetime], begun: datetime, end: datetime, every: int
+                ) -> tuple[list[datetime], dict[datetime, int]]:
+    """Of the ``instants`` in (``begun``, ``end``], those no job was enqueued for, and those
+    more than one was (instant: jobs); ``scheduled`` is each tick job's ``scheduled_for``."""
+    counts = Counter(scheduled)
+    return ([t for t in instants(begun, end, every) if t not in counts],
+            {t: n for t, n in counts.items() if n > 1 and begun < t <= end})
 
 
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from benchmarks.chaos import defects, faults, inputs
+from benchmarks.chaos import clocks, defects, faults, inputs
 from benchmarks.chaos.harness import Harness
 from benchmarks.chaos.measure import ScenarioResult
 
@@ -25,4 +25,5 @@ SCENARIOS: dict[str, Scenario] = {
     "unknown-job": defects.unknown_job,
     "dotted-import": defects.dotted_import,
     "lost-commit": faults.lost_commit,
+    "clock-step": clocks.clock_step,
 }

@@ -24,6 +24,9 @@ INSTALLED_APPS = [
     "django_ultjobs",
     "benchmarks.chaos",
 ]
+# The periodic jobs of the clock-step scenario, in its workers only.
+if os.environ.get("CHAOS_TICKS"):
+    INSTALLED_APPS.append("benchmarks.chaos.ticks")
 _TMP = Path(os.environ.get("CHAOS_TMP", tempfile.gettempdir()))
 DATABASES = {
     "default": {

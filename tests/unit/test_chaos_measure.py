@@ -145,3 +145,20 @@ def test_unknown_scenarios_are_refused() -> None:
     assert parse_args(["--scenarios", "churn, terminate"]).scenarios == ["churn", "terminate"]
     with pytest.raises(SystemExit):
         parse_args(["--scenarios", "churn,nope"])
+
+
+def test_per_instant_finds_the_instants_with_no_job_and_with_two() -> None:
+    """The clock-step scenario's count: every multiple of ``every`` in (begun, end]."""
+    from datetime import UTC, datetime, timedelta
+
+    begun = datetime(2026, 1, 1, 0, 0, 0, 500_000, tzinfo=UTC)
+    end = begun + timedelta(seconds=6)
+    assert measure.instants(begun, end, 2) == [
+        datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in (2, 4, 6)]
+    second = [datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in range(1, 7)]
+    scheduled = [second[0], second[1], second[1], second[3], second[4], second[5],
+                 begun - timedelta(seconds=1), end + timedelta(seconds=1)]
+    missing, doubled = measure.per_instant(scheduled, begun, end, 1)
+    assert missing == [second[2]]
+    assert doubled == {second[1]: 2}
+    assert measure.per_instant(second, begun, end, 1) == ([], {})

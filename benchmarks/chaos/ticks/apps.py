@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ChaosTicksConfig(AppConfig):
+    name = "benchmarks.chaos.ticks"
+    label = "ultjobs_chaos_ticks"
