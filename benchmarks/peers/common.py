@@ -43,8 +43,17 @@ SINGLE_ENQUEUES = 300
 #: thread; ``io-async`` awaits ``asyncio.sleep(IO_SECONDS)``; ``django`` one ORM insert and one
 #: ORM read (performance.md items 69-72).
 WORKLOADS = ("noop", "io-sync", "io-async", "django")
+#: Ours only (``benchmarks.ab``): ``mix`` interleaves short uncapped bodies with long ones of a
+#: kind capped fleet-wide, as a site with one throttled integration runs.
+OURS_WORKLOADS = (*WORKLOADS, "mix")
 #: How long an I/O-bound job waits (50 ms: a call to another service).
 IO_SECONDS = 0.05
+#: The mix: one job in ``MIX_EVERY`` is the capped kind (``MIX_CAP`` slots, ``MIX_LONG_SECONDS``
+#: each); the rest wait ``MIX_SHORT_SECONDS``.
+MIX_EVERY = 10
+MIX_CAP = 8
+MIX_LONG_SECONDS = 0.1
+MIX_SHORT_SECONDS = 0.005
 
 
 # -- databases ----------------------------------------------------------------------------------

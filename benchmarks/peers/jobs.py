@@ -4,7 +4,13 @@ import asyncio
 import os
 import time
 
-from benchmarks.peers.common import IO_SECONDS, send_started
+from benchmarks.peers.common import (
+    IO_SECONDS,
+    MIX_CAP,
+    MIX_LONG_SECONDS,
+    MIX_SHORT_SECONDS,
+    send_started,
+)
 from django_ultjobs import job
 
 
@@ -53,3 +59,15 @@ def peers_django(seq: int) -> None:
     from benchmarks.peers.models import django_job_body
 
     django_job_body(seq)
+
+
+if os.environ.get("BENCH_PEERS_WORKLOAD") == "mix":
+    # The capped mix (``benchmarks.ab``): registered only for it, as the capped kind changes the
+    # claim statement.
+    @job(max_attempts=1)
+    def peers_mix_short() -> None:
+        time.sleep(MIX_SHORT_SECONDS)
+
+    @job(max_attempts=1, concurrency=MIX_CAP)
+    def peers_mix_long() -> None:
+        time.sleep(MIX_LONG_SECONDS)

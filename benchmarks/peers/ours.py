@@ -37,7 +37,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--db", default="ultjobs_peers_ours")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=32)
-    parser.add_argument("--workload", choices=common.WORKLOADS, default="noop",
+    parser.add_argument("--workload", choices=common.OURS_WORKLOADS, default="noop",
                         help="drain: what each job does")
     parser.add_argument("--default-flags", action="store_true",
                         help="drain: start runjobworker with no options (ignore --threads)")
@@ -114,6 +114,8 @@ WORKLOAD_JOBS = {"noop": "peers_noop", "io-sync": "peers_io_sync",
 
 
 def bulk_enqueue(count: int, spec: Any = None, workload: str = "noop") -> float:
+    if workload == "mix":
+        return _bulk_enqueue_mix(count)
     spec = spec or getattr(jobs, WORKLOAD_JOBS[workload])
     started = time.perf_counter()
     with transaction.atomic():
@@ -122,6 +124,19 @@ def bulk_enqueue(count: int, spec: Any = None, workload: str = "noop") -> float:
             # The Django-shaped job takes its sequence number; the others take nothing.
             spec.bulk_enqueue([(start + i,) for i in range(n)] if workload == "django"
                               else [()] * n)
+    return count / (time.perf_counter() - started)
+
+
+def _bulk_enqueue_mix(count: int) -> float:
+    """The capped mix: every ``MIX_EVERY``-th job the capped kind, the rest short ones."""
+    from django_ultjobs import bulk_enqueue as enqueue_calls
+
+    short, long = jobs.peers_mix_short.call(), jobs.peers_mix_long.call()
+    started = time.perf_counter()
+    with transaction.atomic():
+        for start in range(0, count, common.BULK_CHUNK):
+            enqueue_calls([long if i % common.MIX_EVERY == 0 else short
+                           for i in range(start, min(count, start + common.BULK_CHUNK))])
     return count / (time.perf_counter() - started)
 
 
