@@ -38,7 +38,8 @@ from .logs import log_event
 from .models import Job, JobSchedule, JobStatus, QueuePause
 from .store import get_store
 
-__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_queue_name",
+__all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_job_name",
+           "check_queue_name",
            "pause_queue", "pause_schedules", "paused_queues", "resume_queue",
            "resume_schedules", "retry_jobs"]
 
@@ -60,6 +61,8 @@ CHUNK = 500
 BIGINT_MAX = 2**63 - 1
 #: The longest cancel reason kept (rule 59): it is written into logs and every cancelled attempt.
 MAX_CANCEL_REASON = 2000
+#: The longest job name (the ``name`` column's length).
+MAX_JOB_NAME = 200
 #: Ids a cancel's log line names, at most (a "select all" cancels a million).
 LOGGED_IDS = 50
 
@@ -254,6 +257,18 @@ def check_job_ids(ids: Iterable[object]) -> list[int]:
                 f"a job id is a whole number from 1 to {BIGINT_MAX}, not {value!r}")
         checked.append(value)
     return checked
+
+
+def check_job_name(name: object) -> str:
+    """Return ``name`` if a job could have it; refuse it before any SQL (a lone surrogate, from
+    a byte of the command line that is not UTF-8, would fail inside the driver instead)."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_JOB_NAME:
+        raise OperationInputError(
+            f"a job name is 1 to {MAX_JOB_NAME} characters of text, not {name!r}")
+    if "\x00" in name or not is_unicode(name):
+        raise OperationInputError(
+            f"a job name cannot contain a NUL character or a lone surrogate: {name!r}")
+    return name
 
 
 def check_queue_name(name: object) -> str:

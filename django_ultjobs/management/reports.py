@@ -32,7 +32,8 @@ LIST_FIELDS = ("id", "name", "queue", "status", "priority", "attempt", "max_atte
                "worker_id", "created_at", "visible_at", "finished_at", "last_error", "tags",
                "progress")
 #: ``--since 90s``, ``15m``, ``2h``, ``7d``, ``1w``.
-_SPAN = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)\s*$")
+#: ASCII digits only: ``\d`` would read Arabic-Indic digits as a span too.
+_SPAN = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>s|m|h|d|w)\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 

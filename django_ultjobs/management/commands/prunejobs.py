@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, InterfaceError, connections
 
 from django_ultjobs.conf import get_settings
+from django_ultjobs.management.arguments import number, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
 from django_ultjobs.progress import Progress
 from django_ultjobs.retention import prunable_jobs, prune
@@ -29,10 +30,10 @@ class Command(BaseCommand):
             "and waiting jobs are never touched.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--days", type=float, default=None,
+        parser.add_argument("--days", type=number, default=None,
                             help="Keep what finished within this many days, 0 to "
                                  f"{MAX_DAYS} (default: ULTJOBS['RETENTION_DAYS']).")
-        parser.add_argument("--batch-size", type=int, default=5_000,
+        parser.add_argument("--batch-size", type=whole_number, default=5_000,
                             help="Jobs deleted per transaction; each is short, so the claim "
                                  "is never held up for long (default: %(default)s).")
         parser.add_argument("--database", default=None,

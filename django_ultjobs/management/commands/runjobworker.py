@@ -14,6 +14,7 @@ from django.db import connections
 from django_ultjobs.conf import get_settings
 from django_ultjobs.exceptions import DatabaseUnavailableError
 from django_ultjobs.logs import LOG_FORMATS, configure_console, project_configures_logging
+from django_ultjobs.management.arguments import number, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias
 from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from django_ultjobs.worker.options import MAX_ASYNC_CONCURRENCY, MAX_THREADS
@@ -44,40 +45,40 @@ class Command(BaseCommand):
         conf = get_settings()
         parser.add_argument("--queue", "-q", action="append", dest="queues", metavar="NAME",
                             help="Queue to run (repeat for several; default: default).")
-        parser.add_argument("--threads", "-t", type=int, default=4,
+        parser.add_argument("--threads", "-t", type=whole_number, default=4,
                             help=f"Sync jobs run at once by this process, 1 to {MAX_THREADS} "
                                  "(default: 4).")
-        parser.add_argument("--async-concurrency", type=int, default=100, metavar="N",
+        parser.add_argument("--async-concurrency", type=whole_number, default=100, metavar="N",
                             help="async def jobs run at once on this process's event loop, "
                                  f"apart from --threads, 1 to {MAX_ASYNC_CONCURRENCY} "
                                  "(default: %(default)s).")
-        parser.add_argument("--visibility-timeout", type=float,
+        parser.add_argument("--visibility-timeout", type=number,
                             default=conf.VISIBILITY_TIMEOUT,
                             help="Seconds a claimed job stays invisible without a heartbeat; "
                                  "also the fleet-slot TTL (default: %(default)s).")
-        parser.add_argument("--heartbeat-interval", type=float,
+        parser.add_argument("--heartbeat-interval", type=number,
                             default=conf.HEARTBEAT_INTERVAL,
                             help="Seconds between heartbeats; at most half the timeout "
                                  "(default: %(default)s).")
-        parser.add_argument("--poll-interval", type=float, default=conf.POLL_INTERVAL,
+        parser.add_argument("--poll-interval", type=number, default=conf.POLL_INTERVAL,
                             help="Seconds between claims when idle (default: %(default)s).")
         parser.add_argument("--burst", action="store_true",
                             help="Run what is runnable now, then exit 0.")
-        parser.add_argument("--grace-period", type=float, default=30.0,
+        parser.add_argument("--grace-period", type=number, default=30.0,
                             help="Seconds to let runs finish on SIGTERM before cancelling "
                                  "them (default: %(default)s).")
-        parser.add_argument("--cancel-wait", type=float, default=5.0,
+        parser.add_argument("--cancel-wait", type=number, default=5.0,
                             help="Seconds cancelled runs get to unwind after the grace period "
                                  "before their jobs are handed back regardless "
                                  "(default: %(default)s).")
-        parser.add_argument("--connect-timeout", type=float, default=60.0,
+        parser.add_argument("--connect-timeout", type=number, default=60.0,
                             help="Seconds to wait at start for a database that is down or "
                                  "refusing connections, retrying with backoff; 0 fails at "
                                  "once (default: %(default)s).")
-        parser.add_argument("--max-jobs", type=int, default=None, metavar="N",
+        parser.add_argument("--max-jobs", type=whole_number, default=None, metavar="N",
                             help="Start N runs, let them finish, then exit 0 (recycling: the "
                                  "supervisor starts a fresh process).")
-        parser.add_argument("--max-memory", type=float, default=None, metavar="MB",
+        parser.add_argument("--max-memory", type=number, default=None, metavar="MB",
                             help="Once the process's resident memory reaches MB MiB, stop "
                                  "claiming, let the runs finish, then exit 0.")
         parser.add_argument("--exit-on-overrun", action="store_true",

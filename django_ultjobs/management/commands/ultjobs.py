@@ -18,6 +18,7 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from django_ultjobs.conf import get_settings
 from django_ultjobs.exceptions import JobOptionError, OperationInputError
+from django_ultjobs.management.arguments import job_id, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
 from django_ultjobs.management.reports import (
     as_dict,
@@ -33,6 +34,8 @@ from django_ultjobs.models import JobStatus
 from django_ultjobs.operations import (
     cancel_jobs,
     check_job_ids,
+    check_job_name,
+    check_queue_name,
     pause_queue,
     paused_queues,
     resume_queue,
@@ -52,6 +55,11 @@ def _actor() -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):  # no login name (a container with no passwd entry)
         return "cli"
+
+
+def _job_names(names: list[str] | None) -> list[str]:
+    """The ``--job`` names given, each refused in one line before any SQL if no job has it."""
+    return [check_job_name(name) for name in names or ()]
 
 
 def _follow(bar: Progress) -> Callable[[int, int], None]:
@@ -76,11 +84,11 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
         self._add_list(sub.add_parser("list", help="List jobs, newest first."))
         show = sub.add_parser("show", help="Show one job: its row, attempts, steps and error.")
-        show.add_argument("id", type=int, help="The job's id.")
+        show.add_argument("id", type=job_id, help="The job's id.")
         show.add_argument("--json", action="store_true", help="Print JSON instead of text.")
         cancel = sub.add_parser("cancel", help="Cancel queued or waiting jobs now; ask running "
                                                "ones to stop at their next heartbeat.")
-        cancel.add_argument("ids", type=int, nargs="+", metavar="ID", help="Job ids.")
+        cancel.add_argument("ids", type=job_id, nargs="+", metavar="ID", help="Job ids.")
         cancel.add_argument("--reason", default="",
                             help="Why: logged, and kept as the error of the jobs cancelled now.")
         self._add_retry(sub.add_parser(
@@ -108,13 +116,13 @@ class Command(BaseCommand):
                                             "or an ISO 8601 time.")
         parser.add_argument("--tag", action="append",
                             help="Only jobs tagged so (repeat: jobs carrying every one).")
-        parser.add_argument("--limit", type=int, default=50,
+        parser.add_argument("--limit", type=whole_number, default=50,
                             help=f"Rows to print, 1 to {MAX_LIMIT:,} (default: %(default)s).")
         parser.add_argument("--json", action="store_true", help="Print JSON instead of text.")
 
     @staticmethod
     def _add_retry(parser: ArgumentParser) -> None:
-        parser.add_argument("ids", type=int, nargs="*", metavar="ID", help="Job ids.")
+        parser.add_argument("ids", type=job_id, nargs="*", metavar="ID", help="Job ids.")
         parser.add_argument("--failed", action="store_true",
                             help="Every failed job (narrowed by --job and --since) instead of "
                                  "ids.")
@@ -150,8 +158,10 @@ class Command(BaseCommand):
         tags = options["tag"] or []
         if tags:
             check_tags("", tags, subject="--tag")
+        queues = [check_queue_name(queue) for queue in options["queue"] or ()]
+        names = _job_names(options["job"])
         jobs = filtered_jobs(
-            alias, statuses=options["status"], queues=options["queue"], names=options["job"],
+            alias, statuses=options["status"], queues=queues, names=names,
             since=parse_since(since, get_store(alias).db_now()) if since else None, tags=tags)
         rows = job_rows(jobs, limit)
         if options["json"]:
@@ -226,7 +236,7 @@ class Command(BaseCommand):
         if options["failed"]:
             since = options["since"]
             selection: Any = filtered_jobs(
-                alias, statuses=[JobStatus.FAILED], names=options["job"],
+                alias, statuses=[JobStatus.FAILED], names=_job_names(options["job"]),
                 since=parse_since(since, get_store(alias).db_now()) if since else None,
                 since_field="finished_at")
             asked = None
