@@ -9,6 +9,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..exceptions import JobConfigurationError
+from ..job_options import MAX_QUEUE
+from ..jsonargs import is_unicode
 
 #: The longest any of the worker's durations may be: one day. Past it a value is a typo, and far
 #: enough past it (1e12 s) a sleep or a lease's timedelta overflows after the worker started.
@@ -21,6 +23,9 @@ MAX_THREADS = 1024
 #: flight costs its task, its lease in every heartbeat statement and its settle, no thread; past
 #: this many one process's heartbeat and completer are the limit: run more processes instead.
 MAX_ASYNC_CONCURRENCY = 10_000
+#: The longest ``--worker-id``: the length of the columns it is stored in (the worker's row, each
+#: job it claims, each attempt it records).
+MAX_WORKER_ID = 200
 
 
 def default_worker_id() -> str:
@@ -72,6 +77,9 @@ class WorkerOptions:
         self._check_seconds()
         if not self.queues or any(not q for q in self.queues):
             raise JobConfigurationError("--queue needs at least one non-empty queue name")
+        for queue in self.queues:
+            _check_flag_text("--queue", queue, MAX_QUEUE)
+        _check_flag_text("--worker-id", self.worker_id, MAX_WORKER_ID)
         if not 1 <= self.threads <= MAX_THREADS:
             more = "; for more jobs at once, run more worker processes" if self.threads > 1 else ""
             raise JobConfigurationError(
@@ -130,3 +138,22 @@ class WorkerOptions:
                     f"--{name.replace('_', '-')} must be a number of seconds from {low} to "
                     f"{MAX_SECONDS:g} (one day), not {value!r}"
                 )
+
+
+def _check_flag_text(flag: str, value: object, longest: int) -> None:
+    """Refuse, by its flag, text the database cannot store or would cut: before the worker
+    connects, a value its column refuses failed every try of the start until
+    ``--connect-timeout`` and was then blamed on the database (rule 18)."""
+    if not isinstance(value, str) or not 1 <= len(value) <= longest:
+        size = f"{len(value):,} characters" if isinstance(value, str) else repr(value)
+        raise JobConfigurationError(f"{flag} must be 1 to {longest} characters (the column it "
+                                    f"is stored in), not {size}")
+    if not is_unicode(value):
+        # A byte of the command line that is not UTF-8, which Python hands over as a lone
+        # surrogate: PostgreSQL's text refuses it, SQLite's driver cannot even send it.
+        raise JobConfigurationError(f"{flag} {value!r} is not valid UTF-8 text (a byte the "
+                                    "terminal's encoding could not decode)")
+    if not value.isprintable():
+        raise JobConfigurationError(f"{flag} {value!r} holds a character that is not "
+                                    "printable (a control character or NUL): the logs and the "
+                                    "admin show it")

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
@@ -225,3 +226,43 @@ def test_a_forgotten_migrate_in_a_new_project_is_the_only_line(tmp_path: Path) -
     assert error.startswith("CommandError: the django_ultjobs tables do not exist"), error
     with sqlite3.connect(tmp_path / "test_ultjobs_never_migrated.sqlite3") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+# -- text flags the database cannot store, refused before connecting -------------------------------
+
+
+#: Text flags whose values no column keeps: too long for it, a byte that is not UTF-8 (Python
+#: hands it over as a lone surrogate), a control character. Each must be one line naming the flag
+#: at once, not a wait of --connect-timeout blamed on the database, nor a traceback.
+UNSTORABLE_FLAGS = [
+    (("--worker-id", b"w" * 10_000), "--worker-id must be 1 to 200 characters"),
+    (("--worker-id", b"w" * 201), "--worker-id must be 1 to 200 characters"),
+    (("--worker-id", b""), "--worker-id must be 1 to 200 characters"),
+    (("--worker-id", b"\xff"), "--worker-id '\\udcff' is not valid UTF-8 text"),
+    (("--worker-id", b"a\tb"), "--worker-id 'a\\tb' holds a character that is not printable"),
+    (("--queue", b"\xff"), "--queue '\\udcff' is not valid UTF-8 text"),
+    (("--queue", b"q" * 101), "--queue must be 1 to 100 characters"),
+    (("--queue", b"ok", "--queue", b"a\x1bb"), "--queue 'a\\x1bb' holds a character that is "
+                                               "not printable"),
+]
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+@pytest.mark.parametrize(("flags", "says"), UNSTORABLE_FLAGS,
+                         ids=[f"{f[0]}-{len(f[1])}" if len(f[1]) > 20 else f"{f[0]}-{f[-1]!r}"
+                              for f, _ in UNSTORABLE_FLAGS])
+def test_a_text_flag_no_column_keeps_is_one_line_before_connecting(
+        alias: str, flags: tuple[bytes | str, ...], says: str) -> None:
+    """rule 18: the value is checked against the column it goes to, before any connection."""
+    argv = [os.fsencode(a) if isinstance(a, str) else a
+            for a in (*worker_command(alias, "--burst"), *flags)]
+    started = time.monotonic()
+    result = subprocess.run(argv, env=worker_env(alias), cwd=REPO, capture_output=True,
+                            text=True, errors="backslashreplace", timeout=120)
+    took = time.monotonic() - started
+    error = one_line_error(result)
+    assert error.startswith(f"CommandError: {says}"), error
+    assert "unavailable" not in error, error
+    # Refused before the first connection: the default --connect-timeout is 60 s.
+    assert took < 30, took
+    assert not Worker.objects.using(alias).exists()

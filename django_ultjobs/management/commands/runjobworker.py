@@ -123,7 +123,7 @@ class Command(BaseCommand):
         if database is not None and database not in connections.settings:
             raise CommandError(unknown_alias(database))
         extra: dict[str, Any] = {}
-        if options["worker_id"]:
+        if options["worker_id"] is not None:  # "" is refused by name, not taken as unset
             extra["worker_id"] = options["worker_id"]
         worker_options = WorkerOptions(
             queues=tuple(options["queues"] or ["default"]),
