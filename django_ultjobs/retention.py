@@ -14,6 +14,7 @@ from django.db import transaction
 from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
+from .conf import get_settings
 from .models import (
     FINISHED_STATUSES,
     LIVE_STATUSES,
@@ -24,6 +25,7 @@ from .models import (
     JobStep,
     Worker,
 )
+from .store import get_store
 
 
 @dataclass(frozen=True)
@@ -95,4 +97,22 @@ def _old_events(using: str, cutoff: datetime) -> QuerySet[JobEvent]:
 
 
 def _dead_workers(using: str, cutoff: datetime) -> QuerySet[Worker]:
-    return Worker.objects.using(using).filter(Q(stopped_at__lt=cutoff) | Q(last_seen_at__lt=cutoff))
+    """The workers stopped before ``cutoff``, or silent since before it and not alive (rule 106).
+
+    Alive is judged as the admin and ``ultjobs stats`` judge it: not stopped, and heard from
+    within the worker's own visibility timeout (the setting's, on rows without one) on the
+    database's clock. ``--days 0`` deleted the rows of running workers, whose ticks only update
+    them. The condition is the delete's own, so a worker that ticks while the prune runs is
+    kept; one that comes back to its row gone writes it again (``worker/registration.py``)."""
+    workers = Worker.objects.using(using)
+    default = get_settings().VISIBILITY_TIMEOUT
+    now = get_store(using).db_now()
+    timeouts = set(workers.filter(stopped_at__isnull=True, last_seen_at__lt=cutoff)
+                   .values_list("visibility_timeout", flat=True).distinct())
+    dead = Q(stopped_at__lt=cutoff)
+    for timeout in timeouts:
+        # A few distinct timeouts in a fleet: one branch each, exact on the stored value.
+        silent_since = min(cutoff, now - timedelta(seconds=timeout or default))
+        dead |= Q(stopped_at__isnull=True, visibility_timeout=timeout,
+                  last_seen_at__lt=silent_since)
+    return workers.filter(dead)

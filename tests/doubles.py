@@ -81,8 +81,8 @@ class StubStore:
             raise self.answer
         return self.answer
 
-    def worker_touch(self, worker_id: str, in_flight: int) -> None:
-        pass
+    def worker_touch(self, worker_id: str, in_flight: int) -> bool:
+        return True  # the worker's row is there
 
 
 class StubSlots:

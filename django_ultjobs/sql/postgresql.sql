@@ -825,27 +825,35 @@ USING (SELECT set_config('synchronous_commit', COALESCE(%(commit_mode)s::text,
 WHERE id IN (SELECT id FROM locked);
 
 -- name: worker_upsert
--- Register (or re-register) this worker process for operators.
+-- Register (or re-register) this worker process for operators, every column the row carries: at
+-- start, and again whole when a tick found the row gone (pruned or deleted by hand), with the
+-- start it had ("started_at", NULL at the first) and its runs and overrunning bodies of now.
 INSERT INTO django_ultjobs_worker
     (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
-     visibility_timeout, heartbeat_interval, jobs)
-VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queues)s::jsonb, {now}, {now}, 0, NULL,
-        %(visibility_timeout)s::float8, %(heartbeat_interval)s::float8, %(jobs)s::jsonb)
+     visibility_timeout, heartbeat_interval, jobs, overrunning)
+VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queues)s::jsonb,
+        COALESCE(%(started_at)s::timestamptz, {now}), {now}, %(in_flight)s::int, NULL,
+        %(visibility_timeout)s::float8, %(heartbeat_interval)s::float8, %(jobs)s::jsonb,
+        %(overrunning)s::jsonb)
 ON CONFLICT (id) DO UPDATE
     SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, threads = EXCLUDED.threads,
         queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL,
+        in_flight = EXCLUDED.in_flight, overrunning = EXCLUDED.overrunning,
         visibility_timeout = EXCLUDED.visibility_timeout,
-        heartbeat_interval = EXCLUDED.heartbeat_interval, jobs = EXCLUDED.jobs;
+        heartbeat_interval = EXCLUDED.heartbeat_interval, jobs = EXCLUDED.jobs
+RETURNING started_at;
 
 -- name: worker_jobs
 -- Record the job names this worker knows now: it resolved more since it registered.
 UPDATE django_ultjobs_worker SET jobs = %(jobs)s::jsonb WHERE id = %(id)s::text;
 
 -- name: worker_touch
--- Keep this worker's row fresh (once per ticker tick).
+-- Keep this worker's row fresh (once per ticker tick); no row back: the row is gone, and the
+-- worker writes it again whole (worker_upsert).
 UPDATE django_ultjobs_worker
 SET last_seen_at = {now}, in_flight = %(in_flight)s::int, stopped_at = NULL
-WHERE id = %(id)s::text;
+WHERE id = %(id)s::text
+RETURNING id;
 
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.

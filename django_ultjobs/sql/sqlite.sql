@@ -482,27 +482,33 @@ WHERE EXISTS (
       AND json_extract(r.value, '$[2]') = django_ultjobs_slot.holder);
 
 -- name: worker_upsert
--- Register (or re-register) this worker process for operators.
+-- Register (or re-register) this worker process for operators, every column the row carries: at
+-- start, and again whole when a tick found the row gone (pruned or deleted by hand), with the
+-- start it had (:started_at, NULL at the first) and its runs and overrunning bodies of now.
 INSERT INTO django_ultjobs_worker
     (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
-     visibility_timeout, heartbeat_interval, jobs)
-VALUES (:id, :hostname, :pid, :threads, :queues, {now}, {now}, 0, NULL,
-        :visibility_timeout, :heartbeat_interval, :jobs)
+     visibility_timeout, heartbeat_interval, jobs, overrunning)
+VALUES (:id, :hostname, :pid, :threads, :queues, COALESCE(:started_at, {now}), {now},
+        :in_flight, NULL, :visibility_timeout, :heartbeat_interval, :jobs, :overrunning)
 ON CONFLICT (id) DO UPDATE
     SET hostname = excluded.hostname, pid = excluded.pid, threads = excluded.threads,
         queues = excluded.queues, last_seen_at = excluded.last_seen_at, stopped_at = NULL,
+        in_flight = excluded.in_flight, overrunning = excluded.overrunning,
         visibility_timeout = excluded.visibility_timeout,
-        heartbeat_interval = excluded.heartbeat_interval, jobs = excluded.jobs;
+        heartbeat_interval = excluded.heartbeat_interval, jobs = excluded.jobs
+RETURNING started_at;
 
 -- name: worker_jobs
 -- Record the job names this worker knows now: it resolved more since it registered.
 UPDATE django_ultjobs_worker SET jobs = :jobs WHERE id = :id;
 
 -- name: worker_touch
--- Keep this worker's row fresh (once per ticker tick).
+-- Keep this worker's row fresh (once per ticker tick); no row back: the row is gone, and the
+-- worker writes it again whole (worker_upsert).
 UPDATE django_ultjobs_worker
 SET last_seen_at = {now}, in_flight = :in_flight, stopped_at = NULL
-WHERE id = :id;
+WHERE id = :id
+RETURNING id;
 
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.

@@ -17,6 +17,7 @@ from ..logs import log_event
 from ..store import JobStore
 from .deadlines import Deadlines
 from .fleet_slots import FleetSlots
+from .registration import WorkerRow
 from .runs import Run, RunsInFlight
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -26,15 +27,17 @@ class Ticker:
     """Heartbeat (rules 1-3), slot renewal (rules 6-8) and the worker row, every interval."""
 
     def __init__(self, *, store: JobStore, runs: RunsInFlight, slots: FleetSlots,
-                 worker_id: str, visibility_timeout: float, interval: float,
+                 row: WorkerRow, visibility_timeout: float, interval: float,
                  deadlines: Deadlines | None = None) -> None:
         self.store = store
         self.runs = runs
+        #: The worker's row, touched every tick and written again whole if it is gone.
+        self.row = row
         #: Run timeouts (rules 55, 56), checked first at every tick: a slow heartbeat must not
         #: hold a timeout back.
         self.deadlines = deadlines
         self.slots = slots
-        self.worker_id = worker_id
+        self.worker_id = row.worker_id
         self.visibility_timeout = visibility_timeout
         self.interval = interval
         self._stop = threading.Event()
@@ -82,7 +85,7 @@ class Ticker:
         # ones it keeps between runs, also with no run in flight.
         self.slots.renew()
         try:
-            self.store.worker_touch(self.worker_id, len(runs))
+            self.row.touch(len(runs))
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
                       worker_id=self.worker_id, error=repr(exc))

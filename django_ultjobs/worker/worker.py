@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -57,6 +55,7 @@ from .options import WorkerOptions
 from .pool import ExecutorPool
 from .rate_gate import RateGate, over_limit_settlement
 from .recycle import Recycler
+from .registration import WorkerRow
 from .runs import Run, RunsInFlight
 from .scheduler import Scheduler
 from .telemetry import Telemetry, telemetry_now
@@ -92,9 +91,10 @@ class WorkerProcess:
         self.deadlines = Deadlines(
             store=self.store, worker_id=self.worker_id, grace=options.cancel_wait,
             on_overrun=self._overran if options.exit_on_overrun else None)
+        self.row = WorkerRow(self.store, options,
+                             overrunning=lambda: self.deadlines.overrunning)
         self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
-                             worker_id=self.worker_id,
-                             visibility_timeout=options.visibility_timeout,
+                             row=self.row, visibility_timeout=options.visibility_timeout,
                              interval=options.heartbeat_interval, deadlines=self.deadlines)
         self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
@@ -771,11 +771,7 @@ class WorkerProcess:
                 # Registering first: a database nobody migrated is refused before the worker
                 # changes anything in it (the WAL switch).
                 generation = registry_generation()
-                self.store.worker_upsert(
-                    self.worker_id, socket.gethostname(), os.getpid(), self.options.threads,
-                    self.options.queues, visibility_timeout=self.options.visibility_timeout,
-                    heartbeat_interval=self.options.heartbeat_interval,
-                    jobs=list(registered_jobs()))
+                self.row.register()
                 self._known_generation = generation
                 registered = True
                 self._prepare_database()

@@ -59,3 +59,25 @@ def test_a_worker_row_is_registered_touched_and_stopped(cstore: JobStore, clock:
     assert (worker.pid, worker.threads, worker.queues, worker.stopped_at) == (
         2, 8, ["default"], None)
     assert worker.last_seen_at == clock.now
+
+
+def test_a_touch_says_when_the_row_is_gone_and_a_row_written_again_keeps_its_start(
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 106
+    started = cstore.worker_upsert("host:1:abc", "host", 1, 4, ["default"])
+    assert started == clock.now
+    assert cstore.worker_touch("host:1:abc", 0) is True
+    Worker.objects.using(alias).filter(id="host:1:abc").delete()
+    clock.advance(60)
+    assert cstore.worker_touch("host:1:abc", 2) is False
+    overrun = [{"job_id": 7, "job": "slow", "thread": "ultjobs-exec-1", "timeout": 0.5}]
+    again = cstore.worker_upsert("host:1:abc", "host", 1, 4, ["default"], jobs=["slow"],
+                                 in_flight=2, overrunning=overrun, started_at=started)
+    assert again == started
+    worker = Worker.objects.using(alias).get(id="host:1:abc")
+    assert (worker.started_at, worker.last_seen_at, worker.in_flight) == (
+        started, clock.now, 2)
+    assert (worker.jobs, worker.overrunning) == (["slow"], overrun)
+    # A process starting again under the id begins with no run and nothing overrunning.
+    cstore.worker_upsert("host:1:abc", "host", 2, 4, ["default"])
+    worker.refresh_from_db()
+    assert (worker.in_flight, worker.overrunning) == (0, None)

@@ -18,8 +18,10 @@ from django_ultjobs.exceptions import CancelRequestedError, JobSlotLostError, Le
 from django_ultjobs.models import AttemptOutcome, JobStatus
 from django_ultjobs.registry import get_job
 from django_ultjobs.slot_keys import slot_key_for
+from django_ultjobs.worker import WorkerOptions
 from django_ultjobs.worker.executor import run_job
 from django_ultjobs.worker.fleet_slots import FleetSlots
+from django_ultjobs.worker.registration import WorkerRow
 from django_ultjobs.worker.runs import Run, RunsInFlight
 from django_ultjobs.worker.ticker import Ticker
 from tests.doubles import WORKER, StubSlots, StubStore, claimed
@@ -32,8 +34,10 @@ STORE: Any = SimpleNamespace(save_progress=None)
 def make_ticker() -> tuple[Ticker, StubStore, StubSlots, RunsInFlight]:
     store, slot_store, registry = StubStore(), StubSlots(), RunsInFlight()
     slots = FleetSlots(slot_store, WORKER, ttl=3.0)  # type: ignore[arg-type]
+    row = WorkerRow(store, WorkerOptions(worker_id=WORKER),  # type: ignore[arg-type]
+                    overrunning=list)
     ticker = Ticker(store=store, runs=registry, slots=slots,  # type: ignore[arg-type]
-                    worker_id=WORKER, visibility_timeout=3.0, interval=0.5)
+                    row=row, visibility_timeout=3.0, interval=0.5)
     return ticker, store, slot_store, registry
 
 

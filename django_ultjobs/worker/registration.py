@@ -1,0 +1,58 @@
+"""This worker's row in the workers table: what operators see of the process (rule 106).
+
+Written whole at start, touched at every tick of the ticker, and written whole again when a tick
+finds it gone: an operator deleted it, or a prune ran with a retention shorter than the worker's
+life. Without that, ``ultjobs stats`` and the admin's workers page lost a running worker for
+good, and a job page the "overrunning" flag its worker's row carries (rule 56).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..logs import log_event
+from ..registry import registered_jobs
+from ..store import JobStore
+from .options import WorkerOptions
+
+logger = logging.getLogger("django_ultjobs.worker")
+
+
+class WorkerRow:
+    """Register this worker, keep its row fresh, and write it again whole when it is gone."""
+
+    def __init__(self, store: JobStore, options: WorkerOptions, *,
+                 overrunning: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
+        self.store = store
+        self.options = options
+        self.worker_id = options.worker_id
+        #: The runs executing past their timeout now (the deadlines' list): a row written again
+        #: carries them, as the row it replaces did.
+        self.overrunning = overrunning
+        self.hostname = socket.gethostname()
+        self.pid = os.getpid()
+        #: When the row first said this process started (the database's clock), which a row
+        #: written again keeps; None until the first registration.
+        self.started_at: datetime | None = None
+
+    def register(self, in_flight: int = 0) -> None:
+        """Write the whole row: every column the admin and ``ultjobs stats`` read."""
+        options = self.options
+        self.started_at = self.store.worker_upsert(
+            self.worker_id, self.hostname, self.pid, options.threads, options.queues,
+            visibility_timeout=options.visibility_timeout,
+            heartbeat_interval=options.heartbeat_interval, jobs=list(registered_jobs()),
+            in_flight=in_flight, overrunning=self.overrunning(), started_at=self.started_at)
+
+    def touch(self, in_flight: int) -> None:
+        """Mark the row seen now (one statement); write it again whole if it is gone."""
+        if self.store.worker_touch(self.worker_id, in_flight):
+            return
+        self.register(in_flight)
+        log_event(logger, logging.WARNING, "jobs.worker.row-restored", worker_id=self.worker_id,
+                  note="this worker's row was gone (deleted by hand, or pruned); written again")
