@@ -106,6 +106,11 @@ class Job(models.Model):
                                   editable=False)
     #: Seconds after it finished that this job still holds its key (``@job(unique_for=...)``).
     unique_for = models.FloatField(default=0.0, db_default=0.0, editable=False)
+    #: The key this job held until a later enqueue of it took the key over (rule 66): a retry
+    #: of this job takes the key back, or is refused naming the job that holds it (rule 107).
+    #: NULL while the job holds its key, and for a job that never held one.
+    released_key = models.CharField(_("released unique key"), max_length=200, null=True,
+                                    blank=True, editable=False)
     #: Short labels given at enqueue (``.using(tags=[...])``, ``@job(tags=[...])``; rule 78),
     #: searched by the admin and ``ultjobs list --tag``: a JSON list of strings.
     tags = models.JSONField(_("tags"), default=list, db_default=[], blank=True, editable=False)

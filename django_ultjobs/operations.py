@@ -37,6 +37,7 @@ from .jsonargs import is_unicode
 from .logs import log_event
 from .models import Job, JobSchedule, JobStatus, QueuePause
 from .store import get_store
+from .unique import KeyHeld, take_keys_back
 
 __all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_job_name",
            "check_queue_name",
@@ -90,9 +91,15 @@ class CancelResult:
 
 @dataclass(frozen=True)
 class RetryResult:
-    """What ``retry_jobs`` did: the ids of the failed or cancelled jobs queued again."""
+    """What ``retry_jobs`` did: the ids of the failed or cancelled jobs queued again, and the
+    ones left alone because another job holds the unique key they held (rule 107)."""
 
     retried_ids: tuple[int, ...] = ()
+    #: Jobs not retried: a later enqueue took their key over and another job holds it now;
+    #: each names that job. Empty with ``keyless=True``.
+    refused: tuple[KeyHeld, ...] = ()
+    #: Jobs retried without their key, beside its holder (``keyless=True`` only).
+    keyless_ids: tuple[int, ...] = ()
 
     @property
     def retried(self) -> int:
@@ -162,19 +169,36 @@ def _checked_reason(reason: object) -> str:
 
 
 def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
-               progress: Progress | None = None, by: str = "") -> RetryResult:
+               progress: Progress | None = None, by: str = "",
+               keyless: bool = False) -> RetryResult:
     """Queue failed or cancelled jobs again, runnable now, with one more attempt allowed.
 
     ``max_attempts`` becomes ``max(max_attempts, attempt + 1)``: a job that used all its attempts
     gets exactly one more, and one that still had some keeps them. Steps it completed before stay
     memoised, so the new run replays them instead of running them twice. Jobs in other statuses
     are left alone and not counted. ``progress`` and ``by`` as for ``cancel_jobs``.
+
+    A job whose unique key a later enqueue took over gets it back when an enqueue of the key
+    could take it now (no job holds it, or its holder expired); when another job holds it, the
+    job is not retried and ``RetryResult.refused`` names that job: two runs of one key must not
+    run at once (rule 107). ``keyless=True`` retries it anyway, without its key, beside the
+    holder (``RetryResult.keyless_ids``).
     """
     alias = using or jobs_database()
     retried: list[int] = []
+    refused: list[KeyHeld] = []
+    keyless_ids: list[int] = []
     for chunk in _chunks(_candidate_ids(jobs, alias, RETRYABLE), progress):
         with transaction.atomic(using=alias):
             ids = _lock(alias, chunk, Q(status__in=RETRYABLE))
+            # In the transaction that locked the rows and queues them: a holder that appears
+            # after this check finds the key taken back and returns this job (rule 66).
+            held = take_keys_back(alias, ids)
+            if keyless:
+                keyless_ids.extend(held)
+            else:
+                refused.extend(held.values())
+                ids = [job_id for job_id in ids if job_id not in held]
             Job.objects.using(alias).filter(id__in=ids, status__in=RETRYABLE).update(
                 status=JobStatus.QUEUED,
                 visible_at=Now(),
@@ -189,9 +213,14 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
                 Job.objects.using(alias).filter(id__in=ids).values_list("queue", flat=True)
                 .distinct()))
             retried.extend(ids)
+    keys: dict[str, object] = {}
+    if refused:
+        keys = {"refused": len(refused), "held": "; ".join(map(str, refused[:LOGGED_IDS]))}
+    if keyless_ids:
+        keys["keyless"] = ",".join(map(str, keyless_ids[:LOGGED_IDS]))
     log_event(logger, logging.INFO, "jobs.operations.retried", by=by, retried=len(retried),
-              database=alias)
-    return RetryResult(tuple(retried))
+              database=alias, **keys)
+    return RetryResult(tuple(retried), tuple(refused), tuple(keyless_ids))
 
 
 # -- pausing queues -------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ from functools import reduce
 from operator import or_
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db.models import Q
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef, Q
 
 from .exceptions import JobOptionError, UniqueKeyContendedError
 from .jsonargs import is_unicode
@@ -251,3 +252,72 @@ def holders_of(alias: str) -> Callable[[Iterable[KeyPair]], dict[KeyPair, int]]:
         return found
 
     return lookup
+
+
+# -- retrying a job whose key was taken over ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KeyHeld:
+    """A job a retry left alone: the key it held, released to a later enqueue of it, is held
+    by another job now (rule 107)."""
+
+    job_id: int
+    name: str
+    key: str
+    holder_id: int
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: key {self.key!r} is held by job {self.holder_id}"
+
+
+def take_keys_back(alias: str, ids: Sequence[int]) -> dict[int, KeyHeld]:
+    """Give each job of ``ids`` whose key a later enqueue took over (``released_key``) its key
+    back, where an enqueue of that key could take it now; return the others, with their holder.
+
+    Run inside the retry's transaction, on rows it locked. An expired holder gives the key up
+    as to an enqueue (``unique_release``); then one ``UPDATE`` sets the key where no row holds
+    it. The partial unique index settles a race with an enqueue of the key: an insert committed
+    while the update waited for it makes the update fail, in a savepoint, and the next round's
+    statement sees the holder (rules 65, 107).
+    """
+    from .models import Job
+    from .store import get_store
+
+    jobs = Job.objects.using(alias)
+    pending = dict(jobs.filter(id__in=ids, unique_key__isnull=True, released_key__isnull=False)
+                   .values_list("id", "name"))
+    for _ in range(MAX_ROUNDS):
+        if not pending:
+            return {}
+        keys = dict(jobs.filter(id__in=pending).values_list("id", "released_key"))
+        get_store(alias).release_keys({(pending[i], keys[i]) for i in pending})
+        _take_free_keys(alias, list(pending))
+        left = dict(jobs.filter(id__in=pending, unique_key__isnull=True)
+                    .values_list("id", "released_key"))
+        found = holders_of(alias)({(pending[i], key) for i, key in left.items()})
+        held = {i: KeyHeld(i, pending[i], key, found[(pending[i], key)])
+                for i, key in left.items() if (pending[i], key) in found}
+        # A key whose holder went between the update and the read (pruned, released) is free
+        # again: another round takes it.
+        pending = {i: pending[i] for i in left if i not in held}
+        if not pending:
+            return held
+    raise UniqueKeyContendedError(
+        f"retry of job {next(iter(pending))} found its key's holder gone {MAX_ROUNDS} times in "
+        "a row")
+
+
+def _take_free_keys(alias: str, ids: list[int]) -> None:
+    """Set each job's ``released_key`` back as its ``unique_key`` where no row holds it; an
+    insert of one of those keys that commits meanwhile undoes this statement alone."""
+    from .models import Job
+
+    jobs = Job.objects.using(alias)
+    holder = jobs.filter(name=OuterRef("name"), unique_key=OuterRef("released_key"))
+    try:
+        with transaction.atomic(using=alias):  # a savepoint of the retry's transaction
+            jobs.filter(id__in=ids, unique_key__isnull=True).exclude(Exists(holder)).update(
+                unique_key=F("released_key"), released_key=None)
+    except IntegrityError:
+        pass  # a holder committed while this waited for it: the caller reads it next

@@ -36,6 +36,7 @@ from ..models import (
 )
 from ..operations import MAX_CANCEL_REASON, cancel_jobs, retry_jobs
 from ..registry import registered_jobs
+from ..unique import KeyHeld
 from .base import JobsAdmin, ReadOnlyInline, actor
 from .display import (
     EMPTY,
@@ -61,6 +62,8 @@ HEAVY_FIELDS = ("args", "kwargs", "result", "last_error", "wait_match")
 JSON_FIELDS = ("args", "kwargs", "result", "wait_match")
 #: Ids per LogEntry batch when an action touched many jobs.
 LOG_CHUNK = 500
+#: Jobs a retry's message names whose key another job holds, at most.
+LISTED_HELD = 10
 #: Posted by the buttons on a job's page: the action then returns to that page.
 FROM_DETAIL = "_ultjobs_from_detail"
 
@@ -361,16 +364,61 @@ def _ask_for_reason(modeladmin: admin.ModelAdmin, request: HttpRequest,
               description=_("Retry selected failed or cancelled jobs now"))
 def retry_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
                    queryset: QuerySet[Job]) -> HttpResponse | None:
-    """Queue the selected failed or cancelled jobs again, runnable now, one more attempt."""
-    result = retry_jobs(queryset, using=jobs_database(), by=actor(request))
+    """Queue the selected failed or cancelled jobs again, runnable now, one more attempt; not
+    a job whose unique key another job holds now (rule 107): that one is named, with its
+    holder."""
+    return _retry(modeladmin, request, queryset, keyless=False)
+
+
+@admin.action(permissions=["change"],
+              description=_("Retry selected jobs now, even beside their unique key's holder"))
+def retry_keyless(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                  queryset: QuerySet[Job]) -> HttpResponse | None:
+    """Retry as the action above, but a job whose unique key another job holds runs anyway,
+    without its key, beside that job: asked for by name, since two runs of one key may then run
+    at once (rule 107)."""
+    return _retry(modeladmin, request, queryset, keyless=True)
+
+
+def _retry(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Job], *,
+           keyless: bool) -> HttpResponse | None:
+    result = retry_jobs(queryset, using=jobs_database(), by=actor(request), keyless=keyless)
     _log(request, result.retried_ids,
          gettext("Retried from the admin: queued again, runnable now, one more attempt allowed."))
+    _log(request, result.keyless_ids,
+         gettext("Retried without its unique key, beside the job that holds it now."))
     done = [ngettext("Queued %(count)d job again.", "Queued %(count)d jobs again.",
                      result.retried) % {"count": result.retried}] if result.retried else []
-    skipped = _skipped(request, result.retried_ids, RETRY_SKIPPED)
-    _report(modeladmin, request, done, skipped, gettext("Nothing was retried."),
-            gettext("only failed or cancelled jobs can be retried"))
+    if result.keyless_ids:
+        done.append(ngettext(
+            "%(count)d of them runs without its unique key, beside the job that holds it.",
+            "%(count)d of them run without their unique key, beside the jobs that hold them.",
+            len(result.keyless_ids)) % {"count": len(result.keyless_ids)})
+    refused = tuple(held.job_id for held in result.refused)
+    skipped = _skipped(request, result.retried_ids + refused, RETRY_SKIPPED)
+    if done or skipped or not refused:  # a refusal alone is said by the message below
+        _report(modeladmin, request, done, skipped, gettext("Nothing was retried."),
+                gettext("only failed or cancelled jobs can be retried"))
+    _report_held(modeladmin, request, result.refused)
     return _back_to_detail(request)
+
+
+def _report_held(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                 refused: tuple[KeyHeld, ...]) -> None:
+    """Name each job left alone because another job holds its key, and that job (rule 107)."""
+    if not refused:
+        return
+    named = "; ".join(
+        gettext("job %(job)s: key “%(key)s” is held by job %(holder)s") % {
+            "job": held.job_id, "key": held.key, "holder": held.holder_id}
+        for held in refused[:LISTED_HELD])
+    more = len(refused) - LISTED_HELD
+    if more > 0:
+        named += "; " + gettext("and %(count)d more") % {"count": more}
+    modeladmin.message_user(request, gettext(
+        "Not retried: %(named)s. Two runs of one key would run at once; to retry anyway, "
+        "without the key, use “Retry selected jobs now, even beside their unique key's "
+        "holder”.") % {"named": named}, messages.ERROR)
 
 
 def _report(modeladmin: admin.ModelAdmin, request: HttpRequest, done: list[str], skipped: str,
@@ -458,12 +506,13 @@ class JobAdmin(JobListMixin, JobsAdmin):
     ordering = ("-id",)
     # Sorting by another column would sort the whole table to show 50 rows.
     sortable_by = ("job_id",)
-    actions = (cancel_selected, retry_selected)
+    actions = (cancel_selected, retry_selected, retry_keyless)
     inlines = (AttemptInline, StepInline)
     offers_charts = True
     readonly_fields = ("status_display", "attempt_of_max", "worker", "lease", "args_display",
                        "kwargs_display", "result_display", "last_error_display", "claimed",
                        "visible", "created", "updated", "finished", "outcome", "unique_key",
+                       "released_key",
                        "expires", "progress_display", "tags_display")
     claimed = stamp_field("claimed_at", _("claimed"))
     visible = stamp_field("visible_at", _("visible at (the lease clock)"))
@@ -491,6 +540,9 @@ class JobAdmin(JobListMixin, JobsAdmin):
         if obj is not None and obj.unique_key:
             # The key it holds (rule 66): why an enqueue returned this job instead of a new one.
             call.append("unique_key")
+        if obj is not None and obj.released_key:
+            # The key a later enqueue took over: what a retry of this job checks (rule 107).
+            call.append("released_key")
         return (
             (None, {"fields": state}),
             (_("Lease") if live else _("Last run"), {"fields": lease}),

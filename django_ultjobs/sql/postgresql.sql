@@ -194,7 +194,7 @@ WITH j AS (
 -- enqueue_unique_one, after their "j" (the jobs, with "ord" their order).
 released AS (
     UPDATE django_ultjobs_job AS h
-    SET unique_key = NULL
+    SET unique_key = NULL, released_key = h.unique_key
     FROM (SELECT DISTINCT name, unique_key FROM j WHERE unique_key IS NOT NULL) AS k
     -- Each key's holder by the unique index, one probe per key: a plain join on the keys let
     -- the planner hash every row of the table (a seq scan) or every finished one instead. The
@@ -237,6 +237,20 @@ notified AS (
 )
 SELECT ins.id, ins.visible_at, ins.created_at, ins.name, ins.unique_key, ins.expires_at
 FROM ins CROSS JOIN notified ORDER BY ins.id
+
+-- name: unique_release
+-- Take the keys of %(keys)s ([[name, key], ...]) from the rows holding them that have expired:
+-- finished (succeeded, failed or cancelled) at least their own unique_for seconds ago on the
+-- database's clock (rule 67), each keeping its key as its released_key. A retry of a job whose
+-- key was taken over runs this before it takes its key back (rule 107).
+UPDATE django_ultjobs_job AS h
+SET unique_key = NULL, released_key = h.unique_key
+FROM (SELECT k->>0 AS name, k->>1 AS unique_key
+      FROM jsonb_array_elements(%(keys)s::jsonb) AS k) AS k
+WHERE h.name = k.name AND h.unique_key = k.unique_key
+  AND h.status IN ('succeeded', 'failed', 'cancelled')
+  AND (h.finished_at IS NULL OR h.finished_at <= {now_plus(-h.unique_for)})
+RETURNING h.id;
 
 -- name: unique_holder
 -- The row holding unique key (name, key), every column (read as a Job by the ORM's raw(),

@@ -79,9 +79,11 @@ RETURNING id, visible_at, created_at, name, unique_key, expires_at;
 -- name: unique_release
 -- Take the keys of :keys ([[name, key], ...]) from the rows holding them that have expired:
 -- finished (succeeded, failed or cancelled) at least their own unique_for seconds ago on the
--- database's clock (rule 67). The enqueue that asked inserts again after it.
+-- database's clock (rule 67), each keeping its key as its released_key. The enqueue that asked
+-- inserts again after it; a retry of a job whose key was taken over takes its key back after
+-- it (rule 107).
 UPDATE django_ultjobs_job
-SET unique_key = NULL
+SET unique_key = NULL, released_key = unique_key
 WHERE unique_key IS NOT NULL
   AND (name, unique_key) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
                              FROM json_each(:keys))

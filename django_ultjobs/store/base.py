@@ -219,6 +219,15 @@ class JobStore(SlotStore):
                                      expires_at=None if r[5] is None else self.parse_time(r[5]))
         return out
 
+    def release_keys(self, keys: Iterable[tuple[str, str]]) -> int:
+        """Take each ``(name, key)`` of ``keys`` from the row holding it if that row expired
+        (finished at least its ``unique_for`` ago, rule 67), the row keeping it as its
+        ``released_key``; return how many were taken."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["unique_release"], {
+                "keys": json.dumps(sorted(keys)), "now": self.now_param()})
+            return len(cur.fetchall())
+
     def _insert_unique(self, sent: Sequence[NewJob]) -> list[Any]:
         """Run ``enqueue_unique`` for ``sent`` in that order: the rows it inserted (id,
         visible_at, created_at, name, unique_key, expires_at)."""

@@ -113,12 +113,9 @@ class SQLiteStore(JobStore):
         out = super().enqueue_unique(jobs)
         held = [i for i, row in enumerate(out) if row is None]
         if held:
-            keys = sorted({(jobs[i].name, jobs[i].unique_key) for i in held})
-            with self.cursor() as cur:
-                cur.execute(self.sql["unique_release"], {
-                    "keys": json.dumps(keys), "now": self.now_param()})
-                released = cur.fetchall()
-            if released:
+            # A job held back has a key: only keyed inserts are skipped.
+            keys = {(jobs[i].name, str(jobs[i].unique_key)) for i in held}
+            if self.release_keys(keys):
                 again = super().enqueue_unique([jobs[i] for i in held])
                 for i, row in zip(held, again, strict=True):
                     out[i] = row

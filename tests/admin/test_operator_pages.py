@@ -189,6 +189,49 @@ def test_retry_says_what_it_skipped_and_why(alias: str, operator) -> None:
     ]
 
 
+def _taken_over(alias: str) -> tuple[int, Job]:
+    """A failed unique job, and the queued job a later enqueue of its key made (rule 66)."""
+    from tests.testapp.jobs import unique_touch
+
+    old = unique_touch.enqueue("a")
+    Job.objects.using(alias).filter(id=old.id).update(
+        status="failed", finished_at=timezone.now() - timedelta(minutes=1))
+    holder = unique_touch.enqueue("a")
+    assert holder.id != old.id
+    return old.id, holder
+
+
+def test_retry_beside_the_keys_holder_is_refused_naming_it(alias: str, operator) -> None:
+    # rule 107: the retry would run a second body of the key at once; the message names the
+    # job holding it and the action that runs it anyway.
+    old, holder = _taken_over(alias)
+    plain = make_job(alias, status="failed")
+    response = post_action(client_for(operator), JOBS, "retry_selected", [old, plain.id])
+    assert messages_of(response) == [
+        "Queued 1 job again.",
+        f"Not retried: job {old}: key “{holder.unique_key}” is held by job {holder.id}. Two "
+        "runs of one key would run at once; to retry anyway, without the key, use “Retry "
+        "selected jobs now, even beside their unique key's holder”.",
+    ]
+    assert Job.objects.using(alias).get(id=old).status == "failed"
+    [alone] = messages_of(post_action(client_for(operator), JOBS, "retry_selected", [old]))
+    assert alone.startswith("Not retried: job ")
+    # Its page shows the key it held, the one the retry checked.
+    assert holder.unique_key in page(client_for(operator), detail(old))
+
+
+def test_retry_keyless_runs_it_beside_the_holder_when_asked(alias: str, operator) -> None:
+    old, holder = _taken_over(alias)
+    response = post_action(client_for(operator), JOBS, "retry_keyless", [old])
+    assert messages_of(response) == [
+        "Queued 1 job again.",
+        "1 of them runs without its unique key, beside the job that holds it.",
+    ]
+    row = Job.objects.using(alias).get(id=old)
+    assert (row.status, row.unique_key) == ("queued", None)
+    assert Job.objects.using(alias).get(id=holder.id).unique_key == holder.unique_key
+
+
 def test_select_all_names_the_rest_without_counting_it(alias: str, operator) -> None:
     queued = make_job(alias)
     make_job(alias, status="succeeded")

@@ -44,6 +44,7 @@ from django_ultjobs.operations import (
 from django_ultjobs.progress import Progress
 from django_ultjobs.store import get_store
 from django_ultjobs.tags import check_tags
+from django_ultjobs.unique import KeyHeld
 
 #: The most rows ``list`` prints; past it, narrow the filters.
 MAX_LIMIT = 10_000
@@ -130,6 +131,10 @@ class Command(BaseCommand):
                             help="With --failed: only this job name (repeatable).")
         parser.add_argument("--since", help="With --failed: only jobs that failed since (90s, "
                                              "15m, 2h, 7d, 1w, or an ISO 8601 time).")
+        parser.add_argument("--keyless", action="store_true",
+                            help="Retry a job whose unique key another job holds now anyway, "
+                                 "without its key, beside that job (two runs of one key may "
+                                 "then run at once). Without it such a job is not retried.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = options["database"]
@@ -244,11 +249,28 @@ class Command(BaseCommand):
             selection = check_job_ids(options["ids"])
             asked = len(set(selection))
         with Progress("retry", unit="job", stream=self.stderr) as bar:
-            result = retry_jobs(selection, using=alias, progress=_follow(bar), by=_actor())
+            result = retry_jobs(selection, using=alias, progress=_follow(bar), by=_actor(),
+                                keyless=options["keyless"])
         self.stdout.write(f"queued {result.retried} job(s) again, runnable now "
                           f"({bar.summary()})")
+        if result.keyless_ids:
+            self.stderr.write(f"retried {len(result.keyless_ids)} job(s) without their unique "
+                              "key, beside the job that holds it: "
+                              + ", ".join(map(str, result.keyless_ids[:20])))
         if asked is not None:
-            self._skipped(asked - result.retried, "only failed or cancelled jobs can be retried")
+            self._skipped(asked - result.retried - len(result.refused),
+                          "only failed or cancelled jobs can be retried")
+        self._refused(result.refused)
+
+    def _refused(self, refused: tuple[KeyHeld, ...]) -> None:
+        """Fail with the jobs whose key another job holds, one line each (rule 107)."""
+        if not refused:
+            return
+        for held in refused[1:]:
+            self.stderr.write(f"not retried: {held}")
+        more = f" (and {len(refused) - 1} more above)" if len(refused) > 1 else ""
+        raise CommandError(f"not retried: {refused[0]}{more}; retry --keyless runs it without "
+                           "the key, beside that job")
 
     def _pause(self, alias: str, options: dict[str, Any]) -> None:
         queue = options["queue"]
