@@ -314,8 +314,9 @@ chosen AS (
 -- each key's free slots of its rows. Its rows come back with their slot key (the last column).
 WITH caps AS MATERIALIZED (
     -- The slots this worker kept from its last runs of a kind ("kept") count as free for it.
+    -- Added in bigint: a cap may be 2**31 - 1 (rule 54), and one kept slot more overflowed.
     SELECT c.name,
-           c.lim + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
+           c.lim::bigint + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
                              WHERE l.key = {slot_key(c.name)} AND l.slot < c.lim
                                AND l.expires_at > {now}) AS free
     FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
@@ -410,7 +411,7 @@ chosen AS (
 -- (performance.md, item 98).
 WITH caps AS MATERIALIZED (
     SELECT c.name,
-           c.lim + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
+           c.lim::bigint + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
                              WHERE l.key = {slot_key(c.name)} AND l.slot < c.lim
                                AND l.expires_at > {now}) AS free
     FROM (SELECT * FROM unnest(%(cap_names)s::text[], %(cap_limits)s::int[], %(cap_kept)s::int[])
@@ -713,12 +714,19 @@ SELECT {now};
 -- statement however many runs of the kind were claimed together: free means no row, or a
 -- lapsed row (taken over in place). Two racing acquirers of one slot serialise on its unique
 -- index and the loser gets no row for that holder (the caller hands that run back).
+-- The lowest free slots lie below the number of holders plus the slots held, so only those
+-- are tried: a series up to the limit grew with the cap, and never ended at 2**31 - 1 (rule 54).
 WITH want AS (
     SELECT w.holder, w.ord FROM unnest(%(holders)s::text[]) WITH ORDINALITY AS w(holder, ord)
 ),
 free AS (
     SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS rn
-    FROM (SELECT s.slot FROM generate_series(0, %(limit)s::int - 1) AS s(slot)
+    FROM (SELECT s.slot
+          FROM generate_series(0, LEAST(%(limit)s::int,
+                                        cardinality(%(holders)s::text[])
+                                        + (SELECT count(*) FROM django_ultjobs_slot AS h
+                                           WHERE h.key = %(key)s::text
+                                             AND h.expires_at > {now}))::int - 1) AS s(slot)
           WHERE NOT EXISTS (
               SELECT 1 FROM django_ultjobs_slot AS h
               WHERE h.key = %(key)s::text AND h.slot = s.slot AND h.expires_at > {now})
@@ -747,9 +755,13 @@ WITH want AS (
         WITH ORDINALITY AS w(key, lim, holder, ord)
 ),
 free AS (
+    -- Each key's lowest free slots lie below its holders plus its slots held (slot_acquire).
     SELECT k.key, s.slot, row_number() OVER (PARTITION BY k.key ORDER BY s.slot) AS rn
-    FROM (SELECT key, max(lim) AS lim FROM want GROUP BY key) AS k
-    CROSS JOIN LATERAL generate_series(0, k.lim - 1) AS s(slot)
+    FROM (SELECT key, max(lim) AS lim, count(*) AS holders FROM want GROUP BY key) AS k
+    CROSS JOIN LATERAL generate_series(
+        0, LEAST(k.lim, k.holders + (SELECT count(*) FROM django_ultjobs_slot AS h
+                                     WHERE h.key = k.key AND h.expires_at > {now}))::int - 1
+    ) AS s(slot)
     WHERE NOT EXISTS (
         SELECT 1 FROM django_ultjobs_slot AS h
         WHERE h.key = k.key AND h.slot = s.slot AND h.expires_at > {now})

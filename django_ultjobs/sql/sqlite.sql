@@ -383,9 +383,18 @@ SELECT {now};
 -- name: slot_acquire
 -- Take the lowest free slots of :key in [0, :limit), one per holder of the :holders JSON array
 -- (in order), in one statement: no row, or a lapsed row taken over in place. SQLite runs one
--- writer at a time, so two acquirers cannot share a slot.
-WITH RECURSIVE slots(slot) AS (
-    SELECT 0 WHERE :limit > 0 UNION ALL SELECT slot + 1 FROM slots WHERE slot + 1 < :limit
+-- writer at a time, so two acquirers cannot share a slot. The lowest free slots lie below the
+-- number of holders plus the slots held, so only those are tried: counting up to the limit
+-- grew with the cap, and never ended at 2**31 - 1 (rule 54).
+WITH RECURSIVE bound(n) AS (
+    SELECT min(:limit, json_array_length(:holders)
+                       + (SELECT count(*) FROM django_ultjobs_slot AS h
+                          WHERE h.key = :key AND h.expires_at > {now}))
+),
+slots(slot) AS (
+    SELECT 0 FROM bound WHERE n > 0
+    UNION ALL
+    SELECT slot + 1 FROM slots, bound WHERE slot + 1 < bound.n
 ),
 free AS (
     SELECT f.slot, row_number() OVER (ORDER BY f.slot) AS rn
@@ -421,7 +430,10 @@ WITH RECURSIVE want AS (
     FROM json_each(:wanted) AS w
 ),
 slots(k, slot, lim) AS (
-    SELECT k, 0, max(lim) FROM want GROUP BY k HAVING max(lim) > 0
+    -- Each key's lowest free slots lie below its holders plus its slots held (slot_acquire).
+    SELECT k, 0, min(max(lim), count(*) + (SELECT count(*) FROM django_ultjobs_slot AS h
+                                          WHERE h.key = want.k AND h.expires_at > {now}))
+    FROM want GROUP BY k HAVING max(lim) > 0
     UNION ALL
     SELECT k, slot + 1, lim FROM slots WHERE slot + 1 < lim
 ),
