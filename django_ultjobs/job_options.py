@@ -1,13 +1,13 @@
 """Check a job's options against the columns that keep them; each refusal names its option.
 
 Each option ends up in a column: ``priority`` and ``max_attempts`` in integers (PostgreSQL's
-are 32-bit), ``queue`` in 100 characters of text, ``delay`` and ``expires_in`` added to the
-database's clock, ``run_at`` a moment in time, ``timeout`` a float; ``retry_on`` stays in the spec
-and must be exception classes. Unchecked, a value a column cannot hold failed differently on each
-engine: PostgreSQL raised a ``DataError`` inside the caller's transaction (which it aborts) or
-rounded ``priority=1.7`` to 2, SQLite kept 1.7, both took ``"5"`` as 5. The spec is checked when
-it is built (``@job``, every ``.using()`` copy), so a refusal always comes before any SQL, the
-same on both engines (rule 16).
+are 32-bit), ``concurrency`` numbers fleet slots in one too, ``queue`` in 100 characters of
+text, ``delay`` and ``expires_in`` added to the database's clock, ``run_at`` a moment in time,
+``timeout`` a float; ``retry_on`` stays in the spec and must be exception classes. Unchecked, a
+value a column cannot hold failed differently on each engine: PostgreSQL raised a ``DataError``
+inside the caller's transaction (which it aborts) or rounded ``priority=1.7`` to 2, SQLite kept
+1.7, both took ``"5"`` as 5. The spec is checked when it is built (``@job``, every ``.using()``
+copy), so a refusal always comes before any SQL, the same on both engines (rule 16).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def check_options(spec: JobSpec) -> None:
     _check_text(name, "queue", spec.queue)
     _check_int(name, "priority", spec.priority, INT_MIN)
     _check_int(name, "max_attempts", spec.max_attempts, 1)
+    if spec.concurrency is not None:
+        _check_concurrency(name, spec.concurrency)
     _check_delay(name, spec.delay)
     for option in ("backoff", "max_backoff"):
         _check_seconds(name, option, getattr(spec, option))
@@ -100,6 +102,15 @@ def _check_int(name: str, option: str, value: Any, low: int) -> None:
         _refuse(name, option, f"must be at least {low}", value)
     if value > INT_MAX:
         _refuse(name, option, f"must be at most {INT_MAX}", value)
+
+
+def _check_concurrency(name: str, value: Any) -> None:
+    """A whole number of fleet slots (rule 5), numbered in PostgreSQL's ``integer``: 1.5, NaN
+    or 2**31 made every claim of every worker that registered the job fail, so no job of any
+    kind ran there."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
+        _refuse(name, "concurrency", f"must be a whole number from 1 to {INT_MAX} (or None "
+                "for no cap)", value)
 
 
 def _check_delay(name: str, delay: Any) -> None:

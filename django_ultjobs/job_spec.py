@@ -118,16 +118,11 @@ class JobSpec:
         object.__setattr__(self, "tags", check_tags(self.name, self.tags))
         if isinstance(self.retry_on, type):
             object.__setattr__(self, "retry_on", (self.retry_on,))
-        # Queue, priority, max_attempts, delay, run_at, the backoffs, timeout, expires_in and
-        # retry_on: each must fit its column, or a settle (rules 16, 31, 55, 57 and 58).
+        # Queue, priority, max_attempts, concurrency, delay, run_at, the backoffs, timeout,
+        # expires_in and retry_on: each must fit its column, or a settle (rules 16, 31, 54, 55,
+        # 57 and 58).
         check_options(self)
         check_unique_options(self)
-        if self.concurrency is not None and (
-            isinstance(self.concurrency, bool) or self.concurrency < 1
-        ):
-            raise JobConfigurationError(
-                f"job {self.name!r}: concurrency must be a whole number of at least 1, or None"
-            )
         if self.concurrency is not None and len(self.name) > MAX_SLOT_JOB_NAME:
             # Its fleet slots' key (slot_key_for) must fit the slot key column.
             raise JobConfigurationError(

@@ -35,6 +35,10 @@ if os.environ.get("ULTJOBS_TEST_PERIODIC"):
 # ... and those of the clock-step tests, one periodic job per catch-up policy (tests/catchupapp).
 if os.environ.get("ULTJOBS_TEST_CATCH_UP"):
     INSTALLED_APPS.append("tests.catchupapp")
+# Worker processes of the option tests declare a job with the options this gives, as JSON
+# (tests/badoptionsapp).
+if os.environ.get("ULTJOBS_TEST_BAD_OPTIONS"):
+    INSTALLED_APPS.append("tests.badoptionsapp")
 
 # The queue's tests run against real engines, never a mock: SQLite in a file (threads and worker
 # processes share it) and the machine's PostgreSQL.

@@ -87,10 +87,10 @@ def test_a_job_named_after_an_existing_one_is_refused_before_it_is_registered() 
 @pytest.mark.parametrize(("options", "message"), [
     ({"max_attempts": 0}, "max_attempts must be at least 1"),
     ({"max_attempts": -1}, "max_attempts must be at least 1"),
-    ({"concurrency": 0}, "concurrency must be a whole number of at least 1"),
-    ({"concurrency": -2}, "concurrency must be a whole number of at least 1"),
-    ({"concurrency": True}, "concurrency must be a whole number of at least 1"),
-    ({"concurrency": False}, "concurrency must be a whole number of at least 1"),
+    ({"concurrency": 0}, "concurrency must be a whole number from 1 to 2147483647"),
+    ({"concurrency": -2}, "concurrency must be a whole number from 1 to 2147483647"),
+    ({"concurrency": True}, "concurrency must be a whole number from 1 to 2147483647"),
+    ({"concurrency": False}, "concurrency must be a whole number from 1 to 2147483647"),
     ({"backoff": -1.0}, "backoff is -1.0; it must be a finite number of seconds from 0"),
     ({"max_backoff": -1.0}, "max_backoff is -1.0; it must be a finite number of seconds from 0"),
     # Rule 31: a non-finite or absurd float would reach the settle's timestamp arithmetic (and
