@@ -3,11 +3,12 @@
 Each option ends up in a column: ``priority`` and ``max_attempts`` in integers (PostgreSQL's
 are 32-bit), ``concurrency`` numbers fleet slots in one too, ``queue`` in 100 characters of
 text, ``delay`` and ``expires_in`` added to the database's clock, ``run_at`` a moment in time,
-``timeout`` a float; ``retry_on`` stays in the spec and must be exception classes. Unchecked, a
-value a column cannot hold failed differently on each engine: PostgreSQL raised a ``DataError``
-inside the caller's transaction (which it aborts) or rounded ``priority=1.7`` to 2, SQLite kept
-1.7, both took ``"5"`` as 5. The spec is checked when it is built (``@job``, every ``.using()``
-copy), so a refusal always comes before any SQL, the same on both engines (rule 16).
+``timeout`` a float; ``retry_on`` stays in the spec and must be exception classes, and
+``takes_context`` a bool (it decides what a run is passed). Unchecked, a value a column cannot
+hold failed differently on each engine: PostgreSQL raised a ``DataError`` inside the caller's
+transaction (which it aborts) or rounded ``priority=1.7`` to 2, SQLite kept 1.7, both took
+``"5"`` as 5. The spec is checked when it is built (``@job``, every ``.using()`` copy), so a
+refusal always comes before any SQL, the same on both engines (rule 16).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import JobOptionError
 from .jsonargs import is_unicode
+from .numeric import is_finite, shown
 from .retry import MAX_DELAY
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ def check_options(spec: JobSpec) -> None:
     _check_text(name, "queue", spec.queue)
     _check_int(name, "priority", spec.priority, INT_MIN)
     _check_int(name, "max_attempts", spec.max_attempts, 1)
+    if not isinstance(spec.takes_context, bool):
+        _refuse(name, "takes_context", "must be True or False", spec.takes_context)
     if spec.concurrency is not None:
         _check_concurrency(name, spec.concurrency)
     _check_delay(name, spec.delay)
@@ -63,7 +67,7 @@ def _check_duration(name: str, option: str, value: Any) -> None:
     tick, an expiry of 0 would expire every job before any worker could claim it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         _refuse(name, option, "must be a number of seconds or a timedelta (or None)", value)
-    if not math.isfinite(value) or value <= 0:
+    if not is_finite(value) or value <= 0:
         _refuse(name, option, "must be a finite number of seconds greater than 0", value)
     if value > MAX_DELAY:
         _refuse(name, option, f"cannot be more than 100 years ({MAX_DELAY:,.0f} seconds)",
@@ -82,7 +86,7 @@ def _check_retry_on(name: str, retry_on: Any) -> None:
 
 
 def _refuse(name: str, option: str, requirement: str, value: Any) -> None:
-    raise JobOptionError(f"job {name!r}: {option} {requirement}, not {value!r}")
+    raise JobOptionError(f"job {name!r}: {option} {requirement}, not {shown(value)}")
 
 
 def _check_text(name: str, option: str, text: str) -> None:
@@ -116,7 +120,7 @@ def _check_concurrency(name: str, value: Any) -> None:
 def _check_delay(name: str, delay: Any) -> None:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)):
         _refuse(name, "delay", "must be a number of seconds or a timedelta", delay)
-    if math.isnan(delay):
+    if isinstance(delay, float) and math.isnan(delay):
         _refuse(name, "delay", "must be a number", delay)
     if delay < 0:
         _refuse(name, "delay", "cannot be negative", delay)
@@ -133,10 +137,10 @@ def _check_seconds(job_name: str, option: str, value: Any) -> None:
         raise JobOptionError(
             f"job {job_name!r}: {option} must be a number of seconds, not "
             f"{type(value).__name__} {value!r}")
-    if not math.isfinite(value) or value < 0 or value > MAX_DELAY:
+    if not is_finite(value) or value < 0 or value > MAX_DELAY:
         raise JobOptionError(
-            f"job {job_name!r}: {option} is {value!r}; it must be a finite number of seconds "
-            f"from 0 to {MAX_DELAY:.0f} (a hundred years)")
+            f"job {job_name!r}: {option} is {shown(value)}; it must be a finite number of "
+            f"seconds from 0 to {MAX_DELAY:.0f} (a hundred years)")
 
 
 def _check_run_at(name: str, run_at: Any) -> None:

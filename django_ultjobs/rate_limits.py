@@ -32,7 +32,8 @@ INT_MAX = 2**31 - 1
 
 #: Seconds in each period a rate limit may be given in.
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-_FORM = re.compile(r"^\s*(?P<n>[0-9]+)\s*/\s*(?P<unit>[smh])\s*$")
+# At most ten digits: int() of more than 4,300 raises a ValueError naming no option.
+_FORM = re.compile(r"^\s*(?P<n>[0-9]{1,10})\s*/\s*(?P<unit>[smh])\s*$")
 #: The burst above one start grows by one per this many starts a period (10 %).
 BURST_PER = 10
 

@@ -11,7 +11,7 @@ from django.apps import apps
 from django.utils.module_loading import import_string
 
 from .conf import get_settings
-from .exceptions import JobConfigurationError
+from .exceptions import JobConfigurationError, JobOptionError
 from .flow_keys import KeyOption
 from .job_spec import JobSpec
 from .logs import log_event
@@ -96,6 +96,8 @@ def job(
     schedule = schedule_from_options(cron, every, timezone, catch_up)
 
     def decorate(f: Callable[..., Any]) -> JobSpec:
+        if name is not None and not isinstance(name, str):
+            raise JobOptionError(f"@job(name=...) of {_origin(f)} must be a str, not {name!r}")
         if name is not None and not name.strip():
             raise JobConfigurationError(f"@job(name=...) of {_origin(f)} is empty")
         spec = JobSpec(

@@ -20,7 +20,6 @@ stepped by ``cronsim``, which handles time zones and DST the way Debian's cron d
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,6 +30,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from .exceptions import JobOptionError
+from .numeric import is_finite, shown
 
 #: What to do with ticks that passed while no worker was running (rule 62).
 CATCH_UP_CHOICES = ("latest", "none", "all")
@@ -248,10 +248,10 @@ def check_callable_without_arguments(name: str, func: Callable[..., Any],
 def _check_every(every: Any) -> None:
     if isinstance(every, bool) or not isinstance(every, (int, float)):
         raise JobOptionError(f"every must be a number of seconds or a timedelta, not {every!r}")
-    if not math.isfinite(every) or not MIN_EVERY <= every <= MAX_EVERY:
+    if not is_finite(every) or not MIN_EVERY <= every <= MAX_EVERY:
         raise JobOptionError(
             f"every must be from {MIN_EVERY:g} second to {MAX_EVERY:,.0f} seconds (366 days), "
-            f"not {every!r}")
+            f"not {shown(every)}")
 
 
 def _check_cron(cron: Any, zone: ZoneInfo) -> None:

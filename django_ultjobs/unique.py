@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,6 +27,7 @@ from django.db.models import Exists, F, OuterRef, Q
 
 from .exceptions import JobOptionError, UniqueKeyContendedError
 from .jsonargs import is_unicode
+from .numeric import is_finite, shown
 from .retry import MAX_DELAY
 
 if TYPE_CHECKING:
@@ -68,10 +68,10 @@ def check_unique_for(name: str, seconds: Any) -> None:
         raise JobOptionError(
             f"job {name!r}: unique_for must be a number of seconds or a timedelta, not "
             f"{seconds!r}")
-    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_DELAY:
+    if not is_finite(seconds) or not 0 <= seconds <= MAX_DELAY:
         raise JobOptionError(
             f"job {name!r}: unique_for must be a finite number of seconds from 0 to "
-            f"{MAX_DELAY:.0f} (a hundred years), not {seconds!r}")
+            f"{MAX_DELAY:.0f} (a hundred years), not {shown(seconds)}")
 
 
 def check_unique_key(name: str, key: Any) -> None:

@@ -37,6 +37,10 @@ def enqueue_cases() -> dict[str, Callable[[], Any]]:
         "delay=nan": lambda: sink.using(delay=float("nan")).enqueue(),
         "delay=inf": lambda: sink.using(delay=float("inf")).enqueue(),
         "delay=1e13": lambda: sink.using(delay=1e13).enqueue(),
+        # Past a float's range: once a bare OverflowError naming no option.
+        "delay=10**400": lambda: sink.using(delay=10**400).enqueue(),
+        "timeout=10**400": lambda: sink.using(timeout=10**400).enqueue(),
+        "expires_in=10**400": lambda: sink.using(expires_in=10**400).enqueue(),
         "priority=1.7": lambda: sink.using(priority=1.7).enqueue(),  # type: ignore[arg-type]
         "priority='5'": lambda: sink.using(priority="5").enqueue(),  # type: ignore[arg-type]
         "10,000-deep nesting": lambda: sink.enqueue(_deep(10_000)),

@@ -19,6 +19,7 @@ from django_ultjobs import tracing as tracing_module
 from django_ultjobs.job_options import INT_MAX, INT_MIN
 from django_ultjobs.jsonargs import MAX_DEPTH
 from django_ultjobs.models import Job
+from django_ultjobs.retry import MAX_DELAY
 from django_ultjobs.store import JobStore
 from django_ultjobs.tracing import acting_as
 from tests.hostile import nested_list
@@ -104,6 +105,27 @@ OPTION_REFUSALS: list[tuple[str, Callable[[], Any], str]] = [
      "queue cannot contain a NUL character"),
     ("queue with a lone surrogate", lambda: add.using(queue="q\udfff"),
      "queue cannot contain a lone surrogate"),
+    # Past a float's range, or the 4,300 digits Python prints: the refusal still names the
+    # option (it was a bare OverflowError, or ValueError, naming none).
+    ("delay=10**400", lambda: add.using(delay=10**400),
+     "delay cannot be more than 100 years (3,155,760,000 seconds), not an int of 1329 bits"),
+    ("delay=-2**1024", lambda: add.using(delay=-(2**1024)), "delay cannot be negative"),
+    ("timeout=10**400", lambda: add.using(timeout=10**400),
+     "timeout cannot be more than 100 years"),
+    ("timeout=2**1024", lambda: add.using(timeout=2**1024),
+     "timeout cannot be more than 100 years"),
+    ("expires_in=10**400", lambda: add.using(expires_in=10**400),
+     "expires_in cannot be more than 100 years"),
+    ("priority=10**5000", lambda: add.using(priority=10**5000),
+     "priority must be at most 2147483647, not an int of 16610 bits"),
+    ("max_attempts=-10**5000", lambda: add.using(max_attempts=-(10**5000)),
+     "max_attempts must be at least 1, not a negative int of 16610 bits"),
+    # Past what the database's clock can add, like delay.
+    ("timeout past 100 years", lambda: add.using(timeout=MAX_DELAY + 1),
+     "timeout cannot be more than 100 years"),
+    ("expires_in a timedelta past 100 years",
+     lambda: add.using(expires_in=timedelta(days=36_526)),
+     "expires_in cannot be more than 100 years"),
 ]
 
 
@@ -154,6 +176,8 @@ def test_values_at_each_limit_are_kept_exactly_on_both_engines(cstore: JobStore)
     assert (first.priority, first.max_attempts, second.priority) == (INT_MAX, INT_MAX, INT_MIN)
     add.using(priority=INT_MAX, max_attempts=INT_MAX, delay=timedelta(days=36_500),
               run_at=datetime(9999, 12, 30, tzinfo=UTC)).enqueue(1, 2)  # accepted
+    add.using(delay=MAX_DELAY, timeout=MAX_DELAY, expires_in=timedelta(days=36_525)
+              ).enqueue(1, 2)  # accepted: the database's clock adds a hundred years
 
 
 def test_enqueued_by_is_cut_to_its_column_and_escaped_alike_on_both_engines(alias: str) -> None:

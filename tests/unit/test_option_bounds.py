@@ -1,0 +1,115 @@
+"""Every ``@job`` option is checked against what its column (or the worker) can hold, not only
+its Python type: a refusal is a ``JobOptionError`` naming the option, at declaration, and nothing
+is registered (rules 16, 54 and 64). ``.using()``'s options are refused the same way on both
+engines in tests/conformance/test_enqueue_refusals.py.
+
+Before, a number past a float's range raised a bare ``OverflowError`` ("int too large to convert
+to float"), one past 4,300 digits a bare ``ValueError`` from the refusal's own message, a
+non-text name an ``AttributeError``; ``concurrency=1.5`` was accepted and wedged every worker
+(tests/worker/test_option_bounds.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from django_ultjobs import JobConfigurationError, JobOptionError, job
+from django_ultjobs.job_options import INT_MAX
+from django_ultjobs.numeric import shown
+from django_ultjobs.registry import registered, unregister
+from django_ultjobs.retry import MAX_DELAY
+from django_ultjobs.schedules import MAX_EVERY
+
+HUGE = 2**1024  # past a float's range
+ENORMOUS = 10**5000  # past the 4,300 digits Python prints
+
+#: (options, words the refusal says after the job's name): every option, each bound.
+REFUSED: list[tuple[dict[str, Any], str]] = [
+    *[({"concurrency": cap}, "concurrency must be a whole number from 1 to 2147483647 (or "
+                             "None for no cap), not ")
+      for cap in (1.5, math.nan, math.inf, -math.inf, 2**31, 10**30, 0, True, "3", ENORMOUS)],
+    ({"priority": ENORMOUS}, "priority must be at most 2147483647, not an int of 16610 bits"),
+    ({"priority": -ENORMOUS},
+     "priority must be at least -2147483648, not a negative int of 16610 bits"),
+    ({"max_attempts": HUGE}, "max_attempts must be at most 2147483647, not an int of 1025 bits"),
+    ({"timeout": HUGE}, "timeout cannot be more than 100 years"),
+    ({"timeout": ENORMOUS}, "timeout cannot be more than 100 years"),
+    ({"timeout": MAX_DELAY + 1}, "timeout cannot be more than 100 years"),
+    ({"expires_in": HUGE}, "expires_in cannot be more than 100 years"),
+    ({"expires_in": -HUGE}, "expires_in must be a finite number of seconds greater than 0"),
+    ({"backoff": HUGE}, "backoff is an int of 1025 bits; it must be a finite number of seconds"),
+    ({"max_backoff": -HUGE}, "max_backoff is a negative int of 1025 bits; it must be a finite"),
+    ({"unique_for": HUGE}, "unique_for must be a finite number of seconds from 0 to 3155760000"),
+    ({"takes_context": 1}, "takes_context must be True or False, not 1"),
+    ({"takes_context": "yes"}, "takes_context must be True or False, not 'yes'"),
+    ({"rate_limit": "9" * 5000 + "/s"}, 'rate_limit must be a text like "100/m"'),
+    ({"rate_limit": f"{INT_MAX + 1}/s"}, 'rate_limit must be a text like "100/m"'),
+]
+
+#: The schedule's options, refused before the job's name is known (at ``@job(...)``).
+REFUSED_SCHEDULES: list[tuple[dict[str, Any], str]] = [
+    ({"every": HUGE}, "every must be from 1 second to 31,622,400 seconds (366 days), not an int"),
+    ({"every": ENORMOUS}, "every must be from 1 second"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _forget() -> Iterator[None]:
+    """A declaration a test expected refused and that was accepted leaves no job behind."""
+    yield
+    unregister("unholdable")
+    unregister("holdable")
+
+
+def body(label: str = "") -> None: ...
+
+
+def case(options: dict[str, Any]) -> str:
+    """A test id: ``repr`` would raise for an int past 4,300 digits."""
+    return ",".join(f"{name}={shown(value)}"[:40] for name, value in options.items())
+
+
+@pytest.mark.parametrize(("options", "says"), REFUSED, ids=[case(o) for o, _ in REFUSED])
+def test_an_option_its_column_cannot_hold_is_refused_at_declaration_by_name(
+        options: dict[str, Any], says: str) -> None:
+    # rule 16 (rule 54 for concurrency and rate_limit)
+    with pytest.raises(JobOptionError) as refused:
+        job(name="unholdable", **options)(body)
+    assert isinstance(refused.value, JobConfigurationError | ValueError)
+    assert str(refused.value).startswith(f"job 'unholdable': {says}"), str(refused.value)
+    assert registered("unholdable") is None
+
+
+@pytest.mark.parametrize(("options", "says"), REFUSED_SCHEDULES,
+                         ids=[case(o) for o, _ in REFUSED_SCHEDULES])
+def test_a_schedule_out_of_bounds_is_refused_at_declaration(
+        options: dict[str, Any], says: str) -> None:
+    # rule 64
+    with pytest.raises(JobOptionError) as refused:
+        job(name="unholdable", **options)(body)
+    assert str(refused.value).startswith(says), str(refused.value)
+    assert registered("unholdable") is None
+
+
+def test_a_name_that_is_no_text_is_refused_by_the_option() -> None:
+    # rule 16: it raised AttributeError ('int' object has no attribute 'strip').
+    with pytest.raises(JobOptionError, match=r"@job\(name=\.\.\.\) of .*body must be a str, "
+                                             r"not 5"):
+        job(name=5)(body)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("options", [
+    {"concurrency": INT_MAX}, {"concurrency": 1}, {"priority": -(2**31)},
+    {"max_attempts": INT_MAX}, {"timeout": MAX_DELAY}, {"expires_in": MAX_DELAY},
+    {"backoff": MAX_DELAY}, {"max_backoff": 0}, {"unique_for": MAX_DELAY},
+    {"timeout": 10**9}, {"rate_limit": f"{INT_MAX}/s"}, {"rate_limit": " 0000000001 / h "},
+    {"takes_context": False}, {"every": MAX_EVERY}, {"every": 1}, {"every": 2**20},
+    {"cron": "0 9 * * *"}, {"cron": "0 9 * * *", "timezone": "Europe/Paris"},
+], ids=case)
+def test_the_values_at_each_bound_are_accepted(options: dict[str, Any]) -> None:
+    spec = job(name="holdable", **options)(body)
+    assert registered("holdable") is spec
