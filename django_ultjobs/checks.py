@@ -278,7 +278,9 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             messages.append(Error(
                 f"ULTJOBS['PRUNE_SCHEDULE'] / ['PRUNE_TIMEZONE']: {exc}",
                 hint="Give a five-field cron expression such as '0 3 * * *' and an IANA time "
-                     "zone, or set PRUNE_SCHEDULE to None to turn the built-in prune off.",
+                     "zone name such as 'Europe/Paris' (not 'localtime', nor a 'posix/' or "
+                     "'right/' copy), or set PRUNE_SCHEDULE to None to turn the built-in prune "
+                     "off.",
                 id="django_ultjobs.E040",
             ))
     site_zone = getattr(settings, "TIME_ZONE", "UTC") or "UTC"
@@ -290,8 +292,18 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             messages.append(Warning(
                 f"job {name!r} runs on cron {schedule.cron!r} read in UTC, while TIME_ZONE "
                 f"is {site_zone!r}",
-                hint=f"Pass @job(..., timezone={site_zone!r}) if the hours are local ones; "
+                hint=f"Pass @job(..., {_zone_option(site_zone)}) if the hours are local ones; "
                      "pass timezone='UTC' to say UTC is meant (and silence this).",
                 id="django_ultjobs.W040",
             ))
     return messages
+
+
+def _zone_option(site_zone: str) -> str:
+    """The ``timezone=`` W040 suggests: TIME_ZONE, unless a job may not take it (Django takes
+    'localtime' and the 'posix/' copies; rule 64)."""
+    from .schedules import iana_zones
+
+    if site_zone in iana_zones():
+        return f"timezone={site_zone!r}"
+    return f"timezone= and the IANA name of the zone TIME_ZONE {site_zone!r} stands for"

@@ -23,9 +23,9 @@ import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
@@ -50,6 +50,13 @@ ON_TIME = timedelta(seconds=5)
 CANDIDATE_MARGIN = timedelta(seconds=5)
 #: A cron expression that matches nothing in this many steps (``0 0 30 2 *``) is refused.
 _MAX_CRON_STEPS = 8
+#: Names ``zoneinfo`` lists that are no zone a schedule may be read in, and why: each reads
+#: one cron as another instant on each host, or as none the site meant (rule 64).
+_HOST_ZONES = {
+    "localtime": "it is each host's own zone, so workers on two hosts would enqueue one tick "
+                 "at two instants; give the zone's IANA name",
+    "Factory": "it is the zone of a host whose zone was never set",
+}
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ class Schedule:
     @cached_property
     def zone(self) -> ZoneInfo:
         """The time zone the cron expression is read in (UTC unless ``timezone=`` says)."""
-        return _zone(self.timezone or "UTC")
+        return _zone("UTC" if self.timezone is None else self.timezone)
 
     @cached_property
     def _step(self) -> int:
@@ -270,15 +277,42 @@ def _check_cron(cron: Any, zone: ZoneInfo) -> None:
         raise JobOptionError(f"cron {cron!r} never matches a date") from None
 
 
+@cache
+def iana_zones() -> frozenset[str]:
+    """The time zone names a schedule may be read in: those of the IANA database, as
+    ``zoneinfo.available_timezones()`` lists them on this host, less the host's own names
+    (``_HOST_ZONES``). Not listed, though ``ZoneInfo`` loads them where a host has them: the
+    ``posix/`` and ``right/`` copies of the database and ``posixrules`` (a ``right/`` zone
+    counts leap seconds, so its offset changes fall 27 s late on the database's clock). Read
+    from disk once a process."""
+    return frozenset(available_timezones()) - _HOST_ZONES.keys()
+
+
 def _zone(name: Any) -> ZoneInfo:
     if not isinstance(name, str) or not name:
-        raise JobOptionError(f"timezone must be an IANA zone name like 'Europe/Paris', not "
-                             f"{name!r}")
+        raise JobOptionError(f"timezone must be an IANA zone name like 'Europe/Paris' (leave it "
+                             f"out for UTC), not {name!r}")
+    if name not in iana_zones():
+        if not iana_zones():
+            raise JobOptionError(f"timezone {name!r} cannot be read: this host has no time zone "
+                                 "database; install the tzdata package")
+        raise JobOptionError(f"timezone {name!r} is no IANA time zone (e.g. 'Europe/Paris', "
+                             f"'UTC'){_zone_hint(name)}")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise JobOptionError(f"timezone {name!r} is no IANA time zone (e.g. 'Europe/Paris', "
-                             "'UTC')") from None
+        raise JobOptionError(f"timezone {name!r} cannot be read on this host: reinstall its "
+                             "time zone database, or install the tzdata package") from None
+
+
+def _zone_hint(name: str) -> str:
+    """Why a name ``ZoneInfo`` may load is still refused, after a colon; "" for the others."""
+    if name in _HOST_ZONES:
+        return f": {_HOST_ZONES[name]}"
+    for copy in ("posix/", "right/"):
+        if name.startswith(copy) and name.removeprefix(copy) in iana_zones():
+            return f": give its IANA name, {name.removeprefix(copy)!r}"
+    return ""
 
 
 # -- instants -------------------------------------------------------------------------------------

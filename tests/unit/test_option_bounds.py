@@ -6,7 +6,8 @@ engines in tests/conformance/test_enqueue_refusals.py.
 Before, a number past a float's range raised a bare ``OverflowError`` ("int too large to convert
 to float"), one past 4,300 digits a bare ``ValueError`` from the refusal's own message, a
 non-text name an ``AttributeError``; ``concurrency=1.5`` was accepted and wedged every worker
-(tests/worker/test_option_bounds.py).
+(tests/worker/test_option_bounds.py); a time zone that is no IANA name (``localtime``) was
+accepted and read differently on each host.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from typing import Any
+from zoneinfo import ZoneInfo, available_timezones
 
 import pytest
 
-from django_ultjobs import JobConfigurationError, JobOptionError, job
+from django_ultjobs import JobConfigurationError, JobOptionError, job, schedules
 from django_ultjobs.job_options import INT_MAX
 from django_ultjobs.numeric import shown
 from django_ultjobs.registry import registered, unregister
 from django_ultjobs.retry import MAX_DELAY
-from django_ultjobs.schedules import MAX_EVERY
+from django_ultjobs.schedules import MAX_EVERY, Schedule, iana_zones
 
 HUGE = 2**1024  # past a float's range
 ENORMOUS = 10**5000  # past the 4,300 digits Python prints
@@ -54,6 +56,19 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
 REFUSED_SCHEDULES: list[tuple[dict[str, Any], str]] = [
     ({"every": HUGE}, "every must be from 1 second to 31,622,400 seconds (366 days), not an int"),
     ({"every": ENORMOUS}, "every must be from 1 second"),
+    ({"cron": "0 9 * * *", "timezone": "localtime"},
+     "timezone 'localtime' is no IANA time zone (e.g. 'Europe/Paris', 'UTC'): it is each "
+     "host's own zone"),
+    ({"cron": "0 9 * * *", "timezone": "right/UTC"}, "timezone 'right/UTC' is no IANA time "
+                                                     "zone (e.g. 'Europe/Paris', 'UTC'): give "
+                                                     "its IANA name, 'UTC'"),
+    ({"cron": "0 9 * * *", "timezone": "posix/Europe/Paris"},
+     "timezone 'posix/Europe/Paris' is no IANA time zone (e.g. 'Europe/Paris', 'UTC'): give "
+     "its IANA name, 'Europe/Paris'"),
+    ({"cron": "0 9 * * *", "timezone": "posixrules"}, "timezone 'posixrules' is no IANA"),
+    ({"cron": "0 9 * * *", "timezone": "Factory"}, "timezone 'Factory' is no IANA time zone"),
+    ({"cron": "0 9 * * *", "timezone": ""}, "timezone must be an IANA zone name like "
+                                             "'Europe/Paris' (leave it out for UTC), not ''"),
 ]
 
 
@@ -86,7 +101,7 @@ def test_an_option_its_column_cannot_hold_is_refused_at_declaration_by_name(
 
 @pytest.mark.parametrize(("options", "says"), REFUSED_SCHEDULES,
                          ids=[case(o) for o, _ in REFUSED_SCHEDULES])
-def test_a_schedule_out_of_bounds_is_refused_at_declaration(
+def test_a_schedule_its_workers_cannot_agree_on_is_refused_at_declaration(
         options: dict[str, Any], says: str) -> None:
     # rule 64
     with pytest.raises(JobOptionError) as refused:
@@ -108,8 +123,36 @@ def test_a_name_that_is_no_text_is_refused_by_the_option() -> None:
     {"backoff": MAX_DELAY}, {"max_backoff": 0}, {"unique_for": MAX_DELAY},
     {"timeout": 10**9}, {"rate_limit": f"{INT_MAX}/s"}, {"rate_limit": " 0000000001 / h "},
     {"takes_context": False}, {"every": MAX_EVERY}, {"every": 1}, {"every": 2**20},
-    {"cron": "0 9 * * *"}, {"cron": "0 9 * * *", "timezone": "Europe/Paris"},
+    {"cron": "0 9 * * *"}, {"cron": "0 9 * * *", "timezone": "UTC"},
+    {"cron": "0 9 * * *", "timezone": "Etc/UTC"}, {"cron": "0 9 * * *", "timezone": "US/Eastern"},
+    {"cron": "0 9 * * *", "timezone": "America/Argentina/ComodRivadavia"},
 ], ids=case)
 def test_the_values_at_each_bound_are_accepted(options: dict[str, Any]) -> None:
     spec = job(name="holdable", **options)(body)
     assert registered("holdable") is spec
+
+
+def test_the_zones_accepted_are_the_iana_names_less_the_hosts_own() -> None:
+    # rule 64: what zoneinfo lists (no posix/, right/ nor posixrules there), less localtime and
+    # Factory; each loads.
+    listed = available_timezones()
+    assert iana_zones() == listed - {"localtime", "Factory"}
+    assert not any(name.startswith(("posix/", "right/")) for name in iana_zones())
+    assert {"UTC", "Europe/Paris", "America/New_York"} <= iana_zones()
+    for name in sorted(iana_zones()):
+        assert Schedule(cron="0 9 * * *", timezone=name).zone == ZoneInfo(name)
+
+
+def test_a_cron_without_timezone_is_still_read_in_utc() -> None:
+    # rule 64: the documented default (timezone left out, or None) is kept.
+    assert Schedule(cron="0 9 * * *").zone == ZoneInfo("UTC")
+    assert Schedule(cron="0 9 * * *", timezone=None).zone == ZoneInfo("UTC")
+
+
+def test_a_host_without_a_time_zone_database_is_told_to_install_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule 64: not "'UTC' is no IANA time zone".
+    monkeypatch.setattr(schedules, "iana_zones", frozenset)
+    with pytest.raises(JobOptionError, match="'UTC' cannot be read: this host has no time zone "
+                                             "database; install the tzdata package"):
+        Schedule(cron="0 9 * * *")

@@ -236,3 +236,34 @@ def test_a_cron_without_timezone_on_a_local_site_is_warned_by_w040(settings) -> 
     finally:
         unregister("local_hours")
         unregister("said_utc")
+
+
+@pytest.mark.parametrize("zone", ["localtime", "right/UTC", "posix/Europe/Paris", "Factory", ""])
+def test_a_prune_timezone_that_is_no_iana_name_is_reported_by_e040(settings, zone: str) -> None:
+    # rule 64: the setting is refused as @job(timezone=...) is, the check saying why.
+    from django_ultjobs.checks import check_schedules
+
+    settings.ULTJOBS = {**settings.ULTJOBS, "PRUNE_TIMEZONE": zone}
+    (message,) = check_schedules()
+    assert message.id == "django_ultjobs.E040"
+    assert "IANA" in message.msg and "not 'localtime'" in message.hint
+
+
+def test_w040_suggests_no_zone_a_job_would_refuse(settings) -> None:
+    # rule 64: Django takes TIME_ZONE = "posix/Europe/Paris"; a job does not.
+    from django_ultjobs.checks import check_schedules
+
+    try:
+        @job(name="local_hours", cron="0 9 * * *")
+        def local_hours() -> None: ...
+
+        settings.TIME_ZONE = "posix/Europe/Paris"
+        (message,) = check_schedules()
+        assert message.id == "django_ultjobs.W040"
+        assert message.hint.startswith("Pass @job(..., timezone= and the IANA name of the zone "
+                                       "TIME_ZONE 'posix/Europe/Paris' stands for)")
+        settings.TIME_ZONE = "Europe/Paris"
+        (message,) = check_schedules()
+        assert message.hint.startswith("Pass @job(..., timezone='Europe/Paris')")
+    finally:
+        unregister("local_hours")
