@@ -854,6 +854,7 @@ WHERE id IN (SELECT id FROM locked);
 -- Register (or re-register) this worker process for operators, every column the row carries: at
 -- start, and again whole when a tick found the row gone (pruned or deleted by hand), with the
 -- start it had ("started_at", NULL at the first) and its runs and overrunning bodies of now.
+-- A new process under an existing id (a fixed --worker-id) writes its own start over the row's.
 INSERT INTO django_ultjobs_worker
     (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
      visibility_timeout, heartbeat_interval, jobs, overrunning)
@@ -863,7 +864,8 @@ VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::int, %(threads)s::int, %(queu
         %(overrunning)s::jsonb)
 ON CONFLICT (id) DO UPDATE
     SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, threads = EXCLUDED.threads,
-        queues = EXCLUDED.queues, last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL,
+        queues = EXCLUDED.queues, started_at = EXCLUDED.started_at,
+        last_seen_at = EXCLUDED.last_seen_at, stopped_at = NULL,
         in_flight = EXCLUDED.in_flight, overrunning = EXCLUDED.overrunning,
         visibility_timeout = EXCLUDED.visibility_timeout,
         heartbeat_interval = EXCLUDED.heartbeat_interval, jobs = EXCLUDED.jobs

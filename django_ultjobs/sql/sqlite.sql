@@ -499,6 +499,7 @@ WHERE EXISTS (
 -- Register (or re-register) this worker process for operators, every column the row carries: at
 -- start, and again whole when a tick found the row gone (pruned or deleted by hand), with the
 -- start it had (:started_at, NULL at the first) and its runs and overrunning bodies of now.
+-- A new process under an existing id (a fixed --worker-id) writes its own start over the row's.
 INSERT INTO django_ultjobs_worker
     (id, hostname, pid, threads, queues, started_at, last_seen_at, in_flight, stopped_at,
      visibility_timeout, heartbeat_interval, jobs, overrunning)
@@ -506,7 +507,8 @@ VALUES (:id, :hostname, :pid, :threads, :queues, COALESCE(:started_at, {now}), {
         :in_flight, NULL, :visibility_timeout, :heartbeat_interval, :jobs, :overrunning)
 ON CONFLICT (id) DO UPDATE
     SET hostname = excluded.hostname, pid = excluded.pid, threads = excluded.threads,
-        queues = excluded.queues, last_seen_at = excluded.last_seen_at, stopped_at = NULL,
+        queues = excluded.queues, started_at = excluded.started_at,
+        last_seen_at = excluded.last_seen_at, stopped_at = NULL,
         in_flight = excluded.in_flight, overrunning = excluded.overrunning,
         visibility_timeout = excluded.visibility_timeout,
         heartbeat_interval = excluded.heartbeat_interval, jobs = excluded.jobs

@@ -106,3 +106,23 @@ def test_a_silent_or_stopped_worker_is_still_pruned(alias: str) -> None:
     assert prune(older_than=timedelta(0), using=alias, dry_run=True).workers == 3
     assert prune(older_than=timedelta(0), using=alias).workers == 3
     assert set(workers.values_list("id", flat=True)) == {"slow-lease", "ticking"}
+
+
+def test_a_worker_restarted_under_its_id_writes_its_own_start(alias: str) -> None:
+    """rule 106: a fixed ``--worker-id`` (a StatefulSet's pod name, a systemd unit's host) is
+    one row across restarts; each new process writes its own start there, as its pid, not the
+    first process's start for ever."""
+    worker_id = "fixed-id-restarted"
+    starts = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "django", "runjobworker", "--database",
+                               alias, "--burst", "--worker-id", worker_id],
+                              cwd=REPO, env=worker_env(alias), capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        row = row_of(alias, worker_id)
+        assert row is not None and row["stopped_at"] is not None
+        starts.append((row["started_at"], row["stopped_at"], row["pid"]))
+    (first_start, first_stop, first_pid), (second_start, _, second_pid) = starts
+    assert second_pid != first_pid
+    assert second_start > first_stop >= first_start, starts
