@@ -91,17 +91,19 @@ def job(
     the running workers enqueue each tick once between them, ``catch_up=`` says what happens to
     ticks missed while none ran (docs/scheduling.md, rules 60-64).
     """
-    # Checked at the decorator, before the function is seen: a bad schedule is refused by its
-    # option's name at import time (rule 64).
-    schedule = schedule_from_options(cron, every, timezone, catch_up)
-
     def decorate(f: Callable[..., Any]) -> JobSpec:
         if name is not None and not isinstance(name, str):
             raise JobOptionError(f"@job(name=...) of {_origin(f)} must be a str, not {name!r}")
         if name is not None and not name.strip():
             raise JobConfigurationError(f"@job(name=...) of {_origin(f)} is empty")
+        job_name = name or f.__name__
+        try:
+            schedule = schedule_from_options(cron, every, timezone, catch_up)
+        except JobOptionError as exc:
+            # rule 64: refused at import time by the job's name, as every other option is.
+            raise JobOptionError(f"job {job_name!r}: {exc}") from None
         spec = JobSpec(
-            func=f, name=name or f.__name__, queue=queue, priority=priority,
+            func=f, name=job_name, queue=queue, priority=priority,
             max_attempts=max_attempts, takes_context=takes_context, concurrency=concurrency,
             concurrency_key=concurrency_key, rate_limit=rate_limit,
             rate_limit_key=rate_limit_key, backoff=backoff, max_backoff=max_backoff,

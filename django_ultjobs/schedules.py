@@ -123,7 +123,7 @@ class Schedule:
     def describe(self) -> str:
         """``every 30 s`` or ``*/5 * * * *``, as the admin and the logs show it."""
         if self.every is not None:
-            return f"every {self.every:g} s"
+            return f"every {_exact(self.every)} s"
         return str(self.cron)
 
     def next_tick(self, after: datetime) -> datetime:
@@ -227,6 +227,13 @@ def described(text: str, timezone: str = "", catch_up: str = "latest") -> Schedu
         return Schedule(cron=text, timezone=timezone or None, catch_up=catch_up)
     except (ValueError, JobOptionError):
         return None
+
+
+def _exact(seconds: float) -> str:
+    """``seconds`` in digits ``float()`` reads back as the same number, which ``described`` and
+    the admin rely on: a whole number without a point or an exponent, any other as ``repr``
+    writes it (``{:g}`` kept six digits, so 123456.7 was shown and read back as 123457)."""
+    return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
 
 
 def check_callable_without_arguments(name: str, func: Callable[..., Any],

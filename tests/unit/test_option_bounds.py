@@ -52,7 +52,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"rate_limit": f"{INT_MAX + 1}/s"}, 'rate_limit must be a text like "100/m"'),
 ]
 
-#: The schedule's options, refused before the job's name is known (at ``@job(...)``).
+#: The schedule's options, refused by the job's name as the others are.
 REFUSED_SCHEDULES: list[tuple[dict[str, Any], str]] = [
     ({"every": HUGE}, "every must be from 1 second to 31,622,400 seconds (366 days), not an int"),
     ({"every": ENORMOUS}, "every must be from 1 second"),
@@ -106,8 +106,17 @@ def test_a_schedule_its_workers_cannot_agree_on_is_refused_at_declaration(
     # rule 64
     with pytest.raises(JobOptionError) as refused:
         job(name="unholdable", **options)(body)
-    assert str(refused.value).startswith(says), str(refused.value)
+    assert str(refused.value).startswith(f"job 'unholdable': {says}"), str(refused.value)
     assert registered("unholdable") is None
+
+
+def test_a_schedule_refused_names_the_function_of_a_job_without_name() -> None:
+    # rule 64: the name a job takes from its function, as every other option's refusal says.
+    with pytest.raises(JobOptionError, match=r"^job 'body': every must be from 1 second"):
+        job(every=0)(body)
+    with pytest.raises(JobOptionError, match=r"^job 'body': timezone= and catch_up= apply"):
+        job(catch_up="all")(body)
+    assert registered("body") is None
 
 
 def test_a_name_that_is_no_text_is_refused_by_the_option() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from django_ultjobs import JobOptionError, job
 from django_ultjobs.registry import registered_jobs, unregister
-from django_ultjobs.schedules import MAX_CATCH_UP, ON_TIME, Schedule
+from django_ultjobs.schedules import MAX_CATCH_UP, ON_TIME, Schedule, described
 
 PARIS = ZoneInfo("Europe/Paris")
 
@@ -171,8 +171,22 @@ def test_a_bad_schedule_is_refused_at_declaration(options: dict, says: str) -> N
     with pytest.raises(JobOptionError) as refused:
         @job(name="bad_schedule", **options)
         def bad_schedule() -> None: ...
-    assert says in str(refused.value)
+    assert str(refused.value).startswith("job 'bad_schedule': ") and says in str(refused.value)
     unregister("bad_schedule")
+
+
+@pytest.mark.parametrize(("every", "text"), [
+    (123456.7, "every 123456.7 s"), (1.5, "every 1.5 s"),
+    (1.1 + 2.2, "every 3.3000000000000003 s"),
+    (31_622_399.999, "every 31622399.999 s"), (30, "every 30 s"), (60.0, "every 60 s"),
+    (2**20, "every 1048576 s"), (31_622_400, "every 31622400 s"),
+])
+def test_every_is_described_as_given_and_read_back_the_same(every: float, text: str) -> None:
+    """rule 64: the schedule's row shows ``every`` exactly, and the admin reads that same value
+    back from it: ``{:g}`` kept six digits (123456.7 was stored as "every 123457 s")."""
+    assert Schedule(every=every).describe() == text
+    back = described(text)
+    assert back is not None and back.every == every and back.describe() == text
 
 
 def test_a_periodic_job_whose_parameters_lack_defaults_is_refused() -> None:  # rule 64
