@@ -35,9 +35,9 @@ def check_options(spec: JobSpec) -> None:
     """Raise ``JobOptionError`` for the first option of ``spec`` its column cannot keep."""
     name = spec.name
     _check_text(name, "name", name)
-    if not isinstance(spec.queue, str) or not 1 <= len(spec.queue) <= MAX_QUEUE:
-        _refuse(name, "queue", f"must be 1 to {MAX_QUEUE} characters of text", spec.queue)
-    _check_text(name, "queue", spec.queue)
+    problem = name_problem(spec.queue, MAX_QUEUE)
+    if problem is not None:
+        _refuse(name, "queue", problem, spec.queue)
     _check_int(name, "priority", spec.priority, INT_MIN)
     _check_int(name, "max_attempts", spec.max_attempts, 1)
     if not isinstance(spec.takes_context, bool):
@@ -53,6 +53,27 @@ def check_options(spec: JobSpec) -> None:
         if getattr(spec, option) is not None:
             _check_duration(name, option, getattr(spec, option))
     _check_retry_on(name, spec.retry_on)
+
+
+def name_problem(text: Any, longest: int) -> str | None:
+    """What keeps ``text`` from being a name its column keeps and its readers can show (a
+    queue, a worker's id), said after the name of the option or flag; None if nothing does.
+
+    One rule for a job's ``queue`` and ``runjobworker --queue`` (rule 16): a queue a worker
+    refuses to serve must not take jobs. PostgreSQL's text refuses NUL and a lone surrogate (a
+    byte of a command line that is not UTF-8), SQLite would store them; a control character
+    would garble the logs and the admin that show the name.
+    """
+    if not isinstance(text, str) or not 1 <= len(text) <= longest:
+        return f"must be 1 to {longest} characters of text"
+    if "\x00" in text:
+        return "cannot contain a NUL character (\\x00)"
+    if not text.isascii() and not is_unicode(text):
+        return "cannot contain a lone surrogate (a byte that is not UTF-8)"
+    if not text.isprintable():
+        return ("cannot contain a character that is not printable (a control character such as "
+                "a tab or a line break): the logs and the admin show it")
+    return None
 
 
 def seconds_of(value: Any) -> Any:

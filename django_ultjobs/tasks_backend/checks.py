@@ -14,6 +14,7 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..exceptions import JobConfigurationError
+from ..numeric import shown
 
 #: Live ``runjobworker`` rows seen this recently count as running processes.
 _LIVE_WORKER_WINDOW = 120.0
@@ -58,15 +59,17 @@ def check_tasks_backend(backend: Any, databases: Collection[str] | None = None,
 
 
 def _check_queues(backend: Any, where: str) -> list[CheckMessage]:
+    from ..job_options import MAX_QUEUE, name_problem
     from ..registry import registered_jobs
 
     messages: list[CheckMessage] = []
-    bad = sorted(repr(q) for q in backend.queues
-                 if not isinstance(q, str) or not 1 <= len(q) <= 100)
+    # rule 16: the rule of a job's queue=, and of runjobworker --queue.
+    bad = sorted(shown(q) for q in backend.queues if name_problem(q, MAX_QUEUE) is not None)
     if bad:
         messages.append(Error(
             f"{where}['QUEUES'] has names a job queue cannot have: {', '.join(bad)}",
-            hint="Queue names are strings of 1 to 100 characters.",
+            hint=f"Queue names are 1 to {MAX_QUEUE} printable characters of text (no control "
+                 "character, NUL or lone surrogate), as runjobworker --queue takes them.",
             id="django_ultjobs.E102",
         ))
     if not backend.queues:

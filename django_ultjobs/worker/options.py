@@ -9,8 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ..exceptions import JobConfigurationError
-from ..job_options import MAX_QUEUE
-from ..jsonargs import is_unicode
+from ..job_options import MAX_QUEUE, name_problem
 
 #: The longest any of the worker's durations may be: one day. Past it a value is a typo, and far
 #: enough past it (1e12 s) a sleep or a lease's timedelta overflows after the worker started.
@@ -141,19 +140,11 @@ class WorkerOptions:
 
 
 def _check_flag_text(flag: str, value: object, longest: int) -> None:
-    """Refuse, by its flag, text the database cannot store or would cut: before the worker
-    connects, a value its column refuses failed every try of the start until
-    ``--connect-timeout`` and was then blamed on the database (rule 18)."""
-    if not isinstance(value, str) or not 1 <= len(value) <= longest:
-        size = f"{len(value):,} characters" if isinstance(value, str) else repr(value)
-        raise JobConfigurationError(f"{flag} must be 1 to {longest} characters (the column it "
-                                    f"is stored in), not {size}")
-    if not is_unicode(value):
-        # A byte of the command line that is not UTF-8, which Python hands over as a lone
-        # surrogate: PostgreSQL's text refuses it, SQLite's driver cannot even send it.
-        raise JobConfigurationError(f"{flag} {value!r} is not valid UTF-8 text (a byte the "
-                                    "terminal's encoding could not decode)")
-    if not value.isprintable():
-        raise JobConfigurationError(f"{flag} {value!r} holds a character that is not "
-                                    "printable (a control character or NUL): the logs and the "
-                                    "admin show it")
+    """Refuse, by its flag, text the database cannot store or would cut, with the rule a job's
+    queue is checked by: before the worker connects, a value its column refuses failed every
+    try of the start until ``--connect-timeout`` and was then blamed on the database (rule 18)."""
+    problem = name_problem(value, longest)
+    if problem is not None:
+        too_long = isinstance(value, str) and len(value) > longest
+        raise JobConfigurationError(
+            f"{flag} {problem}, not {f'{len(value):,} characters' if too_long else repr(value)}")

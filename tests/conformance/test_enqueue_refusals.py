@@ -105,6 +105,17 @@ OPTION_REFUSALS: list[tuple[str, Callable[[], Any], str]] = [
      "queue cannot contain a NUL character"),
     ("queue with a lone surrogate", lambda: add.using(queue="q\udfff"),
      "queue cannot contain a lone surrogate"),
+    # A queue runjobworker --queue refuses to serve takes no job either: it would wait for ever.
+    ("queue with a tab", lambda: add.using(queue="a\tb"),
+     "queue cannot contain a character that is not printable"),
+    ("queue with a line break", lambda: add.using(queue="emails\n"),
+     "queue cannot contain a character that is not printable"),
+    ("queue with ESC", lambda: add.using(queue="\x1b[31mred"),
+     "queue cannot contain a character that is not printable"),
+    ("queue with DEL", lambda: add.using(queue="a\x7f"),
+     "queue cannot contain a character that is not printable"),
+    ("queue with a zero-width space", lambda: add.using(queue="emails\u200b"),
+     "queue cannot contain a character that is not printable"),
     # Past a float's range, or the 4,300 digits Python prints: the refusal still names the
     # option (it was a bare OverflowError, or ValueError, naming none).
     ("delay=10**400", lambda: add.using(delay=10**400),

@@ -53,10 +53,14 @@ def test_app_not_installed(backend: UltJobsBackend, monkeypatch: pytest.MonkeyPa
 
 
 def test_queue_names_a_job_queue_cannot_have() -> None:
-    backend = UltJobsBackend("default", {"QUEUES": ["default", "emails", "", "q" * 101]})
+    # rule 16: the names a job's queue= refuses, and runjobworker --queue.
+    backend = UltJobsBackend("default", {"QUEUES": ["default", "emails", "", "q" * 101,
+                                                    "a\tb", "q\udfff", "a\x00b", 5]})
     messages = list(backend.check())
     assert [m.id for m in messages] == ["django_ultjobs.E102"]
-    assert "''" in messages[0].msg and "q" * 101 in messages[0].msg
+    for bad in ("''", "q" * 101, "'a\\tb'", "'q\\udfff'", "'a\\x00b'", "5"):
+        assert bad in messages[0].msg, (bad, messages[0].msg)
+    assert "'emails'" not in messages[0].msg.split(": ", 1)[1]
 
 
 def test_a_task_on_a_queue_the_backend_does_not_list() -> None:

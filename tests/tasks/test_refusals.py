@@ -43,6 +43,9 @@ REFUSALS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("a queue of 101", any_queue(lambda: add.using(queue_name="q" * 101).enqueue(1, 2)),
      InvalidTask,
      "job 'tests.tasks.taskdefs.add': queue must be 1 to 100 characters"),
+    ("a queue with a control character",
+     any_queue(lambda: add.using(queue_name="a\x1bb").enqueue(1, 2)), InvalidTask,
+     "job 'tests.tasks.taskdefs.add': queue cannot contain a character that is not printable"),
 ]
 
 

@@ -165,3 +165,34 @@ def test_a_host_without_a_time_zone_database_is_told_to_install_one(
     with pytest.raises(JobOptionError, match="'UTC' cannot be read: this host has no time zone "
                                              "database; install the tzdata package"):
         Schedule(cron="0 9 * * *")
+
+
+#: Queue names no worker may serve: ``runjobworker --queue`` refuses each, so a job in one would
+#: wait for ever.
+UNSERVABLE_QUEUES = ["", "q" * 101, "a\tb", "emails\n", "\x1b[31mred", "a\x7f", "a\x00b",
+                     "q\udcff", "emails\u200b", "a\u2028b", 5, None]
+
+
+@pytest.mark.parametrize("queue", UNSERVABLE_QUEUES, ids=repr)
+def test_a_queue_no_worker_may_serve_is_refused_at_declaration_as_by_runjobworker(
+        queue: Any) -> None:
+    # rule 16: one rule for both (rule 18), so the refusal says the same after the name.
+    from django_ultjobs.worker import WorkerOptions
+
+    with pytest.raises(JobOptionError) as declared:
+        job(name="unholdable", queue=queue)(body)
+    assert registered("unholdable") is None
+    with pytest.raises(JobConfigurationError) as flagged:
+        WorkerOptions(queues=(queue,))
+    if queue:  # runjobworker refuses an empty --queue before its text is checked
+        said = str(declared.value).removeprefix("job 'unholdable': queue ").split(", not ")[0]
+        assert str(flagged.value).startswith(f"--queue {said}, not "), str(flagged.value)
+
+
+@pytest.mark.parametrize("queue", ["default", "q" * 100, "e-mails.fr/é", "file d'attente",
+                                   "队列", "a b"])
+def test_a_queue_any_worker_may_serve_is_declared_and_served(queue: str) -> None:
+    from django_ultjobs.worker import WorkerOptions
+
+    assert job(name="holdable", queue=queue)(body).queue == queue
+    assert WorkerOptions(queues=(queue,)).queues == (queue,)

@@ -238,12 +238,14 @@ UNSTORABLE_FLAGS = [
     (("--worker-id", b"w" * 10_000), "--worker-id must be 1 to 200 characters"),
     (("--worker-id", b"w" * 201), "--worker-id must be 1 to 200 characters"),
     (("--worker-id", b""), "--worker-id must be 1 to 200 characters"),
-    (("--worker-id", b"\xff"), "--worker-id '\\udcff' is not valid UTF-8 text"),
-    (("--worker-id", b"a\tb"), "--worker-id 'a\\tb' holds a character that is not printable"),
-    (("--queue", b"\xff"), "--queue '\\udcff' is not valid UTF-8 text"),
+    (("--worker-id", b"\xff"), "--worker-id cannot contain a lone surrogate (a byte that is "
+                                "not UTF-8), not '\\udcff'"),
+    (("--worker-id", b"a\tb"), "--worker-id cannot contain a character that is not printable"),
+    (("--queue", b"\xff"), "--queue cannot contain a lone surrogate (a byte that is not UTF-8), "
+                           "not '\\udcff'"),
     (("--queue", b"q" * 101), "--queue must be 1 to 100 characters"),
-    (("--queue", b"ok", "--queue", b"a\x1bb"), "--queue 'a\\x1bb' holds a character that is "
-                                               "not printable"),
+    (("--queue", b"ok", "--queue", b"a\x1bb"), "--queue cannot contain a character that is not "
+                                               "printable"),
 ]
 
 
