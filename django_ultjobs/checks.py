@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -11,6 +10,8 @@ from django.db import connections
 
 from .conf import get_settings
 from .exceptions import JobConfigurationError
+from .numeric import is_finite, is_seconds, shown
+from .retry import MAX_DELAY
 
 #: The largest JSON string PostgreSQL's jsonb holds (2**28 - 1 bytes).
 MAX_STORABLE_RESULT = 268_435_455
@@ -24,13 +25,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     except JobConfigurationError as exc:
         return [Error(str(exc), id="django_ultjobs.E001")]
     messages: list[CheckMessage] = []
-    if conf.DATABASE not in connections.settings:
+    if not isinstance(conf.DATABASE, str) or conf.DATABASE not in connections.settings:
         messages.append(Error(
-            f"ULTJOBS['DATABASE'] is {conf.DATABASE!r}, which is not in DATABASES",
+            f"ULTJOBS['DATABASE'] is {shown(conf.DATABASE)}, which is not an alias in DATABASES",
             hint="Set it to the alias that holds the job tables.",
             id="django_ultjobs.E002",
         ))
         return messages
+    messages.extend(_check_store(conf.STORE))
     vendor = connections[conf.DATABASE].vendor
     if vendor not in {"postgresql", "sqlite"} and not conf.STORE:
         messages.append(Error(
@@ -41,7 +43,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     messages.extend(_check_result_bound(conf.MAX_RESULT_BYTES))
     if vendor == "sqlite":
         messages.extend(_check_sqlite_writers(conf.DATABASE))
-    if conf.HEARTBEAT_INTERVAL * 2 > conf.VISIBILITY_TIMEOUT:
+    timings = _check_worker_timings(conf)
+    messages.extend(timings)
+    if not timings and conf.HEARTBEAT_INTERVAL * 2 > conf.VISIBILITY_TIMEOUT:
         messages.append(Warning(
             "ULTJOBS HEARTBEAT_INTERVAL is more than half of VISIBILITY_TIMEOUT: one failed "
             "heartbeat could cost a running job its lease",
@@ -51,9 +55,62 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             id="django_ultjobs.W001",
         ))
     messages.extend(_check_unknown_jobs(conf))
-    messages.extend(_check_unique_windows(conf.RETENTION_DAYS))
+    retention = _check_retention(conf.RETENTION_DAYS)
+    messages.extend(retention or _check_unique_windows(conf.RETENTION_DAYS))
     messages.extend(_check_gauge_interval(conf.GAUGE_INTERVAL))
     return messages
+
+
+def _check_store(store: Any) -> list[CheckMessage]:
+    """``STORE``: None, or the dotted path of a JobStore class that ``get_store`` imports."""
+    if store is None or (isinstance(store, str) and _is_dotted_name(store)):
+        return []
+    return [Error(
+        f"ULTJOBS['STORE'] is {shown(store)}; it must be the dotted path of a JobStore class, "
+        "or None",
+        hint="Leave it out: the store of the database's engine is used.",
+        id="django_ultjobs.E004",
+    )]
+
+
+#: The settings ``runjobworker``'s timing flags default from, and the flag each one fills.
+_WORKER_TIMINGS = {"VISIBILITY_TIMEOUT": "--visibility-timeout",
+                   "HEARTBEAT_INTERVAL": "--heartbeat-interval",
+                   "POLL_INTERVAL": "--poll-interval"}
+
+
+def _check_worker_timings(conf: Any) -> list[CheckMessage]:
+    """The worker's timings, bounded as its flags are (rule 18): a value past them made
+    ``runjobworker`` refuse to start, or crash with an ``OverflowError`` for an int past a
+    float's range, while ``manage.py check`` said nothing."""
+    from .worker.options import MAX_SECONDS  # not at import: a web process runs no worker
+
+    return [
+        Error(
+            f"ULTJOBS[{key!r}] is {shown(getattr(conf, key))}; it must be a number of seconds "
+            f"from more than 0 to {MAX_SECONDS:.0f} (one day)",
+            hint=f"runjobworker's {flag} takes this value when the flag is not given.",
+            id="django_ultjobs.E005",
+        )
+        for key, flag in _WORKER_TIMINGS.items()
+        if not is_seconds(getattr(conf, key), MAX_SECONDS)
+    ]
+
+
+def _check_retention(days: Any) -> list[CheckMessage]:
+    """``RETENTION_DAYS``: None, or the days ``prunejobs --days`` takes (rule 18)."""
+    from .management.commands.prunejobs import MAX_DAYS
+
+    if days is None or (isinstance(days, int | float) and not isinstance(days, bool)
+                        and is_finite(days) and 0 <= days <= MAX_DAYS):
+        return []
+    return [Error(
+        f"ULTJOBS['RETENTION_DAYS'] is {shown(days)}; it must be a number of days from 0 to "
+        f"{MAX_DAYS}, or None to keep every finished job",
+        hint="prunejobs and the built-in prune job delete what finished more than this many "
+             "days ago (default 14).",
+        id="django_ultjobs.E045",
+    )]
 
 
 def _check_unique_windows(retention_days: Any) -> list[CheckMessage]:
@@ -62,7 +119,7 @@ def _check_unique_windows(retention_days: Any) -> list[CheckMessage]:
     there (rule 67)."""
     from .registry import registered_jobs
 
-    if not isinstance(retention_days, (int, float)) or isinstance(retention_days, bool):
+    if retention_days is None:
         return []
     kept = retention_days * 86400.0
     return [
@@ -82,11 +139,14 @@ _BRISK_GAUGE_INTERVAL = 1.0
 
 
 def _check_gauge_interval(interval: Any) -> list[CheckMessage]:
-    """``GAUGE_INTERVAL``: how often the fleet's sampling worker reads the gauges (rule 71)."""
-    if not _positive_seconds(interval):
+    """``GAUGE_INTERVAL``: how often the fleet's sampling worker reads the gauges (rule 71); a
+    day at most, as the worker's other timings (far past it, its sleep overflows)."""
+    from .worker.options import MAX_SECONDS
+
+    if not is_seconds(interval, MAX_SECONDS):
         return [Error(
-            f"ULTJOBS['GAUGE_INTERVAL'] is {interval!r}; it must be a positive, finite number "
-            "of seconds",
+            f"ULTJOBS['GAUGE_INTERVAL'] is {shown(interval)}; it must be a number of seconds "
+            f"from more than 0 to {MAX_SECONDS:.0f} (one day)",
             hint="Leave it out for the default, 15 s (docs/operations.md).",
             id="django_ultjobs.E050",
         )]
@@ -107,10 +167,11 @@ def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:
         value = getattr(conf, key)
         if value is None and allow_none:
             continue
-        if not _positive_seconds(value):
+        # At most what a settle adds to the database's clock (rule 31).
+        if not is_seconds(value, MAX_DELAY):
             messages.append(Error(
-                f"ULTJOBS[{key!r}] is {value!r}; it must be a positive, finite number of "
-                f"seconds{' or None' if allow_none else ''}",
+                f"ULTJOBS[{key!r}] is {shown(value)}; it must be a number of seconds from more "
+                f"than 0 to {MAX_DELAY:.0f} (a hundred years){' or None' if allow_none else ''}",
                 hint=("UNKNOWN_JOB_TIMEOUT is how long a job no worker knows stays parked before "
                       "it fails (default 7 days); UNKNOWN_JOB_DELAY how long each parking lasts "
                       "(default 30 s)."),
@@ -120,7 +181,8 @@ def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:
     if isinstance(modules, str) or not isinstance(modules, (list, tuple)) or not all(
             isinstance(m, str) and _is_dotted_name(m) for m in modules):
         messages.append(Error(
-            f"ULTJOBS['JOB_MODULES'] is {modules!r}; it must be a list of dotted module names",
+            f"ULTJOBS['JOB_MODULES'] is {shown(modules)}; it must be a list of dotted module "
+            "names",
             hint=("List the packages or modules outside INSTALLED_APPS whose jobs a worker may "
                   "import, e.g. ['myproject.tasks']."),
             id="django_ultjobs.E021",
@@ -134,14 +196,14 @@ def _check_result_bound(limit: object) -> list[CheckMessage]:
     dearer than the worker's own check would have)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         return [Error(
-            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit!r}; it must be a whole number of bytes, "
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {shown(limit)}; it must be a whole number of bytes, "
             "at least 1",
             hint="Leave it out for the default, 4 MiB (4194304).",
             id="django_ultjobs.E022",
         )]
     if limit > MAX_STORABLE_RESULT:
         return [Warning(
-            f"ULTJOBS['MAX_RESULT_BYTES'] is {limit}; PostgreSQL refuses a JSON string over "
+            f"ULTJOBS['MAX_RESULT_BYTES'] is {shown(limit)}; PostgreSQL refuses a JSON string over "
             f"{MAX_STORABLE_RESULT} bytes, so a result that large fails all the same",
             hint="Keep big data out of results: store it elsewhere and return a reference.",
             id="django_ultjobs.W022",
@@ -185,11 +247,6 @@ def _check_sqlite_writers(alias: str) -> list[CheckMessage]:
             id="django_ultjobs.W011",
         ))
     return messages
-
-
-def _positive_seconds(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
 
 
 def _is_dotted_name(text: str) -> bool:
@@ -276,7 +333,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             Schedule(cron=conf.PRUNE_SCHEDULE, timezone=conf.PRUNE_TIMEZONE)
         except JobOptionError as exc:
             messages.append(Error(
-                f"ULTJOBS['PRUNE_SCHEDULE'] / ['PRUNE_TIMEZONE']: {exc}",
+                f"ULTJOBS['PRUNE_SCHEDULE'] or ULTJOBS['PRUNE_TIMEZONE']: {exc}",
                 hint="Give a five-field cron expression such as '0 3 * * *' and an IANA time "
                      "zone name such as 'Europe/Paris' (not 'localtime', nor a 'posix/' or "
                      "'right/' copy), or set PRUNE_SCHEDULE to None to turn the built-in prune "

@@ -16,6 +16,13 @@ def is_finite(value: float) -> bool:
     return isinstance(value, int) or math.isfinite(value)
 
 
+def is_seconds(value: Any, most: float) -> bool:
+    """Whether ``value`` is a number of seconds above 0 and at most ``most``: an int or a float
+    (not a bool, not ``nan``), compared without converting an int of any size to a float."""
+    return (isinstance(value, int | float) and not isinstance(value, bool) and is_finite(value)
+            and 0 < value <= most)
+
+
 def shown(value: Any) -> str:
     """``value`` as a refusal shows it: its ``repr``, but an int past 64 bits by its size."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:

@@ -270,7 +270,8 @@ def _check_every(every: Any) -> None:
 
 def _check_cron(cron: Any, zone: ZoneInfo) -> None:
     if not isinstance(cron, str) or not cron.strip():
-        raise JobOptionError(f"cron must be a cron expression like '*/5 * * * *', not {cron!r}")
+        raise JobOptionError(f"cron must be a cron expression like '*/5 * * * *', not "
+                             f"{shown(cron)}")
     if len(cron) > 200:  # the schedules table keeps it in 200 characters
         raise JobOptionError(f"cron must be at most 200 characters, not {len(cron)}")
     try:
@@ -298,7 +299,7 @@ def iana_zones() -> frozenset[str]:
 def _zone(name: Any) -> ZoneInfo:
     if not isinstance(name, str) or not name:
         raise JobOptionError(f"timezone must be an IANA zone name like 'Europe/Paris' (leave it "
-                             f"out for UTC), not {name!r}")
+                             f"out for UTC), not {shown(name)}")
     if name not in iana_zones():
         if not iana_zones():
             raise JobOptionError(f"timezone {name!r} cannot be read: this host has no time zone "

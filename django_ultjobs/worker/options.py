@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import uuid
@@ -10,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..exceptions import JobConfigurationError
 from ..job_options import MAX_QUEUE, name_problem
+from ..numeric import is_finite, shown
 
 #: The longest any of the worker's durations may be: one day. Past it a value is a typo, and far
 #: enough past it (1e12 s) a sleep or a lease's timedelta overflows after the worker started.
@@ -117,9 +117,9 @@ class WorkerOptions:
         memory = self.max_memory
         if memory is not None and (isinstance(memory, bool)
                                    or not isinstance(memory, int | float)
-                                   or not math.isfinite(memory) or memory <= 0):
+                                   or not is_finite(memory) or memory <= 0):
             raise JobConfigurationError(
-                f"--max-memory must be a number of MiB more than 0, not {memory!r}")
+                f"--max-memory must be a number of MiB more than 0, not {shown(memory)}")
 
     def _check_seconds(self) -> None:
         """Refuse a duration that is not a number, is infinite, or is past ``MAX_SECONDS``.
@@ -131,11 +131,13 @@ class WorkerOptions:
         for name in (*positive, "grace_period", "cancel_wait", "connect_timeout"):
             value = getattr(self, name)
             low = "more than 0" if name in positive else "0"
-            if not (isinstance(value, int | float) and math.isfinite(value)
+            # is_finite, not math.isfinite: that raises OverflowError for an int past a float's
+            # range, which the bound refuses by the flag's name instead.
+            if not (isinstance(value, int | float) and is_finite(value)
                     and 0 <= value <= MAX_SECONDS) or (name in positive and value == 0):
                 raise JobConfigurationError(
                     f"--{name.replace('_', '-')} must be a number of seconds from {low} to "
-                    f"{MAX_SECONDS:g} (one day), not {value!r}"
+                    f"{MAX_SECONDS:g} (one day), not {shown(value)}"
                 )
 
 

@@ -8,7 +8,6 @@ separate pieces; this module only connects them and decides when to stop.
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import threading
 import time
@@ -33,6 +32,7 @@ from ..exceptions import (
 from ..job_spec import JobSpec
 from ..logs import log_event
 from ..models import AttemptOutcome
+from ..numeric import is_seconds, shown
 from ..registry import get_job, registered_jobs, registry_generation
 from ..store import ClaimBatch, ClaimedJob, Clock, JobStore, LostAttempt, ParkEpisode, get_store
 from .async_executor import arun_job
@@ -51,7 +51,7 @@ from .executor import (
 from .fleet_slots import FleetSlots
 from .gauges import GaugeSampler
 from .listener import Listener
-from .options import WorkerOptions
+from .options import MAX_SECONDS, WorkerOptions
 from .pool import ExecutorPool
 from .rate_gate import RateGate, over_limit_settlement
 from .recycle import Recycler
@@ -141,10 +141,10 @@ class WorkerProcess:
         """Refuse promises that would do nothing (rule 10), and a gauge interval that would
         spin the sampler (django_ultjobs.E050)."""
         interval = get_settings().GAUGE_INTERVAL
-        if metrics.enabled() and not _positive_seconds(interval):
+        if metrics.enabled() and not is_seconds(interval, MAX_SECONDS):
             raise JobConfigurationError(
-                f"ULTJOBS['GAUGE_INTERVAL'] is {interval!r}; it must be a positive, finite "
-                "number of seconds (leave it out for the default, 15)")
+                f"ULTJOBS['GAUGE_INTERVAL'] is {shown(interval)}; it must be a number of seconds "
+                f"from more than 0 to {MAX_SECONDS:.0f} (leave it out for the default, 15)")
         capped = sorted(n for n, spec in registered_jobs().items() if spec.concurrency)
         if capped and self.store.slot_store is None:
             raise JobConfigurationError(
@@ -1026,11 +1026,6 @@ def _joined(claims: list[tuple[ClaimPlan, Sequence[ClaimedJob]]]) -> Sequence[Cl
 def _is_async(run: Run) -> bool:
     """Whether ``run`` goes to the async lane: its body is ``async def`` (rule 85)."""
     return run.spec is not None and run.spec.is_coroutine
-
-
-def _positive_seconds(value: object) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
 
 
 def _one_line(exc: BaseException) -> str:

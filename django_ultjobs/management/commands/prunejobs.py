@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from argparse import ArgumentParser
 from datetime import timedelta
 from typing import Any
@@ -15,6 +14,7 @@ from django.db import DatabaseError, InterfaceError, connections
 from django_ultjobs.conf import get_settings
 from django_ultjobs.management.arguments import number, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
+from django_ultjobs.numeric import is_finite, shown
 from django_ultjobs.progress import Progress
 from django_ultjobs.retention import prunable_jobs, prune
 from django_ultjobs.store import get_store
@@ -83,9 +83,9 @@ class Command(BaseCommand):
         name, days = ("--days", flag) if flag is not None else (
             "ULTJOBS['RETENTION_DAYS']", setting)
         if isinstance(days, bool) or not isinstance(days, int | float) \
-                or not math.isfinite(days) or not 0 <= days <= MAX_DAYS:
+                or not is_finite(days) or not 0 <= days <= MAX_DAYS:
             raise CommandError(f"{name} must be a number of days from 0 to {MAX_DAYS}, "
-                               f"not {days!r}")
+                               f"not {shown(days)}")
         return float(days)
 
 
