@@ -19,6 +19,8 @@ from django.utils.module_loading import import_string
 
 from .. import jsonargs
 from ..exceptions import JobConfigurationError
+from ..job_options import INT_MAX
+from ..numeric import shown
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -68,11 +70,13 @@ class UltJobsBackend(BaseTaskBackend):
                 f"{sorted(OPTION_DEFAULTS)}"
             )
         max_attempts = self.options.get("MAX_ATTEMPTS", OPTION_DEFAULTS["MAX_ATTEMPTS"])
+        # rule 16: bounded as a job's max_attempts= is, by its column (PostgreSQL's integer);
+        # past it every task's enqueue was refused, naming the task rather than this setting.
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
-                or max_attempts < 1:
+                or not 1 <= max_attempts <= INT_MAX:
             raise JobConfigurationError(
-                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a whole number of at "
-                f"least 1, not {max_attempts!r}"
+                f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS'] must be a whole number from 1 to "
+                f"{INT_MAX}, not {shown(max_attempts)}"
             )
         self.max_attempts: int = max_attempts
 

@@ -41,7 +41,7 @@ def check_tasks_backend(backend: Any, databases: Collection[str] | None = None,
         conf = get_settings()
     except JobConfigurationError:
         return messages  # django_ultjobs.E001 says why
-    if conf.DATABASE not in connections.settings:
+    if not isinstance(conf.DATABASE, str) or conf.DATABASE not in connections.settings:
         return messages  # django_ultjobs.E002 says so
     connection = connections[conf.DATABASE]
     if connection.vendor == "sqlite" and connection.is_in_memory_db():

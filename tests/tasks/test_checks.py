@@ -47,6 +47,14 @@ def test_django_runs_them_for_every_configured_backend() -> None:
         assert "django_ultjobs.E102" in [m.id for m in run_checks()]
 
 
+@pytest.mark.parametrize("database", [["default"], {"a": 1}, 2**1024])
+def test_a_jobs_database_that_is_no_alias_is_left_to_e002(backend: UltJobsBackend,
+                                                          database: object) -> None:
+    # rule 18: a list raised TypeError (unhashable) out of the check.
+    with override_settings(ULTJOBS={"DATABASE": database}):
+        assert ids(backend) == []
+
+
 def test_app_not_installed(backend: UltJobsBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(apps, "is_installed", lambda name: name != "django_ultjobs")
     assert ids(backend) == ["django_ultjobs.E101"]

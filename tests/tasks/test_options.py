@@ -7,6 +7,7 @@ from django.test.utils import override_settings
 
 from django_ultjobs import job
 from django_ultjobs.exceptions import JobConfigurationError
+from django_ultjobs.numeric import shown
 from django_ultjobs.registry import unregister
 from django_ultjobs.tasks_backend import UltJobsBackend, UltJobsTask, task_class
 from django_ultjobs.tasks_backend import task as ultjobs_task
@@ -38,11 +39,24 @@ def test_options_default_from_the_backend() -> None:
         assert capped.job_spec().max_attempts == 5
 
 
-@pytest.mark.parametrize("options", [{"MAX_ATTEMPTS": 0}, {"MAX_ATTEMPTS": "3"},
-                                     {"RETRIES": 3}])
+@pytest.mark.parametrize("options", [
+    {"MAX_ATTEMPTS": 0}, {"MAX_ATTEMPTS": "3"}, {"RETRIES": 3},
+    # rule 16: past PostgreSQL's integer, every task's enqueue was refused (its job spec's
+    # max_attempts), none at the backend.
+    {"MAX_ATTEMPTS": 2**31}, {"MAX_ATTEMPTS": 2**1024}, {"MAX_ATTEMPTS": 10**5000},
+    {"MAX_ATTEMPTS": True}, {"MAX_ATTEMPTS": 3.0},
+], ids=lambda options: ",".join(f"{k}={shown(v)}" for k, v in options.items()))
 def test_bad_options_are_refused(options: dict[str, object]) -> None:
     with pytest.raises(JobConfigurationError, match="TASKS\\['x'\\]\\['OPTIONS'\\]"):
         UltJobsBackend("x", {"OPTIONS": options})
+
+
+def test_max_attempts_is_refused_past_its_column_by_name() -> None:
+    with pytest.raises(JobConfigurationError) as refused:
+        UltJobsBackend("x", {"OPTIONS": {"MAX_ATTEMPTS": 10**5000}})
+    assert str(refused.value) == ("TASKS['x']['OPTIONS']['MAX_ATTEMPTS'] must be a whole number "
+                                  "from 1 to 2147483647, not an int of 16610 bits")
+    assert UltJobsBackend("x", {"OPTIONS": {"MAX_ATTEMPTS": 2**31 - 1}}).max_attempts == 2**31 - 1
 
 
 @pytest.mark.parametrize("option", [{"concurrency": 0}, {"max_attempts": 0},
