@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from . import enqueue, jsonargs
+from .binding import binding_error
 from .exceptions import JobArgumentError, JobConfigurationError
 from .flow_keys import KeyOption, check_key_option, key_value, stored_key
 from .job_options import check_options, seconds_of
@@ -246,8 +247,9 @@ class JobSpec:
         try:
             self.signature.bind(*context, *args, **kwargs)
         except TypeError as exc:
+            why = binding_error(self.signature, exc, kwargs, takes_context=self.takes_context)
             raise JobArgumentError(
-                f"{self.name}{_bare(self.signature)}: {exc}; the call would fail on every attempt"
+                f"{self.name}{_bare(self.signature)}: {why}; the call would fail on every attempt"
             ) from None
         if len(self._bound_shapes) < MAX_BOUND_SHAPES:
             self._bound_shapes.add(shape)

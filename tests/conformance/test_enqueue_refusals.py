@@ -23,7 +23,7 @@ from django_ultjobs.retry import MAX_DELAY
 from django_ultjobs.store import JobStore
 from django_ultjobs.tracing import acting_as
 from tests.hostile import nested_list
-from tests.testapp.jobs import add
+from tests.testapp.jobs import add, flaky, record
 
 from .helpers import claim, enqueue, new_job
 
@@ -70,6 +70,18 @@ ARGUMENT_REFUSALS: list[tuple[str, Callable[[], Any], str]] = [
      "add(a, b): got an unexpected keyword argument 'c'"),
     ("a bad call in a bulk enqueue", lambda: add.bulk_enqueue([(1, 2), (1,)]),
      "add(a, b): missing a required argument: 'b'"),
+    # A misspelt keyword is named with the parameter it most likely meant, though Python says
+    # only that the real one is missing.
+    ("a misspelt keyword", lambda: flaky.enqueue(failtimes=1),
+     "flaky(ctx, fail_times): missing a required argument: 'fail_times'; unexpected keyword "
+     "'failtimes' (did you mean 'fail_times'?)"),
+    ("a misspelt keyword of a call()", lambda: flaky.call(fail_time=1),
+     "flaky(ctx, fail_times): missing a required argument: 'fail_times'; unexpected keyword "
+     "'fail_time' (did you mean 'fail_times'?)"),
+    ("a misspelt keyword in a bulk enqueue",
+     lambda: record.bulk_enqueue([("a",), record.call(label="a", second=1)]),
+     "record(ctx, label='', seconds=0.0): got an unexpected keyword argument 'second' (did you "
+     "mean 'seconds'?)"),
 ]
 
 OPTION_REFUSALS: list[tuple[str, Callable[[], Any], str]] = [
