@@ -56,17 +56,22 @@ class RunOutcome:
 
 
 def run_jobs(*, queues: Sequence[str] | None = None, database: str | None = None,
-             limit: int = DEFAULT_LIMIT) -> list[RunOutcome]:
+             limit: int = DEFAULT_LIMIT, retries: bool = False) -> list[RunOutcome]:
     """Run every runnable job (of ``queues``, default all), one at a time in this thread, until
     none is runnable; return how each run ended, in order.
 
     A retry whose backoff has not passed, a delayed job and a job no worker knows (parked)
-    are not runnable, so they are not run again. Raises ``AssertionError`` when ``limit`` runs
-    were made and jobs are still runnable (a job that enqueues itself?)."""
+    are not runnable, so they are not run again. With ``retries=True`` every retry runs at
+    once, whatever its backoff, so one call drives a job through all its attempts to its last
+    outcome: inside a ``TestCase`` on PostgreSQL the database's clock is the transaction's
+    start, and no backoff ever passes. Raises ``AssertionError`` when ``limit`` runs were made
+    and jobs are still runnable (a job that enqueues itself?)."""
     store = get_store(database)
     worker_id = f"run_jobs:{os.getpid()}"
     outcomes: list[RunOutcome] = []
     while True:
+        if retries:
+            _make_retries_due(store, queues)
         claimed = _claim_one(store, worker_id, queues)
         if claimed is None:
             return outcomes
@@ -88,6 +93,13 @@ def _claim_one(store: JobStore, worker_id: str, queues: Sequence[str] | None
     batch = store.claim(worker_id=worker_id, queues=names, limit=1,
                         visibility_timeout=_VISIBILITY_TIMEOUT, caps={})
     return batch[0] if batch else None
+
+
+def _make_retries_due(store: JobStore, queues: Sequence[str] | None) -> None:
+    """Make the retries of ``queues`` (default all) runnable now, whatever their backoff."""
+    names = list(queues) if queues is not None else _runnable_queues(store.alias)
+    if names:
+        store.make_retries_due(names)
 
 
 def _runnable_queues(alias: str) -> list[str]:
@@ -218,9 +230,9 @@ class JobsHelper:
     def __init__(self, database: str | None = None) -> None:
         self.database = database
 
-    def run(self, *, queues: Sequence[str] | None = None,
-            limit: int = DEFAULT_LIMIT) -> list[RunOutcome]:
-        return run_jobs(queues=queues, database=self.database, limit=limit)
+    def run(self, *, queues: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT,
+            retries: bool = False) -> list[RunOutcome]:
+        return run_jobs(queues=queues, database=self.database, limit=limit, retries=retries)
 
     def enqueued(self, job: Any, **match: Any) -> list[Job]:
         return enqueued(job, database=self.database, **match)

@@ -996,3 +996,12 @@ GROUP BY queue;
 -- name: gauge_slots
 -- The fleet slots held (unexpired) per key, for the slots gauge.
 SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key;
+
+-- name: retries_due
+-- The test helpers' run_jobs(retries=True), never a worker: every job of these queues queued
+-- again for a retry (it ran before) whose backoff has not passed becomes runnable now, on the
+-- clock the claim reads (rule 74). A delayed job that never ran keeps its time.
+UPDATE django_ultjobs_job
+SET visible_at = {now}, updated_at = {now}
+WHERE status = 'queued' AND attempt > 0 AND visible_at > {now}
+  AND queue = ANY(%(queues)s::text[]);

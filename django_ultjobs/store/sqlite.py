@@ -313,6 +313,10 @@ class SQLiteStore(JobStore):
         return json.dumps(list(ids))
 
     @staticmethod
+    def queues_param(queues: Sequence[str]) -> Any:
+        return json.dumps(list(queues))
+
+    @staticmethod
     def held_params(held: Sequence[SlotHold]) -> dict[str, Any]:
         return {"held": json.dumps([[h.key, h.slot, h.holder] for h in held])}
 

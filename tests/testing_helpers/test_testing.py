@@ -18,7 +18,7 @@ from django_ultjobs.testing import (
     assert_not_enqueued,
     run_jobs,
 )
-from example_project.shop.jobs import charge_card, send_receipt
+from example_project.shop.jobs import charge_card, flaky_export, send_receipt
 from example_project.shop.models import Order
 from tests.testapp.models import RunLog
 
@@ -45,6 +45,11 @@ def th_flaky(ctx: JobContext) -> int:
 @job(name="th_slow_retry", max_attempts=3, backoff=60.0)
 def th_slow_retry() -> None:
     raise RuntimeError("always")
+
+
+@job(name="th_backoff", max_attempts=2, backoff=0.1)
+def th_backoff() -> None:
+    raise ConnectionError("the mail server is down")
 
 
 @job(name="th_forever", max_attempts=1)
@@ -97,6 +102,53 @@ def test_retries_failures_and_delays(alias):
     assert slow.outcome == "retrying" and slow.status == JobStatus.QUEUED
     assert "always" in slow.error
     assert_enqueued(th_slow_retry, count=1)
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_retries_true_drives_a_job_with_a_backoff_to_its_last_failure(alias):
+    """Rule 74: inside the test's transaction the database's clock does not move on PostgreSQL,
+    so a 0.1 s backoff never passes; retries=True runs every retry at once, to the last
+    attempt's failure. A delayed job keeps its time."""
+    assert connections[alias].in_atomic_block
+    th_backoff.enqueue()
+    delayed = th_add.using(delay=3600).enqueue(1, 2)
+    outcomes = run_jobs(retries=True)
+    assert [(o.name, o.attempt, o.outcome, o.status) for o in outcomes] == [
+        ("th_backoff", 1, "retrying", JobStatus.QUEUED),
+        ("th_backoff", 2, "failed", JobStatus.FAILED)]
+    assert "the mail server is down" in outcomes[-1].error
+    assert Job.objects.using(alias).get(pk=outcomes[-1].job_id).status == JobStatus.FAILED
+    assert_enqueued(th_add, count=1)
+    assert Job.objects.using(alias).get(pk=delayed.id).attempt == 0
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_retries_true_runs_a_retry_an_earlier_call_left_waiting(alias, ultjobs):
+    """A retry left queued by a plain run_jobs() runs at once in a later retries=True call,
+    only in the queues asked for."""
+    th_backoff.enqueue()
+    th_backoff.using(queue="other").enqueue()
+    assert [o.outcome for o in ultjobs.run()] == ["retrying", "retrying"]
+    assert ultjobs.run() == []
+    assert [(o.queue, o.outcome) for o in ultjobs.run(queues=["default"], retries=True)] == [
+        ("default", "failed")]
+    ultjobs.assert_enqueued(th_backoff, queue="other", count=1)
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_retries_true_runs_the_example_shops_flaky_export_to_its_success(alias):
+    """The example in testing.md: three attempts, backoff=0.5, in one call."""
+    flaky_export.enqueue(7)
+    assert [(o.attempt, o.outcome) for o in run_jobs()] == [(1, "retrying")]
+    assert [(o.attempt, o.outcome) for o in run_jobs(retries=True)] == [
+        (2, "retrying"), (3, "succeeded")]
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_retries_true_with_transaction_true(alias):
+    """Outside a transaction too: the backoff would pass in 0.1 s, the call does not wait."""
+    th_backoff.enqueue()
+    assert [o.outcome for o in run_jobs(retries=True)] == ["retrying", "failed"]
 
 
 @pytest.mark.django_db(databases="__all__")
