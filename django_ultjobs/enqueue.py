@@ -81,12 +81,13 @@ def bulk_enqueue(calls: Iterable[JobCall]) -> list[int]:
         actor = current_actor()
         news = [_new_job(c, *trace, actor) for c in calls]
     store = get_store()
-    if all(new.unique_key is None for new in news):
-        ids = store.enqueue_ids(news)
-        record_enqueued(((new.name, new.queue) for new in news), store.alias)
-        return ids
-    placed = unique.place(news, store.enqueue_unique, unique.holders_of(store.alias),
-                          lambda row: row.id)
+    with store.tables_required():
+        if all(new.unique_key is None for new in news):
+            ids = store.enqueue_ids(news)
+            record_enqueued(((new.name, new.queue) for new in news), store.alias)
+            return ids
+        placed = unique.place(news, store.enqueue_unique, unique.holders_of(store.alias),
+                              lambda row: row.id)
     # Only the calls that made a row were enqueued; one answered by its key's holder was not.
     record_enqueued(((new.name, new.queue) for new, p in zip(news, placed, strict=True)
                      if p.created), store.alias)
@@ -136,9 +137,10 @@ def enqueue_one(job_call: JobCall) -> tuple[Job, bool]:
     is new (False: the job holding the call's unique key, rule 66)."""
     new = _new_job(job_call, *capture_trace_context(), current_actor())
     store = get_store()
-    if new.unique_key is not None:
-        return _enqueue_keyed(store, new)
-    (row,) = store.enqueue([new])
+    with store.tables_required():
+        if new.unique_key is not None:
+            return _enqueue_keyed(store, new)
+        (row,) = store.enqueue([new])
     record_enqueued(((new.name, new.queue),), store.alias)
     return _as_loaded(new, row, store.alias), True
 

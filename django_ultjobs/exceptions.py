@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 
 
 class UltJobsError(Exception):
@@ -27,6 +28,16 @@ class UnknownJobError(UltJobsError, LookupError):
 
 class JobConfigurationError(UltJobsError, ImproperlyConfigured):
     """The jobs, the settings or the database cannot give the guarantees that were asked for."""
+
+
+class JobTablesMissingError(JobConfigurationError, DatabaseError):
+    """The database has no django_ultjobs tables, or older ones: nobody ran ``migrate`` on it
+    (rule 109). The message names the database and the command; the driver's own error is the
+    ``__cause__``.
+
+    A ``DatabaseError`` too, so code that catches the database's errors catches it as it caught
+    the driver's "no such table".
+    """
 
 
 class JobOptionError(JobConfigurationError, ValueError):

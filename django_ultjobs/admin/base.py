@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from functools import wraps
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin import ShowFacets
 from django.contrib.auth import get_permission_codename
-from django.db import models
+from django.db import DatabaseError, models, transaction
 from django.db.models.functions import Now
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, URLResolver
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 
 from ..conf import jobs_database
+from ..store import get_store, unmigrated_message
 from .display import EMPTY
 from .page_options import page_options, without_options
 from .paginator import EstimatedCountPaginator
@@ -22,6 +29,51 @@ from .paginator import EstimatedCountPaginator
 def actor(request: HttpRequest) -> str:
     """Who acts, as the operations log it: ``admin:<username>``."""
     return f"admin:{request.user.get_username()}"
+
+
+def tables_missing(exc: BaseException) -> str | None:
+    """The one line saying to run ``migrate`` when ``exc`` is a missing table of this package
+    in the jobs database (rule 109), else None."""
+    alias = jobs_database()
+    if not isinstance(exc, DatabaseError) or not get_store(alias).tables_missing(exc):
+        return None
+    return unmigrated_message(alias)
+
+
+@dataclass(frozen=True)
+class TablesMissing:
+    """What a page shows in place of its figures on a database nobody migrated (rule 109)."""
+
+    tables_missing: str
+
+
+def savepoint_if_atomic() -> AbstractContextManager[Any]:
+    """A savepoint on the jobs database inside a transaction (``ATOMIC_REQUESTS``), else
+    nothing: on PostgreSQL a failed statement aborts the transaction, and the page saying why
+    must still read the user's permissions and save the session."""
+    alias = jobs_database()
+    if transaction.get_connection(alias).in_atomic_block:
+        return transaction.atomic(using=alias)
+    return nullcontext()
+
+
+def _rendered(view: Callable[..., HttpResponse], request: HttpRequest, *args: Any,
+              **kwargs: Any) -> HttpResponse:
+    """``view``'s response, rendered now, where a failing query can still be answered (a
+    template response is otherwise rendered after the view returns)."""
+    with savepoint_if_atomic():
+        response = view(request, *args, **kwargs)
+        if isinstance(response, TemplateResponse):
+            response.render()
+        return response
+
+
+def unmigrated_page(admin_site: admin.AdminSite, request: HttpRequest,
+                    message: str) -> TemplateResponse:
+    """The admin's own page (its header and navigation) with ``message`` alone, 503."""
+    context = {**admin_site.each_context(request), "title": gettext("Jobs"),
+               "ultjobs_tables_missing": message}
+    return TemplateResponse(request, "admin/django_ultjobs/unmigrated.html", context, status=503)
 
 
 class JobsAdmin(admin.ModelAdmin):
@@ -74,6 +126,28 @@ class JobsAdmin(admin.ModelAdmin):
         if self.offers_charts:
             context["ultjobs_chart_name"] = request.GET.get("name") or None
         return super().changelist_view(request, {**context, **(extra_context or {})})
+
+    def get_urls(self) -> list[URLPattern | URLResolver]:
+        """Every page of this admin, saying "run migrate" on a database nobody migrated."""
+        return [URLPattern(p.pattern, self._unless_unmigrated(p.callback), p.default_args,
+                           p.name) if isinstance(p, URLPattern) else p
+                for p in super().get_urls()]
+
+    def _unless_unmigrated(self, view: Callable[..., HttpResponse]
+                           ) -> Callable[..., HttpResponse]:
+        """``view``, answering the one line of ``tables_missing`` (503) instead of the
+        database's "no such table" (rule 109); every other error passes as it was."""
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                return _rendered(view, request, *args, **kwargs)
+            except DatabaseError as exc:
+                message = tables_missing(exc)
+                if message is None:
+                    raise
+                return unmigrated_page(self.admin_site, request, message)
+
+        return wrapper
 
     def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
         """Report no change permission to the index, so it links the pages as "View"."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import connections
 
+from ..store import unmigrated_message
+
 
 def one_line(exc: BaseException) -> str:
     """The error's message on one line, with its cause's where the message points there.
@@ -21,10 +23,7 @@ def one_line(exc: BaseException) -> str:
 
 def unmigrated(alias: str) -> str:
     """Say that the job tables are missing (or old) in ``alias`` and how to create them."""
-    flag = "" if alias == "default" else f" --database {alias}"
-    return (f"the django_ultjobs tables do not exist in database {alias!r} "
-            f"({connections[alias].settings_dict.get('NAME')}), or are older than this version "
-            f"of django_ultjobs: run `python manage.py migrate{flag}`")
+    return unmigrated_message(alias)
 
 
 def unknown_alias(alias: str) -> str:

@@ -7,7 +7,7 @@ from django.utils.module_loading import import_string
 
 from ..conf import get_settings
 from ..exceptions import JobConfigurationError
-from .base import Clock, JobStore
+from .base import Clock, JobStore, unmigrated_message
 from .records import (
     ClaimBatch,
     ClaimedJob,
@@ -39,6 +39,7 @@ __all__ = [
     "SlotHold",
     "SlotStore",
     "get_store",
+    "unmigrated_message",
 ]
 
 

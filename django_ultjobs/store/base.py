@@ -17,9 +17,10 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..exceptions import JobTablesMissingError
 from ..jsonargs import storable_text
 from ..retry import clamp_delay
 from ..sql import django_queries
@@ -42,6 +43,18 @@ from .unique_batches import insertion_order, match_inserted
 
 #: A clock the store reads instead of the database's, for tests only; None means the database's.
 Clock = Callable[[], datetime]
+
+#: What every table of this package is named with: a missing table that is not one of them is
+#: the site's own error, not a forgotten migrate of this app.
+TABLE_PREFIX = "django_ultjobs_"
+
+
+def unmigrated_message(alias: str) -> str:
+    """Say that the job tables are missing (or old) in ``alias`` and how to create them."""
+    flag = "" if alias == "default" else f" --database {alias}"
+    return (f"the django_ultjobs tables do not exist in database {alias!r} "
+            f"({connections[alias].settings_dict.get('NAME')}), or are older than this version "
+            f"of django_ultjobs: run `python manage.py migrate{flag}`")
 
 
 class JobStore(SlotStore):
@@ -145,6 +158,25 @@ class JobStore(SlotStore):
         """Whether ``exc`` says a table or column of this package does not exist in the
         database: a database nobody migrated, which no wait will fix (engines override)."""
         return False
+
+    def tables_missing(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says a table or column of this package does not exist, naming it:
+        ``schema_missing``, and never a missing table of the site's own."""
+        return self.schema_missing(exc) and TABLE_PREFIX in str(exc)
+
+    @contextmanager
+    def tables_required(self) -> Iterator[None]:
+        """Turn the database's "no such table" of this package's tables into one line saying
+        to run ``migrate`` (rule 109); every other error passes as it was.
+
+        Raised, never swallowed: on PostgreSQL the failed statement has aborted the caller's
+        transaction, which must roll back as it would for the driver's own error."""
+        try:
+            yield
+        except DatabaseError as exc:
+            if isinstance(exc, JobTablesMissingError) or not self.tables_missing(exc):
+                raise
+            raise JobTablesMissingError(unmigrated_message(self.alias)) from exc
 
     def _django_cursor(self, conn: BaseDatabaseWrapper) -> Any:
         """``conn.cursor()``: Django's wrapper (engines override to put a faster driver cursor

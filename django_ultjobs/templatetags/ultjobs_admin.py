@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.db import DatabaseError
 
+from ..admin.base import TablesMissing, savepoint_if_atomic, tables_missing
 from ..admin.chart_view import ChartsView, charts_view
 from ..admin.page_options import PageOptions, page_options
 from ..admin.summary import Summary, jobs_summary
@@ -21,11 +23,19 @@ def _may_view_jobs(context: dict[str, Any]) -> bool:
 
 
 @register.simple_tag(takes_context=True)
-def ultjobs_summary(context: dict[str, Any]) -> Summary | None:
-    """Return the jobs summary, or None for a user who may not view jobs."""
+def ultjobs_summary(context: dict[str, Any]) -> Summary | TablesMissing | None:
+    """Return the jobs summary, or None for a user who may not view jobs; on a database nobody
+    migrated, the line that says to (rule 109)."""
     if not _may_view_jobs(context):
         return None
-    return jobs_summary(jobs_database())
+    try:
+        with savepoint_if_atomic():
+            return jobs_summary(jobs_database())
+    except DatabaseError as exc:
+        message = tables_missing(exc)
+        if message is None:
+            raise
+        return TablesMissing(message)
 
 
 @register.simple_tag(takes_context=True)

@@ -25,6 +25,7 @@ from ..conf import get_settings
 from ..exceptions import (
     DatabaseUnavailableError,
     JobConfigurationError,
+    JobTablesMissingError,
     JobTimeoutError,
     LeaseLostError,
     WorkerShutdownError,
@@ -34,7 +35,16 @@ from ..logs import log_event
 from ..models import AttemptOutcome
 from ..numeric import is_seconds, shown
 from ..registry import get_job, registered_jobs, registry_generation
-from ..store import ClaimBatch, ClaimedJob, Clock, JobStore, LostAttempt, ParkEpisode, get_store
+from ..store import (
+    ClaimBatch,
+    ClaimedJob,
+    Clock,
+    JobStore,
+    LostAttempt,
+    ParkEpisode,
+    get_store,
+    unmigrated_message,
+)
 from .async_executor import arun_job
 from .async_lane import AsyncLane
 from .claim_lanes import ClaimPlan, claim_plans
@@ -778,7 +788,7 @@ class WorkerProcess:
                 return True
             except (DatabaseError, InterfaceError) as exc:
                 if self.store.schema_missing(exc):
-                    raise JobConfigurationError(self._unmigrated_message()) from exc
+                    raise JobTablesMissingError(unmigrated_message(self.store.alias)) from exc
                 delay = min(START_BACKOFF_MAX, START_BACKOFF_FIRST * 2 ** min(tries - 1, 8),
                             deadline - time.monotonic())
                 if delay <= 0:
@@ -845,14 +855,6 @@ class WorkerProcess:
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
                       worker_id=self.worker_id, error=repr(exc))
-
-    def _unmigrated_message(self) -> str:
-        alias = self.store.alias
-        name = connections[alias].settings_dict.get("NAME")
-        flag = "" if alias == "default" else f" --database {alias}"
-        return (f"the django_ultjobs tables do not exist in database {alias!r} ({name}), or "
-                f"are older than this version of django_ultjobs: run "
-                f"`python manage.py migrate{flag}`")
 
     def _unavailable_message(self, exc: BaseException, tries: int) -> str:
         alias = self.store.alias

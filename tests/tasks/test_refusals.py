@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.test.utils import override_settings
 
-from django_ultjobs import JobArgumentError
+from django_ultjobs import JobArgumentError, JobTablesMissingError
 from django_ultjobs.models import Job
 from django_ultjobs.tasks_backend.compat import InvalidTask
 from tests.hostile import nested_list
@@ -65,3 +65,15 @@ def test_a_task_enqueue_the_queue_cannot_keep_is_refused_before_any_sql(
         assert isinstance(caught.value, TypeError)  # what Django's own backends raise
     assert sorted(Job.objects.using(alias).values_list("id", flat=True)) == sorted(
         [int(kept.id), int(also.id)])
+
+
+def test_a_task_enqueue_before_migrate_says_run_migrate(alias: str) -> None:
+    # rule 109: the table is taken away inside a transaction this test rolls back.
+    with transaction.atomic(using=alias):
+        with connections[alias].cursor() as cur:
+            cur.execute("ALTER TABLE django_ultjobs_job RENAME TO ultjobs_test_job_away")
+        with pytest.raises(JobTablesMissingError, match=r"run `python manage\.py migrate"), \
+                transaction.atomic(using=alias):
+            add.enqueue(1, 2)
+        transaction.set_rollback(True, using=alias)
+    assert Job.objects.using(alias).count() == 0
