@@ -140,7 +140,9 @@ class WorkerProcess:
         self._known_generation = -1
         #: Claim statements sent, reported when the worker stops: a count far above the runs
         #: settled is a loop that spins (an outage, a completer behind, capped kinds held).
-        self.claims = 0
+        self.claim_statements = 0
+        #: Jobs those statements claimed (each run of a job once, a retry again).
+        self.jobs_claimed = 0
         self.started = threading.Event()
         #: What ``run`` returns: 0, or ``EXIT_OVERRUN`` after ``--exit-on-overrun`` fired.
         self.exit_code = 0
@@ -214,8 +216,8 @@ class WorkerProcess:
         """Say the worker stopped, with what it did: the one summary a ``--burst`` run prints."""
         done = self.completer
         log_event(logger, logging.INFO, "jobs.worker.stopped", worker_id=self.worker_id,
-                  claims=self.claims, settled=done.settled, stale=done.stale,
-                  unstorable=done.unstorable)
+                  jobs_claimed=self.jobs_claimed, claim_statements=self.claim_statements,
+                  settled=done.settled, stale=done.stale, unstorable=done.unstorable)
 
     def request_stop(self, *, force: bool = False) -> None:
         """Stop claiming and drain (thread- and signal-safe); ``force`` skips the grace period."""
@@ -437,12 +439,14 @@ class WorkerProcess:
         return claimed
 
     def _claim_plan(self, plan: ClaimPlan) -> Sequence[ClaimedJob]:
-        self.claims += 1
-        return self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
-                                limit=plan.limit,
-                                visibility_timeout=self.options.visibility_timeout,
-                                caps=plan.caps, uncapped=plan.uncapped, kept=plan.kept,
-                                keyed=plan.keyed)
+        self.claim_statements += 1
+        claimed = self.store.claim(worker_id=self.worker_id, queues=self.options.queues,
+                                   limit=plan.limit,
+                                   visibility_timeout=self.options.visibility_timeout,
+                                   caps=plan.caps, uncapped=plan.uncapped, kept=plan.kept,
+                                   keyed=plan.keyed)
+        self.jobs_claimed += len(claimed)
+        return claimed
 
     def _claim_failed(self, loop: _LoopState) -> float:
         """Count a failed claim; return the outage backoff."""

@@ -475,7 +475,7 @@ def test_a_thousand_serial_jobs_do_not_block_the_queue(pg_alias: str) -> None:
         wait_until(lambda: jobs.filter(id__in=plain_ids, status="succeeded").count() == 100,
                    timeout=20, message="the 100 ordinary jobs")
         elapsed = time.monotonic() - started
-        claims = worker.claims
+        claims = worker.claim_statements
         serial_done = jobs.filter(id__in=serial_ids, status="succeeded").count()
     assert serial_done < 50, f"ordinary jobs waited behind {serial_done} serial runs"
     # Without spinning a claim statement starts at least one run, bar the idle polls.

@@ -55,9 +55,11 @@ def test_a_project_without_logging_gets_readable_lines_at_info() -> None:
     assert lines and all(TEXT_LINE.match(line) for line in lines), result.stderr
     seen = events(lines)
     assert seen[0] == "jobs.worker.started" and seen[-1] == "jobs.worker.stopped", seen
-    # The stop line sums the run up: six outcomes written (1 + 2 runs of flaky + 3 of
-    # worker_always_fails), none stale.
-    assert " settled=6 stale=0 unstorable=0" in lines[-1], lines[-1]
+    # The stop line sums the run up: six runs claimed and six outcomes written (1 + 2 runs of
+    # flaky + 3 of worker_always_fails), none stale; the claim statements it took are counted
+    # apart, never read as jobs.
+    assert re.search(r" jobs_claimed=6 claim_statements=\d+ settled=6 stale=0 unstorable=0$",
+                     lines[-1]), lines[-1]
     # Failures and retries, with their level: two retries of worker_always_fails and one of
     # flaky, then worker_always_fails fails for good.
     assert seen.count("jobs.worker.retrying") == 3, result.stderr

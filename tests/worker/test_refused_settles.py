@@ -94,11 +94,11 @@ def test_claiming_stops_when_unsettled_outcomes_hold_too_many_bytes(
     with running_worker(alias, store=store, threads=2,
                         visibility_timeout=10.0) as worker:
         wait_until(lambda: worker.completer.pending_bytes >= 50_000, timeout=15)
-        claims = worker.claims
+        claims = worker.claim_statements
         time.sleep(0.5)  # several polls: the loop must not have claimed on meanwhile
         running = Job.objects.using(alias).filter(id__in=ids, status="running").count()
         assert running <= 3 + 2, running
-        assert worker.claims - claims <= 1
+        assert worker.claim_statements - claims <= 1
         outage.clear()
         wait_until(lambda: Job.objects.using(alias).filter(id__in=ids, status="succeeded")
                    .count() == len(ids), timeout=30)

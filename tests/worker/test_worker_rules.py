@@ -496,8 +496,8 @@ def test_unknown_job_is_parked_for_thirty_seconds_without_counting_an_attempt(
         name="no.such.job", queue="default", priority=0, args=[], kwargs={}, max_attempts=3)])
     with running_worker(alias, **FAST) as worker:
         wait_until(lambda: attempts(alias, enqueued.id), message="the parked attempt")
-        claims = worker.claims
-        wait_until(lambda: worker.claims >= claims + 3, message="more claims")
+        claims = worker.claim_statements
+        wait_until(lambda: worker.claim_statements >= claims + 3, message="more claims")
     after = row(alias, enqueued.id)
     assert (after.status, after.attempt) == ("queued", 0)
     assert after.last_error == 'no job registered as "no.such.job"'
@@ -685,8 +685,8 @@ def test_retry_waits_for_its_backoff(alias: str) -> None:
     job = worker_fails_with_backoff.enqueue()
     with running_worker(alias, **FAST) as worker:
         wait_until(lambda: attempts(alias, job.id), message="the first attempt")
-        claims = worker.claims
-        wait_until(lambda: worker.claims >= claims + 3, message="more claims")
+        claims = worker.claim_statements
+        wait_until(lambda: worker.claim_statements >= claims + 3, message="more claims")
     after = row(alias, job.id)
     assert (after.status, after.attempt) == ("queued", 1)
     assert attempts(alias, job.id) == [(1, "retrying")]
@@ -828,8 +828,8 @@ def test_worker_never_runs_other_queues(alias: str) -> None:
     mine = add.using(queue="a").enqueue(2, 2)
     with running_worker(alias, queues=("a",), **FAST) as worker:
         wait_until(status_is(alias, mine.id, "succeeded"))
-        claims = worker.claims
-        wait_until(lambda: worker.claims >= claims + 5, message="more claims")
+        claims = worker.claim_statements
+        wait_until(lambda: worker.claim_statements >= claims + 5, message="more claims")
     assert (row(alias, other.id).status, row(alias, other.id).attempt) == ("queued", 0)
     assert attempts(alias, other.id) == []
 
@@ -898,7 +898,7 @@ def test_other_kinds_still_run_while_a_capped_backlog_drains(alias: str) -> None
         waiting = Job.objects.using(alias).filter(id__in=serial_ids).exclude(
             status="succeeded").count()
         assert waiting >= 20, f"only {waiting} capped runs left: the other kind waited behind them"
-        assert worker.claims < 1000
+        assert worker.claim_statements < 1000
 
 
 def _drain_noting_scans(alias: str, *, plain_list: bool = False) -> list[bool]:
@@ -974,12 +974,12 @@ def test_claiming_stops_while_the_completer_cannot_write(
     with running_worker(alias, store=store, threads=2,
                         visibility_timeout=10.0, heartbeat_interval=0.5) as worker:
         wait_until(lambda: worker.completer.pending >= 5, timeout=15)
-        claims = worker.claims
+        claims = worker.claim_statements
         time.sleep(0.5)  # several polls: the loop must not have claimed on meanwhile
         running = Job.objects.using(alias).filter(id__in=ids, status="running").count()
         # At most the bound plus one claim of the two threads that saw room under it.
         assert running <= 5 + 2, running
-        assert worker.claims - claims <= 1
+        assert worker.claim_statements - claims <= 1
         outage.clear()
         wait_until(lambda: Job.objects.using(alias).filter(id__in=ids, status="succeeded")
                    .count() == len(ids), timeout=30)
