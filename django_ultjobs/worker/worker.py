@@ -50,6 +50,7 @@ from .async_lane import AsyncLane
 from .claim_lanes import ClaimPlan, claim_plans
 from .completer import Completer
 from .deadlines import Deadlines
+from .drain_report import REPORT_INTERVAL, STOP_NOW, describe_runs
 from .executor import (
     UNKNOWN_JOB_PREFIX,
     abandonment,
@@ -132,6 +133,8 @@ class WorkerProcess:
         self._telemetry: Telemetry = telemetry_now()
         self._stopping = threading.Event()
         self._forced = threading.Event()
+        # Whether SIGINT and SIGTERM are this worker's (a second one forces the stop).
+        self._signals_installed = False
         self._wake = threading.Event()
         # Set by an enqueue notification: work of any kind may have arrived.
         self._notified = threading.Event()
@@ -700,15 +703,13 @@ class WorkerProcess:
             self._finish_runs_unless_stopped()
         grace = 0.0 if self._forced.is_set() else self.options.grace_period
         if self._busy():
+            hint = {"hint": STOP_NOW} if self._signals_installed and grace > 0 else {}
             log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
-                      in_flight=self._busy(), grace_period=grace)
+                      in_flight=self._busy(), grace_period=grace,
+                      running=describe_runs(self._executing_snapshot()), **hint)
             self._wait_idle_unless_forced(grace)
         if self._busy():
-            for run in self._executing_snapshot():
-                run.scope.cancel(WorkerShutdownError(
-                    f"worker {self.worker_id} is stopping; job {run.job.name!r} (id {run.id}) "
-                    "is handed back to the queue"))
-            self._wait_idle(self.options.cancel_wait)
+            self._cancel_running()
         for run in self._executing_snapshot():
             # Handed back on a dead worker's schedule, its slot left to lapse: the body may run on
             # until the process exits, and nobody else may start the job (or take the slot) while
@@ -731,14 +732,30 @@ class WorkerProcess:
             log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
                       worker_id=self.worker_id, error=repr(exc))
 
+    def _cancel_running(self) -> None:
+        """Cancel the runs the grace period (or a second signal) left, and wait ``cancel_wait``
+        for them to unwind."""
+        log_event(logger, logging.INFO, "jobs.worker.cancelling-runs", worker_id=self.worker_id,
+                  in_flight=self._busy(),
+                  why="stop forced" if self._forced.is_set() else "grace period over",
+                  running=describe_runs(self._executing_snapshot()))
+        for run in self._executing_snapshot():
+            run.scope.cancel(WorkerShutdownError(
+                f"worker {self.worker_id} is stopping; job {run.job.name!r} (id {run.id}) "
+                "is handed back to the queue"))
+        self._wait_idle(self.options.cancel_wait)
+
     def _finish_runs_unless_stopped(self) -> None:
         """A recycling worker lets every run finish, however long: nothing asked it to stop,
         and cancelling a run would hand its job back for nothing (rule 76). A SIGTERM meanwhile
         starts the usual grace period from then on."""
         if self._busy():
             log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
-                      in_flight=self._busy(), reason=self.recycler.reason)
+                      in_flight=self._busy(), reason=self.recycler.reason,
+                      running=describe_runs(self._executing_snapshot()))
+        report_at = time.monotonic() + REPORT_INTERVAL
         while self._busy() and not self._stopping.is_set():
+            report_at = self._report_still_running(report_at, grace_left=None)
             self._wait_idle(0.2)
 
     def _wait_idle_unless_forced(self, grace: float) -> None:
@@ -747,11 +764,25 @@ class WorkerProcess:
         too (a body overrunning its timeout would hold ``--exit-on-overrun`` up for all of it,
         and finish meanwhile: rule 56)."""
         deadline = time.monotonic() + grace
+        report_at = time.monotonic() + REPORT_INTERVAL
         while self._busy() > self._timed_out_executing() and not self._forced.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
+            report_at = self._report_still_running(report_at, grace_left=remaining)
             self._wait_idle(min(remaining, 0.2))
+
+    def _report_still_running(self, report_at: float, *, grace_left: float | None) -> float:
+        """Name the runs still executing once ``report_at`` has come, so a drain that takes
+        the whole grace period never looks like a hang; return when to report next."""
+        now = time.monotonic()
+        if now < report_at:
+            return report_at
+        fields = {} if grace_left is None else {"grace_left": round(grace_left, 1)}
+        log_event(logger, logging.INFO, "jobs.worker.still-running", worker_id=self.worker_id,
+                  in_flight=self._busy(), running=describe_runs(self._executing_snapshot(), now),
+                  **fields)
+        return now + REPORT_INTERVAL
 
     def _timed_out_executing(self) -> int:
         """How many bodies still executing were cancelled by their timeout (rule 55)."""
@@ -886,6 +917,7 @@ class WorkerProcess:
     def _install_signals(self) -> Callable[[], None] | None:
         if threading.current_thread() is not threading.main_thread():
             return None
+        self._signals_installed = True
         previous: dict[int, Any] = {}
 
         def stop(signum: int, force: bool) -> None:
@@ -908,6 +940,7 @@ class WorkerProcess:
             previous[signum] = signal.signal(signum, handle)
 
         def restore() -> None:
+            self._signals_installed = False
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
