@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
 from django.db import connections
 from django.test.utils import override_settings
@@ -178,3 +179,18 @@ def events(caplog: pytest.LogCaptureFixture, name: str, **match: Any) -> list[di
 
 def engine_store(alias: str) -> type[JobStore]:
     return type(get_store(alias))
+
+
+def tasks_api_missing() -> str | None:
+    """Why this environment has no Tasks API, or None: Django 5.2 (all pip installs on Python
+    3.11, where Django 6 cannot run) without the django-tasks backport. The tests of the Django
+    Tasks backend then skip, saying so; on Django 6 a failing import is an error, not a skip."""
+    try:
+        import django_ultjobs.tasks_backend.compat  # noqa: F401
+    except ImportError:
+        if django.VERSION >= (6, 0):
+            raise
+        return (f"needs the Tasks API, which Django {django.get_version()} has only through the "
+                "django-tasks backport: pip install -e '.[test,tasks52]' (.ci/test-django52 runs "
+                "these tests so)")
+    return None

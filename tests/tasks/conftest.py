@@ -13,6 +13,13 @@ import pytest
 from django.conf import settings
 from django.test.utils import override_settings
 
+from tests.conftest import tasks_api_missing
+
+# Every test here is the Django Tasks backend's: without the Tasks API (Django 5.2 without the
+# backport) they skip, with the reason, before anything imports it.
+if (why := tasks_api_missing()) is not None:
+    pytest.skip(why, allow_module_level=True)
+
 from django_ultjobs.registry import registered_jobs, unregister
 from django_ultjobs.tasks_backend.compat import (
     Task,

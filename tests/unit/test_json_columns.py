@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -32,6 +33,9 @@ def test_no_rows_bytes_and_values_the_driver_already_decoded() -> None:
                                          ([2], {"é": 1}, None)]
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason=(
+    "Python 3.11's JSON reader counts nesting against the interpreter's recursion limit, so the "
+    "deepest value it reads depends on the caller's stack; 3.12's has a limit of its own"))
 def test_a_value_nested_just_inside_the_json_depth_limit_is_still_parsed() -> None:
     # Batching wraps each text two levels deeper; a value the database stored and json parses on
     # its own must not fail for that.

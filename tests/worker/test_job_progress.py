@@ -12,9 +12,8 @@ import pytest
 from django_ultjobs import JobOptionError
 from django_ultjobs.job_progress import INTERVAL, JobProgress, progress_text
 from django_ultjobs.models import Job
-from django_ultjobs.tasks_backend import progress_of
 from tests.conformance.helpers import claim, enqueue, new_job, settlement
-from tests.conftest import engine_store, running_worker, wait_until
+from tests.conftest import engine_store, running_worker, tasks_api_missing, wait_until
 from tests.testapp.jobs import async_counted, counted
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -120,7 +119,17 @@ def test_a_real_worker_stores_progress_in_few_writes(alias: str, monkeypatch: An
     assert 3 <= len(writes) <= 6, writes
     final = {"done": 2, "total": 5001, "message": "again"}
     assert Job.objects.using(alias).get(id=job.id).progress == final
-    assert progress_of(job.id) == final
+
+
+def test_progress_of_reads_a_tasks_stored_progress(alias: str) -> None:
+    if (why := tasks_api_missing()) is not None:
+        pytest.skip(why)
+    from django_ultjobs.tasks_backend import progress_of
+
+    value = {"done": 2, "total": 5001, "message": "again"}
+    job = counted.enqueue(1)
+    Job.objects.using(alias).filter(id=job.id).update(progress=value)
+    assert progress_of(job.id) == value
     assert progress_of("nope") is None
 
 
