@@ -214,6 +214,30 @@ def test_getting_started_shows_the_middleware_and_logging() -> None:
     assert "LOGGING = {" in text and "--log-format json" in text
 
 
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+
+
+def test_getting_started_gives_postgresql_settings_a_worker_can_run_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PostgreSQL settings of getting-started.md, both forms, as written: the database is
+    created first, and the pool holds what a worker at its default --threads uses (psycopg's
+    default of 4 serialises the bodies that query, or fails them after 30 s)."""
+    text = (REPO / "docs" / "getting-started.md").read_text()
+    assert "createdb " in text and "'psycopg[pool]'" in text
+    blocks = [b for b in _python_blocks(text) if "postgres" in b and "DATABASES" in b]
+    assert len(blocks) == 2, blocks
+    monkeypatch.setenv("DATABASE_URL", "postgres://shop:secret@db.internal:5432/shop")
+    for block in blocks:
+        namespace: dict[str, Any] = {}
+        exec(block, namespace)
+        database = namespace["DATABASES"]["default"]
+        assert database["ENGINE"] == "django.db.backends.postgresql", block
+        assert database["OPTIONS"]["pool"]["max_size"] >= 4 + WorkerOptions().threads, block
+        assert database["OPTIONS"]["prepare_threshold"] == 5, block
+        assert "CONN_MAX_AGE" not in database, block  # Django refuses it beside a pool
+
+
 def test_a_forgotten_migrate_in_a_new_project_is_the_only_line(tmp_path: Path) -> None:
     """A new project's SQLite file (no WAL set up, no LOGGING): the refusal is the one line the
     worker prints, and the file is left as it was (not switched to WAL first)."""
