@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
 from django.contrib.admin.utils import quote
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 
 #: Characters of a payload (arguments, result, a traceback) shown before it is cut: a job called
@@ -19,6 +20,10 @@ MAX_SHOWN = 10_000
 #: Characters of an attempt's error shown in the attempts table.
 MAX_SHOWN_INLINE = 2_000
 EMPTY = "—"
+#: Where an identifier may wrap: after the separators of job names (``shop.send_receipt``,
+#: ``heartbeat_tick``), worker ids (``host:pid:random``), enqueuers (``user:a@b.c``), slot keys
+#: and queue lists. None of them is a line-break opportunity to a browser.
+_BREAK_AFTER = re.compile(r"([_.:@/,])")
 
 
 def duration(seconds: float) -> str:
@@ -31,6 +36,31 @@ def duration(seconds: float) -> str:
     if s < 86400:
         return gettext("%(hours)s h") % {"hours": f"{s / 3600:.1f}"}
     return gettext("%(days)s d") % {"days": f"{s / 86400:.1f}"}
+
+
+def run_time(seconds: float) -> str:
+    """Return how long a run took, to the millisecond under a second (``340 ms``, ``2.5 s``,
+    ``12 s``, ``1 min 12 s``, ``2.5 h``): most runs take less than one, and ``0 s`` says
+    nothing."""
+    s = abs(seconds)
+    if s < 1:
+        return gettext("%(ms)s ms") % {"ms": f"{s * 1000:.0f}"}
+    if s < 10:
+        return gettext("%(seconds)s s") % {"seconds": f"{s:.1f}"}
+    if s < 60:
+        return gettext("%(seconds)s s") % {"seconds": f"{s:.0f}"}
+    if s < 3600:
+        minutes, rest = divmod(round(s), 60)
+        return gettext("%(minutes)s min %(seconds)s s") % {"minutes": minutes, "seconds": rest}
+    return duration(s)
+
+
+def breakable(text: str) -> SafeString:
+    """Return ``text`` escaped, with a line-break opportunity (``<wbr>``) after each separator:
+    a narrow column wraps ``worker_serial_block_until`` at its underscores, never inside a word
+    (which ``overflow-wrap: anywhere`` did: ``heart/beat_/tick``)."""
+    # Safe: escaped first, and the entities escape() writes (&amp; &#x27; ...) hold no separator.
+    return mark_safe(_BREAK_AFTER.sub(r"\1<wbr>", str(escape(text))))
 
 
 def seconds_between(earlier: datetime | None, later: datetime | None) -> float | None:
@@ -157,7 +187,7 @@ def worker_link(worker_id: str) -> SafeString | str:
     """Return a link to a worker's page (its id is ``<host>:<pid>:<random>``)."""
     if not worker_id:
         return EMPTY
-    return admin_link("django_ultjobs_worker_change", worker_id, worker_id)
+    return admin_link("django_ultjobs_worker_change", worker_id, breakable(worker_id))
 
 
 def split_holder(holder: str) -> tuple[str, int | None]:

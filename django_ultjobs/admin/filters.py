@@ -7,7 +7,7 @@ what the process already knows (the registered jobs, the workers' queues) instea
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
@@ -22,15 +23,26 @@ from ..models import JobStatus, Worker
 from ..registry import registered_jobs
 from ..slot_keys import slot_key_for
 from ..tags import tagged
+from .display import breakable
 
 
-def _choices(values: Iterable[str], current: str | None) -> list[tuple[str, str]]:
+def _choices(values: Iterable[str], current: str | None) -> list[tuple[str, SafeString]]:
     # The current value is always offered, so a filter set by a link (a job name no worker
     # registers any more, after a deploy) still shows as selected and can be cleared.
     found = {v for v in values if v}
     if current:
         found.add(current)
-    return [(v, v) for v in sorted(found)]
+    return [(v, breakable(v)) for v in sorted(found)]
+
+
+class ValuesFilter(admin.AllValuesFieldListFilter):
+    """Django's filter of a field's distinct values, its choices wrapping at their separators
+    only (job names, worker ids): the filter panel is narrow, and Django breaks them anywhere."""
+
+    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
+        """Django's choices, each label made breakable."""
+        for choice in super().choices(changelist):
+            yield {**choice, "display": breakable(str(choice["display"]))}
 
 
 class JobNameFilter(admin.SimpleListFilter):
@@ -39,7 +51,7 @@ class JobNameFilter(admin.SimpleListFilter):
     title = _("name")
     parameter_name = "name"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, SafeString]]:
         """Offer every job registered in this process."""
         return _choices(registered_jobs(), self.value())
 
@@ -55,7 +67,7 @@ class QueueFilter(admin.SimpleListFilter):
     title = _("queue")
     parameter_name = "queue"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, SafeString]]:
         """Offer the queues jobs are sent to and the queues workers were seen serving."""
         queues = {spec.queue for spec in registered_jobs().values()}
         # The worker table holds a row per worker process: small, unlike the jobs table.
@@ -77,7 +89,7 @@ class SlotKeyFilter(admin.SimpleListFilter):
     title = _("slot key")
     parameter_name = "slot_key"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, SafeString]]:
         """Offer the slot key of every registered job with ``concurrency`` (rule 5)."""
         return _choices((slot_key_for(name) for name, spec in registered_jobs().items()
                          if spec.concurrency is not None), self.value())

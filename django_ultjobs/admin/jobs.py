@@ -12,6 +12,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -41,17 +42,19 @@ from .base import JobsAdmin, ReadOnlyInline, actor
 from .display import (
     EMPTY,
     MAX_SHOWN_INLINE,
+    breakable,
     duration,
     error_block,
     job_link,
     parse_job_id,
     pretty_json,
+    run_time,
     seconds_between,
     stamp,
     undecodable,
     worker_link,
 )
-from .filters import JobNameFilter, LeaseFilter, QueueFilter, TagFilter
+from .filters import JobNameFilter, LeaseFilter, QueueFilter, TagFilter, ValuesFilter
 
 #: Columns a list never shows and a page of 50 rows must not fetch: a job called with a 5 MB
 #: document would otherwise cost 5 MB per row on every page view.
@@ -168,6 +171,16 @@ class JobListMixin:
             return format_html('{} <span class="ultjobs-flag">{}</span>',
                                obj.status, gettext("expired"))
         return obj.status
+
+    @admin.display(description=_("name"))
+    def name_display(self, obj: Job) -> SafeString:
+        """The job's name, wrapping at its separators only."""
+        return breakable(obj.name)
+
+    @admin.display(description=_("enqueued by"))
+    def enqueued_by_display(self, obj: Job) -> SafeString | str:
+        """Who enqueued the job (``user:<name>``, a process), wrapping at its separators only."""
+        return breakable(obj.enqueued_by) if obj.enqueued_by else EMPTY
 
     @admin.display(description=_("attempt"))
     def attempt_of_max(self, obj: Job) -> str:
@@ -437,26 +450,62 @@ def _report(modeladmin: admin.ModelAdmin, request: HttpRequest, done: list[str],
 # -- the detail page's history --------------------------------------------------------------------
 
 
+class AttemptFormSet(BaseInlineFormSet):
+    """A job's attempts, then, for a running job, the run in progress: its attempt is written
+    only when the run settles, and a running job's table would otherwise be empty or end at the
+    attempt before."""
+
+    def get_queryset(self) -> Any:
+        """The attempts, and the run in progress as an unsaved record (never written)."""
+        rows = list(super().get_queryset())
+        running = run_in_progress(self.instance)
+        return [*rows, running] if running is not None else rows
+
+
+def run_in_progress(job: Job | None) -> AttemptRecord | None:
+    """The attempt a running job is making now, as a record for the attempts table (not saved:
+    ``in_progress`` marks it), or None."""
+    if job is None or job.pk is None or job.status != JobStatus.RUNNING or not job.attempt:
+        return None
+    record = AttemptRecord(job_id=job.pk, attempt=job.attempt, worker_id=job.worker_id,
+                           started_at=job.claimed_at, outcome="running")
+    record.in_progress = True  # type: ignore[attr-defined]
+    record.db_now = getattr(job, "db_now", None)  # type: ignore[attr-defined]
+    return record
+
+
 class AttemptInline(ReadOnlyInline):
     """Every run of the job, with its outcome (succeeded, retrying, slot lost, ...): read through
     the attempts view, so the attempt a job's row holds is listed too (rule 97)."""
 
     model = AttemptRecord
+    formset = AttemptFormSet
     verbose_name = _("attempt")
     verbose_name_plural = _("attempts")
-    fields = ("attempt", "outcome", "claims_count", "worker_id", "started", "finished", "took",
-              "slot_held", "error_display")
+    fields = ("attempt", "outcome_display", "claims_count", "worker_id", "started", "finished",
+              "took", "slot_held", "error_display")
     readonly_fields = fields
     ordering = ("id",)
 
     started = stamp_field("started_at", _("started"))
     finished = stamp_field("finished_at", _("finished"))
 
+    @admin.display(description=_("outcome"))
+    def outcome_display(self, obj: AttemptRecord) -> SafeString | str:
+        """The attempt's outcome; ``running`` for the run in progress."""
+        if getattr(obj, "in_progress", False):
+            return format_html('<span class="ultjobs-running">{}</span>', gettext("running"))
+        return obj.get_outcome_display() or EMPTY
+
     @admin.display(description=_("took"))
     def took(self, obj: AttemptRecord) -> str:
-        """How long the run lasted."""
+        """How long the run lasted (so far, for the run in progress)."""
+        if getattr(obj, "in_progress", False):
+            elapsed = seconds_between(obj.started_at, getattr(obj, "db_now", None))
+            return EMPTY if elapsed is None else gettext("%(duration)s so far") % {
+                "duration": run_time(elapsed)}
         elapsed = seconds_between(obj.started_at, obj.finished_at)
-        return EMPTY if elapsed is None else duration(elapsed)
+        return EMPTY if elapsed is None else run_time(elapsed)
 
     @admin.display(description=_("claims"))
     def claims_count(self, obj: AttemptRecord) -> str:
@@ -480,10 +529,15 @@ class StepInline(ReadOnlyInline):
     model = JobStep
     verbose_name = _("step")
     verbose_name_plural = _("steps")
-    fields = ("name", "status", "attempt", "created_at", "completed_at", "wait_until",
-              "result_display")
+    fields = ("name", "status", "attempt", "created", "completed", "wakes", "result_display")
     readonly_fields = fields
     ordering = ("id",)
+
+    # The attempts' format, to the second: Django's default drops the seconds, and the two
+    # tables of one page read differently.
+    created = stamp_field("created_at", _("created"))
+    completed = stamp_field("completed_at", _("completed"))
+    wakes = stamp_field("wait_until", _("wait until"))
 
     @admin.display(description=_("result"))
     def result_display(self, obj: JobStep) -> SafeString | str:
@@ -498,8 +552,8 @@ class StepInline(ReadOnlyInline):
 class JobAdmin(JobListMixin, JobsAdmin):
     """Every job: filter by status, queue, name and lease; cancel and retry."""
 
-    list_display = ("job_id", "status_display", "name", "queue", "attempt_of_max", "worker",
-                    "lease", "progress_display", "enqueued_by", "age")
+    list_display = ("job_id", "status_display", "name_display", "queue", "attempt_of_max",
+                    "worker", "lease", "progress_display", "enqueued_by_display", "age")
     list_display_links = None
     list_filter = ("status", LeaseFilter, QueueFilter, JobNameFilter, TagFilter)
     # Newest first by primary key: a backward scan of the primary key index, whatever the size.
@@ -614,12 +668,51 @@ class JobAdmin(JobListMixin, JobsAdmin):
         overrunning = overrunning_on(obj)
         if overrunning:
             return overrunning
+        if obj.status == JobStatus.RUNNING:
+            return running_text(obj)
         return lease_text(obj)
 
     @admin.display(description=_("last error"))
     def last_error_display(self, obj: Job) -> SafeString | str:
-        """The exception line of the last error, the traceback expandable."""
-        return error_block(obj.last_error)
+        """The exception line of the last error, the traceback expandable; on a job that did
+        not fail, said to be an earlier attempt's (it reads as the outcome otherwise)."""
+        note = earlier_attempt_note(obj)
+        if not note:
+            return error_block(obj.last_error)
+        return format_html('<p class="ultjobs-earlier">{}</p>{}', note,
+                           error_block(obj.last_error))
+
+
+def running_text(job: Job) -> str:
+    """What a running job's outcome is so far: its lease, said to be one (``expires in 28 s``
+    alone read as a kill to come)."""
+    ahead = seconds_between(getattr(job, "db_now", None), job.visible_at)
+    if ahead is None:
+        return gettext("running")
+    when = {"duration": duration(ahead)}
+    if ahead > 0:
+        return gettext("running; its worker renews the lease at each heartbeat: expires in "
+                       "%(duration)s unless renewed") % when
+    # The worker stopped heartbeating: the next claim re-delivers the job (rule 1).
+    return gettext("running, but its lease lapsed %(duration)s ago: the next claim re-delivers "
+                   "it") % when
+
+
+def earlier_attempt_note(job: Job) -> str:
+    """Whose error ``last_error`` is when the job did not fail: an earlier attempt's."""
+    if job.status == JobStatus.FAILED or not job.last_error:
+        return ""
+    if job.status == JobStatus.SUCCEEDED:
+        return gettext("From an earlier attempt: attempt %(attempt)d succeeded.") % {
+            "attempt": job.attempt}
+    if job.status == JobStatus.RUNNING:
+        return gettext("From an earlier attempt: attempt %(attempt)d is running.") % {
+            "attempt": job.attempt}
+    if job.status == JobStatus.QUEUED:
+        return gettext("From attempt %(attempt)d: the job is queued to run again.") % {
+            "attempt": job.attempt}
+    return gettext("From an earlier attempt: the job is %(status)s now.") % {
+        "status": job.status}
 
 
 def is_expired(job: Job) -> bool:
@@ -663,12 +756,13 @@ class InFlightJobAdmin(JobListMixin, JobsAdmin):
 
     permission_model = Job
     offers_refresh = True
-    list_display = ("job_id", "name", "queue", "attempt_of_max", "worker", "running_for", "lease",
-                    "progress_display", "cancel", "enqueued_by")
+    list_display = ("job_id", "name_display", "queue", "attempt_of_max", "worker", "running_for",
+                    "lease", "progress_display", "cancel", "enqueued_by_display")
     list_display_links = None
     # Django's own value filters, because they list distinct values of THIS page's queryset:
     # the running rows, a few hundred at most, never the whole table.
-    list_filter = ("queue", "name", "worker_id", TagFilter)
+    list_filter = (("queue", ValuesFilter), ("name", ValuesFilter), ("worker_id", ValuesFilter),
+                   TagFilter)
     ordering = ("-id",)
     sortable_by = ("job_id",)
     actions = (cancel_selected,)

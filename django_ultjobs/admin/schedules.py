@@ -12,7 +12,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext, ngettext
@@ -24,14 +24,14 @@ from ..operations import pause_schedules, resume_schedules
 from ..periodic import periodic_jobs
 from ..schedules import Schedule, described
 from .base import JobsAdmin
-from .display import EMPTY, job_link, stamp
+from .display import EMPTY, breakable, job_link, stamp
 
 
 @admin.register(JobSchedule)
 class JobScheduleAdmin(JobsAdmin):
     """Periodic jobs: schedule, time zone, next tick, last tick and its outcome, paused."""
 
-    list_display = ("name", "schedule", "zone", "catch_up", "next_tick", "last_tick_at",
+    list_display = ("name_display", "schedule", "zone", "catch_up", "next_tick", "last_tick_at",
                     "last_outcome", "state")
     list_filter = ("paused",)
     ordering = ("name",)
@@ -43,11 +43,18 @@ class JobScheduleAdmin(JobsAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         """Each schedule with its last tick's job (by the unique (name, tick) index)."""
-        last = Job.objects.using(jobs_database()).filter(
-            name=OuterRef("name"), scheduled_for=OuterRef("last_tick"))
+        jobs = Job.objects.using(jobs_database())
+        last = jobs.filter(name=OuterRef("name"), scheduled_for=OuterRef("last_tick"))
         return super().get_queryset(request).annotate(
             last_job_id=Subquery(last.values("id")[:1]),
-            last_status=Subquery(last.values("status")[:1]))
+            last_status=Subquery(last.values("status")[:1]),
+            # The same index: has any tick of it been enqueued (and not yet pruned)?
+            ever_ticked=Exists(jobs.filter(name=OuterRef("name"), scheduled_for__isnull=False)))
+
+    @admin.display(description=_("name"), ordering="name")
+    def name_display(self, obj: JobSchedule) -> SafeString:
+        """The job's name, wrapping at its separators only."""
+        return breakable(obj.name)
 
     @admin.display(description=_("time zone"))
     def zone(self, obj: JobSchedule) -> str:
@@ -70,8 +77,12 @@ class JobScheduleAdmin(JobsAdmin):
 
     @admin.display(description=_("last tick"), ordering="last_tick")
     def last_tick_at(self, obj: JobSchedule) -> str:
-        """The newest tick enqueued (or when the schedule began or was resumed)."""
-        return stamp(obj.last_tick, getattr(obj, "db_now", None))
+        """The newest tick enqueued (or when the schedule was resumed); ``never`` for one that
+        never ticked, whose cursor is only when it began."""
+        when = stamp(obj.last_tick, getattr(obj, "db_now", None))
+        if getattr(obj, "ever_ticked", True):
+            return when
+        return gettext("never; scheduled since %(when)s") % {"when": when}
 
     @admin.display(description=_("outcome"))
     def last_outcome(self, obj: JobSchedule) -> SafeString | str:

@@ -30,8 +30,17 @@ from ..models import AttemptRecord, HeldSlot, Job, JobAttempt, JobStatus, LostSl
 from ..registry import registered_jobs
 from ..slot_keys import slot_key_for, split_slot_key
 from .base import JobsAdmin
-from .display import EMPTY, ago, duration, job_link, seconds_between, split_holder, worker_link
-from .filters import LapsedFilter, SinceFilter, SlotKeyFilter
+from .display import (
+    EMPTY,
+    ago,
+    breakable,
+    duration,
+    job_link,
+    seconds_between,
+    split_holder,
+    worker_link,
+)
+from .filters import LapsedFilter, SinceFilter, SlotKeyFilter, ValuesFilter
 from .settling import settling_by_key
 
 
@@ -42,10 +51,10 @@ class HeldSlotAdmin(JobsAdmin):
     permission_model = Slot
     rows_have_pages = False
     offers_refresh = True
-    list_display = ("key", "job_key", "cap", "slot", "holder_worker", "holder_job", "acquired",
-                    "expires", "lapsed", "runs_waiting")
+    list_display = ("key_display", "job_key", "cap", "slot", "holder_worker", "holder_job",
+                    "acquired", "expires", "lapsed", "runs_waiting")
     list_display_links = None
-    list_filter = (LapsedFilter, "key")
+    list_filter = (LapsedFilter, ("key", ValuesFilter))
     ordering = ("key", "slot")
     search_fields = ("key", "holder")
     search_help_text = _("Part of a slot key (job:<name>, or key:<length>:<name>:<key> for a cap "
@@ -71,13 +80,18 @@ class HeldSlotAdmin(JobsAdmin):
         return super().changelist_view(request, {"ultjobs_settling": settling,
                                                  **(extra_context or {})})
 
+    @admin.display(description=_("key"), ordering="key")
+    def key_display(self, obj: Slot) -> SafeString:
+        """The slot's key (``job:<name>``), wrapping at its separators only."""
+        return breakable(obj.key)
+
     @admin.display(description=_("job and key"))
-    def job_key(self, obj: Slot) -> str:
+    def job_key(self, obj: Slot) -> SafeString:
         """The job the slot caps, and its concurrency key when the cap is per key (rule 50)."""
         name, key = split_slot_key(obj.key)
         if key is None:
-            return gettext("%(job)s (per job)") % {"job": name}
-        return gettext("%(job)s, key %(key)s") % {"job": name, "key": key}
+            return breakable(gettext("%(job)s (per job)") % {"job": name})
+        return breakable(gettext("%(job)s, key %(key)s") % {"job": name, "key": key})
 
     @admin.display(description=_("cap"))
     def cap(self, obj: Slot) -> str:
@@ -198,7 +212,7 @@ class LostSlotCancellationAdmin(JobsAdmin):
     @admin.display(description=_("job"))
     def job_display(self, obj: JobAttempt) -> SafeString | str:
         """The job, linked to its page (where all its attempts are)."""
-        return job_link(obj.job_id, f"{getattr(obj, 'job_name', '')}#{obj.job_id}")
+        return job_link(obj.job_id, breakable(f"{getattr(obj, 'job_name', '')}#{obj.job_id}"))
 
     @admin.display(description=_("worker"))
     def worker(self, obj: JobAttempt) -> SafeString | str:
@@ -206,9 +220,9 @@ class LostSlotCancellationAdmin(JobsAdmin):
         return worker_link(obj.worker_id)
 
     @admin.display(description=_("slot"))
-    def slot_held(self, obj: JobAttempt) -> str:
+    def slot_held(self, obj: JobAttempt) -> SafeString | str:
         """The lost slot, ``key[slot]``."""
-        return f"{obj.slot_key}[{obj.slot}]" if obj.slot_key else EMPTY
+        return breakable(f"{obj.slot_key}[{obj.slot}]") if obj.slot_key else EMPTY
 
     @admin.display(description=_("then"))
     def then(self, obj: JobAttempt) -> SafeString | str:

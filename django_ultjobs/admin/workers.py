@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from ..conf import get_settings
 from ..models import Worker
 from .base import JobsAdmin
-from .display import EMPTY, ago, duration, job_link, seconds_between
+from .display import EMPTY, ago, breakable, duration, job_link, seconds_between
 from .filters import WorkerSeenFilter
 
 
@@ -23,7 +23,7 @@ from .filters import WorkerSeenFilter
 class WorkerAdmin(JobsAdmin):
     """Recently seen workers: id, host, pid, threads, queues, last heartbeat, runs in flight."""
 
-    list_display = ("id", "hostname", "pid", "threads", "queue_list", "started",
+    list_display = ("id_display", "hostname_display", "pid", "threads", "queue_list", "started",
                     "last_heartbeat", "runs_in_flight", "overrunning_runs", "state")
     list_filter = (WorkerSeenFilter,)
     ordering = ("-last_seen_at",)
@@ -34,10 +34,20 @@ class WorkerAdmin(JobsAdmin):
     readonly_fields = ("queue_list", "timings", "started", "last_heartbeat", "runs_in_flight",
                        "overrunning_runs", "state")
 
+    @admin.display(description=_("id"), ordering="id")
+    def id_display(self, obj: Worker) -> SafeString:
+        """The worker's id (``host:pid:random``), wrapping at its colons only."""
+        return breakable(obj.id)
+
+    @admin.display(description=_("hostname"), ordering="hostname")
+    def hostname_display(self, obj: Worker) -> SafeString:
+        """The host, wrapping at its dots only (``ip-10-0-0-12.eu-west-1.compute.internal``)."""
+        return breakable(obj.hostname)
+
     @admin.display(description=_("queues"))
-    def queue_list(self, obj: Worker) -> str:
+    def queue_list(self, obj: Worker) -> SafeString | str:
         """The queues the worker claims from."""
-        return ", ".join(str(q) for q in obj.queues or ()) or EMPTY
+        return breakable(", ".join(str(q) for q in obj.queues or ())) if obj.queues else EMPTY
 
     @admin.display(description=_("started"), ordering="started_at")
     def started(self, obj: Worker) -> str:

@@ -41,7 +41,7 @@ def test_the_job_page_lists_the_attempt_its_row_holds(alias: str, viewer) -> Non
     html = page(client_for(viewer), reverse("admin:django_ultjobs_job_change", args=[job.id]))
     group = html[html.index('id="attempts-group"'):]
     group = re.sub(r">\s+<", "><", group[:group.index("</table>")])
-    assert re.findall(r'<td class="field-outcome"><p>(\w+)</p>', group) == ["succeeded"]
+    assert re.findall(r'<td class="field-outcome_display"><p>(\w+)</p>', group) == ["succeeded"]
     assert f'<td class="field-worker_id"><p>{WORKER_ID}</p></td>' in group
     assert '<td class="field-attempt"><p>1</p></td>' in group
 

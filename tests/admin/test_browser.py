@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission
 
-from django_ultjobs.models import Job, JobAttempt, Slot
+from django_ultjobs.models import Job, JobAttempt, JobSchedule, Slot
+from django_ultjobs.store import get_store
 from tests.admin.conftest import PASSWORD
 from tests.conftest import running_worker, wait_until
 from tests.testapp.jobs import block_until, flaky, record, worker_serial_block_until
@@ -126,6 +130,71 @@ def assert_column_visible(driver: Any, cell_css: str) -> None:
             cell_css, cell.text, right, box_right, scroll, client)
 
 
+#: Characters after which a line may break inside a cell: a space, a hyphen, and the separators
+#: ``display.breakable`` marks with ``<wbr>``. A line that starts after any other character
+#: broke a word in two ("heart/beat_/tick").
+BREAKS_AFTER = r"[\s_.:@/,\-]"
+#: Every line break inside ``arguments[0]``, as the characters either side of it.
+LINE_BREAKS_JS = r"""
+const chars = [];  // [character, top, height] of each painted character; a space as " "
+const walker = document.createTreeWalker(arguments[0], NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.data.length; i++) {
+        if (/\s/.test(node.data[i])) {  // a space a line ends on is not painted: kept as one
+            if (chars.length && chars[chars.length - 1][0] !== " ") chars.push([" ", 0, 0]);
+            continue;
+        }
+        const range = document.createRange();
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        const rect = range.getClientRects()[0];
+        if (rect && rect.width > 0) chars.push([node.data[i], rect.top, rect.height]);
+    }
+}
+const painted = chars.filter(c => c[0] !== " ");
+const text = chars.map(c => c[0]).join("");
+const breaks = [];
+let at = 0;  // where painted[k] is in text
+for (let k = 0; k < painted.length; k++) {
+    at = text.indexOf(painted[k][0], at);
+    if (k > 0 && painted[k][1] >= painted[k - 1][1] + painted[k - 1][2] / 2) {
+        breaks.push([text.slice(0, at), painted[k][0]]);
+    }
+    at += 1;
+}
+return breaks;
+"""
+#: The admin's lists, each with rows once the browser test has run its jobs.
+LISTS = ("job", "inflightjob", "heldslot", "lostslotcancellation", "worker", "jobschedule")
+
+
+def assert_no_word_broken(driver: Any) -> None:
+    """Fail if a cell or header of the list on screen wraps inside a word, or is cut off."""
+    cells = driver.find_elements(By.CSS_SELECTOR, "#result_list td, #result_list thead th, "
+                                                  "#changelist-filter li")
+    for cell in cells:
+        for before, after in driver.execute_script(LINE_BREAKS_JS, cell):
+            assert re.search(BREAKS_AFTER + "$", before) or re.match(r"\s", after), (
+                driver.current_url, driver.execute_script("return window.innerWidth"),
+                f"{before}|{after}", cell.text)
+    assert_column_visible(driver, "#result_list td")
+
+
+def assert_lists_whole_at(driver: Any, base: str, widths: tuple[int, ...],
+                          folder: Path) -> None:
+    """Every list, at each window width: nothing broken mid-word, nothing clipped."""
+    try:
+        for width in widths:
+            driver.set_window_size(width, 900)
+            assert driver.execute_script("return window.innerWidth") == width
+            for name in LISTS:
+                driver.get(f"{base}/admin/django_ultjobs/{name}/")
+                shoot(driver, folder, f"{name}-{width}")  # first: it shows what failed
+                assert_no_word_broken(driver)
+    finally:
+        driver.set_window_size(1440, 900)
+
+
 def top_of(driver: Any, css: str) -> float:
     """The distance from the top of the page to the first element matching ``css``."""
     return driver.execute_script(
@@ -184,18 +253,39 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
         # (the last is "enqueued by") is in the window.
         in_flight = f"{base}/admin/django_ultjobs/inflightjob/"
         open_until(browser, in_flight, f"#{report.id}")
-        assert_column_visible(browser, "#result_list th.column-enqueued_by")
-        assert_column_visible(browser, "#result_list td.field-enqueued_by")
+        assert_column_visible(browser, "#result_list th.column-enqueued_by_display")
+        assert_column_visible(browser, "#result_list td.field-enqueued_by_display")
         shoot(browser, screenshots, "in-flight")
 
         browser.get(f"{base}/admin/django_ultjobs/heldslot/")
         assert browser.find_element(By.TAG_NAME, "h1").text == "Held slots"
-        assert "job:worker_serial_block_until" in browser.page_source
+        assert "job:worker_serial_block_until" in browser.page_source.replace("<wbr>", "")
         # Its cap, and the second run of its kind waiting for the one slot.
         assert [browser.find_element(By.CSS_SELECTOR, f"#result_list td.field-{c}").text
                 for c in ("cap", "runs_waiting")] == ["1", "1"]
         assert "to change" not in browser.title
         shoot(browser, screenshots, "held-slots")
+
+        operator.user_permissions.add(Permission.objects.get(codename="view_jobschedule"))
+        # A running job's page: its outcome is its lease, said to be one, and its attempts
+        # table shows the run in progress.
+        browser.get(f"{base}/admin/django_ultjobs/job/{report.id}/change/")
+        outcome = browser.find_element(By.CSS_SELECTOR, ".field-outcome .readonly").text
+        assert outcome.startswith("running; its worker renews the lease") and \
+            outcome.endswith("unless renewed"), outcome
+        assert [e.text for e in browser.find_elements(
+            By.CSS_SELECTOR, "td.field-outcome_display")] == ["running"]
+        shoot(browser, screenshots, "job-running")
+
+        # A schedule that never ticked (its cursor is when it began, 9 minutes ago).
+        JobSchedule.objects.using(pg_alias).create(
+            name="reports.heartbeat_tick", schedule="every 60 s",
+            last_tick=get_store(pg_alias).db_now() - timedelta(minutes=9))
+        # Every list, with rows in each, at a laptop's 1280 px and at 1440, the navigation
+        # sidebar and the filters open.
+        widths = Path(os.environ.get("ULTJOBS_WIDTHS_DIR") or tmp_path / "widths")
+        widths.mkdir(parents=True, exist_ok=True)
+        assert_lists_whole_at(browser, base, (1280, 1440), widths)
 
         # Cancel it through the action, with a finished job selected too: the message says
         # what was skipped and why.
@@ -222,7 +312,8 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
         open_until(browser, detail, "cancelled on request: the report is no longer needed")
         assert browser.find_element(By.TAG_NAME, "h1").text == "View job"
         status = browser.find_element(By.CSS_SELECTOR, ".field-status_display .readonly").text
-        outcomes = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "td.field-outcome")]
+        outcomes = [e.text for e in browser.find_elements(By.CSS_SELECTOR,
+                                                        "td.field-outcome_display")]
         assert (status, outcomes) == ("cancelled", ["cancelled"])
         # No lease clock on a finished job: "visible at ... (in 17 s)" would promise a run.
         assert "visible at" not in body_text(browser).lower()
@@ -262,6 +353,7 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
         assert_column_visible(browser, "#result_list td.field-state")
         shoot(browser, screenshots, "workers")
 
+
     job = jobs.get(id=report.id)
     assert (job.status, job.cancel_requested) == ("cancelled", True)
     assert LogEntry.objects.filter(object_id=str(report.id), user=operator).count() == 1
@@ -288,8 +380,10 @@ def _history(alias: str) -> None:
         for _ in range(rng.randint(18, 40)):
             name = rng.choice(list(kinds))
             took = kinds[name][0] * rng.lognormvariate(0, 0.5)
-            outcome = rng.choices(["succeeded", "retrying", "failed", "cancelled"],
-                                  [94, 3, 2, 1] if not 18 <= minute <= 22 else [50, 30, 18, 2])[0]
+            # Suspended runs (durable sleeps) beside the retries: the two must read apart.
+            outcome = rng.choices(["succeeded", "retrying", "failed", "cancelled", "suspended"],
+                                  [91, 3, 2, 1, 3] if not 18 <= minute <= 22
+                                  else [45, 30, 18, 2, 5])[0]
             finished = now - timedelta(minutes=minute, seconds=rng.uniform(0, 59))
             attempts.append(JobAttempt(job=jobs[name], attempt=1, outcome=outcome,
                                        started_at=finished - timedelta(seconds=took),
@@ -362,7 +456,7 @@ def test_progress_and_tags_in_a_real_browser(
         assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("37", "100")
         assert bar.size["width"] > 0
         assert_column_visible(browser, "#result_list td.field-progress_display")
-        assert_column_visible(browser, "#result_list td.field-enqueued_by")
+        assert_column_visible(browser, "#result_list td.field-enqueued_by_display")
         shoot(browser, screenshots, "in-flight-progress")
 
         browser.get(f"{base}/admin/django_ultjobs/job/{job.id}/change/")

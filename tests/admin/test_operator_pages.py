@@ -80,7 +80,7 @@ def test_worker_rows_keep_the_workers_own_timings(alias: str, viewer) -> None:
     workers.filter(id=eager.id).update(stopped_at=None, last_seen_at=now - timedelta(seconds=26))
     client = client_for(viewer)
     html = page(client, WORKERS)
-    states = dict(re.findall(r'<th class="field-id"><a [^>]+>([^<]+)</a></th>.*?'
+    states = dict(re.findall(r'<th class="field-id_display"><a [^>]+>([^<]+)</a></th>.*?'
                              r'<td class="field-state">(.*?)</td>', html, re.S))
     assert states[patient.id].startswith("running"), states
     assert "silent for 26 s" in states[eager.id], states
