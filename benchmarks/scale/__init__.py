@@ -1,0 +1,32 @@
+"""The job queue at scale: tables of millions of finished jobs, and what does not keep up.
+
+    python -m benchmarks.scale [--rows 10000000] [--queued 1000000] [--prune-rows 1000000]
+                               [--cycles 5] [--sqlite-queued 300000] [--pairs 3]
+                               [--quick] [--keep] [--json out.json] [--plans plans.txt]
+
+``--quick`` is a few-minute version (a tenth of every size, one pair); ``--rows`` scales the
+history alone. Export ``ULTJOBS_TEST_DB_SUFFIX`` first: the databases are
+``ultjobs_peers_scale_empty<suffix>`` and ``ultjobs_peers_scale_hist<suffix>`` on the peer
+benchmark's server (127.0.0.1:5432), both dropped at the end unless ``--keep``.
+
+Two databases side by side: EMPTY, and HIST holding ``--rows`` finished jobs (succeeded,
+failed, cancelled, spread over 30 days, with their attempts stored as the workers store them:
+``benchmarks.scale.fill``), each table filled by one ``INSERT … SELECT generate_series``. The
+measurements alternate between the two in pairs, so drift on a shared machine falls on both:
+
+1. the no-op and ``io-sync`` drains (the peer benchmark's drain code), idle pickup p50/p99 and
+   one ``enqueue()`` with its commit and inside a transaction;
+2. with ``--queued`` live jobs added to both (and a backlog of a tenth of it before ANALYZE,
+   as a new site meets it): the admin's app index, jobs list (unfiltered, by status, by name),
+   a job's page and the workers page as a logged-in superuser (Django's test client), the
+   ``ultjobs stats`` and ``ultjobs list`` commands, and the statements a stats view would run;
+   the slowest statements of each explained (``EXPLAIN (ANALYZE, BUFFERS)``, in ``--plans``);
+3. ``prunejobs`` of ``--prune-rows`` finished jobs in HIST while drains run beside it: its
+   time, the waits of every backend (``benchmarks.scale.locks``), the drains' jobs/s beside it
+   against alone; then ``--cycles`` fill-and-prune cycles with the table and index sizes after
+   each (VACUUM between them, as autovacuum would: this server runs with it off);
+4. the same admin pages on SQLite at ``--sqlite-queued`` queued jobs.
+
+Each figure is printed against its target (met or missed). Not a test: the full run takes
+about an hour on two busy cores, most of it writing and pruning rows.
+"""

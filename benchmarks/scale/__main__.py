@@ -1,0 +1,263 @@
+"""``python -m benchmarks.scale``: run every phase (see the package's docstring), report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers import common
+from benchmarks.peers.common import log
+from benchmarks.scale import locks, report
+
+CHILD = "benchmarks.scale.child"
+SETTINGS = "benchmarks.scale.settings"
+#: The drains: workload, jobs per drain, the worker's --threads (the peer benchmark's).
+DRAINS = {"noop": (20_000, 32), "io-sync": (5_000, 128)}
+#: The span the history finished over.
+HISTORY_DAYS = 30.0
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.scale",
+                                description="The job queue with tables of millions of rows.")
+    p.add_argument("--rows", type=int, default=10_000_000, help="finished jobs in HIST")
+    p.add_argument("--queued", type=int, default=1_000_000,
+                   help="live jobs added for the read paths")
+    p.add_argument("--prune-rows", type=int, default=1_000_000,
+                   help="finished jobs pruned, and filled per cycle")
+    p.add_argument("--cycles", type=int, default=5, help="fill-and-prune cycles")
+    p.add_argument("--sqlite-queued", type=int, default=300_000)
+    p.add_argument("--pairs", type=int, default=3,
+                   help="EMPTY/HIST pairs of each hot-path and read-path measurement")
+    p.add_argument("--pickup-samples", type=int, default=100, help="per pickup block")
+    p.add_argument("--repeat", type=int, default=5, help="runs per page (median)")
+    p.add_argument("--drain-scale", type=float, default=1.0, help="jobs per drain, scaled")
+    p.add_argument("--quick", action="store_true",
+                   help="a few minutes: a tenth of every size, one pair")
+    p.add_argument("--skip", default="",
+                   help="phases to leave out: hot,read,prune,cycles,sqlite")
+    p.add_argument("--keep", action="store_true", help="keep the databases afterwards")
+    p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--plans", type=Path, default=Path("scale-plans.txt"),
+                   help="where the EXPLAIN output goes")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows = min(args.rows, 1_000_000)
+        args.queued = min(args.queued, 100_000)
+        args.prune_rows = min(args.prune_rows, 100_000)
+        args.cycles = min(args.cycles, 2)
+        args.sqlite_queued = min(args.sqlite_queued, 30_000)
+        args.pairs = 1
+        args.pickup_samples = min(args.pickup_samples, 40)
+        args.repeat = min(args.repeat, 3)
+        args.drain_scale = min(args.drain_scale, 0.25)
+    if args.prune_rows * (args.cycles + 2) > args.rows:
+        p.error("--prune-rows x (--cycles + 2) must not exceed --rows: each cycle prunes "
+                "rows older than the ones it filled")
+    args.skip = set(filter(None, args.skip.split(",")))
+    return args
+
+
+class Bench:
+    """The two databases and the children that measure them."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        suffix = os.environ.get("ULTJOBS_TEST_DB_SUFFIX", "")
+        self.empty = f"ultjobs_peers_scale_empty{suffix}"
+        self.hist = f"ultjobs_peers_scale_hist{suffix}"
+        self.results: dict[str, Any] = {"args": {k: sorted(v) if isinstance(v, set) else
+                                                 str(v) if isinstance(v, Path) else v
+                                                 for k, v in vars(args).items()},
+                                        "empty_db": self.empty, "hist_db": self.hist}
+        self.plans: list[str] = []
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return common.child_env(DJANGO_SETTINGS_MODULE=SETTINGS, **extra)
+
+    def child(self, db: str, phase: str, *args: str, **env: str) -> dict[str, Any]:
+        return common.run_child(CHILD, [phase, "--db", db, *args], env=self.env(**env))
+
+    def both(self, pair: int) -> list[tuple[str, str]]:
+        """EMPTY then HIST in even pairs, HIST first in odd ones."""
+        order = [("empty", self.empty), ("hist", self.hist)]
+        return order if pair % 2 == 0 else order[::-1]
+
+    # -- phases -------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.results["server"] = common.server_facts()
+        for db in (self.empty, self.hist):
+            common.create_database(db)
+            self.child(db, "setup")
+        log(f"filling {self.hist} with {self.args.rows:,} finished jobs")
+        self.results["history_fill"] = self.child(
+            self.hist, "fill-history", "--rows", str(self.args.rows), "--days",
+            str(HISTORY_DAYS), "--analyze")
+        log(f"filled: {report.short(self.results['history_fill'])}")
+
+    def hot_paths(self) -> None:
+        """Drains, pickup and single enqueues, EMPTY and HIST alternated."""
+        figures: dict[str, dict[str, list[Any]]] = {"empty": {}, "hist": {}}
+        for pair in range(self.args.pairs):
+            for workload, (jobs, threads) in DRAINS.items():
+                count = max(1_000, int(jobs * self.args.drain_scale))
+                for side, db in self.both(pair):
+                    r = self.child(db, "drain", "--workload", workload, "--jobs", str(count),
+                                   "--threads", str(threads))
+                    figures[side].setdefault(f"drain_{workload}", []).append(r)
+                    log(f"pair {pair + 1} {side} drain {workload}: {r['jobs_per_s']:,.0f} jobs/s")
+            for side, db in self.both(pair):
+                r = self.child(db, "pickup", "--samples", str(self.args.pickup_samples))
+                figures[side].setdefault("pickup", []).append(r)
+                log(f"pair {pair + 1} {side} pickup: p50 {r['p50_ms']:.1f} p99 {r['p99_ms']:.1f}")
+            for side, db in self.both(pair):
+                r = self.child(db, "single")
+                figures[side].setdefault("single", []).append(r)
+                log(f"pair {pair + 1} {side} enqueue: {r['single_commit_ms']:.2f} ms commit, "
+                    f"{r['single_txn_ms']:.2f} ms in a transaction")
+        self.results["hot"] = figures
+
+    def read_paths(self) -> None:
+        """The admin, the CLI and the stats view: HIST with no backlog, a young backlog before
+        ANALYZE, then ``--queued`` live jobs in both databases (the figures the targets hold
+        for, in pairs)."""
+        reads: dict[str, dict[str, Any]] = {}
+
+        def measure(label: str, db: str, target: bool, explain: bool,
+                    paths: str = "admin,cli,stats") -> None:
+            entry = reads.setdefault(label, {"target": target, "runs": []})
+            entry["runs"].append(self._read(db, label, explain, paths))
+
+        measure("HIST, 0 live", self.hist, False, True)
+        young = max(1, self.args.queued // 10)
+        self.child(self.empty, "fill-queued", "--rows", str(young))
+        measure(f"EMPTY + {young:,} live, before ANALYZE", self.empty, False, True, "admin")
+        self.child(self.empty, "fill-queued", "--rows", str(self.args.queued - young),
+                   "--analyze")
+        self.child(self.hist, "fill-queued", "--rows", str(self.args.queued), "--analyze")
+        for pair in range(self.args.pairs):
+            for side, db in self.both(pair):
+                measure(f"{side.upper()} + {self.args.queued:,} live", db, True, pair == 0)
+        self.results["reads"] = reads
+        for db in (self.empty, self.hist):
+            self.child(db, "clear-live")
+
+    def _read(self, db: str, label: str, explain: bool, paths: str) -> dict[str, Any]:
+        args = ["--repeat", str(self.args.repeat), "--paths", paths]
+        r = self.child(db, "read-paths", *args, *(["--explain"] if explain else []))
+        log(f"{label}: " + ", ".join(f"{p['name']} {p['median_ms']:.0f} ms"
+                                     for p in r["paths"][:2])
+            + (f", stats exact {r['stats_exact_ms']:.0f} ms" if "stats_exact_ms" in r else ""))
+        if explain:
+            self.plans.append(report.plans_text(label, r))
+        return r
+
+    def prune(self) -> None:
+        """``prunejobs`` of ``--prune-rows`` in HIST, drains before, beside and after it."""
+        fraction = self.args.prune_rows / self.args.rows
+        days = HISTORY_DAYS * (1 - fraction)
+        jobs, threads = DRAINS["noop"]
+        count = max(1_000, int(jobs * self.args.drain_scale))
+
+        def one_drain() -> dict[str, Any]:
+            return self.child(self.hist, "drain", "--jobs", str(count), "--threads",
+                              str(threads), "--no-vacuum")
+
+        before = [one_drain() for _ in range(2)]
+        sampler = locks.LockSampler(self.hist).start()
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "prunejobs", "--days", f"{days:.6f}"],
+            cwd=common.REPO, env=self.env(BENCH_PEERS_DB=self.hist, PGAPPNAME=locks.PRUNE_APP),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        beside = []
+        while proc.poll() is None:
+            r = one_drain()
+            r["prune_running_at_end"] = proc.poll() is None
+            beside.append(r)
+            log(f"drain beside the prune: {r['jobs_per_s']:,.0f} jobs/s")
+        out, err = proc.communicate()
+        seconds = time.perf_counter() - started
+        waits = sampler.stop()
+        after = [one_drain() for _ in range(2)]
+        if proc.returncode != 0:
+            raise RuntimeError(f"prunejobs exited {proc.returncode}: {err.strip()[-500:]}")
+        log(f"prunejobs --days {days:.2f}: {seconds:.1f} s: {out.strip()}")
+        self.results["prune"] = {"days": days, "seconds": seconds, "output": out.strip(),
+                                 "before": before, "beside": beside, "after": after,
+                                 "waits": waits}
+        self.results["prune"]["sizes_after"] = self.child(self.hist, "sizes")
+
+    def cycles(self) -> None:
+        """Fill-and-prune cycles: each adds ``--prune-rows`` newer than any pruned and prunes
+        as many of the oldest."""
+        fraction = self.args.prune_rows / self.args.rows
+        self.child(self.hist, "clear-live")  # the VACUUM autovacuum would run after the prune
+        cycles = [{"sizes": self.child(self.hist, "sizes")}]
+        for c in range(1, self.args.cycles + 1):
+            retention = HISTORY_DAYS * (1 - fraction * (c + 1))
+            r = self.child(self.hist, "prune-cycle", "--rows", str(self.args.prune_rows),
+                           "--days", str(HISTORY_DAYS * fraction), "--retention",
+                           f"{retention:.6f}")
+            cycles.append(r)
+            log(f"cycle {c}: {r['prune_output']}; {r['prune_s']:.1f} s; "
+                f"{report.total_bytes(r['sizes']) / 2**20:,.0f} MiB")
+        self.results["cycles"] = cycles
+
+    def sqlite(self) -> None:
+        path = Path(tempfile.gettempdir()) / f"ultjobs-scale{os.getpid()}.sqlite3"
+        try:
+            self.results["sqlite"] = self.child(
+                "sqlite", "sqlite", "--rows", str(self.args.sqlite_queued), "--repeat",
+                str(self.args.repeat), BENCH_SCALE_SQLITE=str(path))
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+    def teardown(self) -> None:
+        for db in (self.empty, self.hist):
+            common.drop_database(db)
+
+
+def load() -> str:
+    """The load average, as ``uptime`` prints it."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    bench = Bench(args)
+    loads: list[tuple[str, str]] = [("start", load())]
+    try:
+        bench.setup()
+        for name, phase in (("hot", bench.hot_paths), ("read", bench.read_paths),
+                            ("prune", bench.prune), ("cycles", bench.cycles),
+                            ("sqlite", bench.sqlite)):
+            if name in args.skip:
+                continue
+            log(f"phase {name} (load {load()})")
+            phase()
+            loads.append((name, load()))
+    finally:
+        if not args.keep:
+            bench.teardown()
+        bench.results["loads"] = loads
+        if args.json:
+            args.json.write_text(json.dumps(bench.results, indent=1, default=str))
+        if bench.plans:
+            args.plans.write_text("\n\n".join(bench.plans))
+    print(report.render(bench.results))
+    return 0
+
+
+if __name__ == "__main__":
+    common.exit_on_sigterm()
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,271 @@
+"""The report of ``python -m benchmarks.scale``: every figure as a Markdown table, each against
+its target (met or missed), and the targets gathered at the end."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+from benchmarks.peers import common
+
+#: The product's targets.
+HOT_RATIO = 0.9  # drains and pickup with the history, against the empty tables
+PAGE_MS = 200.0  # admin app index and jobs list; the same pages on SQLite
+STATS_MS = 50.0  # a stats view
+PRUNE_S = 30.0  # pruning --prune-rows finished jobs
+PRUNE_DRAIN_RATIO = 0.8  # a drain beside the prune, against alone
+SIZE_GROWTH = 1.10  # the tables after the last cycle, against after the first prune
+#: The read paths the page targets hold for.
+TARGET_PAGES = ("admin: app index", "admin: jobs list")
+
+#: (target, figure, met) of every target judged, in the report's order.
+Targets = list[tuple[str, str, bool]]
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def judge(targets: Targets, what: str, figure: str, ok: bool) -> str:
+    """Record one target's verdict; return the cell that shows it."""
+    targets.append((what, figure, ok))
+    return verdict(ok)
+
+
+def short(result: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v:,}"
+                     for k, v in result.items() if isinstance(v, int | float))
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.0f}"
+
+
+def total_bytes(sizes: dict[str, int]) -> int:
+    return sum(sizes.values())
+
+
+# -- the hot paths --------------------------------------------------------------------------------
+
+
+def _ratio_row(targets: Targets, name: str, empty: list[float], hist: list[float],
+               higher_better: bool, unit: str, target: float | None) -> str:
+    e, h = statistics.median(empty), statistics.median(hist)
+    ratio = h / e if higher_better else e / h
+    pairs = [(y / x if higher_better else x / y) for x, y in zip(empty, hist, strict=False)]
+    spread = f"{min(pairs):.2f} to {max(pairs):.2f}" if len(pairs) > 1 else "-"
+    goal = "-"
+    if target:
+        goal = f"≥ {target:.1f}x: " + judge(
+            targets, f"{name} with the history ≥ {target:.1f}x of empty", f"{ratio:.2f}x",
+            ratio >= target)
+    digits = 0 if unit == "jobs/s" else 2
+    return (f"| {name} | {e:,.{digits}f} {unit} | {h:,.{digits}f} {unit} | {ratio:.2f}x "
+            f"| {spread} | {goal} |")
+
+
+def hot_table(hot: dict[str, dict[str, list[dict[str, Any]]]], targets: Targets) -> list[str]:
+    empty, hist = hot["empty"], hot["hist"]
+    lines = ["HIST as fast as EMPTY: jobs/s HIST over EMPTY, or a latency EMPTY over HIST "
+             "(below 1: HIST is slower). Pairs: the lowest and highest of the pairs' own ratios.",
+             "", "| figure | EMPTY | HIST | HIST as fast as EMPTY | pairs | target |",
+             "| --- | --: | --: | --: | --- | --- |"]
+    for key in sorted(k for k in empty if k.startswith("drain_")):
+        lines.append(_ratio_row(targets, f"drain {key[6:]}", [r["jobs_per_s"] for r in empty[key]],
+                                [r["jobs_per_s"] for r in hist[key]], True, "jobs/s", HOT_RATIO))
+    if "pickup" in empty:
+        pooled = {side: common.pooled_pickup(hot[side]["pickup"]) for side in ("empty", "hist")}
+        for p in ("p50_ms", "p99_ms"):
+            lines.append(_ratio_row(targets, f"idle pickup {p[:3]} (all samples)",
+                                    [pooled["empty"][p]], [pooled["hist"][p]], False, "ms",
+                                    HOT_RATIO))
+            lines.append(_ratio_row(targets, f"idle pickup {p[:3]}, per block",
+                                    [r[p] for r in empty["pickup"]],
+                                    [r[p] for r in hist["pickup"]], False, "ms", None))
+    if "single" in empty:
+        for key, label in (("single_commit_ms", "enqueue() with its commit"),
+                           ("single_txn_ms", "enqueue() in a transaction")):
+            lines.append(_ratio_row(targets, label, [r[key] for r in empty["single"]],
+                                    [r[key] for r in hist["single"]], False, "ms", None))
+    return lines
+
+
+# -- the read paths -------------------------------------------------------------------------------
+
+
+def _median_of(runs: list[dict[str, Any]], name: str) -> dict[str, float] | None:
+    found = [p for r in runs for p in r["paths"] if p["name"] == name]
+    if not found:
+        return None
+    return {"ms": statistics.median(p["median_ms"] for p in found),
+            "sql_ms": statistics.median(p["sql_ms"] for p in found),
+            "queries": found[-1]["queries"]}
+
+
+def reads_table(reads: dict[str, dict[str, Any]], targets: Targets) -> list[str]:
+    labels = list(reads)
+    names = list(dict.fromkeys(p["name"] for entry in reads.values() for r in entry["runs"]
+                               for p in r["paths"]))
+    lines = ["Each cell: the median time in ms (statements run, ms of it in SQL); with pairs, "
+             "the median of the pairs' medians.", "",
+             "| read path | " + " | ".join(labels) + " | target |",
+             "| --- |" + " --: |" * len(labels) + " --- |"]
+    for name in names:
+        cells, goals = [], []
+        for label in labels:
+            got = _median_of(reads[label]["runs"], name)
+            cells.append("-" if got is None else
+                         f"{got['ms']:,.0f} ({got['queries']} q, {got['sql_ms']:,.0f} SQL)")
+            if got is not None and name in TARGET_PAGES and reads[label]["target"]:
+                goals.append(judge(targets, f"{name} ≤ {PAGE_MS:.0f} ms, {label}",
+                                   f"{got['ms']:,.0f} ms", got["ms"] <= PAGE_MS))
+        goal = f"≤ {PAGE_MS:.0f} ms: " + ", ".join(goals) if goals else "-"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {goal} |")
+    for mode in ("exact", "capped"):
+        cells, goals = [], []
+        for label in labels:
+            ms = [r[f"stats_{mode}_ms"] for r in reads[label]["runs"]
+                  if f"stats_{mode}_ms" in r]
+            cells.append(f"{statistics.median(ms):,.1f}" if ms else "-")
+            if ms and reads[label]["target"]:
+                figure = statistics.median(ms)
+                goals.append(judge(targets, f"stats view ({mode}) ≤ {STATS_MS:.0f} ms, {label}",
+                                   f"{figure:,.1f} ms", figure <= STATS_MS))
+        goal = f"≤ {STATS_MS:.0f} ms: " + ", ".join(goals) if goals else "-"
+        lines.append(f"| stats view, {mode} (raw SQL) | " + " | ".join(cells) + f" | {goal} |")
+    return lines
+
+
+def plans_text(label: str, result: dict[str, Any]) -> str:
+    """Every explained statement of one read-paths run, for the plans file."""
+    out = [f"######## {label}"]
+    for path in result["paths"]:
+        out.append(f"==== {path['name']}: median {path['median_ms']:.1f} ms, "
+                   f"{path['queries']} statements, {path['sql_ms']:.0f} ms in SQL")
+        for (ms, sql), plan in zip(path["slowest"], path["plans"], strict=False):
+            out.append(f"---- {ms:.1f} ms\n{sql}\n{plan}")
+    for mode in ("exact", "capped"):
+        for plan in result.get(f"stats_{mode}_plans", []):
+            out.append(f"==== stats view, {mode}\n{plan}")
+    return "\n".join(out)
+
+
+# -- the prune ------------------------------------------------------------------------------------
+
+
+def _locks_held(prune_locks: list[list[Any]]) -> str:
+    """The prune's table locks by mode (its indexes' locks follow its tables')."""
+    by_mode: dict[str, set[str]] = {}
+    for locktype, relation, mode, _granted in prune_locks:
+        name = relation.removeprefix("django_ultjobs_") if relation else locktype
+        by_mode.setdefault(mode, set()).add(name)
+    return "; ".join(f"{mode} on {', '.join(sorted(rels))}"
+                     for mode, rels in sorted(by_mode.items()))
+
+
+def prune_lines(prune: dict[str, Any], targets: Targets) -> list[str]:
+    alone = [r["jobs_per_s"] for r in prune["before"] + prune["after"]]
+    beside = [r["jobs_per_s"] for r in prune["beside"]]
+    ratio = statistics.median(beside) / statistics.median(alone) if beside else float("nan")
+    waits = prune["waits"]
+    seconds = prune["seconds"]
+    blocked = waits["worker_blocked_by_prune"]
+    return [
+        f"- `prunejobs --days {prune['days']:.2f}`: **{seconds:.1f} s** wall, the command's "
+        f"start included (≤ {PRUNE_S:.0f} s: "
+        + judge(targets, f"prune ≤ {PRUNE_S:.0f} s", f"{seconds:.1f} s", seconds <= PRUNE_S)
+        + f"): {prune['output']}",
+        f"- drain (no-op) alone: before {', '.join(f'{x:,.0f}' for x in alone[:2])}, after "
+        f"{', '.join(f'{x:,.0f}' for x in alone[2:])} jobs/s; beside the prune "
+        f"{', '.join(f'{x:,.0f}' for x in beside)} jobs/s: **{ratio:.2f}x** (≥ "
+        f"{PRUNE_DRAIN_RATIO}x: "
+        + judge(targets, f"drain beside the prune ≥ {PRUNE_DRAIN_RATIO}x of alone",
+                f"{ratio:.2f}x", ratio >= PRUNE_DRAIN_RATIO) + ")",
+        f"- {waits['samples']:,} samples of `pg_stat_activity` every 50 ms: a worker's backend "
+        f"blocked by the prune's in **{blocked}** ("
+        + judge(targets, "no claim or settle waits on a lock the prune holds",
+                f"{blocked} samples blocked", blocked == 0) + ")",
+        "- waits seen (backend, wait event, samples): " + "; ".join(
+            f"{who} {event} {n}" for who, event, n in waits["waits"][:12]),
+        "- blocks seen (waiting backend, event, blocked by, statement, samples): " + (
+            "; ".join(f"{who} {event} by {by}: `{query[:70]}` {n}"
+                      for who, event, by, query, n in waits["blocked"][:8]) or "none"),
+        "- locks the prune's backend held (tables; their indexes alike): "
+        + _locks_held(waits["prune_locks"]),
+    ]
+
+
+def _pruned(output: str) -> str:
+    match = re.search(r"pruned (\d+) jobs \((\d+) attempts", output)
+    return f"{int(match[1]):,} jobs, {int(match[2]):,} attempts" if match else "-"
+
+
+def cycles_table(cycles: list[dict[str, Any]], targets: Targets) -> list[str]:
+    lines = ["| cycle | pruned | prune s | job heap MiB | job indexes MiB | attempts MiB "
+             "| total MiB |", "| --- | --- | --: | --: | --: | --: | --: |"]
+    for i, c in enumerate(cycles):
+        sizes = c["sizes"]
+        heap = sizes.get("django_ultjobs_job", 0)
+        attempts = sum(v for k, v in sizes.items() if "attempt" in k and "job_attempt" not in k)
+        indexes = total_bytes(sizes) - heap - attempts
+        lines.append(f"| {i or 'after the first prune'} | {_pruned(c.get('prune_output', ''))} "
+                     f"| {c.get('prune_s', 0):.1f} | {mib(heap)} | {mib(indexes)} | "
+                     f"{mib(attempts)} | {mib(total_bytes(sizes))} |")
+    first, last = total_bytes(cycles[0]["sizes"]), total_bytes(cycles[-1]["sizes"])
+    growth = last / first
+    lines += ["", f"Sizes after {len(cycles) - 1} cycles: {growth:.2f}x of after the first "
+              f"prune (≤ {SIZE_GROWTH:.2f}x: "
+              + judge(targets, f"sizes bounded over {len(cycles) - 1} fill-and-prune cycles",
+                      f"{growth:.2f}x", growth <= SIZE_GROWTH) + ")."]
+    last_cycle = cycles[-1]
+    if "statements" in last_cycle:
+        lines += ["", "The last cycle's prune, per statement (count, total, first, last and "
+                  "slowest run): " + "; ".join(
+                      f"{kind} x{s['n']} {s['total_ms'] / 1000:.1f} s ({s['first_ms']:.0f}, "
+                      f"{s['last_ms']:.0f}, {s['max_ms']:.0f} ms)"
+                      for kind, s in sorted(last_cycle["statements"].items(),
+                                            key=lambda kv: -kv[1]["total_ms"]))]
+    return lines
+
+
+def sqlite_table(sqlite: dict[str, Any], targets: Targets) -> list[str]:
+    lines = [f"{sqlite['jobs']:,} queued jobs, {mib(sqlite['size_bytes'])} MiB file.", "",
+             "| read path | before ANALYZE | after ANALYZE | target |",
+             "| --- | --: | --: | --- |"]
+    after = {p["name"]: p for p in sqlite["after_analyze"]}
+    for p in sqlite["before_analyze"]:
+        a = after[p["name"]]
+        goal = "-"
+        if p["name"] in TARGET_PAGES:
+            worst = max(p["median_ms"], a["median_ms"])
+            goal = f"≤ {PAGE_MS:.0f} ms: " + judge(
+                targets, f"SQLite {p['name']} ≤ {PAGE_MS:.0f} ms at {sqlite['jobs']:,} queued",
+                f"{worst:,.0f} ms", worst <= PAGE_MS)
+        lines.append(f"| {p['name']} | {p['median_ms']:,.0f} ({p['queries']} q, "
+                     f"{p['sql_ms']:,.0f} SQL) | {a['median_ms']:,.0f} ({a['sql_ms']:,.0f} SQL) "
+                     f"| {goal} |")
+    return lines
+
+
+def render(results: dict[str, Any]) -> str:
+    """The whole report."""
+    targets: Targets = []
+    out = ["# The job queue at scale", ""]
+    server = results.get("server", {})
+    out.append("Server: PostgreSQL " + ", ".join(f"{k} {v}" for k, v in server.items()) + ".")
+    out.append("Load average (1, 5, 15 min) at the start and at each phase's end: " + "; ".join(
+        f"{name} {value}" for name, value in results.get("loads", [])) + ".")
+    if "history_fill" in results:
+        out.append(f"HIST filled: {short(results['history_fill'])}.")
+    sections = (("hot", "Hot paths, EMPTY against HIST", hot_table),
+                ("reads", "Read paths", reads_table),
+                ("prune", "Prune beside a drain", prune_lines),
+                ("cycles", "Fill-and-prune cycles (VACUUM after each prune)", cycles_table),
+                ("sqlite", "The admin on SQLite", sqlite_table))
+    for key, title, table in sections:
+        if key in results:
+            out += ["", f"## {title}", "", *table(results[key], targets)]
+    out += ["", "## Targets", "", "| target | figure | verdict |", "| --- | --: | --- |"]
+    out += [f"| {what} | {figure} | {verdict(ok)} |" for what, figure, ok in targets]
+    return "\n".join(out)
