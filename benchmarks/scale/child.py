@@ -207,6 +207,7 @@ def read_paths() -> dict[str, Any]:
         timed += pages.time_cli(ARGS.repeat, ARGS.explain)
     result: dict[str, Any] = {"paths": pages.dump(timed), "live": live_counts()}
     if "stats" in wanted and connection.vendor == "postgresql":
+        fill.heartbeat()
         for mode in ("exact", "capped"):
             stats_view.read(mode)  # warm
             runs = [stats_view.timed_read(mode) for _ in range(ARGS.repeat)]
@@ -226,11 +227,12 @@ def live_counts() -> dict[str, int]:
 
 
 def prune_cycle() -> dict[str, Any]:
-    """One fill-and-prune cycle: ``--rows`` finished jobs added (finished over the last
-    ``--days``, newer than any the prune deletes), ``prunejobs --days RETENTION`` run in this
-    process with its statements captured, VACUUM; the table and index sizes after."""
+    """One fill-and-prune cycle: ``--rows`` finished jobs added, finished since the newest
+    finished one (the finish-time indexes' right edge, as workers add them), ``prunejobs --days
+    RETENTION`` run in this process with its statements captured, VACUUM; the table and index
+    sizes after."""
     started = time.perf_counter()
-    jobs, attempts = fill.fill_history(ARGS.rows, ARGS.days)
+    jobs, attempts = fill.fill_history(ARGS.rows, fill.days_since_last_finish())
     filled = time.perf_counter() - started
     prune = run_prune(ARGS.retention)
     result = {"filled": jobs, "filled_attempts": attempts, "fill_s": filled, **prune,

@@ -5,8 +5,9 @@ History (finished jobs) is spread over the last ``days`` days, ids in finish ord
 that grew over those days has them, with the attempts stored as the workers store them (rule
 97): a first attempt that succeeded plainly is held by the job's row (``attempt_on_row``, no
 attempt row); a success after a retry, a failure after its three attempts and a cancelled run
-have attempt rows. The mix per 10,000 jobs: 9,360 succeeded at the first attempt, 400 after a
-retry, 200 failed (a traceback on the row and on each attempt), 40 cancelled (half never ran).
+have attempt rows. The mix per 10,000 jobs, spread evenly over them: 9,360 succeeded at the
+first attempt, 400 after a retry, 200 failed (a traceback on the row and on each attempt), 40
+cancelled (half never ran).
 Twenty job names, the first few far more common, in three queues.
 
 A column left out of an override takes the model's default, so a column added later is
@@ -66,7 +67,7 @@ CROSS JOIN LATERAL (SELECT
     (0.05 + power(random(), 4) * 30) * interval '1 second' AS waited,
     floor(power(random(), 2) * {NAMES})::int AS kind,
     random() AS r,
-    (g %% 10000) AS fate) AS t
+    (g * 7919 %% 10000) AS fate) AS t
 CROSS JOIN LATERAL (SELECT
     CASE WHEN t.fate < 9360 THEN 'succeeded' WHEN t.fate < 9760 THEN 'retried'
          WHEN t.fate < 9960 THEN 'failed' WHEN t.fate < 9980 THEN 'cancelled_run'
@@ -136,6 +137,15 @@ def fill_history(rows: int, days: float, seed: float = 0.42) -> tuple[int, int]:
         return jobs, cur.rowcount
 
 
+def days_since_last_finish() -> float:
+    """Days from the newest finish time to now: the span a cycle's rows finished over."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT extract(epoch FROM now() - max(finished_at)) / 86400 "
+                    "FROM django_ultjobs_job")
+        days = cur.fetchone()[0]
+    return max(float(days or 0.0), 1 / 86400)
+
+
 #: A backlog: ``rows`` queued jobs enqueued over the last hour, a tenth of them scheduled for
 #: later, plus a few running (a tenth with a lapsed lease) and waiting on an event.
 _QUEUED_SOURCE = f"""
@@ -193,6 +203,29 @@ ON CONFLICT DO NOTHING
 """
 
 
+#: The fleet's tickers at work: the live workers heartbeat and their slots are renewed, so the
+#: pages see a running fleet however long ago the rows were written.
+HEARTBEAT = (
+    "UPDATE django_ultjobs_worker SET last_seen_at = CURRENT_TIMESTAMP "
+    "WHERE stopped_at IS NULL AND id LIKE 'web-%%'",
+    "UPDATE django_ultjobs_slot SET expires_at = CURRENT_TIMESTAMP + interval '10 minutes' "
+    "WHERE holder LIKE 'web-%%'",
+)
+
+
+def heartbeat() -> None:
+    """Touch the filled fleet's live workers and held slots, as their tickers would."""
+    with connection.cursor() as cur:
+        for statement in HEARTBEAT:
+            if connection.vendor == "sqlite":
+                # SQLite keeps times as text in Django's format, and has no intervals.
+                statement = statement.replace(
+                    "CURRENT_TIMESTAMP + interval '10 minutes'",
+                    "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+10 minutes')").replace(
+                    "CURRENT_TIMESTAMP", "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')")
+            cur.execute(statement)
+
+
 def fill_queued(rows: int, seed: float = 0.17) -> int:
     """Add a backlog of ``rows`` live jobs, the fleet's worker rows and held slots; return the
     jobs added."""
@@ -234,11 +267,29 @@ _SQLITE_QUEUED_COLUMNS = {
 
 
 def fill_queued_sqlite(rows: int) -> int:
-    """Add ``rows`` queued jobs on SQLite (a tenth scheduled for later); return how many."""
-    from django_ultjobs.models import Job
+    """Add ``rows`` queued jobs on SQLite (a tenth scheduled for later), eight live workers
+    and the capped kinds' held slots; return the jobs added."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_ultjobs.models import Job, Slot, Worker
 
     sql, params = insert_select(Job, _SQLITE_QUEUED_COLUMNS, _SQLITE_QUEUED_SOURCE,
                                 {"rows": rows})
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return cur.rowcount
+        added = cur.rowcount
+    now = timezone.now()
+    names = [f"app.jobs.job_{k}" for k in range(NAMES)]
+    # Eight rows and a dozen: the ORM is fine here.
+    Worker.objects.bulk_create(
+        Worker(id=f"web-{w}:1:0a1b2c", hostname=f"web-{w}", pid=w, threads=16,
+               queues=["default", "mail", "reports"], started_at=now - timedelta(hours=2),
+               last_seen_at=now, in_flight=12, jobs=names, visibility_timeout=30,
+               heartbeat_interval=10, overrunning=[]) for w in range(8))
+    Slot.objects.bulk_create(
+        Slot(key=f"job:app.jobs.job_{k}", slot=s, holder=f"web-{s}:1:0a1b2c",
+             expires_at=now + timedelta(minutes=10))
+        for k in range(CAPPED_NAMES) for s in range(4))
+    return added

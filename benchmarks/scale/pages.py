@@ -17,7 +17,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from benchmarks.admin_big_table import FULL_COUNT
-from benchmarks.scale.fill import CAPPED_NAMES, NAMES
+from benchmarks.scale.fill import CAPPED_NAMES, NAMES, heartbeat
 
 BASE = "/admin/django_ultjobs/"
 #: Statements explained per read path: its slowest ones.
@@ -120,6 +120,8 @@ def time_admin(repeat: int, explain: bool) -> list[Timed]:
     job_id = ids.filter(status="failed").first() or ids.first()
     results = []
     for name, url in admin_pages(job_id):
+        heartbeat()
+
         def get(url: str = url) -> None:
             response = client.get(url)
             if response.status_code != 200:
@@ -145,6 +147,8 @@ def time_cli(repeat: int, explain: bool) -> list[Timed]:
     ]
     results = []
     for name, argv in commands:
+        heartbeat()
+
         def run(argv: list[str] = argv) -> None:
             call_command("ultjobs", *argv, stdout=io.StringIO(), stderr=io.StringIO())
 

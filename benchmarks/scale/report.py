@@ -214,6 +214,14 @@ def cycles_table(cycles: list[dict[str, Any]], targets: Targets) -> list[str]:
                      f"{mib(attempts)} | {mib(total_bytes(sizes))} |")
     first, last = total_bytes(cycles[0]["sizes"]), total_bytes(cycles[-1]["sizes"])
     growth = last / first
+    grew = sorted(((size / cycles[0]["sizes"][name], name, size)
+                   for name, size in cycles[-1]["sizes"].items()
+                   if cycles[0]["sizes"].get(name)), reverse=True)[:5]
+    lines += ["", "Grew the most, first to last: " + ", ".join(
+        f"{name} {mib(cycles[0]['sizes'][name])} to {mib(size)} MiB ({ratio:.2f}x)"
+        for ratio, name, size in grew) + "; the biggest after the last cycle: " + ", ".join(
+        f"{name} {mib(size)}" for name, size in sorted(
+            cycles[-1]["sizes"].items(), key=lambda kv: -kv[1])[:6]) + " MiB."]
     lines += ["", f"Sizes after {len(cycles) - 1} cycles: {growth:.2f}x of after the first "
               f"prune (≤ {SIZE_GROWTH:.2f}x: "
               + judge(targets, f"sizes bounded over {len(cycles) - 1} fill-and-prune cycles",
