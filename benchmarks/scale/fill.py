@@ -67,7 +67,7 @@ CROSS JOIN LATERAL (SELECT
     (0.05 + power(random(), 4) * 30) * interval '1 second' AS waited,
     floor(power(random(), 2) * {NAMES})::int AS kind,
     random() AS r,
-    (g * 7919 %% 10000) AS fate) AS t
+    (g::bigint * 7919 %% 10000) AS fate) AS t
 CROSS JOIN LATERAL (SELECT
     CASE WHEN t.fate < 9360 THEN 'succeeded' WHEN t.fate < 9760 THEN 'retried'
          WHEN t.fate < 9960 THEN 'failed' WHEN t.fate < 9980 THEN 'cancelled_run'
