@@ -27,6 +27,7 @@ measurements alternate between the two in pairs, so drift on a shared machine fa
    each (VACUUM between them, as autovacuum would: this server runs with it off);
 4. the same admin pages on SQLite at ``--sqlite-queued`` queued jobs.
 
-Each figure is printed against its target (met or missed). Not a test: the full run takes
-about an hour on two busy cores, most of it writing and pruning rows.
+Each figure is printed against its target (met or missed), the targets gathered at the end.
+Not a test: the full run takes about 40 minutes on two shared cores, most of it writing and
+pruning rows; ``--quick`` about 3.
 """

@@ -10,7 +10,6 @@ worker's backend blocked by the prune's is what a prune must never cause.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -104,15 +103,3 @@ class LockSampler:
             "prune_locks": sorted({(t, r, m, g) for t, r, m, g in self.prune_locks}),
         }
 
-
-def wait_for_backend(dbname: str, application_name: str, timeout: float = 30.0) -> bool:
-    """Whether a backend named ``application_name`` connected to ``dbname`` within
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if common.scalar("postgres", "SELECT count(*) FROM pg_stat_activity "
-                         "WHERE datname = %s AND application_name = %s",
-                         [dbname, application_name]):
-            return True
-        time.sleep(0.05)
-    return False
