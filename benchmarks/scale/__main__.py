@@ -221,6 +221,9 @@ class Bench:
             self.results["sqlite"] = self.child(
                 "sqlite", "sqlite", "--rows", str(self.args.sqlite_queued), "--repeat",
                 str(self.args.repeat), BENCH_SCALE_SQLITE=str(path))
+            self.plans.append(report.plans_text(
+                f"SQLite + {self.args.sqlite_queued:,} queued, after ANALYZE",
+                {"paths": self.results["sqlite"]["after_analyze"]}))
         finally:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)

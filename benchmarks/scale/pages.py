@@ -75,17 +75,30 @@ def time_call(name: str, call: Callable[[], Any], repeat: int) -> Timed:
                  sum(1 for _, sql in statements if FULL_COUNT.search(sql)), slowest)
 
 
-def explain_slowest(timed: Timed, *, analyze: bool = True) -> None:
-    """Add the plan of each of ``timed``'s slowest statements (PostgreSQL only)."""
-    if connection.vendor != "postgresql":
-        return
-    options = "ANALYZE, BUFFERS" if analyze else "COSTS"
+def explain_slowest(timed: Timed) -> None:
+    """Add the plan of each of ``timed``'s slowest statements: ``EXPLAIN (ANALYZE, BUFFERS)``
+    on PostgreSQL, ``EXPLAIN QUERY PLAN`` on SQLite."""
+    postgresql = connection.vendor == "postgresql"
     for _, sql in timed.slowest:
         if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
             continue
         with connection.cursor() as cur:
-            cur.execute(f"EXPLAIN ({options}) {sql}")
-            timed.plans.append("\n".join(row[0] for row in cur.fetchall()))
+            if postgresql:
+                cur.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
+                timed.plans.append("\n".join(row[0] for row in cur.fetchall()))
+            else:
+                cur.execute(f"EXPLAIN QUERY PLAN {sql}")
+                timed.plans.append(sqlite_plan(cur.fetchall()))
+
+
+def sqlite_plan(rows: list[tuple[int, int, int, str]]) -> str:
+    """SQLite's query plan rows (id, parent, _, detail) as an indented tree."""
+    depths: dict[int, int] = {0: -1}
+    lines = []
+    for node, parent, _, detail in rows:
+        depths[node] = depths.get(parent, -1) + 1
+        lines.append("  " * depths[node] + detail)
+    return "\n".join(lines)
 
 
 def admin_pages(job_id: int) -> list[tuple[str, str]]:
