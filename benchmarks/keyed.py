@@ -48,7 +48,7 @@ def drain(spec: Any, calls: list[Any], threads: int) -> float:
 
 def take_cost(rounds: int = 2000) -> float:
     """Microseconds of one take of one bucket (``rate_take``), the statement a start adds."""
-    from django_ultjobs.rate_limits import parse_rate_limit
+    from django_ultjobs.core.rate_limits import parse_rate_limit
     from django_ultjobs.store import get_store
 
     store = get_store("postgres")

@@ -83,8 +83,8 @@ def _measure(alias: str, repeat: int, jobs: int) -> None:
     from django.db import connections
     from django.test.utils import CaptureQueriesContext
 
+    from django_ultjobs.core.schedules import Candidates
     from django_ultjobs.models import JobSchedule
-    from django_ultjobs.schedules import Candidates
     from django_ultjobs.store import get_store
     from django_ultjobs.store.schedules import ScheduleInfo, ScheduleStore, TickJob
 

@@ -9,9 +9,9 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import connections
 
 from .conf import get_settings
+from .core.numeric import is_finite, is_seconds, shown
+from .core.retry import MAX_DELAY
 from .exceptions import JobConfigurationError
-from .numeric import is_finite, is_seconds, shown
-from .retry import MAX_DELAY
 
 #: The largest JSON string PostgreSQL's jsonb holds (2**28 - 1 bytes).
 MAX_STORABLE_RESULT = 268_435_455
@@ -319,9 +319,9 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     """Check the built-in prune job's schedule and the periodic jobs' time zones (rule 64)."""
     from django.conf import settings
 
+    from .core.schedules import Schedule
     from .exceptions import JobOptionError
     from .registry import registered_jobs
-    from .schedules import Schedule
 
     try:
         conf = get_settings()
@@ -359,7 +359,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 def _zone_option(site_zone: str) -> str:
     """The ``timezone=`` W040 suggests: TIME_ZONE, unless a job may not take it (Django takes
     'localtime' and the 'posix/' copies; rule 64)."""
-    from .schedules import iana_zones
+    from .core.schedules import iana_zones
 
     if site_zone in iana_zones():
         return f"timezone={site_zone!r}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import jsonargs
+from .core import jsonargs
 from .store import get_store
 
 #: The longest event name: the events table's column (``JobEvent.name``).

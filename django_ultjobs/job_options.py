@@ -17,10 +17,10 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .core.jsonargs import is_unicode
+from .core.numeric import is_finite, shown
+from .core.retry import MAX_DELAY
 from .exceptions import JobOptionError
-from .jsonargs import is_unicode
-from .numeric import is_finite, shown
-from .retry import MAX_DELAY
 
 if TYPE_CHECKING:
     from .job_spec import JobSpec

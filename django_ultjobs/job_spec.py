@@ -10,15 +10,16 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from . import enqueue, jsonargs
-from .binding import binding_error
+from . import enqueue
+from .core import jsonargs
+from .core.binding import binding_error
+from .core.flow_keys import KeyOption, check_key_option, key_value, stored_key
+from .core.rate_limits import RateLimit, parse_rate_limit
+from .core.schedules import Schedule, check_callable_without_arguments
+from .core.slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
+from .core.tags import check_tags, merged
 from .exceptions import JobArgumentError, JobConfigurationError
-from .flow_keys import KeyOption, check_key_option, key_value, stored_key
 from .job_options import check_options, seconds_of
-from .rate_limits import RateLimit, parse_rate_limit
-from .schedules import Schedule, check_callable_without_arguments
-from .slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
-from .tags import check_tags, merged
 from .unique import check_unique_options
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from . import attempt_view
-from .slot_keys import MAX_SLOT_KEY
+from .core.slot_keys import MAX_SLOT_KEY
 
 
 class JobStatus(models.TextChoices):

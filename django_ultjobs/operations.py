@@ -31,9 +31,9 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
 from .conf import jobs_database
+from .core.jsonargs import is_unicode
 from .exceptions import JobOptionError, OperationInputError
 from .job_options import MAX_QUEUE
-from .jsonargs import is_unicode
 from .logs import log_event
 from .models import Job, JobSchedule, JobStatus, QueuePause
 from .store import get_store

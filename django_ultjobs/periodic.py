@@ -14,12 +14,12 @@ from datetime import timedelta
 from typing import Any
 
 from .conf import get_settings
+from .core.schedules import Schedule
 from .exceptions import JobOptionError
 from .job_spec import JobSpec
 from .logs import log_event
 from .registry import job, registered_jobs
 from .retention import prune
-from .schedules import Schedule
 
 logger = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from django.apps import apps
 from django.utils.module_loading import import_string
 
 from .conf import get_settings
+from .core.flow_keys import KeyOption
+from .core.schedules import schedule_from_options
 from .exceptions import JobConfigurationError, JobOptionError
-from .flow_keys import KeyOption
 from .job_spec import JobSpec
 from .logs import log_event
-from .schedules import schedule_from_options
 from .unique import as_seconds
 
 _registry: dict[str, JobSpec] = {}

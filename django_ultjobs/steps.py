@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from . import jsonargs
 from .cancel import CancelScope
+from .core import jsonargs
 from .events import check_event_name
 from .exceptions import EventTimeoutError, JobArgumentError, LeaseLostError, StepError
 from .logs import log_event

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
+from .core.jsonargs import is_unicode
+from .core.numeric import is_finite, shown
+from .core.retry import MAX_DELAY
 from .exceptions import JobOptionError, UniqueKeyContendedError
-from .jsonargs import is_unicode
-from .numeric import is_finite, shown
-from .retry import MAX_DELAY
 
 if TYPE_CHECKING:
     from .job_spec import JobSpec

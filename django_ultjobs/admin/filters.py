@@ -19,10 +19,10 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
+from ..core.slot_keys import slot_key_for
+from ..core.tags import tagged
 from ..models import JobStatus, Worker
 from ..registry import registered_jobs
-from ..slot_keys import slot_key_for
-from ..tags import tagged
 from .display import breakable
 
 

@@ -16,9 +16,9 @@ from collections import Counter
 from django.db.models import Count
 from django.db.models.functions import Now
 
+from ..core.slot_keys import slot_key_for
 from ..models import LIVE_STATUSES, Job, JobStatus, Slot
 from ..registry import registered_jobs
-from ..slot_keys import slot_key_for
 from .display import split_holder
 
 

@@ -26,9 +26,9 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
+from ..core.slot_keys import slot_key_for, split_slot_key
 from ..models import AttemptRecord, HeldSlot, Job, JobAttempt, JobStatus, LostSlotCancellation, Slot
 from ..registry import registered_jobs
-from ..slot_keys import slot_key_for, split_slot_key
 from .base import JobsAdmin
 from .display import (
     EMPTY,

@@ -21,7 +21,7 @@ import re
 from functools import cache
 from importlib.resources import files
 
-from ..slot_keys import SLOT_KEY_PREFIX
+from ..core.slot_keys import SLOT_KEY_PREFIX
 
 _HEADER = re.compile(r"^-- (?P<kind>name|fragment): (?P<name>[a-z_]+)\s*$", re.MULTILINE)
 _INCLUDE = re.compile(r"\{fragment:(?P<name>[a-z_]+)\}")

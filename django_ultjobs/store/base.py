@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..core.jsonargs import storable_text
+from ..core.retry import clamp_delay
 from ..exceptions import JobTablesMissingError
-from ..jsonargs import storable_text
-from ..retry import clamp_delay
 from ..sql import django_queries
 from .decoding import decode_arguments
 from .records import (

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
-from .. import jsonargs
+from ..core import jsonargs
 from .copy_rows import BLOCK, visible_at
 from .records import NewJob
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.backends.utils import CursorDebugWrapper
 
-from .. import jsonargs
+from ..core import jsonargs
 from .records import NewJob
 
 #: Jobs from which a bulk enqueue goes by COPY: below it the one-statement INSERT is as fast (two

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import Format, TransactionStatus
 
-from .. import jsonargs
+from ..core import jsonargs
 from . import copy_binary, copy_rows
 from .base import JobStore, check_one_per_job
 from .records import (

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..slot_keys import SLOT_KEY_PREFIX
+from ..core.slot_keys import SLOT_KEY_PREFIX
 
 
 # Made once per job on the enqueue path, so slotted but not frozen, as ClaimedJob below: a

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ..schedules import Candidates
+from ..core.schedules import Candidates
 from .base import JobStore
 
 

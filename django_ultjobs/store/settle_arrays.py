@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
-from ..jsonargs import storable_text
-from ..retry import clamp_delay
+from ..core.jsonargs import storable_text
+from ..core.retry import clamp_delay
 from .base import dumps_batch
 from .records import Settlement
 

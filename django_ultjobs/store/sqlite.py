@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from ..rate_limits import gcra_take
+from ..core.rate_limits import gcra_take
 from .base import JobStore, check_one_per_job, dumps_batch
 from .records import (
     ClaimBatch,

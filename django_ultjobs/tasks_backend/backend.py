@@ -17,10 +17,10 @@ from django.core.checks import CheckMessage
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from .. import jsonargs
+from ..core import jsonargs
+from ..core.numeric import shown
 from ..exceptions import JobConfigurationError
 from ..job_options import INT_MAX
-from ..numeric import shown
 from .compat import (
     BaseTaskBackend,
     InvalidTask,

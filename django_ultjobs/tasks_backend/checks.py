@@ -13,8 +13,8 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 
 from ..conf import get_settings
+from ..core.numeric import shown
 from ..exceptions import JobConfigurationError
-from ..numeric import shown
 
 #: Live ``runjobworker`` rows seen this recently count as running processes.
 _LIVE_WORKER_WINDOW = 120.0

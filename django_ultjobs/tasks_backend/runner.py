@@ -17,9 +17,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import jsonargs
 from ..conf import jobs_database
 from ..context import JobContext
+from ..core import jsonargs
 from ..exceptions import (
     JobSlotLostError,
     JobTimeoutError,

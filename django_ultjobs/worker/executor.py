@@ -16,9 +16,10 @@ from typing import Any
 
 from opentelemetry.trace import Span, Status, StatusCode
 
-from .. import jsonargs
 from ..conf import get_settings
 from ..context import JobContext
+from ..core import jsonargs
+from ..core.retry import backoff_delay
 from ..exceptions import (
     CancelRequestedError,
     JobCancelledError,
@@ -33,7 +34,6 @@ from ..job_progress import JobProgress
 from ..logs import log_event
 from ..metrics import Instruments, record_wait_on
 from ..models import AttemptOutcome, JobStatus
-from ..retry import backoff_delay
 from ..signals import job_finished, job_started
 from ..steps import StepLedger, Suspend
 from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement

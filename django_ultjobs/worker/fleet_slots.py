@@ -23,10 +23,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..core.slot_keys import slot_key_for
 from ..exceptions import JobSlotLostError
 from ..job_spec import JobSpec
 from ..logs import log_event
-from ..slot_keys import slot_key_for
 from ..store import SlotHold, SlotStore
 from .runs import Run
 

@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from ..core.rate_limits import RateLimit
+from ..core.slot_keys import slot_key_for
 from ..job_spec import JobSpec
 from ..logs import log_event
 from ..models import JobStatus
-from ..rate_limits import RateLimit
-from ..slot_keys import slot_key_for
 from ..store import JobStore, RateTaken, Settlement
 from .executor import settlement_for
 from .runs import Run

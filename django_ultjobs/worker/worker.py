@@ -22,6 +22,7 @@ from django.db.backends.signals import connection_created
 
 from .. import metrics
 from ..conf import get_settings
+from ..core.numeric import is_seconds, shown
 from ..exceptions import (
     DatabaseUnavailableError,
     JobConfigurationError,
@@ -33,7 +34,6 @@ from ..exceptions import (
 from ..job_spec import JobSpec
 from ..logs import log_event
 from ..models import AttemptOutcome
-from ..numeric import is_seconds, shown
 from ..registry import get_job, registered_jobs, registry_generation
 from ..store import (
     ClaimBatch,

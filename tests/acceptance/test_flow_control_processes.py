@@ -14,9 +14,9 @@ from itertools import pairwise
 
 import pytest
 
+from django_ultjobs.core.rate_limits import parse_rate_limit
+from django_ultjobs.core.slot_keys import keyed_slot_key
 from django_ultjobs.models import AttemptRecord, Job, Slot
-from django_ultjobs.rate_limits import parse_rate_limit
-from django_ultjobs.slot_keys import keyed_slot_key
 from tests.conftest import WorkerProcesses
 from tests.testapp.jobs import keyed_clocked, rated_clocked
 from tests.testapp.models import RunLog

@@ -16,8 +16,8 @@ from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils import timezone
 
+from django_ultjobs.core.slot_keys import keyed_slot_key
 from django_ultjobs.models import Job, JobAttempt, JobStep, Slot, Worker
-from django_ultjobs.slot_keys import keyed_slot_key
 from tests.admin.conftest import (
     APP_INDEX,
     IN_FLIGHT,

@@ -16,9 +16,9 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.urls import reverse
 
+from django_ultjobs.core.schedules import MAX_CATCH_UP, Candidates
 from django_ultjobs.models import Job, JobSchedule
 from django_ultjobs.operations import pause_schedules, resume_schedules
-from django_ultjobs.schedules import MAX_CATCH_UP, Candidates
 from django_ultjobs.store import get_store
 from django_ultjobs.store.schedules import ScheduleInfo, ScheduleStore, TickJob
 from tests.admin.conftest import APP_INDEX, client_for, page, post_action, staff_user

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from django_ultjobs.admin.settling import settling_by_key
 from django_ultjobs.admin.summary import jobs_summary
+from django_ultjobs.core.slot_keys import keyed_slot_key, slot_key_for
 from django_ultjobs.models import Slot
-from django_ultjobs.slot_keys import keyed_slot_key, slot_key_for
 from tests.admin.conftest import APP_INDEX, SLOTS, client_for, make_job, page
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from django_ultjobs.core.slot_keys import slot_key_for
 from django_ultjobs.operations import pause_queue
-from django_ultjobs.slot_keys import slot_key_for
 from django_ultjobs.store import JobStore
 from tests.doubles import FakeClock
 

@@ -10,7 +10,7 @@ import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
-from django_ultjobs.slot_keys import keyed_slot_key, slot_key_for
+from django_ultjobs.core.slot_keys import keyed_slot_key, slot_key_for
 from django_ultjobs.store import JobStore
 
 from .helpers import enqueue, new_job

@@ -8,10 +8,10 @@ import pytest
 from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
+from django_ultjobs.core.slot_keys import keyed_slot_key
 from django_ultjobs.exceptions import OperationInputError
 from django_ultjobs.models import Job, QueuePause
 from django_ultjobs.operations import pause_queue, paused_queues, resume_queue
-from django_ultjobs.slot_keys import keyed_slot_key
 from django_ultjobs.store import JobStore
 
 from .helpers import claim, enqueue, new_job, settlement

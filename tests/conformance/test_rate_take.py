@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_ultjobs.rate_limits import parse_rate_limit
+from django_ultjobs.core.rate_limits import parse_rate_limit
 from django_ultjobs.store import JobStore
 from tests.doubles import FakeClock
 

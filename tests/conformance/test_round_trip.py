@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_ultjobs import JobArgumentError
-from django_ultjobs.jsonargs import check_arguments
+from django_ultjobs.core.jsonargs import check_arguments
 from django_ultjobs.store import JobStore
 
 from .helpers import claim, enqueue, new_job

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import IntegrityError, connections, transaction
 
+from django_ultjobs.core.schedules import MAX_CATCH_UP, Candidates, Schedule
 from django_ultjobs.models import Job, JobSchedule
-from django_ultjobs.schedules import MAX_CATCH_UP, Candidates, Schedule
 from django_ultjobs.store import JobStore, get_store
 from django_ultjobs.store.schedules import ScheduleInfo, ScheduleStore, TickAnswer, TickJob
 from tests.doubles import FakeClock

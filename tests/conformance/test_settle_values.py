@@ -15,7 +15,7 @@ from django.db import connections
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from django_ultjobs.jsonargs import storable_text
+from django_ultjobs.core.jsonargs import storable_text
 from django_ultjobs.models import JobAttempt
 from django_ultjobs.store import JobStore
 from django_ultjobs.store.settle_arrays import numbers

@@ -14,8 +14,8 @@ from django.db import connections
 from django.test.utils import CaptureQueriesContext
 
 from django_ultjobs import JobOptionError, bulk_enqueue
+from django_ultjobs.core.tags import MAX_TAG, MAX_TAGS, tagged
 from django_ultjobs.models import Job
-from django_ultjobs.tags import MAX_TAG, MAX_TAGS, tagged
 from tests.testapp.jobs import add, counted, unique_touch
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",

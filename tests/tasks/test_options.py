@@ -6,8 +6,8 @@ import pytest
 from django.test.utils import override_settings
 
 from django_ultjobs import job
+from django_ultjobs.core.numeric import shown
 from django_ultjobs.exceptions import JobConfigurationError
-from django_ultjobs.numeric import shown
 from django_ultjobs.registry import unregister
 from django_ultjobs.tasks_backend import UltJobsBackend, UltJobsTask, task_class
 from django_ultjobs.tasks_backend import task as ultjobs_task

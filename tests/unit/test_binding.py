@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from django_ultjobs.binding import binding_error
+from django_ultjobs.core.binding import binding_error
 
 
 def refusal(func: Callable[..., Any], *args: Any, takes_context: bool = False,

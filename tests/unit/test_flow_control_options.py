@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from django_ultjobs import JobArgumentError, JobConfigurationError, job
-from django_ultjobs.rate_limits import gcra_take, parse_rate_limit
+from django_ultjobs.core.rate_limits import gcra_take, parse_rate_limit
+from django_ultjobs.core.slot_keys import keyed_slot_key, split_slot_key
 from django_ultjobs.registry import JobSpec, unregister
-from django_ultjobs.slot_keys import keyed_slot_key, split_slot_key
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_ultjobs import JobArgumentError
-from django_ultjobs.jsonargs import check_arguments, check_result, dumps
+from django_ultjobs.core.jsonargs import check_arguments, check_result, dumps
 
 
 def _refusal(args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> str:
@@ -167,7 +167,7 @@ def test_an_int_past_4300_digits_is_refused_without_converting_it(value: int) ->
 
 
 def test_nesting_is_refused_past_max_depth_with_its_path() -> None:
-    from django_ultjobs.jsonargs import MAX_DEPTH, check_nesting
+    from django_ultjobs.core.jsonargs import MAX_DEPTH, check_nesting
 
     deep: Any = "leaf"
     for _ in range(MAX_DEPTH):

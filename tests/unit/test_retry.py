@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_ultjobs.retry import MAX_DELAY, backoff_delay, clamp_delay
+from django_ultjobs.core.retry import MAX_DELAY, backoff_delay, clamp_delay
 
 
 def test_equal_jitter_spans_the_upper_half_of_the_ceiling() -> None:

@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_ultjobs import JobOptionError, job
+from django_ultjobs.core.schedules import MAX_CATCH_UP, ON_TIME, Schedule, described
 from django_ultjobs.registry import registered_jobs, unregister
-from django_ultjobs.schedules import MAX_CATCH_UP, ON_TIME, Schedule, described
 
 PARIS = ZoneInfo("Europe/Paris")
 

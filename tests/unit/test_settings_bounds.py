@@ -22,9 +22,9 @@ from django.core.management.base import CommandError
 from django.test.utils import override_settings
 
 from django_ultjobs.checks import check_schedules, check_settings
+from django_ultjobs.core.numeric import shown
+from django_ultjobs.core.retry import MAX_DELAY
 from django_ultjobs.exceptions import JobConfigurationError
-from django_ultjobs.numeric import shown
-from django_ultjobs.retry import MAX_DELAY
 from django_ultjobs.worker import WorkerOptions
 from django_ultjobs.worker.options import MAX_SECONDS
 

@@ -9,8 +9,8 @@ from datetime import datetime
 
 import pytest
 
+from django_ultjobs.core.rate_limits import parse_rate_limit
 from django_ultjobs.models import AttemptRecord, Job, RateLimitBucket, Slot
-from django_ultjobs.rate_limits import parse_rate_limit
 from tests.conftest import running_worker, wait_until
 from tests.testapp.jobs import keyed_clocked, rated_clocked
 from tests.testapp.models import RunLog

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from django_ultjobs import JobOptionError, job
+from django_ultjobs.core.retry import MAX_DELAY
 from django_ultjobs.job_options import INT_MAX, INT_MIN
 from django_ultjobs.job_spec import JobSpec
 from django_ultjobs.models import Job, Worker
 from django_ultjobs.registry import registered, unregister
-from django_ultjobs.retry import MAX_DELAY
 from tests.conftest import WorkerProcesses, events, running_worker, wait_until
 from tests.testapp.jobs import add
 

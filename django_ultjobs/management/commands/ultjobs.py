@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, connections
 
 from django_ultjobs.conf import get_settings
+from django_ultjobs.core.tags import check_tags
 from django_ultjobs.exceptions import JobOptionError, OperationInputError
 from django_ultjobs.management.arguments import job_id, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
@@ -43,7 +44,6 @@ from django_ultjobs.operations import (
 )
 from django_ultjobs.progress import Progress
 from django_ultjobs.store import get_store
-from django_ultjobs.tags import check_tags
 from django_ultjobs.unique import KeyHeld
 
 #: The most rows ``list`` prints; past it, narrow the filters.

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .exceptions import JobArgumentError, JobOptionError
+from ..exceptions import JobArgumentError, JobOptionError
 from .jsonargs import is_unicode
 from .slot_keys import MAX_SLOT_KEY, keyed_slot_key
 

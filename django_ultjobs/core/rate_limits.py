@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import JobOptionError
+from ..exceptions import JobOptionError
 
 #: The most starts a period may name: PostgreSQL's ``integer``, the column "granted" is.
 INT_MAX = 2**31 - 1

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import QuerySet
 
-from .exceptions import JobOptionError
+from ..exceptions import JobOptionError
 from .jsonargs import is_unicode
 
 #: Characters of one tag, and tags of one job: labels, not a document store.

@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
-from .exceptions import JobOptionError
+from ..exceptions import JobOptionError
 from .numeric import is_finite, shown
 
 #: What to do with ticks that passed while no worker was running (rule 62).

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .exceptions import JobArgumentError
+from ..exceptions import JobArgumentError
 
 _SCALARS = (str, int, bool, type(None))
 _FLOAT_LIMIT = 1e16
