@@ -173,7 +173,7 @@ def _micro() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from django_ultjobs import metrics
+    from django_ultjobs.observability import metrics
     from django_ultjobs.signals import job_started
 
     batch = [("noop", "default", "succeeded", 0.001)] * 100

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import unique
 from .exceptions import UniqueKeyContendedError
-from .metrics import record_enqueued
 from .models import Job, JobStatus
+from .observability.metrics import record_enqueued
+from .observability.tracing import capture_trace_context, current_actor
 from .store import EnqueuedJob, JobStore, NewJob, get_store
-from .tracing import capture_trace_context, current_actor
 
 if TYPE_CHECKING:
     from .job_spec import JobCall

@@ -20,7 +20,7 @@ from django.db import DatabaseError, connections
 
 from .core.jsonargs import is_unicode
 from .exceptions import JobOptionError
-from .logs import log_event
+from .observability.logs import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponse
 
 from .conf import get_settings
+from .observability.tracing import acting_as
 from .store.sqlite import WRITER_MODES, transaction_mode
-from .tracing import acting_as
 
 
 class EnqueuedByMiddleware:

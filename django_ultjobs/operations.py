@@ -34,8 +34,8 @@ from .conf import jobs_database
 from .core.jsonargs import is_unicode
 from .exceptions import JobOptionError, OperationInputError
 from .job_options import MAX_QUEUE
-from .logs import log_event
 from .models import Job, JobSchedule, JobStatus, QueuePause
+from .observability.logs import log_event
 from .store import get_store
 from .unique import KeyHeld, take_keys_back
 

@@ -17,7 +17,7 @@ from .conf import get_settings
 from .core.schedules import Schedule
 from .exceptions import JobOptionError
 from .job_spec import JobSpec
-from .logs import log_event
+from .observability.logs import log_event
 from .registry import job, registered_jobs
 from .retention import prune
 

@@ -15,7 +15,7 @@ from .core.flow_keys import KeyOption
 from .core.schedules import schedule_from_options
 from .exceptions import JobConfigurationError, JobOptionError
 from .job_spec import JobSpec
-from .logs import log_event
+from .observability.logs import log_event
 from .unique import as_seconds
 
 _registry: dict[str, JobSpec] = {}

@@ -21,10 +21,10 @@ from .cancel import CancelScope
 from .core import jsonargs
 from .events import check_event_name
 from .exceptions import EventTimeoutError, JobArgumentError, LeaseLostError, StepError
-from .logs import log_event
 from .models import JobStep
+from .observability.logs import log_event
+from .observability.tracing import step_span
 from .store import ClaimedJob, JobStore
-from .tracing import step_span
 
 T = TypeVar("T")
 logger = logging.getLogger("django_ultjobs.worker")

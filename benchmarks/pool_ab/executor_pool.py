@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from django_ultjobs.logs import log_event
+from django_ultjobs.observability.logs import log_event
 from django_ultjobs.worker.runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")

@@ -25,10 +25,10 @@ from django.db import connections
 from opentelemetry.trace import Span
 
 from ..context import JobContext
+from ..observability.tracing import acting_as, job_span_of
 from ..signals import job_finished, job_started
 from ..steps import Suspend
 from ..store import JobStore, Settlement
-from ..tracing import acting_as, job_span_of
 from .executor import (
     _exception_settlement,
     _flush_progress,

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..logs import log_event
+from ..observability.logs import log_event
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from .. import metrics
-from ..logs import log_event, logs_event
+from ..observability import metrics
+from ..observability.logs import log_event, logs_event
 from ..store import JobStore, Settlement
 from ..store.records import settlement_size
 from .executor import unstorable_settlement

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..exceptions import JobTimeoutError
-from ..logs import log_event
+from ..observability.logs import log_event
 from ..store import JobStore
 from .runs import Run
 

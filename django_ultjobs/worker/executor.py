@@ -31,13 +31,13 @@ from ..exceptions import (
     WorkerShutdownError,
 )
 from ..job_progress import JobProgress
-from ..logs import log_event
-from ..metrics import Instruments, record_wait_on
 from ..models import AttemptOutcome, JobStatus
+from ..observability.logs import log_event
+from ..observability.metrics import Instruments, record_wait_on
+from ..observability.tracing import acting_as, job_span_of
 from ..signals import job_finished, job_started
 from ..steps import StepLedger, Suspend
 from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement
-from ..tracing import acting_as, job_span_of
 from .runs import Run
 from .telemetry import Telemetry, telemetry_now
 

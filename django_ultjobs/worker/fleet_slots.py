@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..core.slot_keys import slot_key_for
 from ..exceptions import JobSlotLostError
 from ..job_spec import JobSpec
-from ..logs import log_event
+from ..observability.logs import log_event
 from ..store import SlotHold, SlotStore
 from .runs import Run
 

@@ -15,10 +15,10 @@ import threading
 
 from django.db import connections
 
-from .. import metrics
 from ..core.slot_keys import SLOT_KEY_PREFIX
-from ..logs import log_event
-from ..metrics import GaugeBoard, GaugeSample, QueueSample
+from ..observability import metrics
+from ..observability.logs import log_event
+from ..observability.metrics import GaugeBoard, GaugeSample, QueueSample
 from ..store import JobStore, SlotHold, SlotStore
 
 logger = logging.getLogger("django_ultjobs.worker")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import connections
 
-from ..logs import log_event
+from ..observability.logs import log_event
 from ..store import JobStore
 
 logger = logging.getLogger("django_ultjobs.worker")

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 
 from django.db import connections
 
-from ..logs import log_event
+from ..observability.logs import log_event
 from .runs import Run
 
 logger = logging.getLogger("django_ultjobs.worker")

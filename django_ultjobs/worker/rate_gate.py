@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from ..core.rate_limits import RateLimit
 from ..core.slot_keys import slot_key_for
 from ..job_spec import JobSpec
-from ..logs import log_event
 from ..models import JobStatus
+from ..observability.logs import log_event
 from ..store import JobStore, RateTaken, Settlement
 from .executor import settlement_for
 from .runs import Run

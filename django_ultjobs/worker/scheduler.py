@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 from django.db import connections
 
 from ..job_spec import JobSpec
-from ..logs import log_event
-from ..metrics import record_enqueued
+from ..observability.logs import log_event
+from ..observability.metrics import record_enqueued
 from ..periodic import periodic_jobs
 from ..registry import registry_generation
 from ..store import Clock, JobStore

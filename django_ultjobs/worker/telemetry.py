@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import metrics
-from ..tracing import tracing_enabled
+from ..observability import metrics
+from ..observability.tracing import tracing_enabled
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import time
 from django.db import connections
 
 from ..exceptions import CancelRequestedError, LeaseLostError
-from ..logs import log_event
+from ..observability.logs import log_event
 from ..store import JobStore
 from .deadlines import Deadlines
 from .fleet_slots import FleetSlots

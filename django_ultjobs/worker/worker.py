@@ -20,7 +20,6 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, connections
 from django.db.backends.signals import connection_created
 
-from .. import metrics
 from ..conf import get_settings
 from ..core.numeric import is_seconds, shown
 from ..exceptions import (
@@ -32,8 +31,9 @@ from ..exceptions import (
     WorkerShutdownError,
 )
 from ..job_spec import JobSpec
-from ..logs import log_event
 from ..models import AttemptOutcome
+from ..observability import metrics
+from ..observability.logs import log_event
 from ..registry import get_job, registered_jobs, registry_generation
 from ..store import (
     ClaimBatch,

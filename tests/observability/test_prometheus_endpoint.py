@@ -11,7 +11,7 @@ from django.test import RequestFactory
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 
-from django_ultjobs import metrics
+from django_ultjobs.observability import metrics
 from example_project import metrics as example_metrics
 from tests.testapp.jobs import add
 

@@ -18,7 +18,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
 from django_ultjobs.models import Job
-from django_ultjobs.tracing import job_span, parent_context
+from django_ultjobs.observability.tracing import job_span, parent_context
 from tests.tracing import jobs
 from tests.tracing.conftest import Spans, is_root, parent_id
 

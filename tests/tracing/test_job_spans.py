@@ -13,8 +13,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from django_ultjobs.models import FINISHED_STATUSES, Job, JobAttempt, Slot
+from django_ultjobs.observability.tracing import _process_actor, capture_trace_context
 from django_ultjobs.store import NewJob, get_store
-from django_ultjobs.tracing import _process_actor, capture_trace_context
 from tests.conftest import running_worker, wait_until
 from tests.tracing import jobs
 from tests.tracing.conftest import Spans, event_names, is_root, parent_id

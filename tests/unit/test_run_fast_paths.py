@@ -8,10 +8,10 @@ import pytest
 from django.test.utils import override_settings
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider
 
-from django_ultjobs import tracing
 from django_ultjobs.core import jsonargs
 from django_ultjobs.exceptions import JobResultTooLargeError
-from django_ultjobs.tracing import job_span_of, tracing_enabled
+from django_ultjobs.observability import tracing
+from django_ultjobs.observability.tracing import job_span_of, tracing_enabled
 from django_ultjobs.worker.executor import _result_json, check_result_size
 
 

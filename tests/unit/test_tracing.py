@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from django_ultjobs.tracing import (
+from django_ultjobs.observability.tracing import (
     acting_as,
     capture_trace_context,
     current_actor,

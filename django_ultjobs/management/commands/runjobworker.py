@@ -13,9 +13,13 @@ from django.db import connections
 
 from django_ultjobs.conf import get_settings
 from django_ultjobs.exceptions import DatabaseUnavailableError
-from django_ultjobs.logs import LOG_FORMATS, configure_console, project_configures_logging
 from django_ultjobs.management.arguments import number, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias
+from django_ultjobs.observability.logs import (
+    LOG_FORMATS,
+    configure_console,
+    project_configures_logging,
+)
 from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from django_ultjobs.worker.options import MAX_ASYNC_CONCURRENCY, MAX_THREADS
 

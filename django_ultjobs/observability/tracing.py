@@ -19,7 +19,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import INVALID_SPAN, ProxyTracerProvider, Span, SpanKind
 
-from .core.jsonargs import storable_text
+from ..core.jsonargs import storable_text
 
 _tracer = trace.get_tracer("django_ultjobs")
 P = ParamSpec("P")

@@ -1,0 +1,2 @@
+"""What the package tells the outside about its work: structured logs, OpenTelemetry traces and
+metrics. Each never fails the work it observes."""
