@@ -1,7 +1,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from django_ultjobs.migration_operations import DropFieldIndexConcurrently
+from django_ultjobs.models.migration_operations import DropFieldIndexConcurrently
 
 
 class Migration(migrations.Migration):

@@ -4,7 +4,7 @@
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
-from django_ultjobs.migration_operations import AddUniqueConstraintConcurrently
+from django_ultjobs.models.migration_operations import AddUniqueConstraintConcurrently
 
 
 class Migration(migrations.Migration):

@@ -1,6 +1,6 @@
 from django.db import migrations, models
 
-from django_ultjobs.migration_operations import AddIndexConcurrently
+from django_ultjobs.models.migration_operations import AddIndexConcurrently
 
 
 class Migration(migrations.Migration):

@@ -16,8 +16,8 @@ from typing import Any
 import django.db.models.deletion
 from django.db import migrations, models, transaction
 
-from django_ultjobs import attempt_view
-from django_ultjobs.migration_operations import AddIndexConcurrently
+from django_ultjobs.models import attempt_view
+from django_ultjobs.models.migration_operations import AddIndexConcurrently
 
 
 def _on_row_field(job: Any) -> Any:

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.db import migrations, models
 
-from django_ultjobs import attempt_view
-from django_ultjobs.migration_operations import WithoutAttemptsView
+from django_ultjobs.models import attempt_view
+from django_ultjobs.models.migration_operations import WithoutAttemptsView
 
 
 def create_view_2(apps: Any, schema_editor: Any) -> None:

@@ -7,7 +7,7 @@ was taken over before this migration keep no released key: their retry runs keyl
 """
 from django.db import migrations, models
 
-from django_ultjobs.migration_operations import WithoutAttemptsView
+from django_ultjobs.models.migration_operations import WithoutAttemptsView
 
 
 class Migration(migrations.Migration):

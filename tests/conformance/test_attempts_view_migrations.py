@@ -10,15 +10,14 @@ from django.db import DatabaseError, connections, migrations
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 
-from django_ultjobs import attempt_view
-from django_ultjobs.migration_operations import (
+from django_ultjobs.models import ON_ROW_ID, Job, attempt_view
+from django_ultjobs.models.migration_operations import (
     AddIndexConcurrently,
     AddUniqueConstraintConcurrently,
     DropFieldIndexConcurrently,
     RemoveIndexConcurrently,
     WithoutAttemptsView,
 )
-from django_ultjobs.models import ON_ROW_ID, Job
 
 _APP = "django_ultjobs"
 _VIEW_MIGRATION = (_APP, "0022_attempt_on_row")

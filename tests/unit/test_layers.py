@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("exceptions", "conf", "core", "observability", "cancel", "sql", "progress", "signals",
      "job_progress"),
     # The tables.
-    ("models", "migration_operations", "attempt_view"),
+    ("models",),
     # The only code that writes SQL against them.
     ("store", "retention", "attempts"),
     # Jobs: declaring, enqueueing, finding, and what a body sees while it runs.

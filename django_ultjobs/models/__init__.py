@@ -1,7 +1,9 @@
 """The job tables: jobs, their attempts, fleet slots and the workers that hold them.
 
 The worker never reads or writes these through the ORM on its hot path (``store/`` owns that SQL);
-the models are for migrations, the admin, listings and user code.
+the models are for migrations, the admin, listings and user code. Beside them, ``attempt_view``
+holds the SQL of the attempts view and ``migration_operations`` the operations the migrations
+run; migrations import both, so what an old migration builds never changes.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from django.db import models
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from ..core.slot_keys import MAX_SLOT_KEY
 from . import attempt_view
-from .core.slot_keys import MAX_SLOT_KEY
 
 
 class JobStatus(models.TextChoices):

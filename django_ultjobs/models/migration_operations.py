@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import migrations
 
-from django_ultjobs import attempt_view
+from . import attempt_view
 
 
 class AddIndexConcurrently(migrations.AddIndex):
