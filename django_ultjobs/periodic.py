@@ -19,7 +19,7 @@ from .exceptions import JobOptionError
 from .job_spec import JobSpec
 from .observability.logs import log_event
 from .registry import job, registered_jobs
-from .retention import prune
+from .store.retention import prune
 
 logger = logging.getLogger(__name__)
 

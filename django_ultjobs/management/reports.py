@@ -21,11 +21,11 @@ from django.utils.html import strip_tags
 from ..admin.display import seconds_between
 from ..admin.summary import live_queue_counts
 from ..admin.workers import worker_state
-from ..attempts import history
 from ..core.tags import tagged
 from ..exceptions import OperationInputError
 from ..models import Job, JobStatus, JobStep, Worker
 from ..store import get_store
+from ..store.attempts import history
 
 #: The columns of a job in a listing (``list``), in order.
 LIST_FIELDS = ("id", "name", "queue", "status", "priority", "attempt", "max_attempts",

@@ -62,7 +62,7 @@ class History:
 
 def load_attempts(alias: str, job_id: int) -> list[Attempt]:
     """Return a job's attempts, oldest first (the one its row holds too; rule 97)."""
-    from ..attempts import history as attempt_history
+    from ..store.attempts import history as attempt_history
 
     rows = attempt_history(job_id, using=alias).values_list(
         "attempt", "worker_id", "started_at", "outcome", "error")

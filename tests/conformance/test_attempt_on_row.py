@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import pytest
 
-from django_ultjobs.attempts import history
 from django_ultjobs.core.slot_keys import keyed_slot_key, slot_key_for
 from django_ultjobs.models import ON_ROW_ID, AttemptRecord, Job, JobAttempt
-from django_ultjobs.retention import prune
 from django_ultjobs.store import JobStore, LostAttempt
+from django_ultjobs.store.attempts import history
+from django_ultjobs.store.retention import prune
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from django_ultjobs.attempts import history
 from django_ultjobs.models import ON_ROW_ID, AttemptRecord, Job, JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore
+from django_ultjobs.store.attempts import history
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement

@@ -10,10 +10,10 @@ import pytest
 from django.core.management import call_command
 from django.db import connections, transaction
 
-from django_ultjobs.attempts import history
 from django_ultjobs.core.slot_keys import slot_key_for
 from django_ultjobs.models import ON_ROW_ID, Job, JobAttempt, Worker
 from django_ultjobs.store import JobStore
+from django_ultjobs.store.attempts import history
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, settlement

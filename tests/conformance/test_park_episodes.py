@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from django_ultjobs.attempts import history
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore, ParkEpisode
+from django_ultjobs.store.attempts import history
 from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
 from tests.doubles import FakeClock
 

@@ -18,8 +18,8 @@ import pytest
 from django.db import OperationalError, connections
 from django.db.backends.signals import connection_created
 
-from django_ultjobs.attempts import history
 from django_ultjobs.store import ClaimedJob, JobStore, Settlement
+from django_ultjobs.store.attempts import history
 from django_ultjobs.store.records import LostAttempt
 from django_ultjobs.worker import completer as completer_module
 from django_ultjobs.worker.completer import Completer

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from django_ultjobs.admin.jobs import overrunning_on
 from django_ultjobs.models import Job, Worker
-from django_ultjobs.retention import prune
+from django_ultjobs.store.retention import prune
 from tests.acceptance.fleet import Fleet
 from tests.conftest import REPO, WorkerProcesses, worker_env
 from tests.testapp.jobs import overrunning

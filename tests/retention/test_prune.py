@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_ultjobs.models import Job, JobAttempt, JobEvent, JobStep, Worker
-from django_ultjobs.retention import prune
+from django_ultjobs.store.retention import prune
 from tests.stepsapp.jobs import wait_for_order
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

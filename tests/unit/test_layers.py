@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     # The tables.
     ("models",),
     # The only code that writes SQL against them.
-    ("store", "retention", "attempts"),
+    ("store",),
     # Jobs: declaring, enqueueing, finding, and what a body sees while it runs.
     ("job_options", "unique", "job_spec", "enqueue", "registry", "steps", "context", "events",
      "periodic"),

@@ -16,8 +16,8 @@ from django_ultjobs.core.numeric import is_finite, shown
 from django_ultjobs.management.arguments import number, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
 from django_ultjobs.progress import Progress
-from django_ultjobs.retention import prunable_jobs, prune
 from django_ultjobs.store import get_store
+from django_ultjobs.store.retention import prunable_jobs, prune
 
 #: The longest retention ``--days`` takes: a hundred years. Far past it the cut-off date falls
 #: before year 1 and the date arithmetic overflows.

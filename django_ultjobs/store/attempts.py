@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from .models import AttemptRecord
+from ..models import AttemptRecord
 
 
 def history(job_id: int, *, using: str) -> QuerySet[AttemptRecord]:

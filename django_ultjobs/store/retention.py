@@ -14,8 +14,8 @@ from django.db import transaction
 from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
-from .conf import get_settings
-from .models import (
+from ..conf import get_settings
+from ..models import (
     FINISHED_STATUSES,
     LIVE_STATUSES,
     AttemptRecord,
@@ -25,7 +25,7 @@ from .models import (
     JobStep,
     Worker,
 )
-from .store import get_store
+from . import get_store
 
 
 @dataclass(frozen=True)
