@@ -33,7 +33,7 @@ from typing import Any
 
 from benchmarks.peers import common, targets, workloads
 from benchmarks.peers.common import log
-from django_ultjobs.progress import Progress
+from django_ultjobs.management.progress import Progress
 
 SYSTEMS = ("ours", "pgqueuer", "procrastinate", "django-tasks-db", "celery")
 MODULES = {

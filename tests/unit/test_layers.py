@@ -16,8 +16,7 @@ PACKAGE = Path(django_ultjobs.__file__).parent
 #: Bottom first. A module belongs to the first entry that is it or a package holding it.
 LAYERS: list[tuple[str, ...]] = [
     # Plain Python: settings, errors, values and helpers that know nothing of the tables.
-    ("exceptions", "conf", "core", "observability", "cancel", "sql", "progress", "signals",
-     "job_progress"),
+    ("exceptions", "conf", "core", "observability", "cancel", "sql", "signals", "job_progress"),
     # The tables.
     ("models",),
     # The only code that writes SQL against them.

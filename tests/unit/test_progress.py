@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from django_ultjobs.management.progress import Progress, is_terminal
 from django_ultjobs.models import Job
-from django_ultjobs.progress import Progress, is_terminal
 
 
 class Terminal(io.StringIO):

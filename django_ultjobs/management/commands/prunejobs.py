@@ -15,7 +15,7 @@ from django_ultjobs.conf import get_settings
 from django_ultjobs.core.numeric import is_finite, shown
 from django_ultjobs.management.arguments import number, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
-from django_ultjobs.progress import Progress
+from django_ultjobs.management.progress import Progress
 from django_ultjobs.store import get_store
 from django_ultjobs.store.retention import prunable_jobs, prune
 

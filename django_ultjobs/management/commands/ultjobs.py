@@ -21,6 +21,7 @@ from django_ultjobs.core.tags import check_tags
 from django_ultjobs.exceptions import JobOptionError, OperationInputError
 from django_ultjobs.management.arguments import job_id, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
+from django_ultjobs.management.progress import Progress
 from django_ultjobs.management.reports import (
     as_dict,
     filtered_jobs,
@@ -42,7 +43,6 @@ from django_ultjobs.operations import (
     resume_queue,
     retry_jobs,
 )
-from django_ultjobs.progress import Progress
 from django_ultjobs.store import get_store
 from django_ultjobs.unique import KeyHeld
 
