@@ -17,7 +17,7 @@ import timeit
 
 def throttled_us(calls: int) -> float:
     """µs per ``set`` the throttle holds back (the writer is never reached)."""
-    from django_ultjobs.job_progress import JobProgress
+    from django_ultjobs.runtime.progress import JobProgress
 
     progress = JobProgress(1, "t", lambda *_: True)
     progress.set(0, calls + 1)  # the first call writes; every later one in the second is held

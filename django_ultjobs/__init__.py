@@ -35,11 +35,11 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .context import JobContext
     from .enqueue import bulk_enqueue
-    from .events import send_event
     from .job_spec import JobCall, JobSpec
     from .registry import job
+    from .runtime.context import JobContext
+    from .runtime.events import send_event
 
 __all__ = [
     "CancelRequestedError",
@@ -74,8 +74,8 @@ _LAZY = {
     "bulk_enqueue": "enqueue",
     "JobSpec": "job_spec",
     "JobCall": "job_spec",
-    "JobContext": "context",
-    "send_event": "events",
+    "JobContext": "runtime.context",
+    "send_event": "runtime.events",
 }
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from django_ultjobs import job
-from django_ultjobs.context import JobContext
 from django_ultjobs.exceptions import JobConfigurationError
+from django_ultjobs.runtime.context import JobContext
 
 #: How a run ended, in the file: the body returned, or it stopped on its cancel signal.
 COMPLETED, CANCELLED = "completed", "cancelled"

@@ -25,7 +25,6 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
-from ..job_progress import progress_text
 from ..models import (
     LIVE_STATUSES,
     AttemptRecord,
@@ -37,6 +36,7 @@ from ..models import (
 )
 from ..operations import MAX_CANCEL_REASON, cancel_jobs, retry_jobs
 from ..registry import registered_jobs
+from ..runtime.progress import progress_text
 from ..unique import KeyHeld
 from .base import JobsAdmin, ReadOnlyInline, actor
 from .display import (

@@ -18,7 +18,6 @@ from typing import Any
 from django.utils import timezone
 
 from ..conf import jobs_database
-from ..context import JobContext
 from ..core import jsonargs
 from ..exceptions import (
     JobSlotLostError,
@@ -28,7 +27,8 @@ from ..exceptions import (
     WorkerShutdownError,
 )
 from ..models import Job
-from ..steps import Suspend
+from ..runtime.context import JobContext
+from ..runtime.steps import Suspend
 from .compat import (
     Task,
     TaskError,

@@ -12,8 +12,8 @@ from . import compat
 from .compat import InvalidTask, Task, TaskContext
 
 if TYPE_CHECKING:
-    from ..context import JobContext
     from ..job_spec import JobSpec
+    from ..runtime.context import JobContext
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

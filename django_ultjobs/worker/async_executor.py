@@ -24,10 +24,10 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from opentelemetry.trace import Span
 
-from ..context import JobContext
 from ..observability.tracing import acting_as, job_span_of
+from ..runtime.context import JobContext
+from ..runtime.steps import Suspend
 from ..signals import job_finished, job_started
-from ..steps import Suspend
 from ..store import JobStore, Settlement
 from .executor import (
     _exception_settlement,

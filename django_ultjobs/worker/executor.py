@@ -17,7 +17,6 @@ from typing import Any
 from opentelemetry.trace import Span, Status, StatusCode
 
 from ..conf import get_settings
-from ..context import JobContext
 from ..core import jsonargs
 from ..core.retry import backoff_delay
 from ..exceptions import (
@@ -30,13 +29,14 @@ from ..exceptions import (
     NonRetryable,
     WorkerShutdownError,
 )
-from ..job_progress import JobProgress
 from ..models import AttemptOutcome, JobStatus
 from ..observability.logs import log_event
 from ..observability.metrics import Instruments, record_wait_on
 from ..observability.tracing import acting_as, job_span_of
+from ..runtime.context import JobContext
+from ..runtime.progress import JobProgress
+from ..runtime.steps import StepLedger, Suspend
 from ..signals import job_finished, job_started
-from ..steps import StepLedger, Suspend
 from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement
 from .runs import Run
 from .telemetry import Telemetry, telemetry_now

@@ -6,9 +6,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..cancel import CancelScope
 from ..job_spec import JobSpec
-from ..steps import StepLedger
+from ..runtime.cancel import CancelScope
+from ..runtime.steps import StepLedger
 from ..store import ClaimedJob, SlotHold
 
 #: Guards every run's ``settling`` flag: held for a test and a set, so one lock for all runs

@@ -7,8 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django_ultjobs import job
-from django_ultjobs.context import JobContext
+from django_ultjobs import JobContext, job
 
 from .models import Order
 

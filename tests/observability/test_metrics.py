@@ -15,9 +15,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from django_ultjobs import job
-from django_ultjobs.context import JobContext
 from django_ultjobs.models import Job, JobStatus, Slot
 from django_ultjobs.observability import metrics
+from django_ultjobs.runtime.context import JobContext
 from django_ultjobs.store import get_store
 from django_ultjobs.worker.gauges import GAUGE_SLOT_KEY
 from tests.conftest import running_worker, wait_until

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from django_ultjobs import job
-from django_ultjobs.context import JobContext
 from django_ultjobs.models import Job, JobStatus
 from django_ultjobs.operations import cancel_jobs
+from django_ultjobs.runtime.context import JobContext
 from django_ultjobs.signals import job_finished, job_started
 from tests.conftest import events, running_worker, wait_until
 

@@ -9,10 +9,10 @@ from django.db import transaction
 from django.db.models import Count
 
 from django_ultjobs import send_event
-from django_ultjobs.cancel import CancelScope
 from django_ultjobs.exceptions import CancelRequestedError, JobCancelledError, StepError
 from django_ultjobs.models import Job, JobAttempt, JobStep
-from django_ultjobs.steps import StepLedger
+from django_ultjobs.runtime.cancel import CancelScope
+from django_ultjobs.runtime.steps import StepLedger
 from django_ultjobs.store import get_store
 from tests.conftest import running_worker, wait_until
 from tests.stepsapp.jobs import (

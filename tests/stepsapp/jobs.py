@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from django_ultjobs import EventTimeoutError, job
-from django_ultjobs.context import JobContext
+from django_ultjobs.runtime.context import JobContext
 from tests.testapp.models import RunLog
 
 

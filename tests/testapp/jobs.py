@@ -10,7 +10,7 @@ from pathlib import Path
 from django.utils import timezone
 
 from django_ultjobs import NonRetryable, job
-from django_ultjobs.context import JobContext
+from django_ultjobs.runtime.context import JobContext
 
 from .models import RunLog
 

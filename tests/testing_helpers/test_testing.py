@@ -10,8 +10,8 @@ from django.db import IntegrityError, connections
 from django.test import Client
 
 from django_ultjobs import job
-from django_ultjobs.context import JobContext
 from django_ultjobs.models import AttemptRecord, Job, JobStatus
+from django_ultjobs.runtime.context import JobContext
 from django_ultjobs.signals import job_finished
 from django_ultjobs.testing import (
     assert_enqueued,

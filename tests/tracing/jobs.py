@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from django_ultjobs import job
-from django_ultjobs.context import JobContext
 from django_ultjobs.observability.tracing import current_actor
+from django_ultjobs.runtime.context import JobContext
 
 
 @job(name="tracing_noop", max_attempts=1)

@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from django_ultjobs.cancel import CancelScope
 from django_ultjobs.exceptions import (
     CancelRequestedError,
     JobCancelledError,
@@ -15,6 +14,7 @@ from django_ultjobs.exceptions import (
     LeaseLostError,
     WorkerShutdownError,
 )
+from django_ultjobs.runtime.cancel import CancelScope
 
 
 def test_a_new_scope_is_not_cancelled() -> None:

@@ -16,14 +16,15 @@ PACKAGE = Path(django_ultjobs.__file__).parent
 #: Bottom first. A module belongs to the first entry that is it or a package holding it.
 LAYERS: list[tuple[str, ...]] = [
     # Plain Python: settings, errors, values and helpers that know nothing of the tables.
-    ("exceptions", "conf", "core", "observability", "cancel", "sql", "signals", "job_progress"),
+    ("exceptions", "conf", "core", "observability", "sql", "signals"),
     # The tables.
     ("models",),
     # The only code that writes SQL against them.
     ("store",),
     # Jobs: declaring, enqueueing, finding, and what a body sees while it runs.
-    ("job_options", "unique", "job_spec", "enqueue", "registry", "steps", "context", "events",
-     "periodic"),
+    ("job_options", "unique", "job_spec", "enqueue", "registry", "periodic"),
+    # What a body sees while it runs.
+    ("runtime",),
     # What runs jobs and acts on them.
     ("worker", "operations", "tasks_backend"),
     # What people and Django call: the admin, commands, middleware, checks, the app itself.

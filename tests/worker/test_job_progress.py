@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from django_ultjobs import JobOptionError
-from django_ultjobs.job_progress import INTERVAL, JobProgress, progress_text
 from django_ultjobs.models import Job
+from django_ultjobs.runtime.progress import INTERVAL, JobProgress, progress_text
 from tests.conformance.helpers import claim, enqueue, new_job, settlement
 from tests.conftest import engine_store, running_worker, tasks_api_missing, wait_until
 from tests.testapp.jobs import async_counted, counted
@@ -150,8 +150,8 @@ def test_an_async_body_sets_progress(alias: str) -> None:
 def test_set_progress_in_an_async_body_says_to_await_aset_progress() -> None:
     import asyncio
 
-    from django_ultjobs.cancel import CancelScope
-    from django_ultjobs.context import JobContext
+    from django_ultjobs.runtime.cancel import CancelScope
+    from django_ultjobs.runtime.context import JobContext
 
     ctx = JobContext(job_id=1, name="x", attempt=1, max_attempts=1, queue="q", worker_id="w",
                      enqueued_by="", scope=CancelScope(),

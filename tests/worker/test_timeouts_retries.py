@@ -223,8 +223,8 @@ def test_a_cancel_reason_given_before_the_claim_is_kept_in_the_attempt(alias: st
 def test_ctx_cancel_reason_says_what_happened_for_other_causes() -> None:
     """rule 59: with no reason given (a timeout, say), ``ctx.cancel_reason`` describes the
     cause; ``ctx.cancellation`` is the error itself."""
-    from django_ultjobs.cancel import CancelScope
-    from django_ultjobs.context import JobContext
+    from django_ultjobs.runtime.cancel import CancelScope
+    from django_ultjobs.runtime.context import JobContext
 
     scope = CancelScope()
     ctx = JobContext(job_id=1, name="j", attempt=1, max_attempts=1, queue="default",

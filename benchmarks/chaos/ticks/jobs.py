@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.chaos.jobs import note_run
 from django_ultjobs import job
-from django_ultjobs.context import JobContext
+from django_ultjobs.runtime.context import JobContext
 
 #: Each job's name, its interval in seconds and its catch-up policy.
 TICKS = {"chaos_tick_latest": (1, "latest"), "chaos_tick_none": (2, "none"),

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from ..exceptions import CancelRequestedError, JobCancelledError
 from .cancel import CancelScope
-from .exceptions import CancelRequestedError, JobCancelledError
-from .job_progress import JobProgress
+from .progress import JobProgress
 from .steps import StepLedger
 
 T = TypeVar("T")

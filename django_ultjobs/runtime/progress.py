@@ -18,9 +18,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections
 
-from .core.jsonargs import is_unicode
-from .exceptions import JobOptionError
-from .observability.logs import log_event
+from ..core.jsonargs import is_unicode
+from ..exceptions import JobOptionError
+from ..observability.logs import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .exceptions import JobCancelledError
+from ..exceptions import JobCancelledError
 
 
 class CancelScope:

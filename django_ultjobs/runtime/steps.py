@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from ..core import jsonargs
+from ..exceptions import EventTimeoutError, JobArgumentError, LeaseLostError, StepError
+from ..models import JobStep
+from ..observability.logs import log_event
+from ..observability.tracing import step_span
+from ..store import ClaimedJob, JobStore
 from .cancel import CancelScope
-from .core import jsonargs
 from .events import check_event_name
-from .exceptions import EventTimeoutError, JobArgumentError, LeaseLostError, StepError
-from .models import JobStep
-from .observability.logs import log_event
-from .observability.tracing import step_span
-from .store import ClaimedJob, JobStore
 
 T = TypeVar("T")
 logger = logging.getLogger("django_ultjobs.worker")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import jsonargs
-from .store import get_store
+from ..core import jsonargs
+from ..store import get_store
 
 #: The longest event name: the events table's column (``JobEvent.name``).
 MAX_EVENT_NAME = 200
