@@ -66,7 +66,7 @@ def _measure(jobs: int, rounds: int) -> None:
     from benchmarks.peers import jobs as peer_jobs
     from benchmarks.peers import ours, peer_pgqueuer
     from benchmarks.peers.common import BULK_CHUNK
-    from django_ultjobs import enqueue
+    from django_ultjobs.jobs import enqueue
     from django_ultjobs.store import copy_rows, get_store
     from django_ultjobs.store.base import JobStore
 

@@ -35,9 +35,9 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .enqueue import bulk_enqueue
-    from .job_spec import JobCall, JobSpec
-    from .registry import job
+    from .jobs.enqueue import bulk_enqueue
+    from .jobs.registry import job
+    from .jobs.spec import JobCall, JobSpec
     from .runtime.context import JobContext
     from .runtime.events import send_event
 
@@ -70,10 +70,10 @@ __all__ = [
 # These import the models, so they are loaded on first use rather than at import time:
 # `import django_ultjobs` must work in settings.py and before the app registry is ready.
 _LAZY = {
-    "job": "registry",
-    "bulk_enqueue": "enqueue",
-    "JobSpec": "job_spec",
-    "JobCall": "job_spec",
+    "job": "jobs.registry",
+    "bulk_enqueue": "jobs.enqueue",
+    "JobSpec": "jobs.spec",
+    "JobCall": "jobs.spec",
     "JobContext": "runtime.context",
     "send_event": "runtime.events",
 }

@@ -17,7 +17,5 @@ class UltJobsConfig(AppConfig):
         # Like admin.py: every installed app's jobs.py is imported, so a job is registered in
         # the web process that enqueues it and in the worker that runs it alike.
         autodiscover_modules("jobs")
-        from . import (
-            checks,  # noqa: F401  (registers the system checks)
-            periodic,  # noqa: F401  (registers the built-in prune job)
-        )
+        from . import checks  # noqa: F401  (registers the system checks)
+        from .jobs import periodic  # noqa: F401  (registers the built-in prune job)

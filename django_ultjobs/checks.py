@@ -117,7 +117,7 @@ def _check_unique_windows(retention_days: Any) -> list[CheckMessage]:
     """A ``unique_for`` longer than ``RETENTION_DAYS``: ``prunejobs`` deletes a finished job,
     and the key it held with it, once it finished that many days ago, so such a throttle ends
     there (rule 67)."""
-    from .registry import registered_jobs
+    from .jobs.registry import registered_jobs
 
     if retention_days is None:
         return []
@@ -298,7 +298,7 @@ def check_tasks_backport(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 @register("django_ultjobs")
 def check_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W035: a job with a ``timeout`` whose body cannot see its cancellation (rules 55, 56)."""
-    from .registry import registered_jobs
+    from .jobs.registry import registered_jobs
 
     blind = sorted(name for name, spec in registered_jobs().items()
                    if spec.timeout is not None and not spec.takes_context)
@@ -321,7 +321,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 
     from .core.schedules import Schedule
     from .exceptions import JobOptionError
-    from .registry import registered_jobs
+    from .jobs.registry import registered_jobs
 
     try:
         conf = get_settings()

@@ -33,11 +33,11 @@ from django.db.models.functions import Greatest, Now
 from .conf import jobs_database
 from .core.jsonargs import is_unicode
 from .exceptions import JobOptionError, OperationInputError
-from .job_options import MAX_QUEUE
+from .jobs.options import MAX_QUEUE
+from .jobs.unique import KeyHeld, take_keys_back
 from .models import Job, JobSchedule, JobStatus, QueuePause
 from .observability.logs import log_event
 from .store import get_store
-from .unique import KeyHeld, take_keys_back
 
 __all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_job_name",
            "check_queue_name",

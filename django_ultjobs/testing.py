@@ -20,9 +20,9 @@ from typing import Any
 from django.db import connections, transaction
 
 from .conf import get_settings
-from .job_spec import JobSpec
+from .jobs.registry import get_job
+from .jobs.spec import JobSpec
 from .models import Job, JobStatus
-from .registry import get_job
 from .store import ClaimedJob, JobStore, Settlement, get_store
 from .worker.executor import run_job, settlement_before_run
 from .worker.runs import Run

@@ -65,7 +65,7 @@ def refused_outcome(h: Harness, rng: random.Random) -> ScenarioResult:
     must finish, once; no bad one may be left running."""
     from benchmarks.chaos.jobs import infinite_backoff, work
     from benchmarks.chaos.jobs import refused_outcome as refused
-    from django_ultjobs.enqueue import bulk_enqueue
+    from django_ultjobs.jobs.enqueue import bulk_enqueue
 
     h.begin("refused-outcome")
     first = h.start_fleet(1, threads=2)[0]
@@ -101,7 +101,7 @@ def undecodable_row(h: Harness, rng: random.Random) -> ScenarioResult:
     from django.db import connection
 
     from benchmarks.chaos.jobs import work
-    from django_ultjobs.enqueue import bulk_enqueue
+    from django_ultjobs.jobs.enqueue import bulk_enqueue
     from django_ultjobs.models import Job
 
     h.begin("undecodable-row")
@@ -193,7 +193,7 @@ def db_down_start(h: Harness, rng: random.Random) -> ScenarioResult:
     """Start a worker while the cluster is stopped, bring the cluster back: the worker must
     wait (no traceback), then run the queue."""
     from benchmarks.chaos.jobs import work
-    from django_ultjobs.enqueue import bulk_enqueue
+    from django_ultjobs.jobs.enqueue import bulk_enqueue
 
     h.begin("db-down-start")
     ids = h.db(lambda: bulk_enqueue([work.call(seconds=0.02) for _ in range(20)]))

@@ -29,7 +29,7 @@ def run_workload(h: Harness, name: str, fault: Fault, rng: random.Random, *, job
     """Queue ``jobs`` (a third capped), start ``workers`` (on ``port``, a proxy, if given),
     apply ``fault``, judge."""
     from benchmarks.chaos.jobs import CAP, capped_work, work
-    from django_ultjobs.enqueue import bulk_enqueue
+    from django_ultjobs.jobs.enqueue import bulk_enqueue
 
     h.begin(name)
     fleet = h.start_fleet(workers, port=port)

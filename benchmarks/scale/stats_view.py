@@ -86,9 +86,8 @@ WHERE w.stopped_at IS NULL AND w.last_seen_at > now() - interval '1 day'
 
 def read(mode: str) -> dict[str, Any]:
     """Run the view's statements, live rows read ``exact`` or ``capped``; return its figures."""
-    from django_ultjobs.registry import registered_jobs
-
     from django_ultjobs.core.slot_keys import slot_key_for
+    from django_ultjobs.jobs.registry import registered_jobs
 
     with connection.cursor() as cur:
         cur.execute(SLOTS_HELD)

@@ -21,8 +21,8 @@ from django.utils.translation import gettext_lazy as _
 from ..conf import jobs_database
 from ..core.slot_keys import slot_key_for
 from ..core.tags import tagged
+from ..jobs.registry import registered_jobs
 from ..models import JobStatus, Worker
-from ..registry import registered_jobs
 from .display import breakable
 
 

@@ -25,6 +25,8 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
+from ..jobs.registry import registered_jobs
+from ..jobs.unique import KeyHeld
 from ..models import (
     LIVE_STATUSES,
     AttemptRecord,
@@ -35,9 +37,7 @@ from ..models import (
     Worker,
 )
 from ..operations import MAX_CANCEL_REASON, cancel_jobs, retry_jobs
-from ..registry import registered_jobs
 from ..runtime.progress import progress_text
-from ..unique import KeyHeld
 from .base import JobsAdmin, ReadOnlyInline, actor
 from .display import (
     EMPTY,

@@ -20,9 +20,9 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
 from ..core.schedules import Schedule, described
+from ..jobs.periodic import periodic_jobs
 from ..models import Job, JobSchedule
 from ..operations import pause_schedules, resume_schedules
-from ..periodic import periodic_jobs
 from .base import JobsAdmin
 from .display import EMPTY, breakable, job_link, stamp
 

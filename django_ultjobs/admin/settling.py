@@ -17,8 +17,8 @@ from django.db.models import Count
 from django.db.models.functions import Now
 
 from ..core.slot_keys import slot_key_for
+from ..jobs.registry import registered_jobs
 from ..models import LIVE_STATUSES, Job, JobStatus, Slot
-from ..registry import registered_jobs
 from .display import split_holder
 
 

@@ -27,8 +27,8 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import jobs_database
 from ..core.slot_keys import slot_key_for, split_slot_key
+from ..jobs.registry import registered_jobs
 from ..models import AttemptRecord, HeldSlot, Job, JobAttempt, JobStatus, LostSlotCancellation, Slot
-from ..registry import registered_jobs
 from .base import JobsAdmin
 from .display import (
     EMPTY,

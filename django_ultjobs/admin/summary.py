@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 
 from ..conf import get_settings
 from ..core.slot_keys import slot_key_for
+from ..jobs.registry import registered_jobs
 from ..models import (
     FINISHED_STATUSES,
     LIVE_STATUSES,
@@ -26,7 +27,6 @@ from ..models import (
     Slot,
     Worker,
 )
-from ..registry import registered_jobs
 from .display import duration, seconds_between
 from .paginator import EstimatedCountPaginator
 from .settling import settling_by_key

@@ -20,7 +20,7 @@ from django.utils.module_loading import import_string
 from ..core import jsonargs
 from ..core.numeric import shown
 from ..exceptions import JobConfigurationError
-from ..job_options import INT_MAX
+from ..jobs.options import INT_MAX
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -34,7 +34,7 @@ from .compat import (
 from .task_class import UltJobsTask, as_enqueued
 
 if TYPE_CHECKING:
-    from ..job_spec import JobSpec
+    from ..jobs.spec import JobSpec
 
 #: ``TASKS[alias]["OPTIONS"]`` this backend reads, with their defaults.
 OPTION_DEFAULTS: dict[str, Any] = {
@@ -87,7 +87,7 @@ class UltJobsBackend(BaseTaskBackend):
 
         Raises ``JobConfigurationError`` for options a job cannot have.
         """
-        from ..job_spec import JobSpec
+        from ..jobs.spec import JobSpec
         from .runner import AsyncTaskRunner, TaskRunner
 
         max_attempts = getattr(task, "max_attempts", None)
@@ -120,7 +120,7 @@ class UltJobsBackend(BaseTaskBackend):
         so importing a tasks module registers its tasks in any process, as importing a
         ``jobs.py`` registers its jobs: that is how a worker finds them.
         """
-        from .. import registry
+        from ..jobs import registry
 
         super().validate_task(task)
         try:
@@ -193,7 +193,7 @@ class UltJobsBackend(BaseTaskBackend):
         that uses this backend (``.using(backend=...)`` onto this backend of a task defined for
         another one would leave the worker with that other backend's task).
         """
-        from ..registry import importable
+        from ..jobs.registry import importable
 
         path = task.module_path
         if not importable(path):
@@ -230,8 +230,8 @@ class UltJobsBackend(BaseTaskBackend):
         Raises ``TaskResultDoesNotExist`` when there is no such job, or it is not a task's.
         """
         from ..conf import jobs_database
+        from ..jobs.registry import get_job
         from ..models import Job
-        from ..registry import get_job
         from .results import from_job, load_attempts
         from .runner import TaskRunner
         from .task_class import unknown_task

@@ -59,8 +59,8 @@ def check_tasks_backend(backend: Any, databases: Collection[str] | None = None,
 
 
 def _check_queues(backend: Any, where: str) -> list[CheckMessage]:
-    from ..job_options import MAX_QUEUE, name_problem
-    from ..registry import registered_jobs
+    from ..jobs.options import MAX_QUEUE, name_problem
+    from ..jobs.registry import registered_jobs
 
     messages: list[CheckMessage] = []
     # rule 16: the rule of a job's queue=, and of runjobworker --queue.

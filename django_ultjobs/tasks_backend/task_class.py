@@ -12,7 +12,7 @@ from . import compat
 from .compat import InvalidTask, Task, TaskContext
 
 if TYPE_CHECKING:
-    from ..job_spec import JobSpec
+    from ..jobs.spec import JobSpec
     from ..runtime.context import JobContext
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..core.slot_keys import slot_key_for
 from ..exceptions import JobSlotLostError
-from ..job_spec import JobSpec
+from ..jobs.spec import JobSpec
 from ..observability.logs import log_event
 from ..store import SlotHold, SlotStore
 from .runs import Run

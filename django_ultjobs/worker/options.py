@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..core.numeric import is_finite, shown
 from ..exceptions import JobConfigurationError
-from ..job_options import MAX_QUEUE, name_problem
+from ..jobs.options import MAX_QUEUE, name_problem
 
 #: The longest any of the worker's durations may be: one day. Past it a value is a typo, and far
 #: enough past it (1e12 s) a sleep or a lease's timedelta overflows after the worker started.

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..core.rate_limits import RateLimit
 from ..core.slot_keys import slot_key_for
-from ..job_spec import JobSpec
+from ..jobs.spec import JobSpec
 from ..models import JobStatus
 from ..observability.logs import log_event
 from ..store import JobStore, RateTaken, Settlement

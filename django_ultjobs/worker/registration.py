@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..jobs.registry import registered_jobs
 from ..observability.logs import log_event
-from ..registry import registered_jobs
 from ..store import JobStore
 from .options import WorkerOptions
 

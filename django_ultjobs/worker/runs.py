@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..job_spec import JobSpec
+from ..jobs.spec import JobSpec
 from ..runtime.cancel import CancelScope
 from ..runtime.steps import StepLedger
 from ..store import ClaimedJob, SlotHold

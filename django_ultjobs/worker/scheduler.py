@@ -24,11 +24,11 @@ from datetime import datetime, timedelta
 
 from django.db import connections
 
-from ..job_spec import JobSpec
+from ..jobs.periodic import periodic_jobs
+from ..jobs.registry import registry_generation
+from ..jobs.spec import JobSpec
 from ..observability.logs import log_event
 from ..observability.metrics import record_enqueued
-from ..periodic import periodic_jobs
-from ..registry import registry_generation
 from ..store import Clock, JobStore
 from ..store.schedules import ScheduleInfo, ScheduleStore, TickAnswer, TickJob
 

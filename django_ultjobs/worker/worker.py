@@ -30,11 +30,11 @@ from ..exceptions import (
     LeaseLostError,
     WorkerShutdownError,
 )
-from ..job_spec import JobSpec
+from ..jobs.registry import get_job, registered_jobs, registry_generation
+from ..jobs.spec import JobSpec
 from ..models import AttemptOutcome
 from ..observability import metrics
 from ..observability.logs import log_event
-from ..registry import get_job, registered_jobs, registry_generation
 from ..store import (
     ClaimBatch,
     ClaimedJob,

@@ -11,8 +11,8 @@ import pytest
 from django.db import transaction
 
 from django_ultjobs import JobArgumentError, bulk_enqueue
+from django_ultjobs.jobs.registry import get_job
 from django_ultjobs.models import Job
-from django_ultjobs.registry import get_job
 from django_ultjobs.store import JobStore
 from django_ultjobs.store.copy_rows import COPY_MIN_JOBS
 from tests.doubles import FakeClock

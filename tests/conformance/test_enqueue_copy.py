@@ -276,7 +276,7 @@ def test_with_use_tz_off_a_large_batch_keeps_the_insert(pg_alias: str) -> None:
 def test_batches_of_two_threads_share_one_collector_pause() -> None:
     # rule 101: the first batch to end does not turn the collector on under another thread's
     # batch still building; the last one's end does.
-    from django_ultjobs.enqueue import _collector_paused
+    from django_ultjobs.jobs.enqueue import _collector_paused
 
     assert gc.isenabled()
     first_in, first_out = threading.Event(), threading.Event()

@@ -17,7 +17,7 @@ from django.db import transaction
 from django_ultjobs import JobArgumentError, JobConfigurationError, JobOptionError
 from django_ultjobs.core.jsonargs import MAX_DEPTH
 from django_ultjobs.core.retry import MAX_DELAY
-from django_ultjobs.job_options import INT_MAX, INT_MIN
+from django_ultjobs.jobs.options import INT_MAX, INT_MIN
 from django_ultjobs.models import Job
 from django_ultjobs.observability import tracing as tracing_module
 from django_ultjobs.observability.tracing import acting_as

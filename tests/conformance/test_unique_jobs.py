@@ -14,11 +14,11 @@ from django.test.utils import CaptureQueriesContext
 
 from django_ultjobs import bulk_enqueue, job
 from django_ultjobs.exceptions import JobOptionError
-from django_ultjobs.job_spec import JobSpec
+from django_ultjobs.jobs.registry import unregister
+from django_ultjobs.jobs.spec import JobSpec
+from django_ultjobs.jobs.unique import args_digest, key_of
 from django_ultjobs.models import Job
-from django_ultjobs.registry import unregister
 from django_ultjobs.store import JobStore
-from django_ultjobs.unique import args_digest, key_of
 from tests.doubles import FakeClock
 from tests.testapp.jobs import add, throttled_touch, unique_touch
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
 @pytest.fixture
 def clocked(alias: str, cstore: JobStore, monkeypatch: pytest.MonkeyPatch) -> JobStore:
     """Every enqueue of the test goes through ``cstore``, which reads the injected clock."""
-    monkeypatch.setattr("django_ultjobs.enqueue.get_store", lambda alias=None: cstore)
+    monkeypatch.setattr("django_ultjobs.jobs.enqueue.get_store", lambda alias=None: cstore)
     return cstore
 
 

@@ -15,9 +15,9 @@ from django.db import connections, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from django_ultjobs.jobs.unique import KeyHeld
 from django_ultjobs.models import Job
 from django_ultjobs.operations import retry_jobs
-from django_ultjobs.unique import KeyHeld
 from tests.conftest import wait_until
 from tests.testapp.jobs import throttled_touch, unique_touch
 

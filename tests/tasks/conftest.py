@@ -20,7 +20,7 @@ from tests.conftest import tasks_api_missing
 if (why := tasks_api_missing()) is not None:
     pytest.skip(why, allow_module_level=True)
 
-from django_ultjobs.registry import registered_jobs, unregister
+from django_ultjobs.jobs.registry import registered_jobs, unregister
 from django_ultjobs.tasks_backend.compat import (
     Task,
     TaskResult,

@@ -76,7 +76,7 @@ def test_a_task_on_a_queue_the_backend_does_not_list() -> None:
     from tests.tasks.taskdefs import email
 
     email.job_spec()  # registered in this process, as a worker's import would
-    from django_ultjobs.registry import get_job
+    from django_ultjobs.jobs.registry import get_job
 
     assert get_job(email.module_path) is not None
     backend = UltJobsBackend("default", {"QUEUES": ["default"]})

@@ -8,7 +8,7 @@ from django.test.utils import override_settings
 from django_ultjobs import job
 from django_ultjobs.core.numeric import shown
 from django_ultjobs.exceptions import JobConfigurationError
-from django_ultjobs.registry import unregister
+from django_ultjobs.jobs.registry import unregister
 from django_ultjobs.tasks_backend import UltJobsBackend, UltJobsTask, task_class
 from django_ultjobs.tasks_backend import task as ultjobs_task
 from django_ultjobs.tasks_backend.compat import InvalidTask, task

@@ -15,8 +15,8 @@ from django.test.utils import override_settings
 
 from django_ultjobs import UnknownJobError
 from django_ultjobs.core.slot_keys import slot_key_for
+from django_ultjobs.jobs.registry import get_job, unregister
 from django_ultjobs.models import Job, JobAttempt
-from django_ultjobs.registry import get_job, unregister
 from django_ultjobs.store.attempts import history
 from django_ultjobs.tasks_backend import UltJobsBackend
 from django_ultjobs.tasks_backend.compat import (

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_ultjobs.exceptions import CancelRequestedError, JobConfigurationError
-from django_ultjobs.registry import get_job
+from django_ultjobs.jobs.registry import get_job
 from django_ultjobs.runtime.cancel import CancelScope
 from django_ultjobs.worker.claim_lanes import claim_plans
 from django_ultjobs.worker.options import MAX_ASYNC_CONCURRENCY, WorkerOptions

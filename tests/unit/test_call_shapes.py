@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from django_ultjobs import JobArgumentError
-from django_ultjobs.job_spec import MAX_BOUND_SHAPES
-from django_ultjobs.registry import JobSpec
+from django_ultjobs.jobs.registry import JobSpec
+from django_ultjobs.jobs.spec import MAX_BOUND_SHAPES
 
 
 def _body(a: int, b: int = 2, *, c: int = 3) -> None:

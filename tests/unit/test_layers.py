@@ -21,8 +21,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("models",),
     # The only code that writes SQL against them.
     ("store",),
-    # Jobs: declaring, enqueueing, finding, and what a body sees while it runs.
-    ("job_options", "unique", "job_spec", "enqueue", "registry", "periodic"),
+    # Jobs: declaring, enqueueing and finding them.
+    ("jobs",),
     # What a body sees while it runs.
     ("runtime",),
     # What runs jobs and acts on them.

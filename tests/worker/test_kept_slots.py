@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from django.db import OperationalError
 
 from django_ultjobs.exceptions import JobSlotLostError
-from django_ultjobs.registry import get_job
+from django_ultjobs.jobs.registry import get_job
 from django_ultjobs.store import SlotHold
 from django_ultjobs.worker.fleet_slots import FleetSlots
 from django_ultjobs.worker.runs import Run

@@ -20,8 +20,8 @@ from django.db.models import Count, F
 from django.test.utils import override_settings
 
 from django_ultjobs import job
+from django_ultjobs.jobs.registry import unregister
 from django_ultjobs.models import Job, JobSchedule
-from django_ultjobs.registry import unregister
 from django_ultjobs.store import get_store
 from django_ultjobs.worker import scheduler as scheduler_module
 from django_ultjobs.worker.scheduler import Scheduler

@@ -15,7 +15,7 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 
-from django_ultjobs.registry import get_job
+from django_ultjobs.jobs.registry import get_job
 from django_ultjobs.store.records import Settlement
 from django_ultjobs.worker.completer import Completer
 from django_ultjobs.worker.executor import slot_unavailable_settlement

@@ -27,13 +27,13 @@ from django.db import OperationalError, connections
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_ultjobs import registry as job_registry
 from django_ultjobs.exceptions import (
     CancelRequestedError,
     JobSlotLostError,
     LeaseLostError,
     WorkerShutdownError,
 )
+from django_ultjobs.jobs import registry as job_registry
 from django_ultjobs.management.commands.runjobworker import Command
 from django_ultjobs.models import AttemptRecord, Job, Slot, Worker
 from django_ultjobs.store import NewJob, Settlement, SlotHold, get_store

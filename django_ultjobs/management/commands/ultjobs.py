@@ -19,6 +19,7 @@ from django.db import DatabaseError, InterfaceError, connections
 from django_ultjobs.conf import get_settings
 from django_ultjobs.core.tags import check_tags
 from django_ultjobs.exceptions import JobOptionError, OperationInputError
+from django_ultjobs.jobs.unique import KeyHeld
 from django_ultjobs.management.arguments import job_id, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
 from django_ultjobs.management.progress import Progress
@@ -44,7 +45,6 @@ from django_ultjobs.operations import (
     retry_jobs,
 )
 from django_ultjobs.store import get_store
-from django_ultjobs.unique import KeyHeld
 
 #: The most rows ``list`` prints; past it, narrow the filters.
 MAX_LIMIT = 10_000

@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
-from .core.jsonargs import is_unicode
-from .core.numeric import is_finite, shown
-from .core.retry import MAX_DELAY
-from .exceptions import JobOptionError, UniqueKeyContendedError
+from ..core.jsonargs import is_unicode
+from ..core.numeric import is_finite, shown
+from ..core.retry import MAX_DELAY
+from ..exceptions import JobOptionError, UniqueKeyContendedError
 
 if TYPE_CHECKING:
-    from .job_spec import JobSpec
-    from .store import NewJob
+    from ..store import NewJob
+    from .spec import JobSpec
 
 #: The ``unique_key`` column's length: a key given with ``.using(unique_key=...)`` is 1 to this
 #: many characters; a key made from the arguments is ``args:`` and 64 hex digits.
@@ -238,7 +238,7 @@ def _pair(job: NewJob) -> KeyPair:
 def holders_of(alias: str) -> Callable[[Iterable[KeyPair]], dict[KeyPair, int]]:
     """The ``holders`` lookup of ``place`` on database ``alias``: the id of the row holding each
     key, through the ORM (by the partial unique index), 200 keys a query."""
-    from .models import Job
+    from ..models import Job
 
     def lookup(pairs: Iterable[KeyPair]) -> dict[KeyPair, int]:
         pairs = sorted(pairs)
@@ -281,8 +281,8 @@ def take_keys_back(alias: str, ids: Sequence[int]) -> dict[int, KeyHeld]:
     while the update waited for it makes the update fail, in a savepoint, and the next round's
     statement sees the holder (rules 65, 107).
     """
-    from .models import Job
-    from .store import get_store
+    from ..models import Job
+    from ..store import get_store
 
     jobs = Job.objects.using(alias)
     pending = dict(jobs.filter(id__in=ids, unique_key__isnull=True, released_key__isnull=False)
@@ -311,7 +311,7 @@ def take_keys_back(alias: str, ids: Sequence[int]) -> dict[int, KeyHeld]:
 def _take_free_keys(alias: str, ids: list[int]) -> None:
     """Set each job's ``released_key`` back as its ``unique_key`` where no row holds it; an
     insert of one of those keys that commits meanwhile undoes this statement alone."""
-    from .models import Job
+    from ..models import Job
 
     jobs = Job.objects.using(alias)
     holder = jobs.filter(name=OuterRef("name"), unique_key=OuterRef("released_key"))

@@ -10,20 +10,20 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from ..core import jsonargs
+from ..core.binding import binding_error
+from ..core.flow_keys import KeyOption, check_key_option, key_value, stored_key
+from ..core.rate_limits import RateLimit, parse_rate_limit
+from ..core.schedules import Schedule, check_callable_without_arguments
+from ..core.slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
+from ..core.tags import check_tags, merged
+from ..exceptions import JobArgumentError, JobConfigurationError
 from . import enqueue
-from .core import jsonargs
-from .core.binding import binding_error
-from .core.flow_keys import KeyOption, check_key_option, key_value, stored_key
-from .core.rate_limits import RateLimit, parse_rate_limit
-from .core.schedules import Schedule, check_callable_without_arguments
-from .core.slot_keys import MAX_SLOT_JOB_NAME, slot_key_for
-from .core.tags import check_tags, merged
-from .exceptions import JobArgumentError, JobConfigurationError
-from .job_options import check_options, seconds_of
+from .options import check_options, seconds_of
 from .unique import check_unique_options
 
 if TYPE_CHECKING:
-    from .models import Job
+    from ..models import Job
 
 
 #: Shapes of call (``_shape``) a spec remembers as bound: calls with keyword arguments of

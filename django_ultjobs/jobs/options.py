@@ -17,13 +17,13 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .core.jsonargs import is_unicode
-from .core.numeric import is_finite, shown
-from .core.retry import MAX_DELAY
-from .exceptions import JobOptionError
+from ..core.jsonargs import is_unicode
+from ..core.numeric import is_finite, shown
+from ..core.retry import MAX_DELAY
+from ..exceptions import JobOptionError
 
 if TYPE_CHECKING:
-    from .job_spec import JobSpec
+    from .spec import JobSpec
 
 #: PostgreSQL's ``integer``, the column type of ``priority`` and ``max_attempts``.
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1

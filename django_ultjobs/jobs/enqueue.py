@@ -9,15 +9,15 @@ from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from ..exceptions import UniqueKeyContendedError
+from ..models import Job, JobStatus
+from ..observability.metrics import record_enqueued
+from ..observability.tracing import capture_trace_context, current_actor
+from ..store import EnqueuedJob, JobStore, NewJob, get_store
 from . import unique
-from .exceptions import UniqueKeyContendedError
-from .models import Job, JobStatus
-from .observability.metrics import record_enqueued
-from .observability.tracing import capture_trace_context, current_actor
-from .store import EnqueuedJob, JobStore, NewJob, get_store
 
 if TYPE_CHECKING:
-    from .job_spec import JobCall
+    from .spec import JobCall
 
 
 def _new_job(job_call: JobCall, traceparent: str, tracestate: str, actor: str) -> NewJob:

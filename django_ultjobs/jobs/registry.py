@@ -10,12 +10,12 @@ from typing import Any, overload
 from django.apps import apps
 from django.utils.module_loading import import_string
 
-from .conf import get_settings
-from .core.flow_keys import KeyOption
-from .core.schedules import schedule_from_options
-from .exceptions import JobConfigurationError, JobOptionError
-from .job_spec import JobSpec
-from .observability.logs import log_event
+from ..conf import get_settings
+from ..core.flow_keys import KeyOption
+from ..core.schedules import schedule_from_options
+from ..exceptions import JobConfigurationError, JobOptionError
+from ..observability.logs import log_event
+from .spec import JobSpec
 from .unique import as_seconds
 
 _registry: dict[str, JobSpec] = {}

@@ -13,13 +13,13 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from .conf import get_settings
-from .core.schedules import Schedule
-from .exceptions import JobOptionError
-from .job_spec import JobSpec
-from .observability.logs import log_event
+from ..conf import get_settings
+from ..core.schedules import Schedule
+from ..exceptions import JobOptionError
+from ..observability.logs import log_event
+from ..store.retention import prune
 from .registry import job, registered_jobs
-from .store.retention import prune
+from .spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
