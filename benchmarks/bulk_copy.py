@@ -66,12 +66,11 @@ def _measure(jobs: int, rounds: int) -> None:
     from benchmarks.peers import jobs as peer_jobs
     from benchmarks.peers import ours, peer_pgqueuer
     from benchmarks.peers.common import BULK_CHUNK
-    from django_ultjobs.jobs import enqueue
     from django_ultjobs.store import copy_rows, get_store
     from django_ultjobs.store.base import JobStore
 
     store = get_store()
-    news = [enqueue._new_job(peer_jobs.peers_noop.call(), "", "", "") for _ in range(jobs)]
+    news = [peer_jobs.peers_noop.call().new_job("", "", "") for _ in range(jobs)]
 
     def store_only(insert: Callable[[list], object]) -> float:
         started = time.perf_counter()

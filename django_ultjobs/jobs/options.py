@@ -13,17 +13,60 @@ refusal always comes before any SQL, the same on both engines (rule 16).
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core.jsonargs import is_unicode
 from ..core.numeric import is_finite, shown
 from ..core.retry import MAX_DELAY
 from ..exceptions import JobOptionError
 
-if TYPE_CHECKING:
-    from .spec import JobSpec
+
+class Declaration(Protocol):
+    """A job as declared, what the checks here and in ``unique`` read of it (``JobSpec`` is
+    one): declared here so neither module needs the spec, which imports both. The options are
+    ``Any`` because they are read to be checked."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def func(self) -> Callable[..., Any]: ...
+    @property
+    def signature(self) -> inspect.Signature | None: ...
+    @property
+    def takes_context(self) -> Any: ...
+    @property
+    def queue(self) -> Any: ...
+    @property
+    def priority(self) -> Any: ...
+    @property
+    def max_attempts(self) -> Any: ...
+    @property
+    def concurrency(self) -> Any: ...
+    @property
+    def delay(self) -> Any: ...
+    @property
+    def backoff(self) -> Any: ...
+    @property
+    def max_backoff(self) -> Any: ...
+    @property
+    def run_at(self) -> Any: ...
+    @property
+    def timeout(self) -> Any: ...
+    @property
+    def expires_in(self) -> Any: ...
+    @property
+    def retry_on(self) -> Any: ...
+    @property
+    def unique(self) -> Any: ...
+    @property
+    def unique_for(self) -> Any: ...
+    @property
+    def unique_key(self) -> Any: ...
+
 
 #: PostgreSQL's ``integer``, the column type of ``priority`` and ``max_attempts``.
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -31,7 +74,7 @@ INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 MAX_QUEUE = 100
 
 
-def check_options(spec: JobSpec) -> None:
+def check_options(spec: Declaration) -> None:
     """Raise ``JobOptionError`` for the first option of ``spec`` its column cannot keep."""
     name = spec.name
     _check_text(name, "name", name)

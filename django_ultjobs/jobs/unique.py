@@ -32,7 +32,7 @@ from ..exceptions import JobOptionError, UniqueKeyContendedError
 
 if TYPE_CHECKING:
     from ..store import NewJob
-    from .spec import JobSpec
+    from .options import Declaration
 
 #: The ``unique_key`` column's length: a key given with ``.using(unique_key=...)`` is 1 to this
 #: many characters; a key made from the arguments is ``args:`` and 64 hex digits.
@@ -48,7 +48,7 @@ MAX_ROUNDS = 20
 KeyPair = tuple[str, str]
 
 
-def check_unique_options(spec: JobSpec) -> None:
+def check_unique_options(spec: Declaration) -> None:
     """Raise ``JobOptionError`` for a ``unique``, ``unique_for`` or ``unique_key`` the queue cannot
     keep: at ``@job`` and every ``.using()`` copy, before any SQL (rule 16)."""
     name = spec.name
@@ -94,7 +94,7 @@ def as_seconds(value: timedelta | float) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else value
 
 
-def _check_defaults(spec: JobSpec) -> None:
+def _check_defaults(spec: Declaration) -> None:
     # The key of a call includes the defaults it left out, so f(1) and f(1, b=2) are one key
     # when b defaults to 2; a default JSON cannot write would fail every enqueue instead.
     signature, _ = _call_signature(spec)
@@ -112,7 +112,7 @@ def _check_defaults(spec: JobSpec) -> None:
                 f"{param.default!r}, which is not JSON") from None
 
 
-def key_of(spec: JobSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+def key_of(spec: Declaration, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
     """The key one call of ``spec`` holds, or None for a call of a job that is not unique.
 
     ``.using(unique_key=...)`` gives it; else ``@job(unique=True)`` (or ``unique_for``) makes it
@@ -125,7 +125,7 @@ def key_of(spec: JobSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> str | 
     return ARGS_KEY_PREFIX + args_digest(spec, args, kwargs)
 
 
-def args_digest(spec: JobSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+def args_digest(spec: Declaration, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
     """The SHA-256 (hex) of a call's canonical JSON: the arguments bound to the body's
     parameters by name, the defaults it left out filled in, keys sorted, no spaces.
 
@@ -138,7 +138,7 @@ def args_digest(spec: JobSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> s
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _bound(spec: JobSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+def _bound(spec: Declaration, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     signature, takes_context = _call_signature(spec)
     if signature is None:
         return {"args": list(args), "kwargs": kwargs}
@@ -156,7 +156,7 @@ def _bound(spec: JobSpec, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     return named
 
 
-def _call_signature(spec: JobSpec) -> tuple[inspect.Signature | None, bool]:
+def _call_signature(spec: Declaration) -> tuple[inspect.Signature | None, bool]:
     """The parameters a call binds to, and whether the first is a context: a django.tasks
     task's own function (its job's body is a runner taking ``*args, **kwargs``), else the
     job's body."""

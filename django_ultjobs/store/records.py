@@ -13,7 +13,7 @@ from ..core.slot_keys import SLOT_KEY_PREFIX
 # Made once per job on the enqueue path, so slotted but not frozen, as ClaimedJob below: a
 # frozen dataclass sets each of its 19 fields through object.__setattr__, which was most of
 # what building one cost a bulk enqueue (docs/performance.md, item 84). Nothing mutates it.
-# enqueue._new_job builds it positionally (item 94): a field added or moved is added or moved
+# JobCall.new_job builds it positionally (item 94): a field added or moved is added or moved
 # there too.
 @dataclass(slots=True)
 class NewJob:

@@ -1,12 +1,16 @@
-"""The package's layers point down: no module imports from a layer above its own.
+"""The package's layers point down, and no module imports itself back through others.
 
 Each layer may use the ones below it and its own; an import from above (even inside a function,
-even under TYPE_CHECKING) is how a cycle starts and a module ends up doing two jobs.
+even under TYPE_CHECKING) is how a cycle starts and a module ends up doing two jobs. Within a
+layer, modules may use each other, but never in a circle: every import counts, at module level,
+under TYPE_CHECKING or inside a function (deferring an import hides a circle from Python, not
+from the reader).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import django_ultjobs
@@ -15,13 +19,14 @@ PACKAGE = Path(django_ultjobs.__file__).parent
 
 #: Bottom first. A module belongs to the first entry that is it or a package holding it.
 LAYERS: list[tuple[str, ...]] = [
-    # Plain Python: settings, errors, values and helpers that know nothing of the tables.
-    ("exceptions", "conf", "core", "observability", "sql", "signals"),
+    # Settings, errors, signals, the named queries; plain helpers that know nothing of the
+    # tables (core); what the package tells the outside (observability).
+    ("exceptions", "conf", "signals", "sql", "core", "observability"),
     # The tables.
     ("models",),
     # The only code that writes SQL against them.
     ("store",),
-    # Jobs: declaring, enqueueing and finding them.
+    # Declaring jobs, enqueueing and finding them.
     ("jobs",),
     # What a body sees while it runs.
     ("runtime",),
@@ -42,11 +47,25 @@ def _layer(module: str) -> int:
     raise AssertionError(f"django_ultjobs.{module} is in no layer: add it to LAYERS")
 
 
-def _imports(path: Path) -> list[tuple[str, int]]:
-    """The package modules ``path`` imports (dotted, relative to the package), with lines."""
+def _modules() -> dict[str, Path]:
+    """Every module of the package but its migrations, by dotted path ("" for the package)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] != "migrations":
+            dotted = ".".join(relative.with_suffix("").parts)
+            found[dotted.removesuffix("__init__").rstrip(".")] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path) -> Iterator[tuple[str, int]]:
+    """The package modules ``path`` imports (dotted, relative to the package), with lines: the
+    module itself for ``from .pkg import module``, the package for ``from .pkg import name``."""
     parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
     package = parts[:-1]  # the package a relative import starts from
-    found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -56,27 +75,69 @@ def _imports(path: Path) -> list[tuple[str, int]]:
                 target = node.module.removeprefix("django_ultjobs").lstrip(".")  # type: ignore[union-attr]
             else:
                 continue
-            found += [(target or alias.name, node.lineno) for alias in node.names]
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}".lstrip(".")
+                yield (submodule if submodule in MODULES else target), node.lineno
         elif isinstance(node, ast.Import):
-            found += [(alias.name.removeprefix("django_ultjobs").lstrip("."), node.lineno)
-                      for alias in node.names if alias.name.startswith("django_ultjobs")]
-    return found
+            for alias in node.names:
+                if alias.name.startswith("django_ultjobs"):
+                    yield alias.name.removeprefix("django_ultjobs").lstrip("."), node.lineno
 
 
 def test_no_module_imports_from_a_layer_above_its_own() -> None:
     upward = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        relative = path.relative_to(PACKAGE)
-        if relative.parts[0] == "migrations":
-            continue
-        module = ".".join(relative.with_suffix("").parts).removesuffix("__init__").rstrip(".")
+    for module, path in MODULES.items():
         for target, line in _imports(path):
             if _layer(target) > _layer(module):
-                upward.append(f"{relative}:{line} imports {target}")
+                upward.append(f"{path.relative_to(PACKAGE)}:{line} imports {target}")
     assert upward == []
 
 
 def test_every_module_has_a_layer() -> None:
-    for path in PACKAGE.rglob("*.py"):
-        if "migrations" not in path.parts:
-            _layer(".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+    for module in MODULES:
+        _layer(module)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: its strongly connected components of more than one
+    module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_among_the_modules() -> None:
+    graph = {module: {target for target, _ in _imports(path) if target != module}
+             for module, path in MODULES.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_counts_every_kind_of_import() -> None:
+    # A circle closed by a deferred import is still a circle.
+    graph = {"jobs.spec": {"jobs.enqueue", "core"}, "jobs.enqueue": {"jobs.spec"}, "core": set()}
+    assert _cycles(graph) == [["jobs.enqueue", "jobs.spec"]]
+    # apps imports checks inside ready(), the package imports the registry under TYPE_CHECKING.
+    assert "checks" in {target for target, _ in _imports(MODULES["apps"])}
+    assert "jobs.registry" in {target for target, _ in _imports(MODULES[""])}
