@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from .conf import get_settings
+from .jobs import registry
 from .jobs.registry import get_job
 from .jobs.spec import JobSpec
 from .models import Job, JobStatus
@@ -222,6 +223,13 @@ def _queued_summary(job: Any, queue: str | None, database: str | None) -> str:
 
 
 # -- pytest ---------------------------------------------------------------------------------------
+
+
+def unregister(name: str) -> None:
+    """Forget the job registered as ``name``: a test that registers throwaway jobs cleans up
+    with this. A running site never forgets a job, so the registry has no call for it."""
+    registry._registry.pop(name, None)
+    registry._generation += 1  # the worker recomputes its fleet caps
 
 
 class JobsHelper:

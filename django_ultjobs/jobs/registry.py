@@ -202,13 +202,6 @@ def registered_jobs() -> dict[str, JobSpec]:
     return dict(_registry)
 
 
-def unregister(name: str) -> None:
-    """Forget a job (tests that register throwaway jobs clean up with this)."""
-    global _generation
-    _registry.pop(name, None)
-    _generation += 1
-
-
 def registry_generation() -> int:
     """A number that changes whenever the set of registered jobs does."""
     return _generation

@@ -11,9 +11,9 @@ import pytest
 from django.db import transaction
 
 from django_ultjobs import JobConfigurationError, JobOptionError, job
-from django_ultjobs.jobs.registry import unregister
 from django_ultjobs.models import Job
 from django_ultjobs.operations import MAX_CANCEL_REASON, cancel_jobs
+from django_ultjobs.testing import unregister
 from tests.testapp.jobs import add
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",

@@ -14,11 +14,11 @@ from django.test.utils import CaptureQueriesContext
 
 from django_ultjobs import bulk_enqueue, job
 from django_ultjobs.exceptions import JobOptionError
-from django_ultjobs.jobs.registry import unregister
 from django_ultjobs.jobs.spec import JobSpec
 from django_ultjobs.jobs.unique import args_digest, key_of
 from django_ultjobs.models import Job
 from django_ultjobs.store import JobStore
+from django_ultjobs.testing import unregister
 from tests.doubles import FakeClock
 from tests.testapp.jobs import add, throttled_touch, unique_touch
 

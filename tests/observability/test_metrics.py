@@ -209,7 +209,7 @@ def test_a_periodic_tick_is_counted_once_by_the_worker_that_enqueued_it(alias, r
     """Two schedulers send the same tick; the one whose insert took it counts it."""
     from django.conf import settings
 
-    from django_ultjobs.jobs.registry import unregister
+    from django_ultjobs.testing import unregister
     from django_ultjobs.worker.scheduler import Scheduler
 
     clock.now = clock.now.replace(second=10, microsecond=0)

@@ -20,7 +20,7 @@ from tests.conftest import tasks_api_missing
 if (why := tasks_api_missing()) is not None:
     pytest.skip(why, allow_module_level=True)
 
-from django_ultjobs.jobs.registry import registered_jobs, unregister
+from django_ultjobs.jobs.registry import registered_jobs
 from django_ultjobs.tasks_backend.compat import (
     Task,
     TaskResult,
@@ -29,6 +29,7 @@ from django_ultjobs.tasks_backend.compat import (
     task_finished,
     task_started,
 )
+from django_ultjobs.testing import unregister
 from tests.conftest import ALIASES, running_worker, wait_until
 from tests.tasks.settings import JOB_MODULES, TASKS
 

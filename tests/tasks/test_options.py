@@ -8,11 +8,11 @@ from django.test.utils import override_settings
 from django_ultjobs import job
 from django_ultjobs.core.numeric import shown
 from django_ultjobs.exceptions import JobConfigurationError
-from django_ultjobs.jobs.registry import unregister
 from django_ultjobs.tasks_backend import UltJobsBackend, UltJobsTask, task_class
 from django_ultjobs.tasks_backend import task as ultjobs_task
 from django_ultjobs.tasks_backend.compat import InvalidTask, task
 from django_ultjobs.tasks_backend.runner import TaskRunner
+from django_ultjobs.testing import unregister
 from tests.tasks import taskdefs
 from tests.tasks.settings import TASKS
 from tests.tasks.taskdefs import add, capped, email, on_immediate

@@ -15,7 +15,7 @@ from django.test.utils import override_settings
 
 from django_ultjobs import UnknownJobError
 from django_ultjobs.core.slot_keys import slot_key_for
-from django_ultjobs.jobs.registry import get_job, unregister
+from django_ultjobs.jobs.registry import get_job
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store.attempts import history
 from django_ultjobs.tasks_backend import UltJobsBackend
@@ -26,6 +26,7 @@ from django_ultjobs.tasks_backend.compat import (
     task_backends,
 )
 from django_ultjobs.tasks_backend.runner import TaskRunner
+from django_ultjobs.testing import unregister
 from tests.conftest import REPO, running_worker, wait_until, worker_env
 from tests.tasks import taskdefs
 from tests.tasks.conftest import SignalLog

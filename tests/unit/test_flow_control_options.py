@@ -13,7 +13,8 @@ import pytest
 from django_ultjobs import JobArgumentError, JobConfigurationError, job
 from django_ultjobs.core.rate_limits import gcra_take, parse_rate_limit
 from django_ultjobs.core.slot_keys import keyed_slot_key, split_slot_key
-from django_ultjobs.jobs.registry import JobSpec, unregister
+from django_ultjobs.jobs.registry import JobSpec
+from django_ultjobs.testing import unregister
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from django_ultjobs.core.numeric import shown
 from django_ultjobs.core.retry import MAX_DELAY
 from django_ultjobs.core.schedules import MAX_EVERY, Schedule, iana_zones
 from django_ultjobs.jobs.options import INT_MAX
-from django_ultjobs.jobs.registry import registered, unregister
+from django_ultjobs.jobs.registry import registered
+from django_ultjobs.testing import unregister
 
 HUGE = 2**1024  # past a float's range
 ENORMOUS = 10**5000  # past the 4,300 digits Python prints

@@ -11,8 +11,9 @@ import pytest
 from django.utils import timezone
 
 from django_ultjobs import JobArgumentError, JobConfigurationError, job
-from django_ultjobs.jobs.registry import get_job, registered, registered_jobs, unregister
+from django_ultjobs.jobs.registry import get_job, registered, registered_jobs
 from django_ultjobs.jobs.spec import JobCall, JobSpec
+from django_ultjobs.testing import unregister
 from tests.testapp.jobs import add
 
 

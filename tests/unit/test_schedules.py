@@ -12,7 +12,8 @@ import pytest
 
 from django_ultjobs import JobOptionError, job
 from django_ultjobs.core.schedules import MAX_CATCH_UP, ON_TIME, Schedule, described
-from django_ultjobs.jobs.registry import registered_jobs, unregister
+from django_ultjobs.jobs.registry import registered_jobs
+from django_ultjobs.testing import unregister
 
 PARIS = ZoneInfo("Europe/Paris")
 

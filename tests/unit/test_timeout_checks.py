@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django_ultjobs import job
 from django_ultjobs.checks import check_timeouts
-from django_ultjobs.jobs.registry import unregister
+from django_ultjobs.testing import unregister
 
 
 def test_a_timeout_without_a_context_is_warned_about() -> None:

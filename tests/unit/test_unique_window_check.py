@@ -9,7 +9,7 @@ from django.test.utils import override_settings
 
 from django_ultjobs import job
 from django_ultjobs.checks import check_settings
-from django_ultjobs.jobs.registry import unregister
+from django_ultjobs.testing import unregister
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import pytest
 from django.test.utils import override_settings
 
 from django_ultjobs.checks import check_settings
-from django_ultjobs.jobs.registry import get_job, importable, unregister
+from django_ultjobs.jobs.registry import get_job, importable
+from django_ultjobs.testing import unregister
 
 
 @pytest.mark.parametrize("name", [

@@ -20,9 +20,10 @@ import pytest
 from django_ultjobs import JobOptionError, job
 from django_ultjobs.core.retry import MAX_DELAY
 from django_ultjobs.jobs.options import INT_MAX, INT_MIN
-from django_ultjobs.jobs.registry import registered, unregister
+from django_ultjobs.jobs.registry import registered
 from django_ultjobs.jobs.spec import JobSpec
 from django_ultjobs.models import Job, Worker
+from django_ultjobs.testing import unregister
 from tests.conftest import WorkerProcesses, events, running_worker, wait_until
 from tests.testapp.jobs import add
 

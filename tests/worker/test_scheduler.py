@@ -16,10 +16,10 @@ from django.test.utils import override_settings
 
 from django_ultjobs import job
 from django_ultjobs.jobs.periodic import PRUNE_JOB, periodic_jobs
-from django_ultjobs.jobs.registry import unregister
 from django_ultjobs.models import Job, JobSchedule
 from django_ultjobs.operations import pause_schedules
 from django_ultjobs.store import get_store
+from django_ultjobs.testing import unregister
 from django_ultjobs.worker.scheduler import AFTER_TICK, MAX_SLEEP, Scheduler
 from tests.doubles import FakeClock
 

@@ -20,9 +20,9 @@ from django.db.models import Count, F
 from django.test.utils import override_settings
 
 from django_ultjobs import job
-from django_ultjobs.jobs.registry import unregister
 from django_ultjobs.models import Job, JobSchedule
 from django_ultjobs.store import get_store
+from django_ultjobs.testing import unregister
 from django_ultjobs.worker import scheduler as scheduler_module
 from django_ultjobs.worker.scheduler import Scheduler
 from tests.doubles import FakeClock
