@@ -28,15 +28,10 @@ class Listener:
         self.wake = wake
         self.worker_id = worker_id
         self._stop = threading.Event()
-        self._listening = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ultjobs-listener", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
-
-    def wait_listening(self, timeout: float) -> bool:
-        """Block until the first LISTEN is in place (tests measure pickup after this)."""
-        return self._listening.wait(timeout)
 
     def stop(self) -> None:
         self._stop.set()
@@ -63,7 +58,6 @@ class Listener:
         with self.store.cursor() as cur:
             cur.execute(self.store.sql["listen"])
         raw = connections[self.store.alias].connection
-        self._listening.set()
         # Whatever was enqueued while this session was not listening (start-up, a reconnect)
         # sent its notification to nobody: claim once now rather than wait for the poll.
         self.wake()

@@ -124,13 +124,9 @@ class RunsInFlight:
         with self._lock:
             return self._runs.get(run.key) is run
 
-    def others_of(self, run: Run) -> list[Run]:
-        """Older runs of the same job in this worker (their claims have lapsed)."""
-        with self._lock:
-            return [r for r in self._by_job.get(run.id, ()) if r is not run]
-
     def others_of_each(self, runs: list[Run]) -> list[list[Run]]:
-        """``others_of`` of each of ``runs``, under one hold of the lock (a claim's batch)."""
+        """The older runs of the same job in this worker (their claims have lapsed) of each of
+        ``runs``, under one hold of the lock (a claim's batch)."""
         with self._lock:
             by_job = self._by_job
             return [[r for r in by_job[run.id] if r is not run] if run.id in by_job else []

@@ -1,5 +1,5 @@
-"""The claim loop's batch lookups of ``RunsInFlight`` (performance.md, item 82) answer as the
-one-run ones do; a slotted ``Run`` still settles once and can be watched going (rule 13)."""
+"""The claim loop's batch lookup of ``RunsInFlight`` (performance.md, item 82) finds each run's
+older runs of its job; a slotted ``Run`` still settles once and can be watched going (rule 13)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,16 @@ def _run(job_id: int, token: str) -> Run:
     return Run(job=job, spec=None)
 
 
-def test_others_of_each_answers_as_others_of_for_every_run() -> None:
+def test_others_of_each_gives_each_run_the_other_runs_of_its_job() -> None:
     runs = RunsInFlight()
     older, oldest, elsewhere = _run(1, "a"), _run(1, "b"), _run(2, "c")
     for run in (older, oldest, elsewhere):
         runs.add(run)
     batch = [_run(1, "d"), _run(2, "c"), _run(3, "e"), elsewhere]
     runs.add(batch[0])
-    assert runs.others_of_each(batch) == [runs.others_of(run) for run in batch]
-    assert runs.others_of_each(batch)[0] == [older, oldest]
+    # Job 1's new run sees its two older ones, job 2's new run the one in flight, which sees no
+    # other; job 3 has none.
+    assert runs.others_of_each(batch) == [[older, oldest], [elsewhere], [], []]
     assert runs.others_of_each([]) == []
 
 
