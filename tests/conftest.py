@@ -20,7 +20,8 @@ from django.db import connections
 from django.test.utils import override_settings
 
 from django_ultjobs.store import JobStore, get_store
-from django_ultjobs.worker import WorkerOptions, WorkerProcess
+from django_ultjobs.worker.options import WorkerOptions
+from django_ultjobs.worker.worker import WorkerProcess
 from tests.doubles import FakeClock
 
 REPO = Path(__file__).resolve().parent.parent

@@ -175,7 +175,8 @@ def test_a_brisk_gauge_interval_is_w050_and_the_default_is_quiet():
 
 def test_a_worker_with_metrics_on_refuses_a_bad_gauge_interval(alias, reader):
     from django_ultjobs.exceptions import JobConfigurationError
-    from django_ultjobs.worker import WorkerOptions, WorkerProcess
+    from django_ultjobs.worker.options import WorkerOptions
+    from django_ultjobs.worker.worker import WorkerProcess
 
     with override_settings(ULTJOBS={"DATABASE": alias, "GAUGE_INTERVAL": 0}), \
             pytest.raises(JobConfigurationError, match="GAUGE_INTERVAL"):

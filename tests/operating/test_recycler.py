@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from django_ultjobs.exceptions import JobConfigurationError
-from django_ultjobs.worker import WorkerOptions
+from django_ultjobs.worker.options import WorkerOptions
 from django_ultjobs.worker.recycle import MEMORY_CHECK_INTERVAL, Recycler, resident_memory_mb
 
 

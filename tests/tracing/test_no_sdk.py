@@ -161,7 +161,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from django_ultjobs.models import Job
-from django_ultjobs.worker import WorkerOptions, WorkerProcess
+from django_ultjobs.worker.options import WorkerOptions
+from django_ultjobs.worker.worker import WorkerProcess
 from tests.tracing import jobs
 
 

@@ -179,7 +179,7 @@ UNSERVABLE_QUEUES = ["", "q" * 101, "a\tb", "emails\n", "\x1b[31mred", "a\x7f", 
 def test_a_queue_no_worker_may_serve_is_refused_at_declaration_as_by_runjobworker(
         queue: Any) -> None:
     # rule 16: one rule for both (rule 18), so the refusal says the same after the name.
-    from django_ultjobs.worker import WorkerOptions
+    from django_ultjobs.worker.options import WorkerOptions
 
     with pytest.raises(JobOptionError) as declared:
         job(name="unholdable", queue=queue)(body)
@@ -194,7 +194,7 @@ def test_a_queue_no_worker_may_serve_is_refused_at_declaration_as_by_runjobworke
 @pytest.mark.parametrize("queue", ["default", "q" * 100, "e-mails.fr/é", "file d'attente",
                                    "队列", "a b"])
 def test_a_queue_any_worker_may_serve_is_declared_and_served(queue: str) -> None:
-    from django_ultjobs.worker import WorkerOptions
+    from django_ultjobs.worker.options import WorkerOptions
 
     assert job(name="holdable", queue=queue)(body).queue == queue
     assert WorkerOptions(queues=(queue,)).queues == (queue,)

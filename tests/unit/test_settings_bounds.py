@@ -25,8 +25,7 @@ from django_ultjobs.checks import check_schedules, check_settings
 from django_ultjobs.core.numeric import shown
 from django_ultjobs.core.retry import MAX_DELAY
 from django_ultjobs.exceptions import JobConfigurationError
-from django_ultjobs.worker import WorkerOptions
-from django_ultjobs.worker.options import MAX_SECONDS
+from django_ultjobs.worker.options import MAX_SECONDS, WorkerOptions
 
 HUGE = 2**1024  # past a float's range
 ENORMOUS = 10**5000  # past the 4,300 digits Python prints

@@ -22,8 +22,7 @@ from django.core.management.base import CommandError
 
 from django_ultjobs.exceptions import JobConfigurationError
 from django_ultjobs.models import Worker
-from django_ultjobs.worker import WorkerOptions
-from django_ultjobs.worker.options import MAX_THREADS
+from django_ultjobs.worker.options import MAX_THREADS, WorkerOptions
 from tests.conftest import REPO, worker_command, worker_env
 
 WORKER_MD = (REPO / "docs" / "worker.md").read_text()

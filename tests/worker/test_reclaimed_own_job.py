@@ -59,8 +59,9 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
     # holder (<worker>:<job id>) as the old run's. The old run must stop renewing and must not
     # release: either would extend or free the slot the new run's body is using.
     from django_ultjobs.store import ClaimedJob, SlotHold
-    from django_ultjobs.worker import WorkerOptions, WorkerProcess
+    from django_ultjobs.worker.options import WorkerOptions
     from django_ultjobs.worker.runs import Run
+    from django_ultjobs.worker.worker import WorkerProcess
     from tests.testapp.jobs import capped
 
     job = capped.enqueue(0.01)

@@ -30,7 +30,7 @@ from django.db import connections
 
 from django_ultjobs.management.commands import runjobworker
 from django_ultjobs.models import Job
-from django_ultjobs.worker import WorkerOptions
+from django_ultjobs.worker.options import WorkerOptions
 from tests.conftest import REPO, wait_until, worker_command, worker_env
 from tests.testapp.jobs import add
 

@@ -18,9 +18,9 @@ from django_ultjobs.core.slot_keys import slot_key_for
 from django_ultjobs.exceptions import CancelRequestedError, JobSlotLostError, LeaseLostError
 from django_ultjobs.jobs.registry import get_job
 from django_ultjobs.models import AttemptOutcome, JobStatus
-from django_ultjobs.worker import WorkerOptions
 from django_ultjobs.worker.executor import run_job
 from django_ultjobs.worker.fleet_slots import FleetSlots
+from django_ultjobs.worker.options import WorkerOptions
 from django_ultjobs.worker.registration import WorkerRow
 from django_ultjobs.worker.runs import Run, RunsInFlight
 from django_ultjobs.worker.ticker import Ticker

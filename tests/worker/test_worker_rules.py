@@ -37,10 +37,11 @@ from django_ultjobs.jobs import registry as job_registry
 from django_ultjobs.management.commands.runjobworker import Command
 from django_ultjobs.models import AttemptRecord, Job, Slot, Worker
 from django_ultjobs.store import NewJob, Settlement, SlotHold, get_store
-from django_ultjobs.worker import WorkerOptions, WorkerProcess
 from django_ultjobs.worker import worker as worker_module
 from django_ultjobs.worker.fleet_slots import FleetSlots
+from django_ultjobs.worker.options import WorkerOptions
 from django_ultjobs.worker.runs import Run
+from django_ultjobs.worker.worker import WorkerProcess
 from tests.conftest import engine_store, events, running_worker, wait_until
 from tests.doubles import (
     WORKER,

@@ -20,8 +20,8 @@ from django_ultjobs.observability.logs import (
     configure_console,
     project_configures_logging,
 )
-from django_ultjobs.worker import WorkerOptions, WorkerProcess
-from django_ultjobs.worker.options import MAX_ASYNC_CONCURRENCY, MAX_THREADS
+from django_ultjobs.worker.options import MAX_ASYNC_CONCURRENCY, MAX_THREADS, WorkerOptions
+from django_ultjobs.worker.worker import WorkerProcess
 
 
 def tune_the_process() -> None:
