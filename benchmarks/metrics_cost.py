@@ -185,7 +185,8 @@ def _micro() -> None:
                 lambda: metrics.record_finished([("noop", "default", "succeeded", 0.001)]), n),
             "record_finished (per run, batch of 100)": _per_call(
                 lambda: metrics.record_finished(batch), n // 100) / 100,
-            "record_wait": _per_call(lambda: metrics.record_wait("noop", "default", 0.01), n),
+            "record_wait_on (instruments looked up)": _per_call(
+                lambda: metrics.record_wait_on(metrics.instruments(), "noop", "default", 0.01), n),
             "job_started.send (no receiver)": _per_call(
                 lambda: job_started.send(sender=None, context=None, args=[], kwargs={}), n),
         }

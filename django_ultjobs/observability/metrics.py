@@ -180,13 +180,9 @@ def record_finished(runs: Iterable[tuple[str, str, str, float | None]]) -> None:
         _dropped(exc)
 
 
-def record_wait(name: str, queue: str, seconds: float) -> None:
-    """Record how long a job waited from due to start."""
-    record_wait_on(instruments(), name, queue, seconds)
-
-
 def record_wait_on(inst: Instruments | None, name: str, queue: str, seconds: float) -> None:
-    """``record_wait`` into instruments looked up already (a worker's, once per claim)."""
+    """Record how long a job waited from due to start, into instruments looked up already (a
+    worker's, once per claim)."""
     if inst is None:
         return
     try:
