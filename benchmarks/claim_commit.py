@@ -1,13 +1,14 @@
-"""What waiting for the WAL flush costs a claim (performance.md, item 83; rule 93).
+"""What waiting for the WAL flush costs a claim (performance.md, item 83;
+rule 93 (unflushed-slot-release)).
 
     BENCH_PG_NAME=ultjobs_bench_x python -m benchmarks.claim_commit [--jobs 2000] [--limit 1]
 
 On PostgreSQL, claims of ``--limit`` jobs each from one backlog, alternating claim by claim
 between the claim as shipped (its commit waits for the flush) and the same claim with
-``set_config('synchronous_commit', 'off', true)`` in it, as slot releases are sent (rule 93
-says why claims are not), both in autocommit. Prints each one's median and p99 and their
-ratio: stable on a shared machine where absolute times are not. With ``--limit 1`` a claim is
-what an idle worker sends when one job arrives.
+``set_config('synchronous_commit', 'off', true)`` in it, as slot releases are sent
+(rule 93 (unflushed-slot-release) says why claims are not), both in autocommit. Prints each one's
+median and p99 and their ratio: stable on a shared machine where absolute times are not. With
+``--limit 1`` a claim is what an idle worker sends when one job arrives.
 """
 
 from __future__ import annotations

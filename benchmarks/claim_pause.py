@@ -3,11 +3,11 @@
     python -m benchmarks.claim_pause [--jobs 20000] [--queues 4] [--limit 16]
                                      [--engines postgres,sqlite]
 
-Per engine, in a child process: the claim as shipped (it leaves out paused queues, rule 75) and
-the same claim with the check taken out, interleaved claim by claim over one backlog, so both
-meet the same table; once with no queue paused and once with one of the worker's queues paused.
-Prints the median claim time of each and their ratio: stable on a shared machine where absolute
-times are not.
+Per engine, in a child process: the claim as shipped (it leaves out paused queues,
+rule 75 (paused-queue)) and the same claim with the check taken out, interleaved claim by claim over
+one backlog, so both meet the same table; once with no queue paused and once with one of the
+worker's queues paused. Prints the median claim time of each and their ratio: stable on a shared
+machine where absolute times are not.
 """
 
 from __future__ import annotations

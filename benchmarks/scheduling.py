@@ -1,4 +1,5 @@
-"""What a periodic job's tick costs each worker (rules 60-61), on PostgreSQL and SQLite.
+"""What a periodic job's tick costs each worker (rules 60 (tick-once) and 61 (tick-on-time)), on
+PostgreSQL and SQLite.
 
     .venv/bin/python -m benchmarks.scheduling [--repeat 300] [--jobs 100000]
 
@@ -8,8 +9,8 @@ SQLite file, migrates both, fills the job table with ``--jobs`` finished ticks o
 times, median of ``--repeat``: one round trip (for scale), the tick statement of the worker that
 gets there first (it creates the job) and of one that comes second (the tick is in: nothing
 changes), and the schedules' sync. It counts the statements each sends through Django's cursor
-(rule 41). The claim is not touched: ticks are sent by the scheduler thread. The database is
-dropped at the end.
+(rule 41 (instrumented-statements)). The claim is not touched: ticks are sent by the scheduler
+thread. The database is dropped at the end.
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ def _measure(alias: str, repeat: int, jobs: int) -> None:
     schedules = ScheduleStore(store)
     info = [ScheduleInfo("bench_tick", "every 5 s", "", "latest")]
     schedules.sync(info)
-    # The ticks sent are in the past (a tick is enqueued only once it has come, rule 102): the
-    # schedule begins before them, and the history filled in goes before that.
+    # The ticks sent are in the past (a tick is enqueued only once it has come,
+    # rule 102 (database-clock-ticks)): the schedule begins before them, and the history filled in
+    # goes before that.
     now = store.db_now()
     begun = now.replace(microsecond=0) - timedelta(seconds=5 * 10 * repeat)
     JobSchedule.objects.using(alias).filter(name="bench_tick").update(last_tick=begun)

@@ -1,4 +1,5 @@
-"""What a unique key costs an enqueue (rules 65-67), on PostgreSQL or SQLite.
+"""What a unique key costs an enqueue (rules 65 (one-key-holder) to 67 (unique-for-window)), on
+PostgreSQL or SQLite.
 
     .venv/bin/python -m benchmarks.unique_jobs [--engine postgres|sqlite] [--calls 400]
                                                [--rounds 5] [--batch 100]

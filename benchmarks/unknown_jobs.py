@@ -1,4 +1,4 @@
-"""What parking a job no worker knows costs on PostgreSQL (rule 12).
+"""What parking a job no worker knows costs on PostgreSQL (rule 12 (unknown-job-parked)).
 
     .venv/bin/python -m benchmarks.unknown_jobs [--legacy 20000] [--repeat 200]
 

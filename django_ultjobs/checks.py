@@ -80,8 +80,8 @@ _WORKER_TIMINGS = {"VISIBILITY_TIMEOUT": "--visibility-timeout",
 
 
 def _check_worker_timings(conf: Any) -> list[CheckMessage]:
-    """The worker's timings, bounded as its flags are (rule 18): a value past them made
-    ``runjobworker`` refuse to start, or crash with an ``OverflowError`` for an int past a
+    """The worker's timings, bounded as its flags are (rule 18 (start-mistake-named)): a value past
+    them made ``runjobworker`` refuse to start, or crash with an ``OverflowError`` for an int past a
     float's range, while ``manage.py check`` said nothing."""
     from .worker.options import MAX_SECONDS  # not at import: a web process runs no worker
 
@@ -98,7 +98,8 @@ def _check_worker_timings(conf: Any) -> list[CheckMessage]:
 
 
 def _check_retention(days: Any) -> list[CheckMessage]:
-    """``RETENTION_DAYS``: None, or the days ``prunejobs --days`` takes (rule 18)."""
+    """``RETENTION_DAYS``: None, or the days ``prunejobs --days`` takes
+    (rule 18 (start-mistake-named))."""
     from .management.commands.prunejobs import MAX_DAYS
 
     if days is None or (isinstance(days, int | float) and not isinstance(days, bool)
@@ -116,7 +117,7 @@ def _check_retention(days: Any) -> list[CheckMessage]:
 def _check_unique_windows(retention_days: Any) -> list[CheckMessage]:
     """A ``unique_for`` longer than ``RETENTION_DAYS``: ``prunejobs`` deletes a finished job,
     and the key it held with it, once it finished that many days ago, so such a throttle ends
-    there (rule 67)."""
+    there (rule 67 (unique-for-window))."""
     from .jobs.registry import registered_jobs
 
     if retention_days is None:
@@ -139,8 +140,9 @@ _BRISK_GAUGE_INTERVAL = 1.0
 
 
 def _check_gauge_interval(interval: Any) -> list[CheckMessage]:
-    """``GAUGE_INTERVAL``: how often the fleet's sampling worker reads the gauges (rule 71); a
-    day at most, as the worker's other timings (far past it, its sleep overflows)."""
+    """``GAUGE_INTERVAL``: how often the fleet's sampling worker reads the gauges
+    (rule 71 (gauges-one-reader)); a day at most, as the worker's other timings (far past it, its
+    sleep overflows)."""
     from .worker.options import MAX_SECONDS
 
     if not is_seconds(interval, MAX_SECONDS):
@@ -161,13 +163,14 @@ def _check_gauge_interval(interval: Any) -> list[CheckMessage]:
 
 
 def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:
-    """The settings of unknown jobs (rules 12 and 40): a bad one would wedge or widen them."""
+    """The settings of unknown jobs (rules 12 (unknown-job-parked) and 40 (project-imports-only)): a
+    bad one would wedge or widen them."""
     messages: list[CheckMessage] = []
     for key, allow_none in (("UNKNOWN_JOB_TIMEOUT", True), ("UNKNOWN_JOB_DELAY", False)):
         value = getattr(conf, key)
         if value is None and allow_none:
             continue
-        # At most what a settle adds to the database's clock (rule 31).
+        # At most what a settle adds to the database's clock (rule 31 (bounded-outcomes)).
         if not is_seconds(value, MAX_DELAY):
             messages.append(Error(
                 f"ULTJOBS[{key!r}] is {shown(value)}; it must be a number of seconds from more "
@@ -192,8 +195,9 @@ def _check_unknown_jobs(conf: Any) -> list[CheckMessage]:
 
 def _check_result_bound(limit: object) -> list[CheckMessage]:
     """``MAX_RESULT_BYTES``: a positive whole number; past what PostgreSQL can store, a warning
-    (such a result still ends well, failed by the database's refusal (rule 30), only later and
-    dearer than the worker's own check would have)."""
+    (such a result still ends well, failed by the database's refusal
+    (rule 30 (refused-outcome-no-wedge)), only later and dearer than the worker's own check would
+    have)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         return [Error(
             f"ULTJOBS['MAX_RESULT_BYTES'] is {shown(limit)}; it must be a whole number of bytes, "
@@ -297,7 +301,8 @@ def check_tasks_backport(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
 
 @register("django_ultjobs")
 def check_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W035: a job with a ``timeout`` whose body cannot see its cancellation (rules 55, 56)."""
+    """W035: a job with a ``timeout`` whose body cannot see its cancellation
+    (rules 55 (timeout-cancels), 56 (overrun-reported))."""
     from .jobs.registry import registered_jobs
 
     blind = sorted(name for name, spec in registered_jobs().items()
@@ -316,7 +321,8 @@ def check_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 @register("django_ultjobs")
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Check the built-in prune job's schedule and the periodic jobs' time zones (rule 64)."""
+    """Check the built-in prune job's schedule and the periodic jobs' time zones
+    (rule 64 (bad-schedule-refused))."""
     from django.conf import settings
 
     from .core.schedules import Schedule
@@ -358,7 +364,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 
 def _zone_option(site_zone: str) -> str:
     """The ``timezone=`` W040 suggests: TIME_ZONE, unless a job may not take it (Django takes
-    'localtime' and the 'posix/' copies; rule 64)."""
+    'localtime' and the 'posix/' copies; rule 64 (bad-schedule-refused))."""
     from .core.schedules import iana_zones
 
     if site_zone in iana_zones():

@@ -42,20 +42,21 @@ class UltJobsSettings:
     # ``manage.py prunejobs`` yourself). docs/scheduling.md.
     PRUNE_SCHEDULE: str | None = "0 3 * * *"
     PRUNE_TIMEZONE: str | None = None
-    # A job no worker knows is parked (rule 12) for UNKNOWN_JOB_DELAY seconds at a time; once its
-    # parking began UNKNOWN_JOB_TIMEOUT seconds ago (7 days), it fails (rule 12). None parks for
-    # ever. docs/unknown-jobs.md.
+    # A job no worker knows is parked (rule 12 (unknown-job-parked)) for UNKNOWN_JOB_DELAY seconds
+    # at a time; once its parking began UNKNOWN_JOB_TIMEOUT seconds ago (7 days), it fails
+    # (rule 12 (unknown-job-parked)). None parks for ever. docs/unknown-jobs.md.
     UNKNOWN_JOB_TIMEOUT: float | None = 7 * 24 * 3600.0
     UNKNOWN_JOB_DELAY: float = 30.0
     # Dotted module prefixes, beyond the installed apps' packages, whose jobs a worker may import
-    # by name (rule 40): e.g. ["myproject.tasks"] for django.tasks tasks defined outside an app.
+    # by name (rule 40 (project-imports-only)): e.g. ["myproject.tasks"] for django.tasks tasks
+    # defined outside an app.
     JOB_MODULES: tuple[str, ...] | list[str] = ()
     # The largest result a job may return, in bytes of its JSON: a larger one fails the attempt
-    # in the worker before any SQL (rule 31). A result is a row in the database, copied at every
-    # read; PostgreSQL refuses a JSON string over 256 MB outright.
+    # in the worker before any SQL (rule 31 (bounded-outcomes)). A result is a row in the database,
+    # copied at every read; PostgreSQL refuses a JSON string over 256 MB outright.
     MAX_RESULT_BYTES: int = 4 * 1024 * 1024
     # Seconds between two reads of the queue and slot gauges by the fleet's one sampling worker
-    # (rule 71), when an OpenTelemetry SDK is configured; docs/operations.md.
+    # (rule 71 (gauges-one-reader)), when an OpenTelemetry SDK is configured; docs/operations.md.
     GAUGE_INTERVAL: float = 15.0
 
 

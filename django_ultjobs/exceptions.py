@@ -19,7 +19,8 @@ class JobArgumentError(UltJobsError, TypeError):
 
 
 class JobResultTooLargeError(UltJobsError, ValueError):
-    """A job returned a result larger than ``ULTJOBS["MAX_RESULT_BYTES"]`` (rule 31)."""
+    """A job returned a result larger than ``ULTJOBS["MAX_RESULT_BYTES"]``
+    (rule 31 (bounded-outcomes))."""
 
 
 class UnknownJobError(UltJobsError, LookupError):
@@ -32,8 +33,8 @@ class JobConfigurationError(UltJobsError, ImproperlyConfigured):
 
 class JobTablesMissingError(JobConfigurationError, DatabaseError):
     """The database has no django_ultjobs tables, or older ones: nobody ran ``migrate`` on it
-    (rule 109). The message names the database and the command; the driver's own error is the
-    ``__cause__``.
+    (rule 109 (missing-tables-named)). The message names the database and the command; the driver's
+    own error is the ``__cause__``.
 
     A ``DatabaseError`` too, so code that catches the database's errors catches it as it caught
     the driver's "no such table".
@@ -56,7 +57,8 @@ class OperationInputError(UltJobsError, ValueError):
 
 class UniqueKeyContendedError(UltJobsError):
     """A keyed enqueue found the job holding its key gone before it could read it, 20 times in a
-    row (taken over or pruned each time by other enqueues; rule 66). Never seen in the tests."""
+    row (taken over or pruned each time by other enqueues; rule 66 (held-key-returns-holder)). Never
+    seen in the tests."""
 
 
 class DatabaseUnavailableError(UltJobsError):
@@ -81,7 +83,8 @@ class LeaseLostError(JobCancelledError):
 
 
 class JobSlotLostError(JobCancelledError):
-    """The fleet slot this run held lapsed or was taken by another holder (rule 8)."""
+    """The fleet slot this run held lapsed or was taken by another holder
+    (rule 8 (lost-slot-cancels))."""
 
     cause = "slot_lost"
 
@@ -99,7 +102,8 @@ class JobSlotLostError(JobCancelledError):
 class CancelRequestedError(JobCancelledError):
     """Someone asked for this job to be cancelled (the admin action, or ``cancel_jobs``).
 
-    ``reason`` is what they gave (``cancel_jobs(..., reason=...)``), "" when none (rule 59).
+    ``reason`` is what they gave (``cancel_jobs(..., reason=...)``), "" when none
+    (rule 59 (cancel-reason-kept)).
     """
 
     cause = "cancel_requested"
@@ -110,7 +114,7 @@ class CancelRequestedError(JobCancelledError):
 
 
 class JobTimeoutError(JobCancelledError):
-    """The run was still executing after its ``timeout`` seconds (rule 55).
+    """The run was still executing after its ``timeout`` seconds (rule 55 (timeout-cancels)).
 
     A cancellation like the others: the body sees it through ``ctx.cancelled`` and
     ``ctx.raise_if_cancelled()``. The attempt is recorded ``timed_out`` and the job's retry
@@ -134,14 +138,16 @@ class WorkerShutdownError(JobCancelledError):
 
 
 class JobExpiredError(UltJobsError):
-    """A job reached a worker after its expiry (``expires_in``) and was never run (rule 58).
+    """A job reached a worker after its expiry (``expires_in``) and was never run
+    (rule 58 (expired-never-runs)).
 
     Never raised into a body: it names the error of an expired job's ``TaskResult``.
     """
 
 
 class NonRetryable(UltJobsError):
-    """Raised by a job's body to fail the job at once, whatever attempts are left (rule 57).
+    """Raised by a job's body to fail the job at once, whatever attempts are left
+    (rule 57 (retry-on-only)).
 
     ``raise NonRetryable("the customer was deleted")``: the job ends ``failed`` with that
     message and its attempt is recorded ``non_retryable``. For an error no retry can mend.

@@ -20,11 +20,11 @@ class EnqueuedByMiddleware:
     ``anonymous``. The user is looked up only if a job is actually enqueued, so requests that
     enqueue nothing pay nothing for it — except on SQLite in Django's default (deferred)
     transaction mode, where a request that carries a session cookie has its user looked up
-    here, before the view opens a transaction (rule 22): looked up at the enqueue, inside the
-    view's ``atomic()``, those reads would come before the job's insert, and a deferred SQLite
-    transaction that reads before it writes fails with "database is locked" when another
-    connection wrote in between. A transaction begun as the writer (``IMMEDIATE``) has no such
-    window.
+    here, before the view opens a transaction (rule 22 (sqlite-actor-read-outside)): looked up at
+    the enqueue, inside the view's ``atomic()``, those reads would come before the job's insert, and
+    a deferred SQLite transaction that reads before it writes fails with "database is locked" when
+    another connection wrote in between. A transaction begun as the writer (``IMMEDIATE``) has no
+    such window.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:

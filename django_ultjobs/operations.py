@@ -8,16 +8,17 @@ result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"),
                      reason="the invoice run was started twice")
 result.cancelled, result.requested      # how many were cancelled now / asked to stop
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
-pause_queue("emails")                   # no worker claims from it; enqueue still works (rule 75)
-resume_queue("emails")                  # claimed again at once (LISTEN) or within a poll
-pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it is resumed
-```
+pause_queue("emails")                   # no worker claims from it; enqueue still works
+(rule 75 (paused-queue)) resume_queue("emails")                  # claimed again at once (LISTEN) or
+within a poll pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it is
+resumed ```
 
 Every change is one ``UPDATE`` fenced on the status it starts from, so an operation racing a
 worker (a claim, a settle) changes nothing the worker already moved on from. A running job is
 never written here beyond its ``cancel_requested`` flag: its worker still owns the row, and it
-cancels the run at its next heartbeat through the same signal as a lost lease (rule 3), then
-settles it ``cancelled`` itself under its claim token (rule 4).
+cancels the run at its next heartbeat through the same signal as a lost lease
+(rule 3 (lost-lease-cancels)), then settles it ``cancelled`` itself under its claim token
+(rule 4 (fenced-settle)).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 CHUNK = 500
 #: The largest id a job can have (the primary key is a 64-bit integer).
 BIGINT_MAX = 2**63 - 1
-#: The longest cancel reason kept (rule 59): it is written into logs and every cancelled attempt.
+#: The longest cancel reason kept (rule 59 (cancel-reason-kept)): it is written into logs and every
+#: cancelled attempt.
 MAX_CANCEL_REASON = 2000
 #: The longest job name (the ``name`` column's length).
 MAX_JOB_NAME = 200
@@ -92,7 +94,8 @@ class CancelResult:
 @dataclass(frozen=True)
 class RetryResult:
     """What ``retry_jobs`` did: the ids of the failed or cancelled jobs queued again, and the
-    ones left alone because another job holds the unique key they held (rule 107)."""
+    ones left alone because another job holds the unique key they held
+    (rule 107 (retry-takes-key-back))."""
 
     retried_ids: tuple[int, ...] = ()
     #: Jobs not retried: a later enqueue took their key over and another job holds it now;
@@ -118,10 +121,10 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
     ``progress`` is called after each chunk of ``CHUNK`` ids (see ``Progress``). ``by`` goes
     to the ``jobs.operations.cancelled`` log line.
 
-    ``reason`` says why (rule 59): it is stored on each job (``Job.cancel_reason``, shown in the
-    admin), logged, written into the cancelled attempt's error and the ``last_error`` of the jobs
-    cancelled now, and a running body reads it as ``ctx.cancel_reason``. At most
-    ``MAX_CANCEL_REASON`` characters of text.
+    ``reason`` says why (rule 59 (cancel-reason-kept)): it is stored on each job
+    (``Job.cancel_reason``, shown in the admin), logged, written into the cancelled attempt's error
+    and the ``last_error`` of the jobs cancelled now, and a running body reads it as
+    ``ctx.cancel_reason``. At most ``MAX_CANCEL_REASON`` characters of text.
     """
     reason = _checked_reason(reason)
     alias = using or jobs_database()
@@ -156,7 +159,7 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
 def _checked_reason(reason: object) -> str:
     """``reason`` as stored: text of at most ``MAX_CANCEL_REASON`` characters, refused by name
     before any SQL otherwise, as is one with a NUL or a lone surrogate, which no text column of
-    both engines keeps alike (rule 16)."""
+    both engines keeps alike (rule 16 (bad-input-refused))."""
     if not isinstance(reason, str):
         raise JobOptionError(f"cancel_jobs(): reason must be text, not {reason!r}")
     if len(reason) > MAX_CANCEL_REASON:
@@ -181,8 +184,8 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
     A job whose unique key a later enqueue took over gets it back when an enqueue of the key
     could take it now (no job holds it, or its holder expired); when another job holds it, the
     job is not retried and ``RetryResult.refused`` names that job: two runs of one key must not
-    run at once (rule 107). ``keyless=True`` retries it anyway, without its key, beside the
-    holder (``RetryResult.keyless_ids``).
+    run at once (rule 107 (retry-takes-key-back)). ``keyless=True`` retries it anyway, without its
+    key, beside the holder (``RetryResult.keyless_ids``).
     """
     alias = using or jobs_database()
     retried: list[int] = []
@@ -192,7 +195,8 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
         with transaction.atomic(using=alias):
             ids = _lock(alias, chunk, Q(status__in=RETRYABLE))
             # In the transaction that locked the rows and queues them: a holder that appears
-            # after this check finds the key taken back and returns this job (rule 66).
+            # after this check finds the key taken back and returns this job
+            # (rule 66 (held-key-returns-holder)).
             held = take_keys_back(alias, ids)
             if keyless:
                 keyless_ids.extend(held)
@@ -230,8 +234,9 @@ def pause_queue(name: str, *, reason: str = "", by: str = "", using: str | None 
     """Pause queue ``name`` fleet-wide; return False if it was paused already.
 
     Every worker stops claiming from it at its next claim (within one poll interval when idle);
-    runs in flight finish as usual, and enqueue still adds jobs to it (rule 75). ``by`` says who
-    paused it (the admin and the command line pass ``admin:<user>`` and ``cli:<user>``).
+    runs in flight finish as usual, and enqueue still adds jobs to it (rule 75 (paused-queue)).
+    ``by`` says who paused it (the admin and the command line pass ``admin:<user>`` and
+    ``cli:<user>``).
     """
     name = check_queue_name(name)
     reason = _check_text("reason", reason)
@@ -312,10 +317,10 @@ def check_queue_name(name: object) -> str:
 def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
                     using: str | None = None) -> tuple[str, ...]:
     """Pause periodic jobs fleet-wide: no worker enqueues their ticks until they are resumed
-    (rule 63). Jobs already enqueued still run. Returns the names paused now (those already
-    paused are left alone and not counted)."""
+    (rule 63 (fleet-wide-pause)). Jobs already enqueued still run. Returns the names paused now
+    (those already paused are left alone and not counted)."""
     alias = using or jobs_database()
-    # Begun as the writer on SQLite: it reads, then writes (rule 21).
+    # Begun as the writer on SQLite: it reads, then writes (rule 21 (sqlite-begins-as-writer)).
     with get_store(alias).write_transaction():
         rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=False)
         paused = tuple(sorted(rows.values_list("name", flat=True)))
@@ -329,7 +334,8 @@ def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
 def resume_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
                      using: str | None = None) -> tuple[str, ...]:
     """Resume paused periodic jobs from now on: the ticks that passed while they were paused
-    are not caught up (rule 63), whatever their ``catch_up``. Returns the names resumed now."""
+    are not caught up (rule 63 (fleet-wide-pause)), whatever their ``catch_up``. Returns the names
+    resumed now."""
     alias = using or jobs_database()
     with get_store(alias).write_transaction():
         rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=True)

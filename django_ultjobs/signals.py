@@ -5,9 +5,9 @@ that runs it, so a receiver can set up and tear down what the body needs around 
 scope, a tenant, a locale). The sender is the job (its ``JobSpec``), so
 ``job_started.connect(receiver, sender=send_invoice)`` hears one job only.
 
-Rule 72: every ``job_started`` is followed by exactly one ``job_finished`` in the same thread,
-with the outcome the worker records for the attempt. A ``job_started`` receiver that raises
-fails the attempt as the body would (a context that could not be set up must not run the body
+Rule 72 (paired-run-hooks): every ``job_started`` is followed by exactly one ``job_finished`` in the
+same thread, with the outcome the worker records for the attempt. A ``job_started`` receiver that
+raises fails the attempt as the body would (a context that could not be set up must not run the body
 in the wrong one); a ``job_finished`` receiver that raises is logged and changes nothing.
 """
 

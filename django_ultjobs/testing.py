@@ -2,8 +2,9 @@
 
 ``run_jobs()`` is a burst worker in the calling thread: it claims, runs and settles every
 runnable job through the worker's own executor and the store's own fenced statements, one at a
-time, including the jobs those jobs enqueue, and returns how each run ended (rule 74). It uses
-the caller's connection, so it sees (and writes inside) the transaction of a ``TestCase``.
+time, including the jobs those jobs enqueue, and returns how each run ended
+(rule 74 (run-jobs-real-path)). It uses the caller's connection, so it sees (and writes inside) the
+transaction of a ``TestCase``.
 
 For pytest, ``pytest_plugins = ["django_ultjobs.testing"]`` in the root ``conftest.py`` adds the
 ``ultjobs`` fixture (docs/testing.md).

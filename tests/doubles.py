@@ -123,7 +123,8 @@ class StubSlots:
 
 
 class NoSlotSQLiteStore(SQLiteStore):
-    """The SQLite store pretending its engine keeps no fleet slots (rule 10)."""
+    """The SQLite store pretending its engine keeps no fleet slots
+    (rule 10 (cap-kept-or-refused))."""
 
     @property
     def slot_store(self) -> SlotStore | None:
@@ -131,7 +132,8 @@ class NoSlotSQLiteStore(SQLiteStore):
 
 
 class NoSlotPostgresStore(PostgresStore):
-    """The PostgreSQL store pretending its engine keeps no fleet slots (rule 10)."""
+    """The PostgreSQL store pretending its engine keeps no fleet slots
+    (rule 10 (cap-kept-or-refused))."""
 
     @property
     def slot_store(self) -> SlotStore | None:
@@ -140,7 +142,8 @@ class NoSlotPostgresStore(PostgresStore):
 
 class SlowSettlePostgresStore(PostgresStore):
     """The PostgreSQL store of a worker process whose every settle batch waits
-    ``ULTJOBS_TEST_SETTLE_DELAY`` seconds before it is written: runs stay settling (rule 90)."""
+    ``ULTJOBS_TEST_SETTLE_DELAY`` seconds before it is written: runs stay settling
+    (rule 90 (slot-passes-on-return))."""
 
     def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
         time.sleep(float(os.environ.get("ULTJOBS_TEST_SETTLE_DELAY", "0")))

@@ -79,8 +79,9 @@ if os.environ.get("ULTJOBS_TEST_SQLITE_BARE"):
     DATABASES["default"]["OPTIONS"] = {"timeout": 0.1}
 
 # The suite runs SQLite in Django's default (deferred) transaction mode, the mode the library's
-# own transactions must hold under (rule 21). ULTJOBS_TEST_SQLITE_TRANSACTION_MODE=IMMEDIATE runs
-# it (or a worker process of a test) as the deployment docs recommend.
+# own transactions must hold under (rule 21 (sqlite-begins-as-writer)).
+# ULTJOBS_TEST_SQLITE_TRANSACTION_MODE=IMMEDIATE runs it (or a worker process of a test) as the
+# deployment docs recommend.
 if os.environ.get("ULTJOBS_TEST_SQLITE_TRANSACTION_MODE"):
     DATABASES["default"]["OPTIONS"]["transaction_mode"] = (
         os.environ["ULTJOBS_TEST_SQLITE_TRANSACTION_MODE"])

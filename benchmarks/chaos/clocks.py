@@ -8,7 +8,7 @@ holds, which the scenario rewrites mid-run (the monotonic clock is left alone, a
 leaves it). Judged from the job rows and what the bodies wrote: each scheduled instant of each
 policy gets exactly one job (the steady worker runs all along, so every tick is on time and
 every policy keeps it), none enqueued before its instant came on the database's clock, each run
-once (rules 60-62, 102)."""
+once (rules 60 (tick-once) to 62 (catch-up-policy), 102 (database-clock-ticks))."""
 
 from __future__ import annotations
 

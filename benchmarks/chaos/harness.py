@@ -67,7 +67,8 @@ class Harness:
         shutil.rmtree(self.scenario_dir, ignore_errors=True)
         (self.scenario_dir / "runs").mkdir(parents=True)
         os.environ["CHAOS_RUNS_DIR"] = str(self.scenario_dir / "runs")
-        # Tables only: AttemptRecord is a view (rule 97), emptied with the tables it reads.
+        # Tables only: AttemptRecord is a view (rule 97 (attempt-on-row)), emptied with the tables
+        # it reads.
         tables = [m._meta.db_table for m in apps.get_app_config("django_ultjobs").get_models()
                   if m._meta.managed and not m._meta.proxy]
 

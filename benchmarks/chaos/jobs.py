@@ -52,7 +52,7 @@ def work(ctx: JobContext, seconds: float = 0.1) -> int:
     return _run(ctx, "work", seconds)
 
 
-#: The fleet-wide cap of ``capped_work`` (rule 5).
+#: The fleet-wide cap of ``capped_work`` (rule 5 (fleet-cap)).
 CAP = 2
 
 

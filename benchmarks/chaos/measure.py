@@ -76,9 +76,10 @@ class Faults:
 
     def excuses(self, run: RunRecord) -> bool:
         """Whether the documented window covers running ``run``'s job again: its worker was
-        SIGKILLed (a body that returned but whose result was not written runs again, rule 1),
-        or it ended while the database was unreachable, so its outcome may never have been
-        written and its lease may have lapsed (the outage section of the guarantees)."""
+        SIGKILLed (a body that returned but whose result was not written runs again,
+        rule 1 (leased-claim)), or it ended while the database was unreachable, so its outcome may
+        never have been written and its lease may have lapsed (the outage section of the
+        guarantees)."""
         if run.pid in self.killed:
             return True
         if run.end is None:
@@ -130,7 +131,7 @@ def stuck(expected: Mapping[int, frozenset[str]], final: Mapping[int, str | None
 
 def cap_violations(runs: Iterable[RunRecord], name: str, cap: int, faults: Faults,
                    now: float) -> int:
-    """Runs of ``name`` that started while ``cap`` others were still running (rule 5).
+    """Runs of ``name`` that started while ``cap`` others were still running (rule 5 (fleet-cap)).
 
     A run whose process was SIGKILLed ended at the kill; one with no end otherwise (its
     process was abandoned) is taken to run until ``now``. One run ending exactly when another

@@ -101,8 +101,8 @@ def parse_args() -> argparse.Namespace:
                    help="jobs per fleet-slots drain (0 skips the figure)")
     p.add_argument("--slots-threads", default="32,128",
                    help="our --threads for the fleet-slots pairs ('best': the sweep's). A slot "
-                        "passes on when its body returns (rule 90), so below 64 threads the cap "
-                        "of 64 never binds and at 128 it bounds the bodies executing")
+                        "passes on when its body returns, so below 64 threads the cap of 64 never "
+                        "binds and at 128 it bounds the bodies executing")
     p.add_argument("--history-rows", type=int, default=1_000_000,
                    help="finished rows for the scale-with-history figure (0 skips it)")
     p.add_argument("--history-jobs", type=int, default=20_000)

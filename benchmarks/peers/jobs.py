@@ -46,8 +46,8 @@ def peers_io_sync() -> None:
 
 if os.environ.get("BENCH_PEERS_WORKLOAD") == "io-async":
     # Registered only for its own workload: with an async kind registered a worker claims its
-    # two lanes apart (rule 87), so the other figures are taken without it, as a sync-only
-    # site runs.
+    # two lanes apart (rule 87 (no-claim-beyond-free-places)), so the other figures are taken
+    # without it, as a sync-only site runs.
     @job(max_attempts=1)
     async def peers_io_async() -> None:
         await asyncio.sleep(IO_SECONDS)

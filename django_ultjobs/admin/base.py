@@ -33,7 +33,7 @@ def actor(request: HttpRequest) -> str:
 
 def tables_missing(exc: BaseException) -> str | None:
     """The one line saying to run ``migrate`` when ``exc`` is a missing table of this package
-    in the jobs database (rule 109), else None."""
+    in the jobs database (rule 109 (missing-tables-named)), else None."""
     alias = jobs_database()
     if not isinstance(exc, DatabaseError) or not get_store(alias).tables_missing(exc):
         return None
@@ -42,7 +42,8 @@ def tables_missing(exc: BaseException) -> str | None:
 
 @dataclass(frozen=True)
 class TablesMissing:
-    """What a page shows in place of its figures on a database nobody migrated (rule 109)."""
+    """What a page shows in place of its figures on a database nobody migrated
+    (rule 109 (missing-tables-named))."""
 
     tables_missing: str
 
@@ -100,8 +101,9 @@ class JobsAdmin(admin.ModelAdmin):
     #: Whether a row links to a page of its own: the list is then titled "Select job to view",
     #: as Django titles a view-only model's list; else by what it lists ("Held slots").
     rows_have_pages = True
-    #: Whether the page offers auto-refresh (``?refresh=30``: rule 83), and charts of a job
-    #: name's runs when the list is filtered by name (``?name=...``, ``?charts=24h``).
+    #: Whether the page offers auto-refresh (``?refresh=30``: rule 83 (refresh-on-request)), and
+    #: charts of a job name's runs when the list is filtered by name (``?name=...``,
+    #: ``?charts=24h``).
     offers_refresh = False
     offers_charts = False
 
@@ -136,7 +138,8 @@ class JobsAdmin(admin.ModelAdmin):
     def _unless_unmigrated(self, view: Callable[..., HttpResponse]
                            ) -> Callable[..., HttpResponse]:
         """``view``, answering the one line of ``tables_missing`` (503) instead of the
-        database's "no such table" (rule 109); every other error passes as it was."""
+        database's "no such table" (rule 109 (missing-tables-named)); every other error passes as it
+        was."""
         @wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             try:

@@ -1,4 +1,5 @@
-"""The charts as a page shows them: the SVGs, their legend and the numbers as tables (rule 81)."""
+"""The charts as a page shows them: the SVGs, their legend and the numbers as tables
+(rule 81 (svg-charts))."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The figures behind the admin's charts: runs finished per bucket by outcome, run durations.
 
-Read through the attempts view (rule 97: a first attempt that succeeded plainly is held by its
-job's row) and its tables' finish-time indexes (``ultjobs_attempt_finished``, and
+Read through the attempts view (rule 97 (attempt-on-row): a first attempt that succeeded plainly is
+held by its job's row) and its tables' finish-time indexes (``ultjobs_attempt_finished``, and
 ``ultjobs_job_attempt_on_row`` for the attempts the jobs' rows hold), and bounded whatever the
-tables hold (rule 80): at most ``MAX_ATTEMPTS_READ`` attempts of each table are counted
-(``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs of each timed
+tables hold (rule 80 (bounded-charts)): at most ``MAX_ATTEMPTS_READ`` attempts of each table are
+counted (``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs of each timed
 per page.
 When the window holds more, the chart covers its newest part and says from when
 (docs/performance.md, item 60, has the cost at a million rows). The oldest runnable job per

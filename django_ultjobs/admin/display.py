@@ -151,7 +151,8 @@ def pretty_json(value: Any, limit: int = MAX_SHOWN) -> SafeString | str:
         text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
     except (RecursionError, ValueError) as exc:
         # Indenting recurses in Python: a value the database holds (and json could read) may
-        # nest too deep to be written out again. Its page must still render (rule 15).
+        # nest too deep to be written out again. Its page must still render
+        # (rule 15 (undecodable-row-fails-alone)).
         return undecodable(f"{type(exc).__name__}: {exc}", "shown")
     return pre(text, limit)
 
@@ -191,7 +192,8 @@ def worker_link(worker_id: str) -> SafeString | str:
 
 
 def split_holder(holder: str) -> tuple[str, int | None]:
-    """Split a lease holder ``"<worker_id>:<job_id>"`` (rule 5) into its worker id and job id.
+    """Split a lease holder ``"<worker_id>:<job_id>"`` (rule 5 (fleet-cap)) into its worker id and
+    job id.
 
     The worker id has colons of its own (``host:pid:random``), so the job id is what follows
     the last one. A holder written by something else comes back whole, with no job.

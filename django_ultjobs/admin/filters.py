@@ -90,7 +90,7 @@ class SlotKeyFilter(admin.SimpleListFilter):
     parameter_name = "slot_key"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, SafeString]]:
-        """Offer the slot key of every registered job with ``concurrency`` (rule 5)."""
+        """Offer the slot key of every registered job with ``concurrency`` (rule 5 (fleet-cap))."""
         return _choices((slot_key_for(name) for name, spec in registered_jobs().items()
                          if spec.concurrency is not None), self.value())
 
@@ -109,7 +109,8 @@ class LeaseFilter(admin.SimpleListFilter):
     CONDITIONS: dict[str, Q] = {
         # Running with a live lease: a worker is heartbeating it right now.
         "in_flight": Q(status=JobStatus.RUNNING, visible_at__gt=Now()),
-        # Running but the lease lapsed: its worker died, the next claim re-delivers it (rule 1).
+        # Running but the lease lapsed: its worker died, the next claim re-delivers it
+        # (rule 1 (leased-claim)).
         "lapsed": Q(status=JobStatus.RUNNING, visible_at__lte=Now()),
         # Claimable now: what the claim would take next.
         "runnable": Q(status__in=(JobStatus.QUEUED, JobStatus.WAITING), visible_at__lte=Now()),
@@ -197,7 +198,7 @@ class WorkerSeenFilter(SinceFilter):
 
 
 class TagFilter(admin.SimpleListFilter):
-    """Keep the jobs carrying a tag (rule 78): ``?tag=customer:42``.
+    """Keep the jobs carrying a tag (rule 78 (tags-stored-whole)): ``?tag=customer:42``.
 
     No choices in the sidebar: tags are the site's own labels, and listing them would read the
     whole table. A job's page links each of its tags to this filter."""

@@ -61,7 +61,7 @@ from .filters import JobNameFilter, LeaseFilter, QueueFilter, TagFilter, ValuesF
 HEAVY_FIELDS = ("args", "kwargs", "result", "last_error", "wait_match")
 #: The JSON columns a job's page reads one at a time, each surviving a value it cannot decode: a
 #: row written by raw SQL or another producer (too deep, an integer too long, not UTF-8) must not
-#: take the page that shows why it failed down with it (rule 15).
+#: take the page that shows why it failed down with it (rule 15 (undecodable-row-fails-alone)).
 JSON_FIELDS = ("args", "kwargs", "result", "wait_match")
 #: Ids per LogEntry batch when an action touched many jobs.
 LOG_CHUNK = 500
@@ -100,7 +100,8 @@ def lease_text(job: Job) -> str:
     if job.status == JobStatus.RUNNING:
         if ahead > 0:
             return gettext("expires in %(duration)s") % when
-        # The worker stopped heartbeating: the next claim re-delivers the job (rule 1).
+        # The worker stopped heartbeating: the next claim re-delivers the job
+        # (rule 1 (leased-claim)).
         return gettext("lapsed %(duration)s ago") % when
     if job.status == JobStatus.QUEUED:
         return gettext("runs in %(duration)s") % when if ahead > 0 else gettext("runnable")
@@ -163,7 +164,7 @@ class JobListMixin:
     @admin.display(description=_("status"))
     def status_display(self, obj: Job) -> SafeString | str:
         """The status, whether a cancel is pending on a running job, and whether a cancelled
-        job expired (rule 58): cancelled, but nobody asked for it."""
+        job expired (rule 58 (expired-never-runs)): cancelled, but nobody asked for it."""
         if obj.cancel_requested and obj.status == JobStatus.RUNNING:
             return format_html('{} <span class="ultjobs-flag">{}</span>',
                                obj.status, gettext("cancel requested"))
@@ -218,7 +219,8 @@ class JobListMixin:
 
     @admin.display(description=_("progress"))
     def progress_display(self, obj: Job) -> SafeString | str:
-        """The run's last ``ctx.set_progress`` (rule 79): "37 / 100 — message" and a bar."""
+        """The run's last ``ctx.set_progress`` (rule 79 (progress-throttled-fenced)): "37 / 100 —
+        message" and a bar."""
         text = progress_text(obj.progress)
         if not text:
             return EMPTY
@@ -229,7 +231,7 @@ class JobListMixin:
 
     @admin.display(description=_("tags"))
     def tags_display(self, obj: Job) -> SafeString | str:
-        """The job's tags (rule 78), each a link to the jobs carrying it."""
+        """The job's tags (rule 78 (tags-stored-whole)), each a link to the jobs carrying it."""
         tags = obj.tags if isinstance(obj.tags, list) else []
         if not tags:
             return EMPTY
@@ -304,7 +306,8 @@ def _skipped(request: HttpRequest, changed: tuple[int, ...],
 
 
 class CancelReasonForm(forms.Form):
-    """The reason the cancel action asks for (rule 59): stored, logged, shown, read by the body."""
+    """The reason the cancel action asks for (rule 59 (cancel-reason-kept)): stored, logged, shown,
+    read by the body."""
 
     reason = forms.CharField(
         label=_("Reason"), max_length=MAX_CANCEL_REASON,
@@ -378,8 +381,8 @@ def _ask_for_reason(modeladmin: admin.ModelAdmin, request: HttpRequest,
 def retry_selected(modeladmin: admin.ModelAdmin, request: HttpRequest,
                    queryset: QuerySet[Job]) -> HttpResponse | None:
     """Queue the selected failed or cancelled jobs again, runnable now, one more attempt; not
-    a job whose unique key another job holds now (rule 107): that one is named, with its
-    holder."""
+    a job whose unique key another job holds now (rule 107 (retry-takes-key-back)): that one is
+    named, with its holder."""
     return _retry(modeladmin, request, queryset, keyless=False)
 
 
@@ -389,7 +392,7 @@ def retry_keyless(modeladmin: admin.ModelAdmin, request: HttpRequest,
                   queryset: QuerySet[Job]) -> HttpResponse | None:
     """Retry as the action above, but a job whose unique key another job holds runs anyway,
     without its key, beside that job: asked for by name, since two runs of one key may then run
-    at once (rule 107)."""
+    at once (rule 107 (retry-takes-key-back))."""
     return _retry(modeladmin, request, queryset, keyless=True)
 
 
@@ -418,7 +421,8 @@ def _retry(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySe
 
 def _report_held(modeladmin: admin.ModelAdmin, request: HttpRequest,
                  refused: tuple[KeyHeld, ...]) -> None:
-    """Name each job left alone because another job holds its key, and that job (rule 107)."""
+    """Name each job left alone because another job holds its key, and that job
+    (rule 107 (retry-takes-key-back))."""
     if not refused:
         return
     named = "; ".join(
@@ -476,7 +480,7 @@ def run_in_progress(job: Job | None) -> AttemptRecord | None:
 
 class AttemptInline(ReadOnlyInline):
     """Every run of the job, with its outcome (succeeded, retrying, slot lost, ...): read through
-    the attempts view, so the attempt a job's row holds is listed too (rule 97)."""
+    the attempts view, so the attempt a job's row holds is listed too (rule 97 (attempt-on-row))."""
 
     model = AttemptRecord
     formset = AttemptFormSet
@@ -509,7 +513,8 @@ class AttemptInline(ReadOnlyInline):
 
     @admin.display(description=_("claims"))
     def claims_count(self, obj: AttemptRecord) -> str:
-        """How many claims the row stands for: a park episode counts each (rule 12)."""
+        """How many claims the row stands for: a park episode counts each
+        (rule 12 (unknown-job-parked))."""
         return str(obj.claims) if obj.claims != 1 else EMPTY
 
     @admin.display(description=_("slot"))
@@ -592,10 +597,12 @@ class JobAdmin(JobListMixin, JobsAdmin):
         call = ["args_display", "kwargs_display", "priority", "timeout", "expires",
                 "cancel_requested", "cancel_reason"]
         if obj is not None and obj.unique_key:
-            # The key it holds (rule 66): why an enqueue returned this job instead of a new one.
+            # The key it holds (rule 66 (held-key-returns-holder)): why an enqueue returned this job
+            # instead of a new one.
             call.append("unique_key")
         if obj is not None and obj.released_key:
-            # The key a later enqueue took over: what a retry of this job checks (rule 107).
+            # The key a later enqueue took over: what a retry of this job checks
+            # (rule 107 (retry-takes-key-back)).
             call.append("released_key")
         return (
             (None, {"fields": state}),
@@ -628,7 +635,8 @@ class JobAdmin(JobListMixin, JobsAdmin):
         return super().change_view(request, object_id, form_url, context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        """The jobs without their JSON columns: a job's page reads each on its own (rule 15)."""
+        """The jobs without their JSON columns: a job's page reads each on its own
+        (rule 15 (undecodable-row-fails-alone))."""
         return super().get_queryset(request).defer(*JSON_FIELDS)
 
     @admin.display(description=_("args"))
@@ -693,7 +701,7 @@ def running_text(job: Job) -> str:
     if ahead > 0:
         return gettext("running; its worker renews the lease at each heartbeat: expires in "
                        "%(duration)s unless renewed") % when
-    # The worker stopped heartbeating: the next claim re-delivers the job (rule 1).
+    # The worker stopped heartbeating: the next claim re-delivers the job (rule 1 (leased-claim)).
     return gettext("running, but its lease lapsed %(duration)s ago: the next claim re-delivers "
                    "it") % when
 
@@ -716,15 +724,16 @@ def earlier_attempt_note(job: Job) -> str:
 
 
 def is_expired(job: Job) -> bool:
-    """Whether ``job`` ended by its expiry (rule 58): cancelled with no cancel requested, and an
-    expiry set. Read from the row, so the list shows it without reading attempts."""
+    """Whether ``job`` ended by its expiry (rule 58 (expired-never-runs)): cancelled with no cancel
+    requested, and an expiry set. Read from the row, so the list shows it without reading
+    attempts."""
     return (job.status == JobStatus.CANCELLED and not job.cancel_requested
             and job.expires_at is not None)
 
 
 def overrunning_on(job: Job) -> SafeString | str:
-    """For a running job whose body ignores its timeout (rule 56): which worker, which thread.
-    Read from the rows of the live workers (one small query, on a job's page only)."""
+    """For a running job whose body ignores its timeout (rule 56 (overrun-reported)): which worker,
+    which thread. Read from the rows of the live workers (one small query, on a job's page only)."""
     if job.status != JobStatus.RUNNING or job.timeout is None or not job.worker_id:
         return ""
     listed = (Worker.objects.using(jobs_database()).filter(id=job.worker_id, stopped_at=None)

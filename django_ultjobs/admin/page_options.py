@@ -1,9 +1,10 @@
 """What an operator picks in a jobs page's URL: the charts' window and auto-refresh.
 
 ``?charts=24h`` widens the charts to the last day; ``?refresh=30`` reloads the page every 30
-seconds through a ``<meta http-equiv="refresh">`` (rule 83): no script, so no Content-Security-
-Policy has anything to refuse, and a wall screen left open keeps itself current. Both are off
-unless asked for, and a value not on offer is the default (off, the hour), never an error.
+seconds through a ``<meta http-equiv="refresh">`` (rule 83 (refresh-on-request)): no script, so no
+Content-Security-Policy has anything to refuse, and a wall screen left open keeps itself current.
+Both are off unless asked for, and a value not on offer is the default (off, the hour), never an
+error.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Paused queues in the admin: the list of paused queues, and the pause/resume buttons of the
-summary's queue table (rule 75). Both act through ``operations.pause_queue``/``resume_queue``,
-with Job's change permission, like cancel and retry."""
+summary's queue table (rule 75 (paused-queue)). Both act through
+``operations.pause_queue``/``resume_queue``, with Job's change permission, like cancel and retry."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The Schedules page: every periodic job, when it ticks next, its last tick and how that ended.
 
-Pausing and resuming act fleet-wide (every worker's tick statement reads the flag, rule 63),
-need the change permission on schedules, and are written to each schedule's History like the
-jobs' actions.
+Pausing and resuming act fleet-wide (every worker's tick statement reads the flag,
+rule 63 (fleet-wide-pause)), need the change permission on schedules, and are written to each
+schedule's History like the jobs' actions.
 """
 
 from __future__ import annotations

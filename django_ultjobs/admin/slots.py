@@ -46,7 +46,7 @@ from .settling import settling_by_key
 
 @admin.register(HeldSlot)
 class HeldSlotAdmin(JobsAdmin):
-    """Every slot row: one held (or lapsed, not yet taken over) fleet slot (rule 5)."""
+    """Every slot row: one held (or lapsed, not yet taken over) fleet slot (rule 5 (fleet-cap))."""
 
     permission_model = Slot
     rows_have_pages = False
@@ -67,7 +67,8 @@ class HeldSlotAdmin(JobsAdmin):
         waiting = (Job.objects.filter(name=Substr(OuterRef("key"), len(slot_key_for("")) + 1),
                                       status=JobStatus.QUEUED, visible_at__lte=Now())
                    .order_by().values("name").annotate(n=Count("id")).values("n")[:1])
-        # Lapsed by the database's clock, the one the renewal is fenced on (rule 7).
+        # Lapsed by the database's clock, the one the renewal is fenced on
+        # (rule 7 (fenced-slot-renewal)).
         return super().get_queryset(request).annotate(
             is_lapsed=Case(When(expires_at__lte=Now(), then=Value(True)),
                            default=Value(False), output_field=BooleanField()),
@@ -75,7 +76,8 @@ class HeldSlotAdmin(JobsAdmin):
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> Any:
-        """The rows, and the runs settling per key above them: they hold no row (rule 91)."""
+        """The rows, and the runs settling per key above them: they hold no row
+        (rule 91 (settling-shown))."""
         settling = sorted(settling_by_key(jobs_database()).items())
         return super().changelist_view(request, {"ultjobs_settling": settling,
                                                  **(extra_context or {})})
@@ -87,7 +89,8 @@ class HeldSlotAdmin(JobsAdmin):
 
     @admin.display(description=_("job and key"))
     def job_key(self, obj: Slot) -> SafeString:
-        """The job the slot caps, and its concurrency key when the cap is per key (rule 50)."""
+        """The job the slot caps, and its concurrency key when the cap is per key
+        (rule 50 (per-key-cap))."""
         name, key = split_slot_key(obj.key)
         if key is None:
             return breakable(gettext("%(job)s (per job)") % {"job": name})
@@ -168,7 +171,8 @@ class LostSlotSinceFilter(SinceFilter):
 
 @admin.register(LostSlotCancellation)
 class LostSlotCancellationAdmin(JobsAdmin):
-    """Runs cancelled because they lost their fleet slot (rule 8), and what became of the job."""
+    """Runs cancelled because they lost their fleet slot (rule 8 (lost-slot-cancels)), and what
+    became of the job."""
 
     permission_model = Job
     rows_have_pages = False
@@ -188,7 +192,7 @@ class LostSlotCancellationAdmin(JobsAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         """Attempts with outcome slot_lost, with their job's status and its later attempts."""
         # Read through the attempts view: a success after the lost slot may have no row of its
-        # own (rule 97).
+        # own (rule 97 (attempt-on-row)).
         later = AttemptRecord.objects.filter(job_id=OuterRef("job_id"), id__gt=OuterRef("id"))
         return (
             super().get_queryset(request)

@@ -55,7 +55,7 @@ class QueueCounts:
     waiting: int = 0
     #: When its longest-runnable job became runnable (queued or woken; database clock).
     oldest_runnable_at: datetime | None = None
-    #: Its pause, when paused (rule 75): no worker claims from it.
+    #: Its pause, when paused (rule 75 (paused-queue)): no worker claims from it.
     pause: QueuePause | None = None
 
     @property
@@ -72,7 +72,7 @@ class SlotWait:
     cap: int
     held: int
     #: Runs of the key whose bodies have returned and settles are not written: they hold no
-    #: slot and are not counted against the cap (rule 91).
+    #: slot and are not counted against the cap (rule 91 (settling-shown)).
     settling: int = 0
 
 
@@ -106,11 +106,12 @@ class Summary:
     slots_lapsed: int
     lost_slots_24h: int
     workers_running: int
-    #: Runs settling (body returned, settle not written), held against no cap (rule 91).
+    #: Runs settling (body returned, settle not written), held against no cap
+    #: (rule 91 (settling-shown)).
     slots_settling: int = 0
-    #: Names of queued or waiting jobs that none of the running workers knows (rule 12): a
-    #: removed or renamed job, or a deploy the workers have not caught up with. Empty when no
-    #: worker runs, or one of them did not say which jobs it knows.
+    #: Names of queued or waiting jobs that none of the running workers knows
+    #: (rule 12 (unknown-job-parked)): a removed or renamed job, or a deploy the workers have not
+    #: caught up with. Empty when no worker runs, or one of them did not say which jobs it knows.
     unknown_jobs: list[str] = field(default_factory=list)
     #: More such names beyond the ones listed.
     unknown_jobs_more: int = 0
@@ -207,8 +208,8 @@ def jobs_summary(alias: str) -> Summary:
     slots = Slot.objects.using(alias).aggregate(
         held=Count("id", filter=Q(expires_at__gt=Now())),
         lapsed=Count("id", filter=Q(expires_at__lte=Now())))
-    # The table, not the attempts view: a slot_lost attempt always has its row (rule 97), and
-    # the table's partial index serves this count.
+    # The table, not the attempts view: a slot_lost attempt always has its row
+    # (rule 97 (attempt-on-row)), and the table's partial index serves this count.
     lost = JobAttempt.objects.using(alias).filter(
         outcome="slot_lost", finished_at__gte=Now() - timedelta(hours=24)).count()
     known = _running_workers(alias)

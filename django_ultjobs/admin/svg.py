@@ -1,4 +1,5 @@
-"""The admin's charts drawn as inline SVG on the server: no script, nothing fetched (rule 81).
+"""The admin's charts drawn as inline SVG on the server: no script, nothing fetched
+(rule 81 (svg-charts)).
 
 Colours come from classes the app's stylesheet defines for Django's light and dark themes, never
 from ``style`` attributes, which a strict Content-Security-Policy refuses. Each chart is an

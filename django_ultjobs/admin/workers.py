@@ -71,7 +71,7 @@ class WorkerAdmin(JobsAdmin):
     @admin.display(description=_("overrunning"))
     def overrunning_runs(self, obj: Worker) -> SafeString | str:
         """Runs still executing past their timeout, their bodies ignoring the cancellation
-        (rule 56): each job linked, with the thread running it."""
+        (rule 56 (overrun-reported)): each job linked, with the thread running it."""
         return overrunning_text(obj.overrunning)
 
     @admin.display(description=_("lease timings"))
@@ -109,12 +109,13 @@ def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
         return gettext("running")
     timeout = worker.visibility_timeout or get_settings().VISIBILITY_TIMEOUT
     # Silent for a whole visibility timeout, it has lost every lease it held: its jobs are
-    # re-delivered and its slots lapse (rules 1 and 5). It is gone, or cut off.
+    # re-delivered and its slots lapse (rules 1 (leased-claim) and 5 (fleet-cap)). It is gone, or
+    # cut off.
     if silent > timeout:
         return format_html('<span class="ultjobs-flag">{}</span>',
                            gettext("silent for %(duration)s") % {"duration": duration(silent)})
-    # Two missed ticks: a heartbeat failing and retried (rule 2), or a stalled process. Its
-    # leases still hold, for now.
+    # Two missed ticks: a heartbeat failing and retried (rule 2 (heartbeat-retried)), or a stalled
+    # process. Its leases still hold, for now.
     interval = worker.heartbeat_interval
     if interval and silent > 2 * interval:
         late = gettext("late: no heartbeat for %(duration)s (every %(interval)s)") % {

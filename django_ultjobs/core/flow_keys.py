@@ -2,9 +2,10 @@
 
 A key option names one of the job's parameters (positional or keyword) or is a callable taking
 the job's ``(*args, **kwargs)`` and returning a string. It is checked when the job is declared
-(rule 54): a name that is no parameter of the body would otherwise fail every enqueue, or worse,
-cap nothing. Its value for one call is computed at enqueue, before any SQL, and a value the
-queue cannot keep (not text or an int, too long, a NUL) is refused there by name (rule 16).
+(rule 54 (bad-flow-option-refused)): a name that is no parameter of the body would otherwise fail
+every enqueue, or worse, cap nothing. Its value for one call is computed at enqueue, before any SQL,
+and a value the queue cannot keep (not text or an int, too long, a NUL) is refused there by name
+(rule 16 (bad-input-refused)).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ _NAMED = (*_POSITIONAL, inspect.Parameter.KEYWORD_ONLY)
 
 def check_key_option(job: str, option: str, key: Any, *, needs: str, given: Any,
                      signature: inspect.Signature | None, takes_context: bool) -> None:
-    """Refuse a key option that can never name a key of this job (rule 54)."""
+    """Refuse a key option that can never name a key of this job
+    (rule 54 (bad-flow-option-refused))."""
     if key is None:
         return
     if given is None:
@@ -75,7 +77,7 @@ def key_value(job: str, option: str, key: KeyOption, signature: inspect.Signatur
 
 def stored_key(job: str, option: str, key: str) -> str:
     """The stored form of ``job``'s key ``key`` (a slot's or a rate-limit bucket's), refused
-    before any SQL when its column cannot keep it (rule 16)."""
+    before any SQL when its column cannot keep it (rule 16 (bad-input-refused))."""
     if "\x00" in key or not (key.isascii() or is_unicode(key)):
         raise JobArgumentError(
             f"job {job!r}: {option} {key!r} cannot contain a NUL or a lone surrogate")

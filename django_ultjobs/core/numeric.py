@@ -2,7 +2,7 @@
 
 ``math.isfinite(2**1024)`` raises ``OverflowError`` and ``repr(10**5000)`` raises ``ValueError``,
 so a check that used either on a number it was given failed with an error naming no option
-instead of refusing the number by the option's name (rule 16).
+instead of refusing the number by the option's name (rule 16 (bad-input-refused)).
 """
 
 from __future__ import annotations

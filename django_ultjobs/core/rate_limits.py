@@ -1,9 +1,9 @@
 """``@job(rate_limit="N/s" | "N/m" | "N/h")``: at most N starts per period across the fleet.
 
 The algorithm is GCRA (the generic cell rate algorithm, a token bucket kept as one timestamp),
-counted in the database so every worker process on every host draws from one budget (rule 52).
-Each bucket is one row: its theoretical arrival time ``tat``, in whole microseconds since
-1970 on the database's clock. A start at ``now`` conforms when
+counted in the database so every worker process on every host draws from one budget
+(rule 52 (fleet-rate-limit)). Each bucket is one row: its theoretical arrival time ``tat``, in whole
+microseconds since 1970 on the database's clock. A start at ``now`` conforms when
 ``tat - tolerance <= now``; each start it grants pushes ``tat`` to ``max(tat, now) + interval``,
 ``interval = period / N``. One statement grants a whole claim's runs of a bucket at once, the
 row locked by its upsert, so two workers can never both spend the last start.
@@ -72,7 +72,7 @@ class RateLimit:
 
 def parse_rate_limit(job: str, value: Any) -> RateLimit | None:
     """The rate limit ``value`` spells (``"100/m"``), refused by name when it spells none
-    (rule 54); None for None."""
+    (rule 54 (bad-flow-option-refused)); None for None."""
     if value is None:
         return None
     match = _FORM.match(value) if isinstance(value, str) else None

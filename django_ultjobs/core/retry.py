@@ -7,8 +7,9 @@ import random
 from collections.abc import Callable
 
 #: The longest delay, enqueued or written by a settle: a hundred years. Both engines add it to a
-#: timestamp, so anything much longer (or infinite) would overflow there (rules 16 and 31); a
-#: longer one asked for at enqueue is a unit mistake (milliseconds passed as seconds).
+#: timestamp, so anything much longer (or infinite) would overflow there
+#: (rules 16 (bad-input-refused) and 31 (bounded-outcomes)); a longer one asked for at enqueue is a
+#: unit mistake (milliseconds passed as seconds).
 MAX_DELAY = 100 * 365.25 * 86400.0
 
 

@@ -12,9 +12,9 @@ Pure functions over a frozen ``Schedule``: no SQL and no clock of their own, so 
 them with any "now" it likes. The worker's scheduler (``worker/scheduler.py``) asks
 ``candidates`` for the ticks to offer around its estimate of the database's clock; the tick
 statement keeps those the database's clock has reached, by the policy ``due`` states, and
-enqueues each at most once fleet-wide (rules 60, 62 and 102). Cron expressions are read and
-stepped by ``cronsim``, which handles time zones and DST the way Debian's cron does
-(docs/scheduling.md): no parser of our own.
+enqueues each at most once fleet-wide (rules 60 (tick-once), 62 (catch-up-policy) and
+102 (database-clock-ticks)). Cron expressions are read and stepped by ``cronsim``, which handles
+time zones and DST the way Debian's cron does (docs/scheduling.md): no parser of our own.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from cronsim import CronSim, CronSimError
 from ..exceptions import JobOptionError
 from .numeric import is_finite, shown
 
-#: What to do with ticks that passed while no worker was running (rule 62).
+#: What to do with ticks that passed while no worker was running (rule 62 (catch-up-policy)).
 CATCH_UP_CHOICES = ("latest", "none", "all")
 #: The most ticks one catch-up enqueues with ``catch_up="all"``: the most recent ones. A fleet
-#: down for a day must not come back to 86,400 runs of an ``every=1`` job (rule 62).
+#: down for a day must not come back to 86,400 runs of an ``every=1`` job
+#: (rule 62 (catch-up-policy)).
 MAX_CATCH_UP = 100
 #: ``every`` bounds, in seconds. Below a second the tick's row costs more than the schedule is
 #: worth; past a year it is a typo.
@@ -46,12 +47,14 @@ MAX_EVERY = 366 * 86_400.0
 ON_TIME = timedelta(seconds=5)
 #: How far either side of its estimate of the database's clock a worker offers ticks: the tick
 #: statement keeps only those the database's clock has reached, so an estimate off by less than
-#: this costs nothing, and one off by more costs one more statement (rule 102).
+#: this costs nothing, and one off by more costs one more statement
+#: (rule 102 (database-clock-ticks)).
 CANDIDATE_MARGIN = timedelta(seconds=5)
 #: A cron expression that matches nothing in this many steps (``0 0 30 2 *``) is refused.
 _MAX_CRON_STEPS = 8
 #: Names ``zoneinfo`` lists that are no zone a schedule may be read in, and why: each reads
-#: one cron as another instant on each host, or as none the site meant (rule 64).
+#: one cron as another instant on each host, or as none the site meant
+#: (rule 64 (bad-schedule-refused)).
 _HOST_ZONES = {
     "localtime": "it is each host's own zone, so workers on two hosts would enqueue one tick "
                  "at two instants; give the zone's IANA name",
@@ -65,7 +68,8 @@ class Candidates:
 
     The statement, not the worker, decides which are due: those at or before the database's
     clock, after the schedule's cursor, of which the catch-up policy keeps the newest ``keep``,
-    none more than ``late`` seconds late (rules 62 and 102).
+    none more than ``late`` seconds late (rules 62 (catch-up-policy) and
+    102 (database-clock-ticks)).
     """
 
     #: Oldest first.
@@ -86,7 +90,8 @@ class Schedule:
     """When a periodic job ticks: a cron expression in a time zone, or every N seconds.
 
     Checked when built (at ``@job``), so a bad expression, zone or interval is refused at
-    import time by its option's name, before any worker or SQL sees it (rule 64).
+    import time by its option's name, before any worker or SQL sees it
+    (rule 64 (bad-schedule-refused)).
     """
 
     cron: str | None = None
@@ -151,13 +156,14 @@ class Schedule:
 
     def due(self, cursor: datetime, now: datetime) -> list[datetime]:
         """The ticks to enqueue when the database's clock reads ``now``, oldest first: those in
-        ``(cursor, now]`` that the catch-up policy keeps (rule 62).
+        ``(cursor, now]`` that the catch-up policy keeps (rule 62 (catch-up-policy)).
 
         ``cursor`` is the newest tick dealt with (or when the schedule began). A tick is missed
         when it is more than ``ON_TIME`` late: ``latest`` keeps only the newest due tick,
         ``none`` keeps it only when it is on time, ``all`` keeps the newest ``MAX_CATCH_UP``.
-        The tick statement applies this policy in SQL on the database's clock (rule 102); the
-        conformance tests hold the statement to this function.
+        The tick statement applies this policy in SQL on the database's clock
+        (rule 102 (database-clock-ticks)); the conformance tests hold the statement to this
+        function.
         """
         ticks = self._ticks_between(cursor, now, self.keep)
         if not ticks:
@@ -170,7 +176,8 @@ class Schedule:
     def candidates(self, cursor: datetime, around: datetime,
                    margin: timedelta = CANDIDATE_MARGIN) -> Candidates:
         """The ticks to offer the tick statement when the database's clock reads about
-        ``around`` (rule 102): every tick after ``cursor`` up to ``around + margin``.
+        ``around`` (rule 102 (database-clock-ticks)): every tick after ``cursor`` up to ``around +
+        margin``.
 
         A cursor far behind (the fleet down for a day) is not offered whole: only the newest
         ``keep`` ticks up to ``around - margin``, with every tick after them, which is all the
@@ -238,7 +245,8 @@ def _exact(seconds: float) -> str:
 
 def check_callable_without_arguments(name: str, func: Callable[..., Any],
                                      takes_context: bool) -> None:
-    """Refuse a periodic job whose body needs an argument: a tick has none to give (rule 64)."""
+    """Refuse a periodic job whose body needs an argument: a tick has none to give
+    (rule 64 (bad-schedule-refused))."""
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):

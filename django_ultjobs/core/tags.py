@@ -1,5 +1,5 @@
-"""Tags of a job (rule 78): short labels given at enqueue, checked before any SQL, searched by
-the admin and ``ultjobs list --tag``.
+"""Tags of a job (rule 78 (tags-stored-whole)): short labels given at enqueue, checked before any
+SQL, searched by the admin and ``ultjobs list --tag``.
 
 A tag is stored in the job's ``tags`` column, a JSON list of strings. PostgreSQL searches it
 with jsonb containment, SQLite with ``json_each``: the ORM's ``contains`` lookup on a JSON
@@ -23,7 +23,8 @@ MAX_TAGS = 20
 
 
 def check_tags(name: str, tags: Any, *, subject: str | None = None) -> tuple[str, ...]:
-    """Return ``tags`` as a tuple, or raise ``JobOptionError`` naming the option (rule 78).
+    """Return ``tags`` as a tuple, or raise ``JobOptionError`` naming the option
+    (rule 78 (tags-stored-whole)).
 
     The message begins with ``subject`` (default: ``job 'name'``). A single string is refused
     rather than read as its characters."""

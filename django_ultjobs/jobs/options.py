@@ -8,7 +8,7 @@ text, ``delay`` and ``expires_in`` added to the database's clock, ``run_at`` a m
 hold failed differently on each engine: PostgreSQL raised a ``DataError`` inside the caller's
 transaction (which it aborts) or rounded ``priority=1.7`` to 2, SQLite kept 1.7, both took
 ``"5"`` as 5. The spec is checked when it is built (``@job``, every ``.using()`` copy), so a
-refusal always comes before any SQL, the same on both engines (rule 16).
+refusal always comes before any SQL, the same on both engines (rule 16 (bad-input-refused)).
 """
 
 from __future__ import annotations
@@ -102,10 +102,10 @@ def name_problem(text: Any, longest: int) -> str | None:
     """What keeps ``text`` from being a name its column keeps and its readers can show (a
     queue, a worker's id), said after the name of the option or flag; None if nothing does.
 
-    One rule for a job's ``queue`` and ``runjobworker --queue`` (rule 16): a queue a worker
-    refuses to serve must not take jobs. PostgreSQL's text refuses NUL and a lone surrogate (a
-    byte of a command line that is not UTF-8), SQLite would store them; a control character
-    would garble the logs and the admin that show the name.
+    One rule for a job's ``queue`` and ``runjobworker --queue`` (rule 16 (bad-input-refused)): a
+    queue a worker refuses to serve must not take jobs. PostgreSQL's text refuses NUL and a lone
+    surrogate (a byte of a command line that is not UTF-8), SQLite would store them; a control
+    character would garble the logs and the admin that show the name.
     """
     if not isinstance(text, str) or not 1 <= len(text) <= longest:
         return f"must be 1 to {longest} characters of text"
@@ -125,7 +125,8 @@ def seconds_of(value: Any) -> Any:
 
 
 def _check_duration(name: str, option: str, value: Any) -> None:
-    """``timeout`` and ``expires_in``: a positive, finite number of seconds (rules 55, 58).
+    """``timeout`` and ``expires_in``: a positive, finite number of seconds
+    (rules 55 (timeout-cancels), 58 (expired-never-runs)).
 
     Zero is refused, not read as "none": a timeout of 0 would cancel every run at its first
     tick, an expiry of 0 would expire every job before any worker could claim it."""
@@ -139,8 +140,9 @@ def _check_duration(name: str, option: str, value: Any) -> None:
 
 
 def _check_retry_on(name: str, retry_on: Any) -> None:
-    """A tuple of exception classes (rule 57); ``()`` retries nothing. An instance or a name in
-    quotes would be compared with ``isinstance`` at the first failure, too late to say so."""
+    """A tuple of exception classes (rule 57 (retry-on-only)); ``()`` retries nothing. An instance
+    or a name in quotes would be compared with ``isinstance`` at the first failure, too late to say
+    so."""
     if not isinstance(retry_on, tuple):
         _refuse(name, "retry_on", "must be a tuple of exception classes", retry_on)
     for entry in retry_on:
@@ -173,9 +175,9 @@ def _check_int(name: str, option: str, value: Any, low: int) -> None:
 
 
 def _check_concurrency(name: str, value: Any) -> None:
-    """A whole number of fleet slots (rule 5), numbered in PostgreSQL's ``integer``: 1.5, NaN
-    or 2**31 made every claim of every worker that registered the job fail, so no job of any
-    kind ran there."""
+    """A whole number of fleet slots (rule 5 (fleet-cap)), numbered in PostgreSQL's ``integer``:
+    1.5, NaN or 2**31 made every claim of every worker that registered the job fail, so no job of
+    any kind ran there."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
         _refuse(name, "concurrency", f"must be a whole number from 1 to {INT_MAX} (or None "
                 "for no cap)", value)
@@ -195,8 +197,8 @@ def _check_delay(name: str, delay: Any) -> None:
 
 def _check_seconds(job_name: str, option: str, value: Any) -> None:
     """Refuse a seconds option no settle could store: not a real number, negative, NaN or
-    infinite, or longer than a hundred years (rule 31). At import time, naming the option: a
-    bad value found later would fail every retry of the job instead."""
+    infinite, or longer than a hundred years (rule 31 (bounded-outcomes)). At import time, naming
+    the option: a bad value found later would fail every retry of the job instead."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise JobOptionError(
             f"job {job_name!r}: {option} must be a number of seconds, not "

@@ -85,11 +85,13 @@ def job(
     """Register a function as a job; use bare (``@job``) or with options (``@job(queue=...)``).
 
     ``name`` defaults to the function's ``__name__``: it is what the queue stores, so renaming
-    the function renames the job (queued rows of the old name are parked as unknown, rule 12).
+    the function renames the job (queued rows of the old name are parked as unknown,
+    rule 12 (unknown-job-parked)).
 
     ``cron=`` (read in ``timezone=``, UTC by default) or ``every=`` seconds makes it periodic:
     the running workers enqueue each tick once between them, ``catch_up=`` says what happens to
-    ticks missed while none ran (docs/scheduling.md, rules 60-64).
+    ticks missed while none ran (docs/scheduling.md, rules 60 (tick-once) to
+    64 (bad-schedule-refused)).
     """
     def decorate(f: Callable[..., Any]) -> JobSpec:
         if name is not None and not isinstance(name, str):
@@ -100,7 +102,8 @@ def job(
         try:
             schedule = schedule_from_options(cron, every, timezone, catch_up)
         except JobOptionError as exc:
-            # rule 64: refused at import time by the job's name, as every other option is.
+            # rule 64 (bad-schedule-refused): refused at import time by the job's name, as every
+            # other option is.
             raise JobOptionError(f"job {job_name!r}: {exc}") from None
         spec = JobSpec(
             func=f, name=job_name, queue=queue, priority=priority,
@@ -140,12 +143,12 @@ def get_job(name: str) -> JobSpec | None:
     """Return the job registered as ``name``, or None.
 
     A dotted name that is not registered is imported, if its module lies inside an installed
-    app's package or ``ULTJOBS["JOB_MODULES"]`` (rule 40): importing its module may register it
-    (as importing a ``jobs.py`` does), or the object there may offer a ``job_spec()`` naming
-    itself ``name``. This is how a worker runs a ``django.tasks`` task, which is named by its
-    module path, with no registration of its own (Django finds a task from its path the same
-    way). Any other name is unknown and nothing is imported: a row is data anyone with write
-    access to the table may have written, and ``this.zen`` must not import ``this``.
+    app's package or ``ULTJOBS["JOB_MODULES"]`` (rule 40 (project-imports-only)): importing its
+    module may register it (as importing a ``jobs.py`` does), or the object there may offer a
+    ``job_spec()`` naming itself ``name``. This is how a worker runs a ``django.tasks`` task, which
+    is named by its module path, with no registration of its own (Django finds a task from its path
+    the same way). Any other name is unknown and nothing is imported: a row is data anyone with
+    write access to the table may have written, and ``this.zen`` must not import ``this``.
     """
     spec = _registry.get(name)
     if spec is None and "." in name:
@@ -154,8 +157,9 @@ def get_job(name: str) -> JobSpec | None:
 
 
 def importable(name: str) -> bool:
-    """Whether a worker may import ``name``'s module to find the job (rule 40): a dotted name
-    whose module is an installed app's package or inside one, or inside ``JOB_MODULES``."""
+    """Whether a worker may import ``name``'s module to find the job
+    (rule 40 (project-imports-only)): a dotted name whose module is an installed app's package or
+    inside one, or inside ``JOB_MODULES``."""
     module = name.rpartition(".")[0]
     if not module or not all(part.isidentifier() for part in name.split(".")):
         return False
@@ -182,7 +186,7 @@ def _resolve_path(name: str) -> JobSpec | None:
             spec = make() if callable(make) else None
     except Exception as exc:
         # Whatever the import raised reads as "not registered": the caller parks the job
-        # (rule 12) instead of a bad module taking the claim loop down.
+        # (rule 12 (unknown-job-parked)) instead of a bad module taking the claim loop down.
         log_event(logger, logging.WARNING, "jobs.registry.resolve-failed", job=name,
                   error=repr(exc))
         return None

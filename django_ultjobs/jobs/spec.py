@@ -71,37 +71,41 @@ class JobSpec:
     priority: int = 0
     max_attempts: int = 3
     takes_context: bool = False
-    #: Fleet-wide cap on simultaneous runs of this job (rule 5); None means no cap.
+    #: Fleet-wide cap on simultaneous runs of this job (rule 5 (fleet-cap)); None means no cap.
     concurrency: int | None = None
     #: The cap above is per key of this (a parameter's name, or a function of the call's
-    #: arguments), not per job (rule 50); None: per job.
+    #: arguments), not per job (rule 50 (per-key-cap)); None: per job.
     concurrency_key: KeyOption | None = None
-    #: At most N starts per period across the fleet (``"100/m"``; rule 52); None: no limit.
+    #: At most N starts per period across the fleet (``"100/m"``; rule 52 (fleet-rate-limit)); None:
+    #: no limit.
     rate_limit: str | None = None
     #: The rate limit above is per key of this, as ``concurrency_key``; None: per job.
     rate_limit_key: KeyOption | None = None
     #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds, capped, with jitter.
     backoff: float = 2.0
     max_backoff: float = 3600.0
-    #: Seconds a run may execute before it is cancelled with ``JobTimeoutError`` (rule 55).
+    #: Seconds a run may execute before it is cancelled with ``JobTimeoutError``
+    #: (rule 55 (timeout-cancels)).
     timeout: float | None = None
-    #: Only these exceptions of the body are retried (rule 57); ``NonRetryable`` never is.
+    #: Only these exceptions of the body are retried (rule 57 (retry-on-only)); ``NonRetryable``
+    #: never is.
     retry_on: tuple[type[BaseException], ...] = (Exception,)
-    #: Seconds after the enqueue past which a job not started yet is never run (rule 58).
+    #: Seconds after the enqueue past which a job not started yet is never run
+    #: (rule 58 (expired-never-runs)).
     expires_in: float | None = None
     #: Per-enqueue options set through ``.using()``.
     delay: float = 0.0
     run_at: datetime | None = None
     #: When a periodic job ticks (``@job(cron=...)`` or ``@job(every=...)``); None otherwise.
     schedule: Schedule | None = None
-    #: Unique jobs (rules 65-67): ``unique`` keys each call by its arguments, ``unique_for``
-    #: keeps the key held that many seconds after the job finished (and implies ``unique``),
-    #: ``unique_key`` (``.using()``) gives the key of one enqueue.
+    #: Unique jobs (rules 65 (one-key-holder) to 67 (unique-for-window)): ``unique`` keys each call
+    #: by its arguments, ``unique_for`` keeps the key held that many seconds after the job finished
+    #: (and implies ``unique``), ``unique_key`` (``.using()``) gives the key of one enqueue.
     unique: bool = False
     unique_for: float = 0.0
     unique_key: str | None = None
-    #: Labels stored on each job row (rule 78): the ``@job(tags=...)`` ones, then those of
-    #: ``.using(tags=...)``.
+    #: Labels stored on each job row (rule 78 (tags-stored-whole)): the ``@job(tags=...)`` ones,
+    #: then those of ``.using(tags=...)``.
     tags: tuple[str, ...] = ()
 
     @cached_property
@@ -115,9 +119,9 @@ class JobSpec:
 
     @cached_property
     def is_coroutine(self) -> bool:
-        """Whether the body is ``async def`` (run on the worker's event loop, rule 85), or an
-        object whose ``__call__`` is (a Django Tasks async task's runner); asked once, not on
-        every run."""
+        """Whether the body is ``async def`` (run on the worker's event loop,
+        rule 85 (one-event-loop)), or an object whose ``__call__`` is (a Django Tasks async task's
+        runner); asked once, not on every run."""
         return (inspect.iscoroutinefunction(self.func)
                 or inspect.iscoroutinefunction(type(self.func).__call__))
 
@@ -134,8 +138,9 @@ class JobSpec:
         if isinstance(self.retry_on, type):
             object.__setattr__(self, "retry_on", (self.retry_on,))
         # Queue, priority, max_attempts, concurrency, delay, run_at, the backoffs, timeout,
-        # expires_in and retry_on: each must fit its column, or a settle (rules 16, 31, 54, 55,
-        # 57 and 58).
+        # expires_in and retry_on: each must fit its column, or a settle
+        # (rules 16 (bad-input-refused), 31 (bounded-outcomes), 54 (bad-flow-option-refused),
+        # 55 (timeout-cancels), 57 (retry-on-only) and 58 (expired-never-runs)).
         check_options(self)
         check_unique_options(self)
         if self.concurrency is not None and len(self.name) > MAX_SLOT_JOB_NAME:
@@ -145,12 +150,13 @@ class JobSpec:
                 f"{MAX_SLOT_JOB_NAME} characters"
             )
         if self.schedule is not None:
-            # A tick enqueues the job with no arguments (rule 64).
+            # A tick enqueues the job with no arguments (rule 64 (bad-schedule-refused)).
             check_callable_without_arguments(self.name, self.func, self.takes_context)
         self._check_flow_control()
 
     def _check_flow_control(self) -> None:
-        """Refuse a key or rate limit that can never work, when the job is declared (rule 54)."""
+        """Refuse a key or rate limit that can never work, when the job is declared
+        (rule 54 (bad-flow-option-refused))."""
         for option, needs, given in (("concurrency_key", "concurrency", self.concurrency),
                                      ("rate_limit_key", "rate_limit", self.rate_limit)):
             check_key_option(self.name, option, getattr(self, option), needs=needs,
@@ -169,7 +175,7 @@ class JobSpec:
     def slot_key_of(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
         """The key of the fleet slots a call of this job takes: ``""`` (the job's own,
         ``job:<name>``) unless the job has ``concurrency_key``. Refused by name before any SQL
-        when it cannot be stored (rule 54)."""
+        when it cannot be stored (rule 54 (bad-flow-option-refused))."""
         if self.concurrency_key is None or self.concurrency is None:
             return ""
         key = key_value(self.name, "concurrency_key", self.concurrency_key, self.signature,
@@ -204,9 +210,9 @@ class JobSpec:
 
         ``unique_key``: while a job of this name holding that key is queued, running or waiting
         (or finished less than ``unique_for`` seconds ago), ``enqueue`` returns it instead of
-        creating another (rules 65-67).
+        creating another (rules 65 (one-key-holder) to 67 (unique-for-window)).
 
-        ``tags``: labels stored on the job, after the job's own (rule 78).
+        ``tags``: labels stored on the job, after the job's own (rule 78 (tags-stored-whole)).
         """
         changes: dict[str, Any] = {}
         if tags is not None:
@@ -236,7 +242,8 @@ class JobSpec:
         jsonargs.check_arguments(self.name, args, kwargs)
         self._check_signature(args, kwargs)
         if self.rate_limit_key is not None:
-            self.rate_key_of(args, kwargs)  # refused now, not on the worker (rule 54)
+            # refused now, not on the worker (rule 54 (bad-flow-option-refused))
+            self.rate_key_of(args, kwargs)
         return JobCall(self, args, kwargs)
 
     @cached_property
@@ -246,7 +253,8 @@ class JobSpec:
 
     def _check_signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Refuse a call the body could never take (a missing or extra argument) now, before
-        any SQL, instead of queueing a job that fails every attempt (rule 16)."""
+        any SQL, instead of queueing a job that fails every attempt
+        (rule 16 (bad-input-refused))."""
         if self.signature is None:
             return
         # Whether a call binds depends on how many positional arguments it has and the names
@@ -272,7 +280,8 @@ class JobSpec:
         """Queue one call inside the caller's transaction; return its (unsaved-looking) row.
 
         Non-JSON arguments raise ``JobArgumentError`` (a ``TypeError``) and write nothing. A call
-        whose unique key a job holds writes nothing and returns that job (rule 66).
+        whose unique key a job holds writes nothing and returns that job
+        (rule 66 (held-key-returns-holder)).
         """
         return enqueue.enqueue_one(self.call(*args, **kwargs))[0]
 

@@ -3,11 +3,13 @@
 A job row *holds* its ``unique_key`` (the ``unique_key`` column is not NULL) from its enqueue
 until a later enqueue of the same key takes the key over; a partial unique index on
 ``(name, unique_key) WHERE unique_key IS NOT NULL`` lets one row hold a key at a time, whatever
-number of processes enqueue it at once (rule 65). A holder may be taken over once it has
+number of processes enqueue it at once (rule 65 (one-key-holder)). A holder may be taken over once
+it has
 *expired*: finished (succeeded, failed or cancelled) at least its ``unique_for`` seconds ago,
-on the database's clock (rule 67). Until then an enqueue of the key inserts nothing and answers
-with the holder (rule 66). Settling a job never touches its key: the release happens at the
-next enqueue of the key, so the worker's claim and settle pay nothing for unique jobs.
+on the database's clock (rule 67 (unique-for-window)). Until then an enqueue of the key inserts
+nothing and answers with the holder (rule 66 (held-key-returns-holder)). Settling a job never
+touches its key: the release happens at the next enqueue of the key, so the worker's claim and
+settle pay nothing for unique jobs.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ KeyPair = tuple[str, str]
 
 def check_unique_options(spec: Declaration) -> None:
     """Raise ``JobOptionError`` for a ``unique``, ``unique_for`` or ``unique_key`` the queue cannot
-    keep: at ``@job`` and every ``.using()`` copy, before any SQL (rule 16)."""
+    keep: at ``@job`` and every ``.using()`` copy, before any SQL (rule 16 (bad-input-refused))."""
     name = spec.name
     if not isinstance(spec.unique, bool):
         raise JobOptionError(f"job {name!r}: unique must be True or False, not {spec.unique!r}")
@@ -260,7 +262,7 @@ def holders_of(alias: str) -> Callable[[Iterable[KeyPair]], dict[KeyPair, int]]:
 @dataclass(frozen=True, slots=True)
 class KeyHeld:
     """A job a retry left alone: the key it held, released to a later enqueue of it, is held
-    by another job now (rule 107)."""
+    by another job now (rule 107 (retry-takes-key-back))."""
 
     job_id: int
     name: str
@@ -279,7 +281,7 @@ def take_keys_back(alias: str, ids: Sequence[int]) -> dict[int, KeyHeld]:
     as to an enqueue (``unique_release``); then one ``UPDATE`` sets the key where no row holds
     it. The partial unique index settles a race with an enqueue of the key: an insert committed
     while the update waited for it makes the update fail, in a savepoint, and the next round's
-    statement sees the holder (rules 65, 107).
+    statement sees the holder (rules 65 (one-key-holder), 107 (retry-takes-key-back)).
     """
     from ..models import Job
     from ..store import get_store

@@ -2,8 +2,9 @@
 
 Python's ``int()`` and ``float()`` read more than an operator means to type: ``"١٢"`` (Arabic-Indic
 digits) as 12, ``"+7"`` as 7 and ``"7_0"`` as 70. A job id or a count mistyped so must be refused
-by the flag's name, not acted on as another number (rules 18 and 77). Used as argparse ``type=``;
-a value passed from code (``call_command(..., days=3)``) is not text and is checked by the command.
+by the flag's name, not acted on as another number (rules 18 (start-mistake-named) and
+77 (cli-through-operations)). Used as argparse ``type=``; a value passed from code
+(``call_command(..., days=3)``) is not text and is checked by the command.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 One helper for every command that may run for minutes (``prunejobs`` over millions of rows, the
 bulk retry and cancel of ``manage.py ultjobs``, the benchmarks). On a terminal it draws a tqdm
 bar; when the output is a file, a pipe or cron's mail it draws nothing, and the command prints
-its one summary line (rule 84) (``Progress.summary`` gives its "in 12.3 s, 81,000/s" part).
+its one summary line (rule 84 (progress-on-terminal)) (``Progress.summary`` gives its "in 12.3 s,
+81,000/s" part).
 
     with Progress("pruning", total=prunable, unit="job", stream=self.stderr) as bar:
         prune(..., on_batch=bar.advance)

@@ -1,5 +1,5 @@
 # Periodic jobs: the schedules' table (cursor and pause per periodic job), and the tick each job
-# row was enqueued for, unique per job name (rule 60).
+# row was enqueued for, unique per job name (rule 60 (tick-once)).
 
 import django.db.models.functions.datetime
 from django.db import migrations, models

@@ -12,7 +12,8 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        # The admin's charts read the newest attempts of a window, a bounded number (rule 80).
+        # The admin's charts read the newest attempts of a window, a bounded number
+        # (rule 80 (bounded-charts)).
         AddIndexConcurrently(
             model_name='jobattempt',
             index=models.Index(models.F('finished_at'), name='ultjobs_attempt_finished'),

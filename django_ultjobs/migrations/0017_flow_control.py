@@ -1,4 +1,5 @@
-# Per-key caps (Job.concurrency_key, rule 50) and the rate limiter's buckets (rule 52).
+# Per-key caps (Job.concurrency_key, rule 50 (per-key-cap)) and the rate limiter's buckets
+# (rule 52 (fleet-rate-limit)).
 
 import django.db.models.functions.datetime
 from django.db import migrations, models

@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     # A table of its own, not a column on the jobs: pausing writes one row, never the jobs, and
-    # the claim probes it by primary key (rule 75).
+    # the claim probes it by primary key (rule 75 (paused-queue)).
 
     dependencies = [
         ('django_ultjobs', '0017_flow_control'),

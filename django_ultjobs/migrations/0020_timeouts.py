@@ -1,4 +1,5 @@
-"""Run timeouts, expiry, cancel reasons and overrunning runs (rules 55-59).
+"""Run timeouts, expiry, cancel reasons and overrunning runs (rules 55 (timeout-cancels) to
+59 (cancel-reason-kept)).
 
 Every column is added nullable or with a constant database default, so on PostgreSQL adding it
 changes only the catalog: no rewrite of the jobs table, no long exclusive lock. The outcome's new

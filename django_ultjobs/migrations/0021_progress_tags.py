@@ -1,4 +1,4 @@
-"""Tags and progress of a job (rules 78-79).
+"""Tags and progress of a job (rules 78 (tags-stored-whole) and 79 (progress-throttled-fenced)).
 
 Both columns are nullable or have a constant database default, so on PostgreSQL adding them
 changes only the catalog: no rewrite of the jobs table, no long exclusive lock.

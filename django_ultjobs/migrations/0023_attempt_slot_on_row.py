@@ -1,6 +1,6 @@
-"""The attempt a job's row holds may have held a per-job fleet slot (rule 97): the slot's number
-is ``Job.attempt_slot``, and version 2 of the attempts view shows it, with the job's per-job
-slot key, as the attempt row would have.
+"""The attempt a job's row holds may have held a per-job fleet slot (rule 97 (attempt-on-row)): the
+slot's number is ``Job.attempt_slot``, and version 2 of the attempts view shows it, with the job's
+per-job slot key, as the attempt row would have.
 
 A nullable column without a default: on PostgreSQL a change of the catalog alone, no rewrite of
 the jobs table. The migration is atomic, so readers never see the view missing. Going back

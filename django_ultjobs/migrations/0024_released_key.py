@@ -1,4 +1,5 @@
-"""The unique key a job held until a later enqueue took it over (rules 66 and 107).
+"""The unique key a job held until a later enqueue took it over (rules 66 (held-key-returns-holder)
+and 107 (retry-takes-key-back)).
 
 The take-over cleared the old row's key and kept nothing of it, so a retry of that row could not
 tell it had held one and ran it keyless beside the key's new holder. A nullable column without a

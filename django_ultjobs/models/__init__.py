@@ -42,13 +42,16 @@ class AttemptOutcome(models.TextChoices):
     # A graceful shutdown hands the job back without burning an attempt;
     # calling that "cancelled" would tell an operator somebody cancelled it.
     INTERRUPTED = "interrupted", _("interrupted")
-    #: Still running after its timeout (rule 55); the retry policy decided what followed.
+    #: Still running after its timeout (rule 55 (timeout-cancels)); the retry policy decided what
+    #: followed.
     TIMED_OUT = "timed_out", _("timed out")
-    #: The body raised NonRetryable: failed at once (rule 57).
+    #: The body raised NonRetryable: failed at once (rule 57 (retry-on-only)).
     NON_RETRYABLE = "non_retryable", _("non-retryable")
-    #: The body raised an exception outside the job's retry_on: failed at once (rule 57).
+    #: The body raised an exception outside the job's retry_on: failed at once
+    #: (rule 57 (retry-on-only)).
     NOT_RETRIED = "not_retried", _("not retried")
-    #: Claimed after its expiry before it ever started: cancelled, never run (rule 58).
+    #: Claimed after its expiry before it ever started: cancelled, never run
+    #: (rule 58 (expired-never-runs)).
     EXPIRED = "expired", _("expired")
 
 
@@ -73,12 +76,14 @@ class Job(models.Model):
     worker_id = models.CharField(max_length=200, blank=True, default="")
     claimed_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
-    #: Why it was cancelled, as given to cancel_jobs(reason=...) or the admin's form (rule 59).
+    #: Why it was cancelled, as given to cancel_jobs(reason=...) or the admin's form
+    #: (rule 59 (cancel-reason-kept)).
     cancel_reason = models.TextField(blank=True, default="", db_default="")
-    #: Seconds a run may execute before it is cancelled as timed out (rule 55); None: no limit.
-    #: Kept on the row, so a .using(timeout=...) of one enqueue reaches the worker.
+    #: Seconds a run may execute before it is cancelled as timed out (rule 55 (timeout-cancels));
+    #: None: no limit. Kept on the row, so a .using(timeout=...) of one enqueue reaches the worker.
     timeout = models.FloatField(null=True, blank=True)
-    #: A job not started by then is never run (rule 58); on the database's clock.
+    #: A job not started by then is never run (rule 58 (expired-never-runs)); on the database's
+    #: clock.
     expires_at = models.DateTimeField(null=True, blank=True)
     # What a waiting job waits for (ctx.wait_for_event): send_event wakes it by these. An event
     # with id <= wait_after was already consumed by an earlier wait of the same run.
@@ -89,7 +94,7 @@ class Job(models.Model):
     tracestate = models.CharField(max_length=512, blank=True, default="")
     enqueued_by = models.CharField(max_length=200, blank=True, default="")
     # The key of the fleet slots a run of this job takes when its cap is per key
-    # (@job(concurrency_key=...), rule 50), computed at enqueue; "" for the job's own.
+    # (@job(concurrency_key=...), rule 50 (per-key-cap)), computed at enqueue; "" for the job's own.
     concurrency_key = models.CharField(max_length=MAX_SLOT_KEY, blank=True, default="",
                                        db_default="")
     last_error = models.TextField(blank=True, default="")
@@ -97,47 +102,54 @@ class Job(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
-    #: The tick a periodic job's scheduler enqueued this row for (rule 61); None for a job
-    #: enqueued by code. Unique per job name, so a tick is never enqueued twice (rule 60).
+    #: The tick a periodic job's scheduler enqueued this row for (rule 61 (tick-on-time)); None for
+    #: a job enqueued by code. Unique per job name, so a tick is never enqueued twice
+    #: (rule 60 (tick-once)).
     scheduled_for = models.DateTimeField(null=True, blank=True)
-    #: The key this job holds (rules 65-67): set at enqueue for ``@job(unique=True)`` or
-    #: ``.using(unique_key=...)``, kept after the job finished, and cleared (NULL) only when a
-    #: later enqueue of the same key takes it over, once this job has been finished for
-    #: ``unique_for`` seconds. NULL for a job that holds no key.
+    #: The key this job holds (rules 65 (one-key-holder) to 67 (unique-for-window)): set at enqueue
+    #: for ``@job(unique=True)`` or ``.using(unique_key=...)``, kept after the job finished, and
+    #: cleared (NULL) only when a later enqueue of the same key takes it over, once this job has
+    #: been finished for ``unique_for`` seconds. NULL for a job that holds no key.
     unique_key = models.CharField(_("unique key"), max_length=200, null=True, blank=True,
                                   editable=False)
     #: Seconds after it finished that this job still holds its key (``@job(unique_for=...)``).
     unique_for = models.FloatField(default=0.0, db_default=0.0, editable=False)
-    #: The key this job held until a later enqueue of it took the key over (rule 66): a retry
-    #: of this job takes the key back, or is refused naming the job that holds it (rule 107).
-    #: NULL while the job holds its key, and for a job that never held one.
+    #: The key this job held until a later enqueue of it took the key over
+    #: (rule 66 (held-key-returns-holder)): a retry of this job takes the key back, or is refused
+    #: naming the job that holds it
+    #: (rule 107 (retry-takes-key-back)). NULL while the job holds its key, and for a job that never
+    #: held one.
     released_key = models.CharField(_("released unique key"), max_length=200, null=True,
                                     blank=True, editable=False)
-    #: Short labels given at enqueue (``.using(tags=[...])``, ``@job(tags=[...])``; rule 78),
-    #: searched by the admin and ``ultjobs list --tag``: a JSON list of strings.
+    #: Short labels given at enqueue (``.using(tags=[...])``, ``@job(tags=[...])``;
+    #: rule 78 (tags-stored-whole)), searched by the admin and ``ultjobs list --tag``: a JSON list
+    #: of strings.
     tags = models.JSONField(_("tags"), default=list, db_default=[], blank=True, editable=False)
-    #: The run's last ``ctx.set_progress(done, total, message)`` (rule 79): ``{"done": ...,
-    #: "total": ..., "message": ...}``, or None before any. Written fenced on the claim token.
+    #: The run's last ``ctx.set_progress(done, total, message)``
+    #: (rule 79 (progress-throttled-fenced)): ``{"done": ..., "total": ..., "message": ...}``, or
+    #: None before any. Written fenced on the claim token.
     progress = models.JSONField(_("progress"), null=True, blank=True, editable=False)
     #: This row holds the job's attempt: a first attempt that succeeded with nothing the row
     #: cannot say (no steps, no error, no fleet slot but a per-job one) is written here by its
-    #: settle instead of as an attempt row of its own (rule 97). Read through ``AttemptRecord``,
-    #: never alone.
+    #: settle instead of as an attempt row of its own (rule 97 (attempt-on-row)). Read through
+    #: ``AttemptRecord``, never alone.
     attempt_on_row = models.BooleanField(default=False, db_default=False, editable=False)
     #: The per-job fleet slot (``slot_keys.slot_key_for`` of this job's name) the attempt this
-    #: row holds ran in; None when it held no slot, or the row holds no attempt (rule 97).
+    #: row holds ran in; None when it held no slot, or the row holds no attempt
+    #: (rule 97 (attempt-on-row)).
     attempt_slot = models.IntegerField(null=True, editable=False)
 
     class Meta:
         constraints = [
             # One row per (job, tick) across the fleet: a second worker's insert of the same
-            # tick is skipped (rule 60). Partial: jobs enqueued by code have no tick.
+            # tick is skipped (rule 60 (tick-once)). Partial: jobs enqueued by code have no tick.
             models.UniqueConstraint(
                 fields=["name", "scheduled_for"], name="ultjobs_job_tick",
                 condition=models.Q(scheduled_for__isnull=False),
             ),
-            # One holder per key, whatever number of processes enqueue it at once (rule 65).
-            # Partial: the rows without a key, nearly all of them, cost the index nothing.
+            # One holder per key, whatever number of processes enqueue it at once
+            # (rule 65 (one-key-holder)). Partial: the rows without a key, nearly all of them, cost
+            # the index nothing.
             models.UniqueConstraint(
                 fields=["name", "unique_key"], name="ultjobs_job_unique_key",
                 condition=models.Q(unique_key__isnull=False),
@@ -170,9 +182,10 @@ class Job(models.Model):
                 name="ultjobs_job_finished",
                 condition=models.Q(status__in=["succeeded", "failed", "cancelled"]),
             ),
-            # The attempts the rows hold (rule 97), newest first: the charts read them through
-            # the attempts view, a bounded number from the newest (rule 80). Without it the
-            # view's half over the jobs was a scan and sort of every one in the window
+            # The attempts the rows hold (rule 97 (attempt-on-row)), newest first: the charts read
+            # them through the attempts view, a bounded number from the newest
+            # (rule 80 (bounded-charts)). Without it the view's half over the jobs was a scan and
+            # sort of every one in the window
             # (performance.md, item 88); it costs a plain success one index entry, where its
             # attempt row cost a heap row and three.
             models.Index("finished_at", name="ultjobs_job_attempt_on_row",
@@ -195,7 +208,8 @@ class JobAttempt(models.Model):
     id = models.BigAutoField(primary_key=True)
     # No index of its own: ultjobs_attempt_job (job, attempt) below serves every lookup by job,
     # and a second one cost every settle one more index write per attempt row.
-    # job.attempts reads every attempt (AttemptRecord, rule 97); these rows are job.attempt_rows.
+    # job.attempts reads every attempt (AttemptRecord, rule 97 (attempt-on-row)); these rows are
+    # job.attempt_rows.
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_rows",
                             db_index=False)
     attempt = models.PositiveIntegerField()
@@ -210,9 +224,10 @@ class JobAttempt(models.Model):
     steps_run = models.JSONField(default=list, blank=True)
     steps_replayed = models.JSONField(default=list, blank=True)
     #: Claims this row stands for: a job no worker knows is parked once per claim, and every
-    #: park of one episode adds here instead of writing another row (rule 12). A plain integer:
-    #: a CHECK (>= 0) would make adding the column scan the whole attempts table under an
-    #: exclusive lock on PostgreSQL, where a constant default alone changes only the catalog.
+    #: park of one episode adds here instead of writing another row (rule 12 (unknown-job-parked)).
+    #: A plain integer: a CHECK (>= 0) would make adding the column scan the whole attempts table
+    #: under an exclusive lock on PostgreSQL, where a constant default alone changes only the
+    #: catalog.
     claims = models.IntegerField(default=1, db_default=1)
 
     class Meta:
@@ -224,8 +239,9 @@ class JobAttempt(models.Model):
             models.Index("finished_at", "id", name="ultjobs_attempt_slot_lost",
                          condition=models.Q(outcome="slot_lost")),
             # The admin's charts read the attempts of the last hour or day, newest first, and at
-            # most a bounded number of them (rule 80). Finish times only grow, so each settle
-            # adds at the index's right edge (docs/performance.md, item 61, has its cost).
+            # most a bounded number of them (rule 80 (bounded-charts)). Finish times only grow, so
+            # each settle adds at the index's right edge (docs/performance.md, item 61, has its
+            # cost).
             models.Index("finished_at", name="ultjobs_attempt_finished"),
         ]
 
@@ -233,14 +249,15 @@ class JobAttempt(models.Model):
         return f"job {self.job_id} attempt {self.attempt}: {self.outcome}"
 
 
-#: Where the ids of the attempts the jobs' rows hold begin (rule 97): the view's own constant.
+#: Where the ids of the attempts the jobs' rows hold begin (rule 97 (attempt-on-row)): the view's
+#: own constant.
 ON_ROW_ID = attempt_view.ON_ROW_ID
 
 
 class AttemptRecord(models.Model):
-    """One attempt as every reader sees it (rule 97): an attempt row, or the attempt a job's own
-    row holds (``Job.attempt_on_row``: worker, attempt number, claim time as its start, finish
-    time, outcome succeeded, its per-job slot from ``Job.attempt_slot``), with ``id``
+    """One attempt as every reader sees it (rule 97 (attempt-on-row)): an attempt row, or the
+    attempt a job's own row holds (``Job.attempt_on_row``: worker, attempt number, claim time as its
+    start, finish time, outcome succeeded, its per-job slot from ``Job.attempt_slot``), with ``id``
     ``ON_ROW_ID`` + the job's id: above every attempt row's id, so in id order it comes after
     the job's rows, as it happened.
 
@@ -303,7 +320,7 @@ class JobStep(models.Model):
 
 
 class QueuePause(models.Model):
-    """A paused queue: no worker claims from it until it is resumed (rule 75).
+    """A paused queue: no worker claims from it until it is resumed (rule 75 (paused-queue)).
 
     One row per paused queue, read by every claim (a primary-key probe per queue the worker
     serves), so pausing is fleet-wide and takes effect at each worker's next claim. Enqueue
@@ -345,7 +362,7 @@ class Slot(models.Model):
     """One HELD fleet slot: ``(key, slot)`` is held by ``holder`` until ``expires_at``.
 
     A row whose ``expires_at`` has passed is a lapsed hold: free for the next acquire, and never
-    renewable by its old holder (rule 7).
+    renewable by its old holder (rule 7 (fenced-slot-renewal)).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -368,7 +385,7 @@ class Slot(models.Model):
 
 class RateLimitBucket(models.Model):
     """The budget of one ``@job(rate_limit=...)`` (per job, or per ``rate_limit_key``): GCRA's
-    theoretical arrival time ``tat`` (rule 52). A start at ``t`` conforms while
+    theoretical arrival time ``tat`` (rule 52 (fleet-rate-limit)). A start at ``t`` conforms while
     ``tat - tolerance <= t``; each start granted pushes ``tat`` to ``max(tat, t) + interval``.
 
     Times are whole microseconds since 1970 on the database's clock: one integer compares and
@@ -397,7 +414,8 @@ class JobSchedule(models.Model):
     Written by the workers (each registers the periodic jobs it knows) and paused or resumed
     from the admin. ``last_tick`` is the newest tick dealt with (enqueued, or skipped as late by
     ``catch_up="none"``); it only moves forward, never past the database's clock, and a tick is
-    enqueued only by the statement that moves it (rules 60 and 102).
+    enqueued only by the statement that moves it (rules 60 (tick-once) and
+    102 (database-clock-ticks)).
     """
 
     name = models.CharField(max_length=200, primary_key=True)
@@ -440,8 +458,8 @@ class Worker(models.Model):
     visibility_timeout = models.FloatField(null=True, blank=True)
     heartbeat_interval = models.FloatField(null=True, blank=True)
     #: Runs of this worker still executing past their timeout, their bodies ignoring the
-    #: cancellation (rule 56): ``[{"job_id", "job", "thread", "timeout", "since"}]``; [] or None
-    #: when there are none.
+    #: cancellation (rule 56 (overrun-reported)): ``[{"job_id", "job", "thread", "timeout",
+    #: "since"}]``; [] or None when there are none.
     overrunning = models.JSONField(null=True, blank=True)
 
     def __str__(self) -> str:
@@ -475,7 +493,8 @@ class HeldSlot(Slot):
 
 
 class LostSlotCancellation(JobAttempt):
-    """A run cancelled because it lost its fleet slot (rule 8): attempts with outcome slot_lost."""
+    """A run cancelled because it lost its fleet slot (rule 8 (lost-slot-cancels)): attempts with
+    outcome slot_lost."""
 
     class Meta:
         proxy = True

@@ -1,4 +1,5 @@
-"""The SQL of the attempts view, ``django_ultjobs_attemptrecord`` (rule 97), in one place.
+"""The SQL of the attempts view, ``django_ultjobs_attemptrecord`` (rule 97 (attempt-on-row)), in one
+place.
 
 Migration 0022 creates version 1 of the view from here, migration 0023 version 2, and
 ``WithoutAttemptsView`` (every later migration that changes the job or attempt table) drops it and
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Where the ids of the attempts the jobs' rows hold begin (rule 97): 2**62, beyond any id a
-#: bigint sequence of attempt rows reaches. ``models.ON_ROW_ID`` is this constant.
+#: Where the ids of the attempts the jobs' rows hold begin (rule 97 (attempt-on-row)): 2**62, beyond
+#: any id a bigint sequence of attempt rows reaches. ``models.ON_ROW_ID`` is this constant.
 ON_ROW_ID = 2**62
 
 NAME = "django_ultjobs_attemptrecord"

@@ -135,16 +135,16 @@ class DropFieldIndexConcurrently(migrations.AlterField):
 class WithoutAttemptsView(migrations.SeparateDatabaseAndState):
     """Schema operations on the job or attempt table, run with the attempts view out of the way.
 
-    The view (rule 97, migration 0022) reads both tables, and each engine then refuses changes to
-    them: PostgreSQL will not alter the type of a column a view uses, and SQLite's rebuild of a
-    table (most of its AlterField, RemoveField, RenameField...) fails at the rename with "error in
-    view django_ultjobs_attemptrecord". Every migration after 0022 that changes either table
-    wraps its operations in this one (a test walks the migrations to hold that): it drops the
-    view, runs them, and creates again the version ``view`` of it (``attempt_view``: the version
-    the migrations before built, ``attempt_view.LATEST`` written out as a number, so that the
-    migration keeps building what it built when a later version comes); their state changes pass
-    through unchanged. Keep the migration atomic (the default), so that on PostgreSQL no reader
-    sees the view missing and a failure leaves it as it was.
+    The view (rule 97 (attempt-on-row), migration 0022) reads both tables, and each engine then
+    refuses changes to them: PostgreSQL will not alter the type of a column a view uses, and
+    SQLite's rebuild of a table (most of its AlterField, RemoveField, RenameField...) fails at the
+    rename with "error in view django_ultjobs_attemptrecord". Every migration after 0022 that
+    changes either table wraps its operations in this one (a test walks the migrations to hold
+    that): it drops the view, runs them, and creates again the version ``view`` of it
+    (``attempt_view``: the version the migrations before built, ``attempt_view.LATEST`` written out
+    as a number, so that the migration keeps building what it built when a later version comes);
+    their state changes pass through unchanged. Keep the migration atomic (the default), so that on
+    PostgreSQL no reader sees the view missing and a failure leaves it as it was.
     """
 
     def __init__(self, operations: list[Any], *, view: int) -> None:

@@ -1,22 +1,23 @@
 """Metrics through the OpenTelemetry API: what was enqueued, how runs ended, how long they took.
 
 Only ``opentelemetry-api`` is used here. With no SDK configured (no meter provider set) nothing
-is created and nothing is recorded: every ``record_*`` below returns after one check (rule 70).
+is created and nothing is recorded: every ``record_*`` below returns after one check
+(rule 70 (no-sdk-no-metrics)).
 
 The instruments (docs/operations.md):
 
 * ``ultjobs.jobs.enqueued`` counter, ``job.name`` and ``queue``: jobs whose enqueue committed;
 * ``ultjobs.jobs.finished`` counter, ``job.name``, ``queue`` and ``outcome``: attempts whose
-  outcome the worker wrote (a stale settle is not counted, rule 4);
+  outcome the worker wrote (a stale settle is not counted, rule 4 (fenced-settle));
 * ``ultjobs.job.duration`` histogram (s): how long a body ran, same attributes;
 * ``ultjobs.job.wait`` histogram (s): from the moment a job was due (enqueued, or scheduled,
   or its retry's backoff over) to its start;
 * ``ultjobs.queue.depth`` and ``ultjobs.queue.oldest_age`` (s) observable gauges per ``queue``,
-  and ``ultjobs.slots.held`` per ``key``: sampled by one worker of the fleet at a time (rule 71,
-  ``worker/gauges.py``); every other process reports none of them.
+  and ``ultjobs.slots.held`` per ``key``: sampled by one worker of the fleet at a time
+  (rule 71 (gauges-one-reader), ``worker/gauges.py``); every other process reports none of them.
 
-Recording never fails a run or a worker (rule 73): an exception inside the SDK is logged once
-and dropped.
+Recording never fails a run or a worker (rule 73 (metric-never-fails)): an exception inside the SDK
+is logged once and dropped.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def _histogram(meter: metrics.Meter, name: str, description: str) -> Any:
 
 
 def _dropped(exc: BaseException) -> None:
-    """Log the first error inside the SDK, once per process (rule 73): metrics must never
-    fail a run, and a broken exporter must not flood the log once per job either."""
+    """Log the first error inside the SDK, once per process (rule 73 (metric-never-fails)): metrics
+    must never fail a run, and a broken exporter must not flood the log once per job either."""
     global _failed_once
     if not _failed_once:
         _failed_once = True

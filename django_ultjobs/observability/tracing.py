@@ -43,8 +43,8 @@ def capture_trace_context() -> tuple[str, str]:
     traceparent = carrier.get("traceparent", "")
     tracestate = carrier.get("tracestate", "")
     # A propagator of the site's own may write anything: a header no worker would read is
-    # dropped here rather than stored (rule 16), and one the columns cannot hold (too long, a
-    # NUL or a lone surrogate PostgreSQL refuses) must not fail the enqueue.
+    # dropped here rather than stored (rule 16 (bad-input-refused)), and one the columns cannot hold
+    # (too long, a NUL or a lone surrogate PostgreSQL refuses) must not fail the enqueue.
     if not _TRACEPARENT.fullmatch(traceparent):
         return "", ""
     if len(tracestate) > _MAX_HEADER or storable_text(tracestate) != tracestate:
@@ -53,7 +53,8 @@ def capture_trace_context() -> tuple[str, str]:
 
 
 def parent_context(traceparent: str | None, tracestate: str | None) -> otel_context.Context | None:
-    """Return the context a stored traceparent names, or None if it is malformed (rule 14).
+    """Return the context a stored traceparent names, or None if it is malformed
+    (rule 14 (trace-never-fails)).
 
     Never raises: the header came from a row anybody could have written, and a job must run
     whatever garbage it holds.
@@ -165,7 +166,8 @@ def current_actor() -> str:
     """Who is enqueueing: the innermost ``acting_as``, else this process.
 
     Cut to the column's 200 characters, and what PostgreSQL's text refuses spelt out as escapes:
-    a name given to ``acting_as`` must never fail the enqueue it labels (rule 16)."""
+    a name given to ``acting_as`` must never fail the enqueue it labels
+    (rule 16 (bad-input-refused))."""
     actor = _actor.get()
     if actor is None:
         # (A command-line argument may hold a lone surrogate: bytes that were not UTF-8.)

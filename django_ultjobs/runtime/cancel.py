@@ -2,10 +2,10 @@
 
 Python cannot kill a thread, so cancellation of a sync body is cooperative: the body reads
 ``ctx.cancelled`` or calls ``ctx.raise_if_cancelled()``, and every durable write checks the scope
-first (rule 11), which is what unwinds a body that never looks. An ``async def`` body is also
-cancelled at its next ``await``: the async lane sets a canceller that cancels its task (rule 86).
-The scope belongs to one run and is dropped with it: it holds no reference to anything of the
-worker's past the run (rule 13).
+first (rule 11 (cooperative-cancel)), which is what unwinds a body that never looks. An ``async
+def`` body is also cancelled at its next ``await``: the async lane sets a canceller that cancels its
+task (rule 86 (async-cancel)). The scope belongs to one run and is dropped with it: it holds no
+reference to anything of the worker's past the run (rule 13 (nothing-leaks)).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class CancelScope:
         self._lock = threading.Lock()
         self._reason: JobCancelledError | None = None
         # Called once when the signal fires: the async lane's way to cancel a task (set only
-        # for an ``async def`` body, and cleared when it ends: rule 13).
+        # for an ``async def`` body, and cleared when it ends: rule 13 (nothing-leaks)).
         self._canceller: Callable[[], None] | None = None
 
     def set_canceller(self, canceller: Callable[[], None] | None) -> None:

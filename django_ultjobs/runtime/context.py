@@ -53,7 +53,8 @@ class JobContext:
 
     @property
     def cancel_reason(self) -> str | None:
-        """Why this run was cancelled, in words, or None while it is not (rule 59).
+        """Why this run was cancelled, in words, or None while it is not
+        (rule 59 (cancel-reason-kept)).
 
         For a cancel request, the reason given to ``cancel_jobs(..., reason=...)`` (or the
         admin's cancel form); for any other cause (a timeout, a lost lease or slot, a
@@ -67,7 +68,7 @@ class JobContext:
 
     def set_progress(self, done: int, total: int, message: str = "") -> None:
         """Store how far this run is (``done`` of ``total``, and a short ``message``) on the
-        job, for the admin and the Django Tasks result (rule 79).
+        job, for the admin and the Django Tasks result (rule 79 (progress-throttled-fenced)).
 
         Cheap to call on every item: at most one write a second reaches the database (the
         final ``done == total`` always does, and the last value held back is written when the
@@ -105,7 +106,8 @@ class JobContext:
         calls ``fn`` again: make such functions idempotent (an idempotency key derived from the
         job id and step name). With ``atomic=True``, ``fn`` runs inside a transaction on the jobs
         database together with the step's record, so its writes to that database happen exactly
-        once. Raises the run's cancellation instead of running once cancelled (rule 11).
+        once. Raises the run's cancellation instead of running once cancelled
+        (rule 11 (cooperative-cancel)).
         """
         return self._ledger().step(name, fn, atomic=atomic)
 

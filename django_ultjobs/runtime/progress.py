@@ -1,4 +1,5 @@
-"""A run's progress (rule 79): ``ctx.set_progress(done, total, message)``, stored on the job.
+"""A run's progress (rule 79 (progress-throttled-fenced)): ``ctx.set_progress(done, total,
+message)``, stored on the job.
 
 A loop may call ``set_progress`` on every item, thousands of times a second; a row update each
 time would cost more than the work. So at most one write per ``INTERVAL`` seconds per run, except

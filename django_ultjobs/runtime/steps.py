@@ -5,8 +5,9 @@ run of the same job returns the stored result instead of calling the function ag
 sleeps end the run without holding a thread: the job goes to ``waiting`` and is claimed again
 when its event arrives or its time comes, and the body replays up to where it stopped.
 
-Every write here refuses to run once the run is cancelled (rule 11): that is what unwinds a body
-that never checks ``ctx.cancelled``, and what keeps a run that lost its job from writing for it.
+Every write here refuses to run once the run is cancelled (rule 11 (cooperative-cancel)): that is
+what unwinds a body that never checks ``ctx.cancelled``, and what keeps a run that lost its job from
+writing for it.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class StepLedger:
 
     def _save(self, name: str, status: str, result: Any, wait_seconds: float | None = None
               ) -> datetime | None:
-        # Rule 11: nothing durable is written once the run is cancelled.
+        # Rule 11 (cooperative-cancel): nothing durable is written once the run is cancelled.
         self.scope.raise_if_cancelled()
         saved = self.store.save_step(
             job_id=self.job.id, token=self.job.token, attempt=self.job.attempt, name=name,
@@ -132,7 +133,7 @@ class StepLedger:
         if atomic:
             # The function's writes to the jobs database and the step's record commit together
             # or not at all; a fence that fails rolls both back. Begun as a writer: ``fn`` may
-            # read before it writes (rule 21).
+            # read before it writes (rule 21 (sqlite-begins-as-writer)).
             with self.store.write_transaction():
                 result = fn()
                 self._check_result(name, result)

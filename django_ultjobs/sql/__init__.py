@@ -86,9 +86,9 @@ def django_queries(dialect: str) -> dict[str, str]:
     """Return the queries of ``dialect`` in the placeholder style Django's cursors take.
 
     Django's cursor wrappers take ``%(name)s`` placeholders and ``%%`` for a percent sign on every
-    engine (rule 41): PostgreSQL's queries are written that way already; SQLite's ``:name`` and
-    bare ``%`` (its ``strftime`` formats) are rewritten here once, and Django's SQLite cursor turns
-    them back into the same text before SQLite sees them.
+    engine (rule 41 (instrumented-statements)): PostgreSQL's queries are written that way already;
+    SQLite's ``:name`` and bare ``%`` (its ``strftime`` formats) are rewritten here once, and
+    Django's SQLite cursor turns them back into the same text before SQLite sees them.
     """
     found = queries(dialect)
     if dialect == "postgresql":

@@ -16,9 +16,10 @@ status IN ('queued', 'running', 'waiting')
           AND visible_at <= {now}
 
 -- fragment: active_queues
--- The worker's queues that are not paused (rule 75), as a row source "q(queue)": one primary-key
--- probe of the pause table per queue, inside the claim statement itself, so a pause needs no
--- second statement per round and holds from each worker's next claim (performance.md, item 55).
+-- The worker's queues that are not paused (rule 75 (paused-queue)), as a row source "q(queue)": one
+-- primary-key probe of the pause table per queue, inside the claim statement itself, so a pause
+-- needs no second statement per round and holds from each worker's next claim (performance.md, item
+-- 55).
 (SELECT w.queue FROM unnest(%(queues)s::text[]) AS w(queue)
  WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
 
@@ -26,8 +27,8 @@ status IN ('queued', 'running', 'waiting')
 -- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
 -- (status, token, worker, lease), and come back with what the row was before (its due time too,
 -- for the ultjobs.job.wait metric). A waiting row
--- that woke keeps its attempt; any other claim starts a new one (rule 1). Each query adds its
--- last column, others_left.
+-- that woke keeps its attempt; any other claim starts a new one (rule 1 (leased-claim)). Each query
+-- adds its last column, others_left.
 UPDATE django_ultjobs_job AS j
 SET status = 'running',
     attempt = j.attempt + CASE WHEN chosen.prev_status = 'waiting' THEN 0 ELSE 1 END,
@@ -150,15 +151,16 @@ FROM ins;
 
 -- name: enqueue_unique
 -- Insert jobs that hold unique keys (and any others of the same batch) in ONE statement, each
--- keyed job only if no other row holds its (name, unique_key): rules 65-67. First the rows
--- whose keys these jobs ask for and that have expired (finished, succeeded, failed or
--- cancelled, at least their own unique_for seconds ago on the database's clock) give their keys
--- up; then the insert, which the partial unique index ultjobs_job_unique_key lets through only
--- where no row holds the key. Of a key held by a row another transaction inserted and has not
--- committed, the insert waits for that transaction: inserted if it rolled back, skipped if it
--- committed. "released" runs before the insert: the insert reads its count. A skipped job
--- returns no row; the caller looks the holder up in a new statement (this statement's snapshot
--- does not see a holder committed while it waited). Rows are inserted in array order.
+-- keyed job only if no other row holds its (name, unique_key): rules 65 (one-key-holder) to
+-- 67 (unique-for-window). First the rows whose keys these jobs ask for and that have expired
+-- (finished, succeeded, failed or cancelled, at least their own unique_for seconds ago on the
+-- database's clock) give their keys up; then the insert, which the partial unique index
+-- ultjobs_job_unique_key lets through only where no row holds the key. Of a key held by a row
+-- another transaction inserted and has not committed, the insert waits for that transaction:
+-- inserted if it rolled back, skipped if it committed. "released" runs before the insert: the
+-- insert reads its count. A skipped job returns no row; the caller looks the holder up in a new
+-- statement (this statement's snapshot does not see a holder committed while it waited). Rows are
+-- inserted in array order.
 WITH j AS (
     SELECT * FROM ROWS FROM (
             jsonb_to_recordset(%(jobs)s::jsonb)
@@ -241,8 +243,9 @@ FROM ins CROSS JOIN notified ORDER BY ins.id
 -- name: unique_release
 -- Take the keys of %(keys)s ([[name, key], ...]) from the rows holding them that have expired:
 -- finished (succeeded, failed or cancelled) at least their own unique_for seconds ago on the
--- database's clock (rule 67), each keeping its key as its released_key. A retry of a job whose
--- key was taken over runs this before it takes its key back (rule 107).
+-- database's clock (rule 67 (unique-for-window)), each keeping its key as its released_key. A retry
+-- of a job whose key was taken over runs this before it takes its key back
+-- (rule 107 (retry-takes-key-back)).
 UPDATE django_ultjobs_job AS h
 SET unique_key = NULL, released_key = h.unique_key
 FROM (SELECT k->>0 AS name, k->>1 AS unique_key
@@ -254,17 +257,18 @@ RETURNING h.id;
 
 -- name: unique_holder
 -- The row holding unique key (name, key), every column (read as a Job by the ORM's raw(),
--- which maps columns by name): what enqueue() returns when the key is held (rule 66). By the
--- unique index; the ORM's own query cost more to build than to run (performance.md, item 45).
+-- which maps columns by name): what enqueue() returns when the key is held
+-- (rule 66 (held-key-returns-holder)). By the unique index; the ORM's own query cost more to build
+-- than to run (performance.md, item 45).
 SELECT * FROM django_ultjobs_job WHERE name = %(name)s::text AND unique_key = %(key)s::text LIMIT 1;
 
 -- name: claim
 -- Claim up to "limit" runnable jobs in ONE statement: lock, update and return (never select
 -- then save), from one ordered index scan per queue. Rows locked here but not chosen are unlocked
 -- when the statement commits. A running row whose lease lapsed is re-delivered and counts as an
--- attempt (rule 1); a waiting row that woke does not. This is the claim of a worker with no
--- capped kind registered; claim_capped (same columns) is the one with caps: planning and running
--- the caps' part would cost every claim its time even with no cap to apply (performance.md,
+-- attempt (rule 1 (leased-claim)); a waiting row that woke does not. This is the claim of a worker
+-- with no capped kind registered; claim_capped (same columns) is the one with caps: planning and
+-- running the caps' part would cost every claim its time even with no cap to apply (performance.md,
 -- item 23).
 -- It may be prepared. Each queue's scan takes its first "limit" lockable rows through a fence
 -- whose inner limit is a constant, "{bound}" (the store writes the least of 128, 1024, 8192...
@@ -301,20 +305,22 @@ chosen AS (
 -- scan of its own limited to its free fleet slots. So a thousand queued runs of a concurrency=1
 -- job neither block the jobs behind them (no head-of-line blocking) nor make the loop claim and
 -- hand back in circles. Rows locked here but not chosen are unlocked when the statement commits.
--- A running row whose lease lapsed is re-delivered and counts as an attempt (rule 1); a waiting
--- row that woke does not. The capped names reach the uncapped scan as a constant array: a
--- subquery there hides the row estimate from the planner and turns the ordered index scan into
--- a sort of every runnable row (performance.md, item 28). "uncapped" false leaves the uncapped
--- scan out (a one-time filter): it walks past every queued run of a capped kind (performance.md,
--- item 6), and the worker has just seen it find nothing. Each row also says whether that scan
--- locked rows the limit then cut ("others_left"): a claim filled with capped runs proves nothing
--- about the other kinds unless this is false.
--- A kind capped per key (key_names, @job(concurrency_key=...); rule 50) is scanned past the keys
--- whose slots are all held, so a full key holds back no other key; "chosen" then takes at most
--- each key's free slots of its rows. Its rows come back with their slot key (the last column).
+-- A running row whose lease lapsed is re-delivered and counts as an attempt
+-- (rule 1 (leased-claim)); a waiting row that woke does not. The capped names reach the uncapped
+-- scan as a constant array: a subquery there hides the row estimate from the planner and turns the
+-- ordered index scan into a sort of every runnable row (performance.md, item 28). "uncapped" false
+-- leaves the uncapped scan out (a one-time filter): it walks past every queued run of a capped kind
+-- (performance.md, item 6), and the worker has just seen it find nothing. Each row also says
+-- whether that scan locked rows the limit then cut ("others_left"): a claim filled with capped runs
+-- proves nothing about the other kinds unless this is false.
+-- A kind capped per key (key_names, @job(concurrency_key=...); rule 50 (per-key-cap)) is scanned
+-- past the keys whose slots are all held, so a full key holds back no other key; "chosen" then
+-- takes at most each key's free slots of its rows. Its rows come back with their slot key (the last
+-- column).
 WITH caps AS MATERIALIZED (
     -- The slots this worker kept from its last runs of a kind ("kept") count as free for it.
-    -- Added in bigint: a cap may be 2**31 - 1 (rule 54), and one kept slot more overflowed.
+    -- Added in bigint: a cap may be 2**31 - 1 (rule 54 (bad-flow-option-refused)), and one kept
+    -- slot more overflowed.
     SELECT c.name,
            c.lim::bigint + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
                              WHERE l.key = {slot_key(c.name)} AND l.slot < c.lim
@@ -394,18 +400,18 @@ chosen AS (
 -- claim_capped when it leaves the uncapped scan out and no kind is capped per key: the capped
 -- kinds' own scans alone, each limited to its free fleet slots. What a capped drain sends round
 -- after round (the other kinds' scan is throttled, claim loop; performance.md item 6) and what
--- the async lane's claim is (rule 87). claim_capped would take the same rows in the same order;
--- the parts it carries for the other kinds and for per-key caps are planned on every claim even
--- when they read nothing, which doubled this claim's planning (performance.md, item 89). Same
--- columns as claim_capped: others_left is false (no other kind was scanned), no slot key.
--- It may be prepared, as claim is, for the same reason: each kind's scan takes its rows through
--- a fence whose inner limit is the constant "{bound}" (the store writes the least of 128, 1024,
--- 8192... at or above the limit), so the planner can cost the scan and keeps the generic plan;
--- the kind's own limit (its free slots, the claim's limit) is outside the fence, and stops the
--- pull there, so no row past it is locked; no ORDER BY between the two, or the fence would lock
--- all "{bound}" rows to sort them. Each kind locks up to its own limit, so with several kinds more
--- rows than "limit" may be locked until the claim commits (chosen takes "limit" of them), as
--- before the fence. "{kinds}" is how many kinds the arrays hold (the
+-- the async lane's claim is (rule 87 (no-claim-beyond-free-places)). claim_capped would take the
+-- same rows in the same order; the parts it carries for the other kinds and for per-key caps are
+-- planned on every claim even when they read nothing, which doubled this claim's planning
+-- (performance.md, item 89). Same columns as claim_capped: others_left is false (no other kind was
+-- scanned), no slot key. It may be prepared, as claim is, for the same reason: each kind's scan
+-- takes its rows through a fence whose inner limit is the constant "{bound}" (the store writes the
+-- least of 128, 1024, 8192... at or above the limit), so the planner can cost the scan and keeps
+-- the generic plan; the kind's own limit (its free slots, the claim's limit) is outside the fence,
+-- and stops the pull there, so no row past it is locked; no ORDER BY between the two, or the fence
+-- would lock all "{bound}" rows to sort them. Each kind locks up to its own limit, so with several
+-- kinds more rows than "limit" may be locked until the claim commits (chosen takes "limit" of
+-- them), as before the fence. "{kinds}" is how many kinds the arrays hold (the
 -- store writes it; the LIMIT cuts nothing): a function of parameters is estimated at ten rows,
 -- which costed the generic plan at ten scans for one and kept PostgreSQL planning every claim
 -- (performance.md, item 98).
@@ -442,8 +448,9 @@ chosen AS (
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds in one statement per tick, fenced on each run's
--- claim token. A run missing from the result is an explicit "no" (rule 2): another claim owns the
--- row, or it is gone. Rows are locked in id order so this cannot deadlock with a settle batch.
+-- claim token. A run missing from the result is an explicit "no" (rule 2 (heartbeat-retried)):
+-- another claim owns the row, or it is gone. Rows are locked in id order so this cannot deadlock
+-- with a settle batch.
 WITH locked AS (
     -- One primary-key probe per run, in id order (a lateral lookup, so the plan cannot follow
     -- the table's statistics: a plain join can drive from the (name, status) index over every
@@ -464,12 +471,12 @@ WHERE j.id = locked.id
 RETURNING j.id, j.cancel_requested;
 
 -- name: settle
--- Settle a batch of runs in one statement: each row only under its own claim token (rule 4), its
--- attempt recorded in the same statement. Returns the ids that applied; an id missing from the
--- result was a stale settle and changed nothing. A run that suspends on an event goes to
--- 'waiting' — or straight back to visible when a matching event is already committed (the caller
--- holds the event's advisory lock, so no event can commit unseen between this check and the
--- wait being visible to send_event).
+-- Settle a batch of runs in one statement: each row only under its own claim token
+-- (rule 4 (fenced-settle)), its attempt recorded in the same statement. Returns the ids that
+-- applied; an id missing from the result was a stale settle and changed nothing. A run that
+-- suspends on an event goes to 'waiting' — or straight back to visible when a matching event is
+-- already committed (the caller holds the event's advisory lock, so no event can commit unseen
+-- between this check and the wait being visible to send_event).
 WITH c AS (
     -- One array per column, side by side (store/settle_arrays.py): the server reads them in
     -- about half the CPU a JSON batch of the same runs took (performance.md, item 111). A
@@ -547,12 +554,13 @@ settled AS (
               c.steps_run, c.steps_replayed, c.extends, j.attempt_on_row AS on_row
 ),
 extended AS (
-    -- A park continuing its episode (rule 12) counts one more claim on the episode's row. The
-    -- rows come by primary key from the few ids that extend (none in most batches). The EXISTS
-    -- reads the batch alone, so it is one test before the join: a batch that extends none reads
-    -- no attempt row, whatever plan the join got. A prepared settle keeps the generic plan made
-    -- at its first runs, when the attempts table was small: a scan of the whole table per settle
-    -- once it has grown, unless nothing below this test runs (performance.md, item 85).
+    -- A park continuing its episode (rule 12 (unknown-job-parked)) counts one more claim on the
+    -- episode's row. The rows come by primary key from the few ids that extend (none in most
+    -- batches). The EXISTS reads the batch alone, so it is one test before the join: a batch that
+    -- extends none reads no attempt row, whatever plan the join got. A prepared settle keeps the
+    -- generic plan made at its first runs, when the attempts table was small: a scan of the whole
+    -- table per settle once it has grown, unless nothing below this test runs (performance.md, item
+    -- 85).
     UPDATE django_ultjobs_jobattempt AS a
     SET claims = a.claims + 1, finished_at = {now}, worker_id = %(worker_id)s::text
     FROM settled AS s
@@ -565,7 +573,7 @@ recorded AS (
     -- Every other run with an outcome records its attempt: the row it extends is gone, or it
     -- extends none (the batch holds one run per job). A run whose attempt the job's row holds
     -- (on_row: a first attempt that succeeded plainly, in no slot or a per-job one) writes no
-    -- row (rule 97).
+    -- row (rule 97 (attempt-on-row)).
     INSERT INTO django_ultjobs_jobattempt
         (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
          steps_run, steps_replayed)
@@ -581,10 +589,11 @@ SELECT id FROM settled;
 -- name: settle_landed
 -- Which settles of a batch this worker already wrote, though it never heard back (the connection
 -- died during the commit): their attempts are recorded under this worker with the same attempt
--- number, start time, outcome and error (rule 32). An attempt a re-claimer records for a lapsed
--- lease has another outcome or error, so a stale settle never passes for a landed one. Read
--- through the attempts view: a landed settle whose attempt the job's row holds counts too (rule
--- 97; its start is the row's claim time, which only this claim wrote).
+-- number, start time, outcome and error (rule 32 (landed-never-stale)). An attempt a re-claimer
+-- records for a lapsed lease has another outcome or error, so a stale settle never passes for a
+-- landed one. Read through the attempts view: a landed settle whose attempt the job's row holds
+-- counts too (rule 97 (attempt-on-row); its start is the row's claim time, which only this claim
+-- wrote).
 SELECT c.id
 FROM jsonb_to_recordset(%(batch)s::jsonb) AS c(
     id bigint, attempt_no int, outcome text, error text, started_at timestamptz)
@@ -607,9 +616,9 @@ FROM jsonb_to_recordset(%(batch)s::jsonb)
          error text);
 
 -- name: park_episodes
--- For each job an unknown-job park is about (rule 12): its latest attempt row (highest attempt,
--- then newest; the (job, attempt) index walked backwards, one row read per job) when that row
--- is such a park, with whether its episode began the timeout ago or more.
+-- For each job an unknown-job park is about (rule 12 (unknown-job-parked)): its latest attempt row
+-- (highest attempt, then newest; the (job, attempt) index walked backwards, one row read per job)
+-- when that row is such a park, with whether its episode began the timeout ago or more.
 SELECT ids.id, a.id, a.attempt, a.started_at <= {now_plus(-%(timeout)s::float8)}
 FROM unnest(%(ids)s::bigint[]) AS ids(id)
 CROSS JOIN LATERAL (
@@ -672,7 +681,8 @@ LIMIT 1;
 
 -- name: progress_save
 -- Store a run's progress (ctx.set_progress), fenced on its claim token like every write of a
--- run (rule 79): no row returned when another claim owns the job, or it has finished.
+-- run (rule 79 (progress-throttled-fenced)): no row returned when another claim owns the job, or it
+-- has finished.
 UPDATE django_ultjobs_job SET progress = %(progress)s::jsonb
 WHERE id = %(job_id)s::bigint AND claim_token = %(token)s::uuid AND status = 'running'
 RETURNING id;
@@ -715,7 +725,8 @@ SELECT {now};
 -- lapsed row (taken over in place). Two racing acquirers of one slot serialise on its unique
 -- index and the loser gets no row for that holder (the caller hands that run back).
 -- The lowest free slots lie below the number of holders plus the slots held, so only those
--- are tried: a series up to the limit grew with the cap, and never ended at 2**31 - 1 (rule 54).
+-- are tried: a series up to the limit grew with the cap, and never ended at 2**31 - 1
+-- (rule 54 (bad-flow-option-refused)).
 WITH want AS (
     SELECT w.holder, w.ord FROM unnest(%(holders)s::text[]) WITH ORDINALITY AS w(holder, ord)
 ),
@@ -744,10 +755,10 @@ ON CONFLICT (key, slot) DO UPDATE
 RETURNING l.key, l.slot, l.holder, l.expires_at;
 
 -- name: slot_acquire_keys
--- slot_acquire for many keys at once (the runs of one claim of kinds capped per key, rule 50):
--- for each key, its lowest free slots in [0, its limit), one per holder of that key in holder
--- order, in ONE statement however many keys the claim brought. Rows are written in (key, slot)
--- order, the order every slot statement locks them in, so no two can deadlock.
+-- slot_acquire for many keys at once (the runs of one claim of kinds capped per key,
+-- rule 50 (per-key-cap)): for each key, its lowest free slots in [0, its limit), one per holder of
+-- that key in holder order, in ONE statement however many keys the claim brought. Rows are written
+-- in (key, slot) order, the order every slot statement locks them in, so no two can deadlock.
 WITH want AS (
     SELECT w.key, w.lim, w.holder,
            row_number() OVER (PARTITION BY w.key ORDER BY w.ord) AS rn
@@ -777,10 +788,10 @@ ON CONFLICT (key, slot) DO UPDATE
 RETURNING l.key, l.slot, l.holder, l.expires_at;
 
 -- name: rate_take
--- Take starts from rate-limit buckets (rule 52), one row per bucket, in ONE statement: GCRA,
--- each bucket's theoretical arrival time "tat" in whole microseconds on the database's clock. A
--- bucket grants the first of its wanted starts that conform (tat - tolerance <= now; tat moves
--- on by interval per start granted) and answers how many it granted and in how many
+-- Take starts from rate-limit buckets (rule 52 (fleet-rate-limit)), one row per bucket, in ONE
+-- statement: GCRA, each bucket's theoretical arrival time "tat" in whole microseconds on the
+-- database's clock. A bucket grants the first of its wanted starts that conform (tat - tolerance <=
+-- now; tat moves on by interval per start granted) and answers how many it granted and in how many
 -- microseconds its next start conforms. The upsert locks the bucket's row, so two workers never
 -- both spend its last start: the second waits for the first to commit, then reads the tat it
 -- left. It also answers the clock it judged by (microseconds). A new bucket grants
@@ -811,8 +822,9 @@ RETURNING b.key, b.granted,
           floor(extract(epoch FROM b.updated_at) * 1000000)::bigint;
 
 -- name: slot_renew
--- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that
--- lapsed, answers "no" by its absence from the result. A lapsed slot never revives itself.
+-- Renew held slots, fenced on holder AND expiry (rule 7 (fenced-slot-renewal)): a slot another
+-- holder took, or one that lapsed, answers "no" by its absence from the result. A lapsed slot never
+-- revives itself.
 WITH r AS (
     SELECT * FROM unnest(%(keys)s::text[], %(slots)s::int[], %(holders)s::text[])
         AS r(key, slot, holder)
@@ -832,8 +844,9 @@ RETURNING l.key, l.slot, l.holder;
 
 -- name: slot_release
 -- Hand back held slots; a slot somebody else holds now is left alone (fenced on holder). A
--- release a crash undoes leaves the slot to lapse on its TTL (rule 9), so it waits for no flush
--- (rule 93).
+-- release a crash undoes leaves the slot to lapse on its TTL (rule 9 (slot-held-while-body-runs)),
+-- so it waits for no flush
+-- (rule 93 (unflushed-slot-release)).
 -- Rows are locked in (key, slot) order, as the renewal and the acquire's ON CONFLICT lock them,
 -- so no two slot statements can deadlock.
 WITH locked AS (
@@ -843,8 +856,9 @@ WITH locked AS (
     ORDER BY l.key, l.slot
     FOR UPDATE OF l
 )
--- Rule 93: set_config(..., true) lasts to the end of this statement's transaction, so it rules
--- that commit; "commit_mode" NULL (a caller's transaction) keeps the session's setting.
+-- Rule 93 (unflushed-slot-release): set_config(..., true) lasts to the end of this statement's
+-- transaction, so it rules that commit; "commit_mode" NULL (a caller's transaction) keeps the
+-- session's setting.
 DELETE FROM django_ultjobs_slot
 USING (SELECT set_config('synchronous_commit', COALESCE(%(commit_mode)s::text,
                          current_setting('synchronous_commit')), true)) AS c
@@ -885,24 +899,26 @@ RETURNING id;
 
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.
--- A stopped worker runs nothing: its overrunning bodies (rule 56) ended with its process.
+-- A stopped worker runs nothing: its overrunning bodies (rule 56 (overrun-reported)) ended with its
+-- process.
 UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0, overrunning = NULL
 WHERE id = %(id)s::text;
 
 -- name: cancel_reasons
--- The reasons of the cancel requests a heartbeat just found (rule 59). Read only then, so the
--- heartbeat of every tick returns no more than it did.
+-- The reasons of the cancel requests a heartbeat just found (rule 59 (cancel-reason-kept)). Read
+-- only then, so the heartbeat of every tick returns no more than it did.
 SELECT id, cancel_reason FROM django_ultjobs_job WHERE id = ANY (%(ids)s::bigint[]);
 
 -- name: worker_overrunning
--- Record the runs of this worker still executing past their timeout (rule 56), for the admin.
--- Written only when that list changes, not on every tick.
+-- Record the runs of this worker still executing past their timeout (rule 56 (overrun-reported)),
+-- for the admin. Written only when that list changes, not on every tick.
 UPDATE django_ultjobs_worker SET overrunning = %(overrunning)s::jsonb WHERE id = %(id)s::text;
 
 -- name: schedule_sync
 -- Register the periodic jobs this worker knows (what they run on, for the admin) and read each
 -- one's cursor (the newest tick enqueued) and pause, with the database's clock. A schedule seen
--- for the first time begins now: no tick from before it existed is caught up (rule 62).
+-- for the first time begins now: no tick from before it existed is caught up
+-- (rule 62 (catch-up-policy)).
 INSERT INTO django_ultjobs_jobschedule AS s
     (name, schedule, timezone, catch_up, paused, last_tick, created_at, updated_at)
 SELECT x.name, x.schedule, x.timezone, x.catch_up, false, {now}, {now}, {now}
@@ -916,22 +932,23 @@ RETURNING s.name, s.last_tick, s.paused, {now};
 
 -- name: schedule_tick
 -- Enqueue the ticks of one periodic job that the database's clock has reached, each at most
--- once across the fleet, by whichever worker gets there first (rules 60-62, 102). The worker
--- offers candidate ticks around its estimate of this clock; which are due (at or before now(),
--- after the cursor), which the catch-up policy keeps (the newest keep, none more than late
--- seconds late) and where the cursor moves are decided here, on now(), so a worker whose clock
--- is off changes only when it asks: a tick still ahead of now() is neither enqueued nor passed
--- by the cursor, which moves to the newest due tick (kept or skipped as late), never further.
--- An offer that does not reach now() (its horizon before it), or that leaves out ticks the
--- policy could keep (cut short of the cursor, its floor after it, with fewer than keep due),
--- changes nothing: the worker offers again around the now() it gets back. The schedule's row
--- is locked (FOR UPDATE) only when the snapshot shows a reached tick past its cursor, so a
--- worker whose ticks are in already writes nothing (no WAL flush at its commit); a second
--- worker offering the same ticks at once waits for the first, finds the cursor moved and locks
--- nothing (its answer shows the cursor of its snapshot: its next offer reads the moved one).
+-- once across the fleet, by whichever worker gets there first (rules 60 (tick-once) to
+-- 62 (catch-up-policy), 102 (database-clock-ticks)). The worker offers candidate ticks around its
+-- estimate of this clock; which are due (at or before now(), after the cursor), which the catch-up
+-- policy keeps (the newest keep, none more than late seconds late) and where the cursor moves are
+-- decided here, on now(), so a worker whose clock is off changes only when it asks: a tick still
+-- ahead of now() is neither enqueued nor passed by the cursor, which moves to the newest due tick
+-- (kept or skipped as late), never further. An offer that does not reach now() (its horizon before
+-- it), or that leaves out ticks the policy could keep (cut short of the cursor, its floor after it,
+-- with fewer than keep due), changes nothing: the worker offers again around the now() it gets
+-- back. The schedule's row is locked (FOR UPDATE) only when the snapshot shows a reached tick past
+-- its cursor, so a worker whose ticks are in already writes nothing (no WAL flush at its commit); a
+-- second worker offering the same ticks at once waits for the first, finds the cursor moved and
+-- locks nothing (its answer shows the cursor of its snapshot: its next offer reads the moved one).
 -- The unique index on (name, scheduled_for) skips a tick already in the table on its own as
--- well. Each job is visible at its tick (rule 61), which has come; idle workers are notified
--- on commit. One row always (the clock, the cursor after, paused), then one per job created.
+-- well. Each job is visible at its tick (rule 61 (tick-on-time)), which has come; idle workers are
+-- notified on commit. One row always (the clock, the cursor after, paused), then one per job
+-- created.
 WITH prev AS (
     SELECT s.name, s.last_tick
     FROM django_ultjobs_jobschedule AS s
@@ -987,7 +1004,8 @@ ORDER BY ins.scheduled_for;
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
 -- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by
--- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71; performance.md, item 50).
+-- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader);
+-- performance.md, item 50).
 SELECT queue, count(*), EXTRACT(EPOCH FROM ({now} - min(visible_at)))::float8
 FROM django_ultjobs_job
 WHERE {fragment:runnable}
@@ -1000,7 +1018,8 @@ SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY 
 -- name: retries_due
 -- The test helpers' run_jobs(retries=True), never a worker: every job of these queues queued
 -- again for a retry (it ran before) whose backoff has not passed becomes runnable now, on the
--- clock the claim reads (rule 74). A delayed job that never ran keeps its time.
+-- clock the claim reads (rule 74 (run-jobs-real-path)). A delayed job that never ran keeps its
+-- time.
 UPDATE django_ultjobs_job
 SET visible_at = {now}, updated_at = {now}
 WHERE status = 'queued' AND attempt > 0 AND visible_at > {now}

@@ -50,9 +50,10 @@ RETURNING id, visible_at, created_at, expires_at;
 -- name: enqueue_unique
 -- Insert jobs that hold unique keys (and any others of the same batch) in array order, each
 -- keyed job only if no other row holds its (name, unique_key): the partial unique index
--- ultjobs_job_unique_key skips it (rules 65-67). SQLite has one writer at a time, so two
--- enqueues of one key never interleave inside this statement. A skipped job returns no row.
--- The "WHERE true" lets SQLite parse the ON CONFLICT clause after a SELECT.
+-- ultjobs_job_unique_key skips it (rules 65 (one-key-holder) to 67 (unique-for-window)). SQLite has
+-- one writer at a time, so two enqueues of one key never interleave inside this statement. A
+-- skipped job returns no row. The "WHERE true" lets SQLite parse the ON CONFLICT clause after a
+-- SELECT.
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
@@ -79,9 +80,9 @@ RETURNING id, visible_at, created_at, name, unique_key, expires_at;
 -- name: unique_release
 -- Take the keys of :keys ([[name, key], ...]) from the rows holding them that have expired:
 -- finished (succeeded, failed or cancelled) at least their own unique_for seconds ago on the
--- database's clock (rule 67), each keeping its key as its released_key. The enqueue that asked
--- inserts again after it; a retry of a job whose key was taken over takes its key back after
--- it (rule 107).
+-- database's clock (rule 67 (unique-for-window)), each keeping its key as its released_key. The
+-- enqueue that asked inserts again after it; a retry of a job whose key was taken over takes its
+-- key back after it (rule 107 (retry-takes-key-back)).
 UPDATE django_ultjobs_job
 SET unique_key = NULL, released_key = unique_key
 WHERE unique_key IS NOT NULL
@@ -93,8 +94,9 @@ RETURNING id;
 
 -- name: unique_holder
 -- The row holding unique key (:name, :key), every column (read as a Job by the ORM's raw(),
--- which maps columns by name): what enqueue() returns when the key is held (rule 66). By the
--- unique index; the ORM's own query cost more to build than to run (performance.md, item 45).
+-- which maps columns by name): what enqueue() returns when the key is held
+-- (rule 66 (held-key-returns-holder)). By the unique index; the ORM's own query cost more to build
+-- than to run (performance.md, item 45).
 SELECT * FROM django_ultjobs_job WHERE name = :name AND unique_key = :key LIMIT 1;
 
 -- name: claim_caps
@@ -109,8 +111,8 @@ SELECT json_extract(c.value, '$[0]'),
 FROM json_each(:caps) AS c;
 
 -- fragment: active_queues
--- The worker's queues that are not paused (rule 75): read in the claim's own write transaction,
--- so a pause committed before it holds for it.
+-- The worker's queues that are not paused (rule 75 (paused-queue)): read in the claim's own write
+-- transaction, so a pause committed before it holds for it.
 SELECT value FROM json_each(:queues)
 WHERE value NOT IN (SELECT queue FROM django_ultjobs_queuepause)
 
@@ -132,8 +134,8 @@ WHERE name = :name
 {fragment:claim_order};
 
 -- name: claim_key_held
--- The held slots per key, for the kinds capped per key (rule 50), read inside the claim's write
--- transaction so nothing can take a slot between this and the claim.
+-- The held slots per key, for the kinds capped per key (rule 50 (per-key-cap)), read inside the
+-- claim's write transaction so nothing can take a slot between this and the claim.
 SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key;
 
 -- name: claim_keyed_candidates
@@ -154,7 +156,8 @@ WHERE name = :name
 -- Claim the candidates: a conditional UPDATE ... RETURNING that re-checks runnability, so it can
 -- never take a row that stopped being runnable. The arguments come back as bytes, decoded in
 -- Python row by row: SQLite stores whatever bytes a writer gave it, and one argument text that
--- is not UTF-8 would make the driver fail the whole claim, every time (rule 15).
+-- is not UTF-8 would make the driver fail the whole claim, every time
+-- (rule 15 (undecodable-row-fails-alone)).
 UPDATE django_ultjobs_job
 SET status = 'running',
     attempt = attempt + CASE WHEN status = 'waiting' THEN 0 ELSE 1 END,
@@ -171,7 +174,7 @@ RETURNING id, name, queue, priority, CAST(args AS BLOB), CAST(kwargs AS BLOB), a
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds, fenced on each run's claim token. A run missing
--- from the result is an explicit "no" (rule 2).
+-- from the result is an explicit "no" (rule 2 (heartbeat-retried)).
 UPDATE django_ultjobs_job AS j
 SET visible_at = {now_plus(:timeout)}
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
@@ -180,10 +183,10 @@ WHERE j.id = h.id AND j.claim_token = h.token AND j.status = 'running'
 RETURNING id, cancel_requested;
 
 -- name: settle
--- Settle a batch of runs, each only under its own claim token (rule 4). Returns the ids that
--- applied; settle_record then writes their attempts in the same transaction. A run suspending on
--- an event goes to 'waiting', or straight back to visible when a matching event is already
--- there (the write transaction excludes every sender, so none can commit unseen meanwhile).
+-- Settle a batch of runs, each only under its own claim token (rule 4 (fenced-settle)). Returns the
+-- ids that applied; settle_record then writes their attempts in the same transaction. A run
+-- suspending on an event goes to 'waiting', or straight back to visible when a matching event is
+-- already there (the write transaction excludes every sender, so none can commit unseen meanwhile).
 UPDATE django_ultjobs_job AS j
 SET status = c.status,
     attempt = j.attempt + c.attempt_delta,
@@ -214,7 +217,8 @@ SET status = c.status,
     finished_at = CASE WHEN c.status IN ('succeeded', 'failed', 'cancelled')
                        THEN {now} ELSE NULL END,
     -- Held by the row only when the row's worker (the claim's) is the settle's and the slot the
-    -- run held, if any, is its job's per-job slot (the view builds the key from the name; rule 97).
+    -- run held, if any, is its job's per-job slot (the view builds the key from the name;
+    -- rule 97 (attempt-on-row)).
     attempt_on_row = COALESCE(c.on_row, 0) AND j.worker_id = :worker_id
                      AND (c.slot IS NULL AND c.slot_key IS NULL
                           OR c.slot IS NOT NULL AND c.slot_key = {slot_key(j.name)}),
@@ -239,7 +243,7 @@ RETURNING id;
 -- name: settle_record
 -- The attempts of the runs settle applied (ids in :settled), from the same batch; not of a run
 -- whose attempt the job's row holds (on_row: a first attempt that succeeded plainly, in no slot
--- or a per-job one; rule 97).
+-- or a per-job one; rule 97 (attempt-on-row)).
 INSERT INTO django_ultjobs_jobattempt
     (job_id, attempt, worker_id, started_at, finished_at, outcome, error, slot_key, slot,
      steps_run, steps_replayed)
@@ -260,8 +264,9 @@ WHERE json_extract(value, '$.outcome') IS NOT NULL
       WHERE a.id = json_extract(value, '$.extends') AND a.job_id = json_extract(value, '$.id')));
 
 -- name: settle_extend
--- A park continuing its episode (rule 12) counts one more claim on the episode's row, in the
--- settle's transaction; settle_record writes a row for it only when that row is gone.
+-- A park continuing its episode (rule 12 (unknown-job-parked)) counts one more claim on the
+-- episode's row, in the settle's transaction; settle_record writes a row for it only when that row
+-- is gone.
 UPDATE django_ultjobs_jobattempt AS a
 SET claims = a.claims + 1, finished_at = {now}, worker_id = :worker_id
 FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.extends') AS extends
@@ -271,9 +276,9 @@ FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.extends')
 WHERE a.id = c.extends AND a.job_id = c.id;
 
 -- name: park_episodes
--- For each job an unknown-job park is about (rule 12): its latest attempt row (highest attempt,
--- then newest, through the (job, attempt) index) when that row is such a park, with whether
--- its episode began the timeout ago or more.
+-- For each job an unknown-job park is about (rule 12 (unknown-job-parked)): its latest attempt row
+-- (highest attempt, then newest, through the (job, attempt) index) when that row is such a park,
+-- with whether its episode began the timeout ago or more.
 -- started_at is cut to the clock's milliseconds first: as text, '…00.100000' > '…00.100'.
 SELECT ids.value, a.id, a.attempt,
        strftime('%Y-%m-%d %H:%M:%f', a.started_at) <= {now_plus(-:timeout)}
@@ -288,10 +293,10 @@ WHERE a.outcome = 'suspended' AND substr(a.error, 1, length(:prefix)) = :prefix;
 -- name: settle_landed
 -- Which settles of a batch this worker already wrote, though it never heard back: their attempts
 -- are recorded under this worker with the same attempt number, start time, outcome and error
--- (rule 32). An attempt a re-claimer records for a lapsed lease has another outcome or error.
--- Read through the attempts view: the attempt a job's row holds counts too (rule 97); its start
--- is the row's claim time, kept to the clock's milliseconds where an attempt row keeps the
--- microseconds' digits, so both sides are cut to milliseconds first.
+-- (rule 32 (landed-never-stale)). An attempt a re-claimer records for a lapsed lease has another
+-- outcome or error. Read through the attempts view: the attempt a job's row holds counts too
+-- (rule 97 (attempt-on-row)); its start is the row's claim time, kept to the clock's milliseconds
+-- where an attempt row keeps the microseconds' digits, so both sides are cut to milliseconds first.
 SELECT json_extract(c.value, '$.id')
 FROM json_each(:batch) AS c
 WHERE EXISTS (
@@ -355,7 +360,8 @@ LIMIT 1;
 
 -- name: progress_save
 -- Store a run's progress (ctx.set_progress), fenced on its claim token like every write of a
--- run (rule 79): no row returned when another claim owns the job, or it has finished.
+-- run (rule 79 (progress-throttled-fenced)): no row returned when another claim owns the job, or it
+-- has finished.
 UPDATE django_ultjobs_job SET progress = :progress
 WHERE id = :job_id AND claim_token = :token AND status = 'running'
 RETURNING id;
@@ -385,7 +391,7 @@ SELECT {now};
 -- (in order), in one statement: no row, or a lapsed row taken over in place. SQLite runs one
 -- writer at a time, so two acquirers cannot share a slot. The lowest free slots lie below the
 -- number of holders plus the slots held, so only those are tried: counting up to the limit
--- grew with the cap, and never ended at 2**31 - 1 (rule 54).
+-- grew with the cap, and never ended at 2**31 - 1 (rule 54 (bad-flow-option-refused)).
 WITH RECURSIVE bound(n) AS (
     SELECT min(:limit, json_array_length(:holders)
                        + (SELECT count(*) FROM django_ultjobs_slot AS h
@@ -421,8 +427,8 @@ RETURNING key, slot, holder, expires_at;
 
 -- name: slot_acquire_keys
 -- slot_acquire for many keys at once (:wanted is [[key, limit, holder], ...], the runs of one
--- claim of kinds capped per key, rule 50): for each key its lowest free slots, one per holder
--- of that key in order, in one statement. SQLite runs one writer at a time.
+-- claim of kinds capped per key, rule 50 (per-key-cap)): for each key its lowest free slots, one
+-- per holder of that key in order, in one statement. SQLite runs one writer at a time.
 WITH RECURSIVE want AS (
     SELECT json_extract(w.value, '$[0]') AS k, json_extract(w.value, '$[1]') AS lim,
            json_extract(w.value, '$[2]') AS holder,
@@ -456,9 +462,9 @@ ON CONFLICT (key, slot) DO UPDATE
 RETURNING key, slot, holder, expires_at;
 
 -- name: rate_read
--- The rate-limit buckets a take is about (rule 52), and the database's clock in microseconds;
--- read and then written (rate_write) inside one write transaction, so no other take comes
--- between. SQLite's clock keeps milliseconds.
+-- The rate-limit buckets a take is about (rule 52 (fleet-rate-limit)), and the database's clock in
+-- microseconds; read and then written (rate_write) inside one write transaction, so no other take
+-- comes between. SQLite's clock keeps milliseconds.
 SELECT CAST(round((julianday({now}) - 2440587.5) * 86400000.0) AS INTEGER) * 1000, b.key, b.tat
 FROM (SELECT 1) AS one
 LEFT JOIN django_ultjobs_ratelimitbucket AS b
@@ -476,8 +482,8 @@ ON CONFLICT (key) DO UPDATE
         tolerance = excluded.tolerance, updated_at = excluded.updated_at;
 
 -- name: slot_renew
--- Renew held slots, fenced on holder AND expiry (rule 7): a slot another holder took, or one that
--- lapsed, answers "no" by its absence from the result.
+-- Renew held slots, fenced on holder AND expiry (rule 7 (fenced-slot-renewal)): a slot another
+-- holder took, or one that lapsed, answers "no" by its absence from the result.
 UPDATE django_ultjobs_slot AS l
 SET expires_at = {now_plus(:ttl)}
 FROM (SELECT json_extract(value, '$[0]') AS key, json_extract(value, '$[1]') AS slot,
@@ -528,24 +534,26 @@ RETURNING id;
 
 -- name: worker_stop
 -- Mark this worker as stopped on a clean exit.
--- A stopped worker runs nothing: its overrunning bodies (rule 56) ended with its process.
+-- A stopped worker runs nothing: its overrunning bodies (rule 56 (overrun-reported)) ended with its
+-- process.
 UPDATE django_ultjobs_worker SET stopped_at = {now}, in_flight = 0, overrunning = NULL
 WHERE id = :id;
 
 -- name: cancel_reasons
--- The reasons of the cancel requests a heartbeat just found (rule 59). Read only then, so the
--- heartbeat of every tick returns no more than it did.
+-- The reasons of the cancel requests a heartbeat just found (rule 59 (cancel-reason-kept)). Read
+-- only then, so the heartbeat of every tick returns no more than it did.
 SELECT id, cancel_reason FROM django_ultjobs_job WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: worker_overrunning
--- Record the runs of this worker still executing past their timeout (rule 56), for the admin.
--- Written only when that list changes, not on every tick.
+-- Record the runs of this worker still executing past their timeout (rule 56 (overrun-reported)),
+-- for the admin. Written only when that list changes, not on every tick.
 UPDATE django_ultjobs_worker SET overrunning = :overrunning WHERE id = :id;
 
 -- name: schedule_sync
 -- Register the periodic jobs this worker knows (what they run on, for the admin) and read each
 -- one's cursor (the newest tick enqueued) and pause, with the database's clock. A schedule seen
--- for the first time begins now: no tick from before it existed is caught up (rule 62).
+-- for the first time begins now: no tick from before it existed is caught up
+-- (rule 62 (catch-up-policy)).
 INSERT INTO django_ultjobs_jobschedule
     (name, schedule, timezone, catch_up, paused, last_tick, created_at, updated_at)
 SELECT json_extract(value, '$.name'), json_extract(value, '$.schedule'),
@@ -559,17 +567,17 @@ ON CONFLICT (name) DO UPDATE
 RETURNING name, last_tick, paused, {now};
 
 -- name: schedule_due
--- The first of a tick's three statements (rules 60-62, 102), inside one write transaction with
--- the other two, which take the clock this one read: of the candidate ticks a worker offers
--- around its estimate of this clock, decide on the database's clock which are due (at or
--- before it, after the cursor), which the catch-up policy keeps (the newest :keep, none more
--- than :late seconds late) and where the cursor moves (the newest due tick, kept or skipped as
--- late), so a worker whose clock is off changes only when it asks. :ticks is [[scheduled_for,
--- at], ...]: the tick in Django's text form and in the clock's millisecond form, which is
--- what is compared (the cursor is read back in that form too). An offer whose :horizon is
--- before the clock, or cut short of the cursor (:floor after it) with fewer than :keep due,
--- decides nothing. One row: the clock, the cursor, paused, the new cursor (NULL: nothing to
--- do) and the kept ticks as :ticks pairs.
+-- The first of a tick's three statements (rules 60 (tick-once) to 62 (catch-up-policy),
+-- 102 (database-clock-ticks)), inside one write transaction with the other two, which take the
+-- clock this one read: of the candidate ticks a worker offers around its estimate of this clock,
+-- decide on the database's clock which are due (at or before it, after the cursor), which the
+-- catch-up policy keeps (the newest :keep, none more than :late seconds late) and where the cursor
+-- moves (the newest due tick, kept or skipped as late), so a worker whose clock is off changes only
+-- when it asks. :ticks is [[scheduled_for, at], ...]: the tick in Django's text form and in the
+-- clock's millisecond form, which is what is compared (the cursor is read back in that form too).
+-- An offer whose :horizon is before the clock, or cut short of the cursor (:floor after it) with
+-- fewer than :keep due, decides nothing. One row: the clock, the cursor, paused, the new cursor
+-- (NULL: nothing to do) and the kept ticks as :ticks pairs.
 WITH clock AS (
     SELECT {now} AS now
 ),
@@ -611,10 +619,10 @@ SET last_tick = :newest, updated_at = {now}
 WHERE name = :name AND NOT paused;
 
 -- name: schedule_insert
--- The third: one job per tick the first kept, visible at its tick (rule 61), which has come; a
--- tick already in the table is skipped by the unique index on (name, scheduled_for), never an
--- error. :ticks is the first's [[scheduled_for, visible_at], ...]: the tick in Django's text
--- form (what an ORM lookup compares), and in the clock's millisecond form (what the claim
+-- The third: one job per tick the first kept, visible at its tick (rule 61 (tick-on-time)), which
+-- has come; a tick already in the table is skipped by the unique index on (name, scheduled_for),
+-- never an error. :ticks is the first's [[scheduled_for, visible_at], ...]: the tick in Django's
+-- text form (what an ORM lookup compares), and in the clock's millisecond form (what the claim
 -- compares).
 INSERT INTO django_ultjobs_job
     (name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
@@ -632,7 +640,8 @@ RETURNING id, scheduled_for;
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
 -- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by
--- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71; performance.md, item 50).
+-- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader);
+-- performance.md, item 50).
 SELECT queue, count(*), (julianday({now}) - julianday(min(visible_at))) * 86400.0
 FROM django_ultjobs_job
 WHERE {fragment:runnable}
@@ -645,7 +654,8 @@ SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY 
 -- name: retries_due
 -- The test helpers' run_jobs(retries=True), never a worker: every job of these queues queued
 -- again for a retry (it ran before) whose backoff has not passed becomes runnable now, on the
--- clock the claim reads (rule 74). A delayed job that never ran keeps its time.
+-- clock the claim reads (rule 74 (run-jobs-real-path)). A delayed job that never ran keeps its
+-- time.
 UPDATE django_ultjobs_job
 SET visible_at = {now}, updated_at = {now}
 WHERE status = 'queued' AND attempt > 0 AND visible_at > {now}

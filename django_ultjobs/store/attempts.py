@@ -1,4 +1,5 @@
-"""A job's attempts as every reader reads them (rule 97): through ``AttemptRecord``.
+"""A job's attempts as every reader reads them (rule 97 (attempt-on-row)): through
+``AttemptRecord``.
 
 A first attempt that succeeded plainly has no attempt row: the job's row holds it
 (``Job.attempt_on_row``). The view ``AttemptRecord`` shows it beside the stored rows, its id

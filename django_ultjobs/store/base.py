@@ -3,9 +3,10 @@
 One protocol, one implementation per engine (``postgresql.py``, ``sqlite.py``) answering the same
 named queries identically; ``tests/conformance`` runs one suite against both. Every method uses
 the calling thread's own Django connection for ``alias`` (Django keeps one per thread), through
-the cursor ``connection.cursor()`` gives (rule 41): the ORM is skipped, not Django's cursor
-wrappers, so ``assertNumQueries``, ``connection.execute_wrapper`` and the tools built on them see
-every statement, and enqueue joins the caller's transaction because it is the same connection.
+the cursor ``connection.cursor()`` gives (rule 41 (instrumented-statements)): the ORM is skipped,
+not Django's cursor wrappers, so ``assertNumQueries``, ``connection.execute_wrapper`` and the tools
+built on them see every statement, and enqueue joins the caller's transaction because it is the same
+connection.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class JobStore(SlotStore):
 
     @property
     def slot_store(self) -> SlotStore | None:
-        """The fleet-slot store, or None for an engine that has none (rule 10 refuses to start)."""
+        """The fleet-slot store, or None for an engine that has none (rule 10 (cap-kept-or-refused)
+        refuses to start)."""
         return self
 
     @property
@@ -84,9 +86,9 @@ class JobStore(SlotStore):
     def cursor(self) -> Iterator[Any]:
         """Yield Django's cursor on this thread's connection, errors as Django's.
 
-        Django's cursor wrapper, not the driver's cursor (rule 41): ``execute_wrapper`` hooks,
-        the queries log (``assertNumQueries``, ``CaptureQueriesContext``, ``DEBUG``) and tools
-        that patch ``connection.cursor()`` see every statement of the store.
+        Django's cursor wrapper, not the driver's cursor (rule 41 (instrumented-statements)):
+        ``execute_wrapper`` hooks, the queries log (``assertNumQueries``, ``CaptureQueriesContext``,
+        ``DEBUG``) and tools that patch ``connection.cursor()`` see every statement of the store.
 
         A connection that broke (the database restarted, the network dropped), or that lost
         state every later statement needs (``spoils_connection``), is closed so the next call
@@ -141,7 +143,7 @@ class JobStore(SlotStore):
         """Whether ``exc`` is the database (or the encoding before it) refusing the *values* of
         a statement, which no retry will change: a string too long, a value out of range, a
         constraint broken. Not an outage: a lost connection, a locked database, a full disk are
-        waited out (rule 30). Engines add their own codes."""
+        waited out (rule 30 (refused-outcome-no-wedge)). Engines add their own codes."""
         return isinstance(exc, (ValueError, TypeError, OverflowError, RecursionError))
 
     def refusal_reason(self, exc: BaseException) -> str:
@@ -167,7 +169,7 @@ class JobStore(SlotStore):
     @contextmanager
     def tables_required(self) -> Iterator[None]:
         """Turn the database's "no such table" of this package's tables into one line saying
-        to run ``migrate`` (rule 109); every other error passes as it was.
+        to run ``migrate`` (rule 109 (missing-tables-named)); every other error passes as it was.
 
         Raised, never swallowed: on PostgreSQL the failed statement has aborted the caller's
         transaction, which must roll back as it would for the driver's own error."""
@@ -232,7 +234,8 @@ class JobStore(SlotStore):
 
     def enqueue_unique(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob | None]:
         """Insert ``jobs`` on the caller's connection, each one with a ``unique_key`` only where
-        no row holds that key; None for each job whose key is held (rules 65-68).
+        no row holds that key; None for each job whose key is held (rules 65 (one-key-holder) to
+        68 (bulk-unique-in-order)).
 
         Keyed jobs go in by (name, key) (``insertion_order``). PostgreSQL's statement first
         releases the expired holders of these keys; SQLite's store does that in a second
@@ -253,8 +256,8 @@ class JobStore(SlotStore):
 
     def release_keys(self, keys: Iterable[tuple[str, str]]) -> int:
         """Take each ``(name, key)`` of ``keys`` from the row holding it if that row expired
-        (finished at least its ``unique_for`` ago, rule 67), the row keeping it as its
-        ``released_key``; return how many were taken."""
+        (finished at least its ``unique_for`` ago, rule 67 (unique-for-window)), the row keeping it
+        as its ``released_key``; return how many were taken."""
         with self.cursor() as cur:
             cur.execute(self.sql["unique_release"], {
                 "keys": json.dumps(sorted(keys)), "now": self.now_param()})
@@ -295,9 +298,10 @@ class JobStore(SlotStore):
         ``kept``: per capped kind, the slots this worker holds between runs; the claim may take
         that many runs of the kind beyond the fleet's free slots (the worker hands them over).
 
-        ``keyed``: the kinds of ``caps`` capped per key (``concurrency_key``, rule 50): the claim
-        skips their keys whose slots are all held, takes at most each key's free slots, and
-        says each run's slot key (``ClaimedJob.slot_key``); they keep no slots."""
+        ``keyed``: the kinds of ``caps`` capped per key (``concurrency_key``,
+        rule 50 (per-key-cap)): the claim skips their keys whose slots are all held, takes at most
+        each key's free slots, and says each run's slot key (``ClaimedJob.slot_key``); they keep no
+        slots."""
         if limit <= 0:
             return ClaimBatch()
         return self.claim_jobs(ClaimRequest(
@@ -351,9 +355,9 @@ class JobStore(SlotStore):
         return batch
 
     def take_starts(self, wanted: Sequence[tuple[str, int, int, int]]) -> dict[str, RateTaken]:
-        """Take starts from rate-limit buckets in one statement (rule 52): ``wanted`` is
-        ``(key, interval, tolerance, want)`` per bucket (microseconds), each key once; the
-        answer says, per key, what the bucket granted."""
+        """Take starts from rate-limit buckets in one statement (rule 52 (fleet-rate-limit)):
+        ``wanted`` is ``(key, interval, tolerance, want)`` per bucket (microseconds), each key once;
+        the answer says, per key, what the bucket granted."""
         if not wanted:
             return {}
         with self.cursor() as cur:
@@ -369,7 +373,7 @@ class JobStore(SlotStore):
     ) -> dict[int, bool]:
         """Extend the lease of each ``(job id, token)`` in one statement; return
         ``{id: cancel_requested}`` for the runs still held. A run missing from the answer is
-        lost (rule 2)."""
+        lost (rule 2 (heartbeat-retried))."""
         if not runs:
             return {}
         params = {**self.runs_params(runs), "timeout": float(visibility_timeout),
@@ -385,16 +389,16 @@ class JobStore(SlotStore):
 
     @abstractmethod
     def settle(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
-        """Apply each settlement only under its token (rule 4), recording its attempt; return the
-        ids that applied.
+        """Apply each settlement only under its token (rule 4 (fenced-settle)), recording its
+        attempt; return the ids that applied.
 
         At most one settlement per job: the rows are matched to the batch by id."""
 
     def settle_landed(self, settlements: Sequence[Settlement], worker_id: str) -> set[int]:
         """The ids of ``settlements`` (each with an outcome) whose attempt this worker already
-        recorded: a settle that committed though its reply was lost (rule 32). Matched on job,
-        attempt, worker, start time, outcome and error, so the attempt a re-claimer records for a
-        lapsed lease never passes for it."""
+        recorded: a settle that committed though its reply was lost (rule 32 (landed-never-stale)).
+        Matched on job, attempt, worker, start time, outcome and error, so the attempt a re-claimer
+        records for a lapsed lease never passes for it."""
         if not settlements:
             return set()
         batch = dumps_batch([
@@ -442,8 +446,8 @@ class JobStore(SlotStore):
                 for row in rows}
 
     def cancel_reasons(self, job_ids: Sequence[int]) -> dict[int, str]:
-        """The reason of each of ``job_ids``' cancel requests (rule 59), "" where none was
-        given; read only when a heartbeat reports a cancel request."""
+        """The reason of each of ``job_ids``' cancel requests (rule 59 (cancel-reason-kept)), ""
+        where none was given; read only when a heartbeat reports a cancel request."""
         if not job_ids:
             return {}
         with self.cursor() as cur:
@@ -463,7 +467,7 @@ class JobStore(SlotStore):
     def make_retries_due(self, queues: Sequence[str]) -> int:
         """Make every job of ``queues`` queued for a retry runnable now, whatever its backoff,
         on the database's clock; return how many (the test helpers' ``run_jobs(retries=True)``,
-        rule 74)."""
+        rule 74 (run-jobs-real-path))."""
         with self.cursor() as cur:
             cur.execute(self.sql["retries_due"], {"queues": self.queues_param(queues),
                                                   "now": self.now_param()})
@@ -486,8 +490,8 @@ class JobStore(SlotStore):
         return SavedStep(wait_until=None if row[1] is None else self.parse_time(row[1]))
 
     def save_progress(self, job_id: int, token: str, progress: dict[str, Any]) -> bool:
-        """Store a run's progress, fenced on ``token`` (rule 79); False when the run no longer
-        owns the job."""
+        """Store a run's progress, fenced on ``token`` (rule 79 (progress-throttled-fenced)); False
+        when the run no longer owns the job."""
         params = {"job_id": job_id, "token": self.token_param(token),
                   "progress": json.dumps(progress, separators=(",", ":"))}
         with self.cursor() as cur:
@@ -578,7 +582,8 @@ class JobStore(SlotStore):
                                                   "jobs": json.dumps(sorted(jobs))})
 
     def worker_overrunning(self, worker_id: str, runs: Sequence[Mapping[str, Any]]) -> None:
-        """Record the runs of this worker still executing past their timeout (rule 56)."""
+        """Record the runs of this worker still executing past their timeout
+        (rule 56 (overrun-reported))."""
         with self.cursor() as cur:
             cur.execute(self.sql["worker_overrunning"], {
                 "id": worker_id, "overrunning": json.dumps(list(runs), default=str)})
@@ -608,7 +613,7 @@ class JobStore(SlotStore):
             "status": s.status,
             "attempt_delta": s.attempt_delta,
             # Finite and within a century: an infinite or huge delay would overflow the
-            # timestamp arithmetic and refuse the whole batch (rule 31).
+            # timestamp arithmetic and refuse the whole batch (rule 31 (bounded-outcomes)).
             "delay": clamp_delay(float(s.delay)),
             "attempt_no": s.attempt_no,
         }
@@ -668,7 +673,7 @@ def dumps_batch(rows: object) -> str:
 
 def check_one_per_job(settlements: Sequence[Settlement]) -> None:
     """Refuse a batch settling one job twice: the statement matches rows by id, so a stale
-    outcome could be applied under the newer run's token (rule 4)."""
+    outcome could be applied under the newer run's token (rule 4 (fenced-settle))."""
     if len({s.job_id for s in settlements}) != len(settlements):
         raise ValueError("a settle batch holds two settlements of the same job; settle them "
                          "in separate calls")

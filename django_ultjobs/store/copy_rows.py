@@ -2,8 +2,8 @@
 
 COPY takes rows as data, never expressions, so what the INSERT of ``enqueue`` computes in SQL is
 computed here from the database's clock, read in the same transaction first (``enqueue_copy_ids``,
-which also takes the ids COPY cannot return): the same values, column by column (rule 95;
-performance.md, items 73 and 75).
+which also takes the ids COPY cannot return): the same values, column by column
+(rule 95 (copy-writes-as-insert); performance.md, items 73 and 75).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .records import NewJob
 
 #: Jobs from which a bulk enqueue goes by COPY: below it the one-statement INSERT is as fast (two
 #: round trips against one; performance.md, item 75) and keeps ``bulk_enqueue()`` one statement
-#: (rule 41).
+#: (rule 41 (instrumented-statements)).
 COPY_MIN_JOBS = 100
 
 #: Lines sent to COPY at a time: the server inserts the first while the next are written, where
@@ -132,8 +132,8 @@ def _line(job_id: int, job: NewJob, now: datetime, stamp: str) -> str:
 def copy(wrapper: Any, sql: str, blocks: Iterable[str] | Iterable[bytes]) -> None:
     """Send ``blocks`` (in the format ``sql`` names) with ``sql``, a COPY ... FROM STDIN,
     through Django's cursor ``wrapper``: through its execute wrappers and, under DEBUG and in
-    tests, its query log (rule 41), as an ``execute`` would be (psycopg's ``copy()`` is no
-    method Django wraps)."""
+    tests, its query log (rule 41 (instrumented-statements)), as an ``execute`` would be (psycopg's
+    ``copy()`` is no method Django wraps)."""
     driver = wrapper.cursor
 
     def execute(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:

@@ -6,7 +6,8 @@ reader allows deeper nesting or longer integers. The claim has already taken suc
 UPDATE committed) when its arguments turn out to be unreadable, so decoding must never raise:
 an exception here would strand every other row of the claim, running under a lease nobody
 heartbeats, re-claimed together and failing together until their attempts run out. A row that
-cannot be decoded comes back with the reason instead, and the worker fails it alone (rule 15).
+cannot be decoded comes back with the reason instead, and the worker fails it alone
+(rule 15 (undecodable-row-fails-alone)).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ _STALE_PLAN = "cached plan must not change result type"
 #: SQLSTATE undefined_table and undefined_column: the tables are not migrated (to this version).
 _UNMIGRATED = ("42P01", "42703")
 
-#: SQLSTATE classes of a statement refused for its values, never for an outage (rule 30).
+#: SQLSTATE classes of a statement refused for its values, never for an outage
+#: (rule 30 (refused-outcome-no-wedge)).
 _REFUSED_CLASSES = ("22", "23", "54")
 
 #: The driver's own timestamptz loader (C, in psycopg's binary package). Django's connections
@@ -78,7 +79,7 @@ class PostgresStore(JobStore):
         """Whether ``jobs`` go in by COPY (``copy_rows.COPY_MIN_JOBS``)."""
         # COPY's rows carry times computed here from the database's clock; with USE_TZ off they
         # would be naive wall-clock times, which a DST change shifts, where the INSERT adds an
-        # interval on the server: such sites keep the INSERT (rule 95).
+        # interval on the server: such sites keep the INSERT (rule 95 (copy-writes-as-insert)).
         return len(jobs) >= copy_rows.COPY_MIN_JOBS and settings.USE_TZ
 
     def enqueue(self, jobs: Sequence[NewJob]) -> list[EnqueuedJob]:
@@ -145,10 +146,11 @@ class PostgresStore(JobStore):
             return cur.fetchall()
 
     def _django_cursor(self, conn: BaseDatabaseWrapper) -> Any:
-        # Django's wrapper from connection.cursor() (rule 41: whatever patched that method, a
-        # debug toolbar, an APM agent, has wrapped it), with a server-side binding cursor put
-        # inside in place of the ORM's, whatever Django's connection uses for the ORM: the
-        # client-side cursor quoted every parameter (arrays, uuids) in Python on every claim
+        # Django's wrapper from connection.cursor() (rule 41 (instrumented-statements): whatever
+        # patched that method, a debug toolbar, an APM agent, has wrapped it), with a server-side
+        # binding cursor put inside in place of the ORM's, whatever Django's connection uses for the
+        # ORM: the client-side cursor quoted every parameter (arrays, uuids) in Python on every
+        # claim
         # (performance.md item 28). Prepared statements follow the site's own choice:
         # Django opens psycopg connections with prepare_threshold off (a transaction-mode pooler
         # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on
@@ -236,10 +238,10 @@ class PostgresStore(JobStore):
             in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
     def commit_mode(self) -> str | None:
-        # Rule 93: only a statement that is its own transaction commits without waiting for the
-        # WAL flush; in a caller's transaction (or with autocommit off, where the statement
-        # would open one the caller then owns) the caller's commit keeps its own setting. Asked
-        # with the cursor open (the connection may have been closed until then).
+        # Rule 93 (unflushed-slot-release): only a statement that is its own transaction commits
+        # without waiting for the WAL flush; in a caller's transaction (or with autocommit off,
+        # where the statement would open one the caller then owns) the caller's commit keeps its own
+        # setting. Asked with the cursor open (the connection may have been closed until then).
         conn = self.connection
         return None if self.in_callers_transaction(conn) or not conn.get_autocommit() else "off"
 

@@ -30,18 +30,20 @@ class NewJob:
     traceparent: str = ""
     tracestate: str = ""
     enqueued_by: str = ""
-    #: The key of the fleet slots its runs take when the job's cap is per key (rule 50);
-    #: "" for the job's own.
+    #: The key of the fleet slots its runs take when the job's cap is per key
+    #: (rule 50 (per-key-cap)); "" for the job's own.
     concurrency_key: str = ""
     #: The key this job holds while it is live (and ``unique_for`` seconds after it finished),
-    #: or None: ``enqueue_unique`` inserts it only where no row holds the key (rules 65-67).
+    #: or None: ``enqueue_unique`` inserts it only where no row holds the key
+    #: (rules 65 (one-key-holder) to 67 (unique-for-window)).
     unique_key: str | None = None
     unique_for: float = 0.0
-    #: Seconds a run may execute (rule 55), and after how long an unstarted job expires
-    #: (rule 58); None: no limit.
+    #: Seconds a run may execute (rule 55 (timeout-cancels)), and after how long an unstarted job
+    #: expires
+    #: (rule 58 (expired-never-runs)); None: no limit.
     timeout: float | None = None
     expires_in: float | None = None
-    #: Labels stored on the row (rule 78).
+    #: Labels stored on the row (rule 78 (tags-stored-whole)).
     tags: tuple[str, ...] = ()
 
 
@@ -83,18 +85,22 @@ class ClaimedJob:
     #: True when the row was waiting (a durable sleep or event wait) and woke: not a new attempt.
     woke: bool = False
     #: Why the stored arguments cannot be decoded (then args and kwargs are empty), or None:
-    #: the worker fails such a job at once instead of running it (rule 15).
+    #: the worker fails such a job at once instead of running it
+    #: (rule 15 (undecodable-row-fails-alone)).
     undecodable: str | None = None
     #: When the row was due, just before this claim (enqueued, scheduled, retried or woken):
     #: the start of the job's wait (``ultjobs.job.wait``). None from a store that does not say.
     due_at: datetime | None = None
-    #: The key of the slot its run takes when its kind is capped per key (rule 50), else None.
+    #: The key of the slot its run takes when its kind is capped per key (rule 50 (per-key-cap)),
+    #: else None.
     slot_key: str | None = None
-    #: The run's timeout in seconds (rule 55), None for none; the row's, set at enqueue.
+    #: The run's timeout in seconds (rule 55 (timeout-cancels)), None for none; the row's, set at
+    #: enqueue.
     timeout: float | None = None
-    #: When the job expires unless started (rule 58), on the database's clock; or None.
+    #: When the job expires unless started (rule 58 (expired-never-runs)), on the database's clock;
+    #: or None.
     expires_at: datetime | None = None
-    #: The reason a cancel request gave (rule 59), "" for none.
+    #: The reason a cancel request gave (rule 59 (cancel-reason-kept)), "" for none.
     cancel_reason: str = ""
 
 
@@ -163,8 +169,8 @@ class Settlement:
     steps_run: tuple[str, ...] = ()
     steps_replayed: tuple[str, ...] = ()
     #: The id of an attempt row this settle adds a claim to instead of recording a new one:
-    #: the park of a job no worker knows, continuing its episode (rule 12). Recorded anew if
-    #: that row is gone.
+    #: the park of a job no worker knows, continuing its episode (rule 12 (unknown-job-parked)).
+    #: Recorded anew if that row is gone.
     extends: int | None = None
 
     @property
@@ -179,15 +185,16 @@ class Settlement:
 
     @property
     def on_row(self) -> bool:
-        """Whether the job's own row holds this attempt, so it needs no attempt row (rule 97).
+        """Whether the job's own row holds this attempt, so it needs no attempt row
+        (rule 97 (attempt-on-row)).
 
         A first attempt that succeeded, with nothing the row cannot say: the row keeps its
         worker, its attempt number (1), its claim time (this attempt's start), its finish time,
         its outcome (succeeded) and the number of its per-job fleet slot (``Job.attempt_slot``;
         the key is the job's name's). An attempt with an error, steps or a per-key cap's slot
-        (rule 50) is written as a row, as is every other outcome and every later attempt. The
-        settle checks the per-job key against the job's name, and writes the row when they
-        differ."""
+        (rule 50 (per-key-cap)) is written as a row, as is every other outcome and every later
+        attempt. The settle checks the per-job key against the job's name, and writes the row when
+        they differ."""
         return (self.status == "succeeded" and self.outcome == "succeeded"
                 and self.attempt_no == 1 and self.attempt_delta == 0
                 and self.started_at is not None and self.error is None
@@ -204,7 +211,8 @@ class Settlement:
 
 @dataclass(frozen=True, slots=True)
 class ParkEpisode:
-    """The latest attempt row of a claimed job, when it is an unknown-job park (rule 12)."""
+    """The latest attempt row of a claimed job, when it is an unknown-job park
+    (rule 12 (unknown-job-parked))."""
 
     job_id: int
     #: The attempt row, and the attempt number it recorded.
@@ -235,7 +243,7 @@ class LostAttempt:
 
 @dataclass(frozen=True, slots=True)
 class RateTaken:
-    """What one rate-limit bucket granted a take (rule 52)."""
+    """What one rate-limit bucket granted a take (rule 52 (fleet-rate-limit))."""
 
     #: How many of the starts wanted it granted (the first ones).
     granted: int

@@ -69,7 +69,8 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
         if not ids:
             break
         with transaction.atomic(using=using):
-            # The attempts its rows hold go with the jobs (rule 97): counted, like the rows.
+            # The attempts its rows hold go with the jobs (rule 97 (attempt-on-row)): counted, like
+            # the rows.
             attempts += Job.objects.using(using).filter(id__in=ids, attempt_on_row=True).count()
             attempts += JobAttempt.objects.using(using).filter(job_id__in=ids).delete()[0]
             steps += JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
@@ -97,7 +98,8 @@ def _old_events(using: str, cutoff: datetime) -> QuerySet[JobEvent]:
 
 
 def _dead_workers(using: str, cutoff: datetime) -> QuerySet[Worker]:
-    """The workers stopped before ``cutoff``, or silent since before it and not alive (rule 106).
+    """The workers stopped before ``cutoff``, or silent since before it and not alive
+    (rule 106 (live-row-kept)).
 
     Alive is judged as the admin and ``ultjobs stats`` judge it: not stopped, and heard from
     within the worker's own visibility timeout (the setting's, on rows without one) on the

@@ -1,10 +1,11 @@
 """The schedules' SQL: register periodic jobs, and enqueue each tick once across the fleet.
 
-Beside the job store, on its connection and cursor (rule 41): the scheduler thread of every
-worker calls it, and nobody leads. A worker offers candidate ticks; which are due, which the
-catch-up policy keeps and where the schedule's cursor moves are decided by the statement on the
-database's clock, never the worker's (rule 102). One statement on PostgreSQL; on SQLite one
-``BEGIN IMMEDIATE`` write of three, the first of which decides (rule 60).
+Beside the job store, on its connection and cursor (rule 41 (instrumented-statements)): the
+scheduler thread of every worker calls it, and nobody leads. A worker offers candidate ticks; which
+are due, which the catch-up policy keeps and where the schedule's cursor moves are decided by the
+statement on the database's clock, never the worker's (rule 102 (database-clock-ticks)). One
+statement on PostgreSQL; on SQLite one ``BEGIN IMMEDIATE`` write of three, the first of which
+decides (rule 60 (tick-once)).
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ class ScheduleStore:
     def enqueue_ticks(self, job: TickJob, offer: Candidates, enqueued_by: str) -> TickAnswer:
         """Enqueue one job per tick of ``offer`` that the database's clock has reached and the
         catch-up policy keeps, unless another worker got there first or the schedule is paused
-        (rules 60-62, 102); a tick still ahead of the database's clock is neither enqueued nor
-        passed by the cursor."""
+        (rules 60 (tick-once) to 62 (catch-up-policy), 102 (database-clock-ticks)); a tick still
+        ahead of the database's clock is neither enqueued nor passed by the cursor."""
         store = self.store
         params = {"name": job.name, "queue": job.queue, "priority": job.priority,
                   "max_attempts": job.max_attempts, "enqueued_by": enqueued_by,

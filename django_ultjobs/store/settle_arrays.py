@@ -29,7 +29,7 @@ def settle_arrays(settlements: Sequence[Settlement],
         "status": texts(s.status for s in settlements),
         "attempt_delta": numbers(s.attempt_delta for s in settlements),
         # Finite and within a century: an infinite or huge delay would overflow the timestamp
-        # arithmetic and refuse the whole batch (rule 31).
+        # arithmetic and refuse the whole batch (rule 31 (bounded-outcomes)).
         "delay": numbers(clamp_delay(float(s.delay)) for s in settlements),
         "error": texts(None if s.error is None else storable_text(s.error) for s in settlements),
         "result_json": texts(s.result_json for s in settlements),
@@ -57,7 +57,8 @@ def texts(values: Iterable[str | None]) -> str | None:
     escaped, so braces, commas, spaces and the word NULL stay text; None is NULL. None for an
     array of NULLs only."""
     # str.replace, not v.replace: a value that is no text is a TypeError, which the completer
-    # isolates as a refusal of that run's values (rule 30), not an error it retries.
+    # isolates as a refusal of that run's values (rule 30 (refused-outcome-no-wedge)), not an error
+    # it retries.
     items = ["NULL" if v is None
              else '"' + str.replace(str.replace(v, "\\", "\\\\"), '"', '\\"') + '"'
              for v in values]

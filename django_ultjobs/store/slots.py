@@ -37,7 +37,7 @@ class SlotStore(ABC):
     def acquire_keys(self, wanted: Sequence[tuple[str, int, str]], ttl: float
                      ) -> dict[str, SlotHold]:
         """``acquire_many`` for many keys in ONE statement: ``wanted`` is ``(key, limit,
-        holder)`` per run (rule 50); holders missing from the answer got none."""
+        holder)`` per run (rule 50 (per-key-cap)); holders missing from the answer got none."""
         if not wanted:
             return {}
         with self.cursor() as cur:
@@ -58,7 +58,8 @@ class SlotStore(ABC):
 
     def commit_mode(self) -> str | None:
         """The ``synchronous_commit`` a statement that a crash may undo without harm commits
-        with (rule 93); None keeps the session's. Engines that can say override."""
+        with (rule 93 (unflushed-slot-release)); None keeps the session's. Engines that can say
+        override."""
         return None
 
     @staticmethod
@@ -69,8 +70,8 @@ class SlotStore(ABC):
     def renew_many(self, held: Sequence[SlotHold], ttl: float) -> set[tuple[str, int, str]]:
         """Extend each slot still held by its holder and unexpired, in one statement; return the
         ``(key, slot, holder)`` of each one renewed. A slot missing from the answer is lost
-        (rule 7). The holder is part of the answer: two holds of one slot (one lapsed, then
-        taken again) must never be told apart by ``(key, slot)`` alone."""
+        (rule 7 (fenced-slot-renewal)). The holder is part of the answer: two holds of one slot (one
+        lapsed, then taken again) must never be told apart by ``(key, slot)`` alone."""
         if not held:
             return set()
         with self.cursor() as cur:
@@ -93,7 +94,8 @@ class SlotStore(ABC):
         """The held slots as this engine's parameters for the renew and release queries."""
 
     def renew(self, held: SlotHold, ttl: float) -> bool:
-        """Extend one slot hold: False when another holder took it OR it lapsed (rule 7)."""
+        """Extend one slot hold: False when another holder took it OR it lapsed
+        (rule 7 (fenced-slot-renewal))."""
         return (held.key, held.slot, held.holder) in self.renew_many([held], ttl)
 
     def release(self, held: SlotHold) -> None:

@@ -63,7 +63,7 @@ class SQLiteStore(JobStore):
     def refuses(self, exc: BaseException) -> bool:
         # SQLITE_TOOBIG (a string or the batch over SQLITE_LIMIT_LENGTH), SQLITE_CONSTRAINT,
         # SQLITE_MISMATCH; extended codes keep the primary one in their low byte. BUSY, LOCKED,
-        # FULL and IOERR are outages to wait out (rule 30).
+        # FULL and IOERR are outages to wait out (rule 30 (refused-outcome-no-wedge)).
         if super().refuses(exc):
             return True
         for error in (exc, exc.__cause__):
@@ -143,7 +143,7 @@ class SQLiteStore(JobStore):
     @contextmanager
     def write_transaction(self) -> Iterator[None]:
         """``atomic()`` begun as the writer (``BEGIN IMMEDIATE``), whatever the project's
-        ``OPTIONS["transaction_mode"]`` (rule 21).
+        ``OPTIONS["transaction_mode"]`` (rule 21 (sqlite-begins-as-writer)).
 
         Under Django's default (deferred) mode, a transaction that reads first holds a snapshot;
         if another connection commits before its first write, that write fails at once with
@@ -238,8 +238,8 @@ class SQLiteStore(JobStore):
 
     def _keyed_candidates(self, cur: Any, request: ClaimRequest, now: Any
                           ) -> tuple[list[_Candidate], dict[int, str]]:
-        """The first runnable rows of each kind capped per key (rule 50), past its full keys and
-        no more per key than it has free slots; and each one's slot key."""
+        """The first runnable rows of each kind capped per key (rule 50 (per-key-cap)), past its
+        full keys and no more per key than it has free slots; and each one's slot key."""
         if not request.keyed:
             return [], {}
         cur.execute(self.sql["claim_key_held"], {"now": now})

@@ -1,5 +1,5 @@
-"""Keyed batches (rules 65-68): the order their rows are inserted in, and which of them an
-``INSERT … ON CONFLICT DO NOTHING RETURNING`` inserted."""
+"""Keyed batches (rules 65 (one-key-holder) to 68 (bulk-unique-in-order)): the order their rows are
+inserted in, and which of them an ``INSERT … ON CONFLICT DO NOTHING RETURNING`` inserted."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ class UltJobsBackend(BaseTaskBackend):
 
     #: ``run_after`` becomes the job's run-at time: no worker claims it earlier.
     supports_defer = True
-    #: An ``async def`` task runs on the worker's event loop (rule 85).
+    #: An ``async def`` task runs on the worker's event loop (rule 85 (one-event-loop)).
     supports_async_task = True
     #: Results are the job's rows, readable from any process (``get_result``, ``refresh``).
     supports_get_result = True
@@ -70,8 +70,9 @@ class UltJobsBackend(BaseTaskBackend):
                 f"{sorted(OPTION_DEFAULTS)}"
             )
         max_attempts = self.options.get("MAX_ATTEMPTS", OPTION_DEFAULTS["MAX_ATTEMPTS"])
-        # rule 16: bounded as a job's max_attempts= is, by its column (PostgreSQL's integer);
-        # past it every task's enqueue was refused, naming the task rather than this setting.
+        # rule 16 (bad-input-refused): bounded as a job's max_attempts= is, by its column
+        # (PostgreSQL's integer); past it every task's enqueue was refused, naming the task rather
+        # than this setting.
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
                 or not 1 <= max_attempts <= INT_MAX:
             raise JobConfigurationError(
@@ -143,12 +144,13 @@ class UltJobsBackend(BaseTaskBackend):
 
         A unique task (``@task(unique=True)``) whose arguments a run already holds queues
         nothing: the result returned is that run's, with its id and its status, and
-        ``task_enqueued`` is not sent (nothing was enqueued; rule 66).
+        ``task_enqueued`` is not sent (nothing was enqueued; rule 66 (held-key-returns-holder)).
         """
         self.validate_task(task)
         self._check_findable(task)
         # Before normalize_json, which walks the arguments recursively: 10,000 levels would
-        # raise RecursionError there instead of JobArgumentError naming the argument (rule 16).
+        # raise RecursionError there instead of JobArgumentError naming the argument
+        # (rule 16 (bad-input-refused)).
         jsonargs.check_nesting(task.module_path, args, kwargs)
         args = normalize_json(list(args))
         kwargs = normalize_json(dict(kwargs))
@@ -199,7 +201,7 @@ class UltJobsBackend(BaseTaskBackend):
         if not importable(path):
             raise InvalidTask(
                 f"a worker finds a task by its module path, and imports only modules inside an "
-                f"installed app or ULTJOBS['JOB_MODULES'] (rule 40); {path} is in neither. Move "
+                f"installed app or ULTJOBS['JOB_MODULES']; {path} is in neither. Move "
                 f"the task into an installed app, or add {path.rpartition('.')[0]!r} (or a "
                 "package holding it) to ULTJOBS['JOB_MODULES']."
             )
@@ -248,7 +250,8 @@ class UltJobsBackend(BaseTaskBackend):
         if spec is None and "." in job.name:
             # A task named by a module path this process cannot find: its code was removed or
             # renamed, or not deployed here yet. Its row still says what became of it (parked,
-            # then failed by UNKNOWN_JOB_TIMEOUT, rule 12), under a stand-in Task.
+            # then failed by UNKNOWN_JOB_TIMEOUT, rule 12 (unknown-job-parked)), under a stand-in
+            # Task.
             task = unknown_task(job.name, queue=job.queue, priority=job.priority,
                                 backend=self.alias)
         elif spec is not None and isinstance(spec.func, TaskRunner):

@@ -63,7 +63,7 @@ def _check_queues(backend: Any, where: str) -> list[CheckMessage]:
     from ..jobs.registry import registered_jobs
 
     messages: list[CheckMessage] = []
-    # rule 16: the rule of a job's queue=, and of runjobworker --queue.
+    # rule 16 (bad-input-refused): the rule of a job's queue=, and of runjobworker --queue.
     bad = sorted(shown(q) for q in backend.queues if name_problem(q, MAX_QUEUE) is not None)
     if bad:
         messages.append(Error(

@@ -1,4 +1,4 @@
-"""The progress of a task's run (rule 79), read from its job row.
+"""The progress of a task's run (rule 79 (progress-throttled-fenced)), read from its job row.
 
 Django's ``TaskResult`` is a frozen dataclass with slots: it takes no attribute it does not
 declare, and its ``refresh()`` copies a fixed list of them. So the progress is read here, fresh

@@ -61,7 +61,8 @@ class History:
 
 
 def load_attempts(alias: str, job_id: int) -> list[Attempt]:
-    """Return a job's attempts, oldest first (the one its row holds too; rule 97)."""
+    """Return a job's attempts, oldest first (the one its row holds too;
+    rule 97 (attempt-on-row))."""
     from ..store.attempts import history as attempt_history
 
     rows = attempt_history(job_id, using=alias).values_list(
@@ -102,8 +103,8 @@ def from_job(job: Job, attempts: list[Attempt], *, task: Task, backend: str) -> 
     done = history(attempts, job.attempt, current)
     errors = list(done.errors)
     if job.status == "cancelled" and any(r.outcome == "expired" for r in attempts):
-        # Expired before it started (rule 58): never run, so no attempt counted, and the
-        # error says so by its class.
+        # Expired before it started (rule 58 (expired-never-runs)): never run, so no attempt
+        # counted, and the error says so by its class.
         errors.append(TaskError(exception_class_path=_path(JobExpiredError),
                                 traceback=job.last_error or "expired before it ran"))
     elif job.status == "cancelled" and not any(r.outcome == "cancelled" for r in attempts):

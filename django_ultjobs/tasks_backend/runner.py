@@ -6,7 +6,7 @@ what Django's own backends do around a run: build the RUNNING ``TaskResult``, se
 ``task_started``, call the function (with a ``TaskContext`` when it takes one; ``task.call`` runs
 an async function to completion), then send ``task_finished`` once the task has finished. An
 ``async def`` task's runner (``AsyncTaskRunner``) is itself ``async def``: the worker awaits it on
-its event loop (rule 85).
+its event loop (rule 85 (one-event-loop)).
 """
 
 from __future__ import annotations

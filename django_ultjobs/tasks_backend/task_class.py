@@ -25,25 +25,28 @@ class UltJobsTask(Task):
     ``task_class``. None means the backend's default.
     """
 
-    #: Runs before the task is FAILED, counting a worker that died mid-run (rule 1). None takes
-    #: the backend's ``OPTIONS["MAX_ATTEMPTS"]`` (3, as ``@job``).
+    #: Runs before the task is FAILED, counting a worker that died mid-run (rule 1 (leased-claim)).
+    #: None takes the backend's ``OPTIONS["MAX_ATTEMPTS"]`` (3, as ``@job``).
     max_attempts: int | None = None
-    #: Fleet-wide cap on simultaneous runs of this task (rule 5); None means no cap.
+    #: Fleet-wide cap on simultaneous runs of this task (rule 5 (fleet-cap)); None means no cap.
     concurrency: int | None = None
     #: Retry backoff: ``backoff * 2 ** (attempt - 1)`` seconds with jitter, capped at
     #: ``max_backoff`` (None: 2 s and one hour, as ``@job``).
     backoff: float | None = None
     max_backoff: float | None = None
-    #: Unique tasks (rules 65-67): while a run of this task with the same arguments is queued,
-    #: running or waiting (or finished less than ``unique_for`` seconds ago), ``enqueue()``
-    #: returns that run's result instead of queueing another. None: not unique.
+    #: Unique tasks (rules 65 (one-key-holder) to 67 (unique-for-window)): while a run of this task
+    #: with the same arguments is queued, running or waiting (or finished less than ``unique_for``
+    #: seconds ago), ``enqueue()`` returns that run's result instead of queueing another. None: not
+    #: unique.
     unique: bool | None = None
     unique_for: float | None = None
-    #: Seconds a run may take before it is cancelled as timed out (rule 55); None: no limit.
+    #: Seconds a run may take before it is cancelled as timed out (rule 55 (timeout-cancels)); None:
+    #: no limit.
     timeout: float | None = None
-    #: Only these exceptions are retried (rule 57); None: every ``Exception``.
+    #: Only these exceptions are retried (rule 57 (retry-on-only)); None: every ``Exception``.
     retry_on: tuple[type[BaseException], ...] | None = None
-    #: Seconds after the enqueue past which an unstarted task never runs (rule 58).
+    #: Seconds after the enqueue past which an unstarted task never runs
+    #: (rule 58 (expired-never-runs)).
     expires_in: float | None = None
 
     def job_spec(self) -> JobSpec:
@@ -136,8 +139,8 @@ def as_enqueued(task: Task, *, queue: str, priority: int | None, backend: str | 
 
 def unknown_task(name: str, *, queue: str, priority: int, backend: str) -> Task:
     """A stand-in ``Task`` for a job named ``name`` that no code here defines, so its result can
-    still be read (rule 12): it shows the module path, queue and priority the job was enqueued
-    with, and calling it raises ``UnknownJobError``.
+    still be read (rule 12 (unknown-job-parked)): it shows the module path, queue and priority the
+    job was enqueued with, and calling it raises ``UnknownJobError``.
 
     Built without validation: validating a task registers it as a job, and nothing must make
     this process believe it knows a job it does not.

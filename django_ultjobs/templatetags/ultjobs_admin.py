@@ -25,7 +25,7 @@ def _may_view_jobs(context: dict[str, Any]) -> bool:
 @register.simple_tag(takes_context=True)
 def ultjobs_summary(context: dict[str, Any]) -> Summary | TablesMissing | None:
     """Return the jobs summary, or None for a user who may not view jobs; on a database nobody
-    migrated, the line that says to (rule 109)."""
+    migrated, the line that says to (rule 109 (missing-tables-named))."""
     if not _may_view_jobs(context):
         return None
     try:

@@ -1,4 +1,5 @@
-"""Acceptance: the async lane (rules 85-88) in real ``runjobworker`` processes, both engines.
+"""Acceptance: the async lane (rules 85 (one-event-loop) to 88 (async-drain)) in real
+``runjobworker`` processes, both engines.
 
 One worker process runs ``async def`` bodies as tasks of one event loop, ``--async-concurrency``
 of them at once apart from ``--threads``; their cancellation cancels the task (``Task.cancel``), so
@@ -39,9 +40,9 @@ def _all_succeeded(alias: str, ids: list[int]) -> bool:
 
 def test_one_process_runs_a_thousand_async_bodies_at_once(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 85: 1,000 bodies that each wait 1 s, on ONE process with 4 threads. As many runs at
-    # once as threads (an event loop per run on an executor thread) would take 250 s; the lane
-    # takes a few seconds. The bound leaves a loaded machine room and the old design none.
+    # rule 85 (one-event-loop): 1,000 bodies that each wait 1 s, on ONE process with 4 threads. As
+    # many runs at once as threads (an event loop per run on an executor thread) would take 250 s;
+    # the lane takes a few seconds. The bound leaves a loaded machine room and the old design none.
     ids = async_sleep.bulk_enqueue([(1.0,)] * 1000)
     fleet = Fleet(worker_processes, alias)
     worker = fleet.start("async", "--threads", "4", "--async-concurrency", "1000")
@@ -57,9 +58,10 @@ def test_one_process_runs_a_thousand_async_bodies_at_once(
 
 def test_async_concurrency_bounds_the_async_bodies_at_once(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rules 85 and 87: --async-concurrency 5 runs at most 5 bodies at once, so 20 bodies of 1 s take
-    # at least 4 s; and the claim never took more than the free places: a job claimed without
-    # a place would wait for one, its attempt lasting up to 4 s from claim to settle.
+    # rules 85 (one-event-loop) and 87 (no-claim-beyond-free-places): --async-concurrency 5 runs at
+    # most 5 bodies at once, so 20 bodies of 1 s take at least 4 s; and the claim never took more
+    # than the free places: a job claimed without a place would wait for one, its attempt lasting up
+    # to 4 s from claim to settle.
     ids = async_sleep.bulk_enqueue([(1.0,)] * 20)
     fleet = Fleet(worker_processes, alias)
     worker = fleet.start("bounded", "--threads", "1", "--async-concurrency", "5")
@@ -75,8 +77,8 @@ def test_async_concurrency_bounds_the_async_bodies_at_once(
 
 def test_async_and_sync_jobs_both_progress(alias: str, worker_processes: WorkerProcesses
                                            ) -> None:
-    # rule 87: the one thread is held by sync bodies; the async jobs run meanwhile on the
-    # loop, and the sync ones are not held back by the async backlog either.
+    # rule 87 (no-claim-beyond-free-places): the one thread is held by sync bodies; the async jobs
+    # run meanwhile on the loop, and the sync ones are not held back by the async backlog either.
     sync_ids = sync_sleep.bulk_enqueue([(1.0,)] * 3)
     async_ids = async_sleep.bulk_enqueue([(1.0,)] * 200)
     fleet = Fleet(worker_processes, alias)
@@ -94,7 +96,8 @@ def test_async_and_sync_jobs_both_progress(alias: str, worker_processes: WorkerP
 
 def test_a_stuck_async_body_is_cancelled_by_cancel_jobs(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 86: the body never looks at its cancellation; Task.cancel stops it at its await.
+    # rule 86 (async-cancel): the body never looks at its cancellation; Task.cancel stops it at its
+    # await.
     job = async_stuck.enqueue()
     fleet = Fleet(worker_processes, alias)
     worker = fleet.start("cancel", "--async-concurrency", "10")
@@ -116,7 +119,8 @@ def test_a_stuck_async_body_is_cancelled_by_cancel_jobs(
 
 def test_a_stuck_async_body_is_cancelled_by_its_timeout(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rules 55 and 86: JobTimeoutError is the reason, the outcome timed_out, as for sync.
+    # rules 55 (timeout-cancels) and 86 (async-cancel): JobTimeoutError is the reason, the outcome
+    # timed_out, as for sync.
     job = async_stuck_timeout.enqueue()
     fleet = Fleet(worker_processes, alias)
     worker = fleet.start("timeout", "--async-concurrency", "10")
@@ -126,13 +130,15 @@ def test_a_stuck_async_body_is_cancelled_by_its_timeout(
     attempt = AttemptRecord.objects.using(alias).get(job_id=job.id)
     assert attempt.outcome == "timed_out"
     assert (attempt.finished_at - attempt.started_at).total_seconds() < 5.0
-    # Cancelled at its await: not reported as a body overrunning its timeout (rule 56).
+    # Cancelled at its await: not reported as a body overrunning its timeout
+    # (rule 56 (overrun-reported)).
     assert not fleet.events("jobs.worker.run-overrunning", job_id=job.id)
 
 
 def test_a_killed_workers_async_jobs_are_redelivered(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 1 for async bodies: SIGKILL leaves their leases to lapse; another worker runs them.
+    # rule 1 (leased-claim) for async bodies: SIGKILL leaves their leases to lapse; another worker
+    # runs them.
     ids = async_stuck.bulk_enqueue([(3600.0,)] * 20)
     fleet = Fleet(worker_processes, alias)
     doomed = fleet.start("doomed", "--async-concurrency", "50")
@@ -152,8 +158,8 @@ def test_a_killed_workers_async_jobs_are_redelivered(
 
 def test_a_draining_worker_cancels_its_stuck_async_bodies_and_hands_them_back(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 88: SIGTERM, the grace period, then Task.cancel: the stuck bodies unwind at once and
-    # their jobs go back to the queue unburned; nothing waits out --cancel-wait (30 s here)
+    # rule 88 (async-drain): SIGTERM, the grace period, then Task.cancel: the stuck bodies unwind at
+    # once and their jobs go back to the queue unburned; nothing waits out --cancel-wait (30 s here)
     # nor hands a job back on a dead worker's schedule (abandonment).
     ids = async_stuck.bulk_enqueue([(3600.0,)] * 5)
     fleet = Fleet(worker_processes, alias)

@@ -1,14 +1,14 @@
 """Acceptance: ``python -m benchmarks.chaos --short`` on a private PostgreSQL cluster.
 
 The chaos run starts its own cluster (never the shared server), real ``runjobworker``
-processes, and its faults: SIGKILL churn (rule 1), ``pg_ctl restart`` fast and immediate and
-``pg_terminate_backend`` (rules 2 and 4, the outage section), fleet slot caps (rule 5), the
-bad inputs of the admin, the worker's flags and its start while the database is down, and one
-worker's wall clock stepped under periodic jobs (rules 60-62, 102). Every
-scenario in ``PASSING`` must meet its bar: nothing lost, no double run outside the documented
-window, nothing stuck, no cap exceeded, its own check. The other scenarios
-(``python -m benchmarks.chaos`` lists them) measure defects still open; each joins the list
-when its fix lands.
+processes, and its faults: SIGKILL churn (rule 1 (leased-claim)), ``pg_ctl restart`` fast and
+immediate and ``pg_terminate_backend`` (rules 2 (heartbeat-retried) and 4 (fenced-settle), the
+outage section), fleet slot caps (rule 5 (fleet-cap)), the bad inputs of the admin, the worker's
+flags and its start while the database is down, and one worker's wall clock stepped under periodic
+jobs (rules 60 (tick-once) to 62 (catch-up-policy), 102 (database-clock-ticks)). Every scenario in
+``PASSING`` must meet its bar: nothing lost, no double run outside the documented window, nothing
+stuck, no cap exceeded, its own check. The other scenarios (``python -m benchmarks.chaos`` lists
+them) measure defects still open; each joins the list when its fix lands.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Acceptance: per-key caps and rate limits held by real ``runjobworker`` processes on real
-PostgreSQL, workers SIGKILLed for real (rules 50-53).
+PostgreSQL, workers SIGKILLed for real (rules 50 (per-key-cap) to 53 (rate-wait-unburned)).
 
 The jobs (``keyed_clocked``, ``rated_clocked`` in tests/testapp/jobs.py) log each run's start
 and end in the jobs database on the DATABASE's clock, so runs in different processes compare.
@@ -31,8 +31,9 @@ pytestmark = [
 CUSTOMERS = ["acme", "bolt", "cirrus", "dyno"]
 
 
+# rules 50 (per-key-cap) and 51 (per-key-slot)
 def test_per_key_caps_hold_fleet_wide_while_workers_are_killed(
-        pg_alias: str, worker_processes: WorkerProcesses) -> None:  # rules 50 and 51
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:
     """4 worker processes x 4 threads run 80 runs of a concurrency=1-per-customer job (4
     customers) while, round after round, a random worker in the middle of a run is SIGKILLed
     and replaced. Every job succeeds, and at no instant do two runs of one customer overlap;
@@ -89,7 +90,7 @@ def test_per_key_caps_hold_fleet_wide_while_workers_are_killed(
 
 
 def test_a_full_key_holds_back_no_other_key(
-        pg_alias: str, worker_processes: WorkerProcesses) -> None:  # rule 50
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:  # rule 50 (per-key-cap)
     """10,000 queued runs of one customer ahead of a few runs of others: the others run at once
     (within seconds), while the first customer's backlog still waits its turn."""
     fleet = Fleet(worker_processes, pg_alias)
@@ -106,8 +107,9 @@ def test_a_full_key_holds_back_no_other_key(
     assert 1 <= started_ahead <= 40, started_ahead
 
 
+# rules 52 (fleet-rate-limit) and 53 (rate-wait-unburned)
 def test_a_rate_limit_holds_across_processes(
-        pg_alias: str, worker_processes: WorkerProcesses) -> None:  # rules 52 and 53
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:
     """50/s across 4 worker processes x 8 threads, 600 runs queued at once: no one-second window
     of starts holds more than the limit and its edge allowance (plus one for the dispatch
     jitter: the bodies stamp their starts a few ms after the grant), the long-run rate is within
@@ -130,7 +132,8 @@ def test_a_rate_limit_holds_across_processes(
     span = grants[-1] - grants[rate.burst - 1]
     steady = (len(grants) - rate.burst) / span
     # Time no worker asked for a start (a host starved of CPU: the workers' claims stalled) is
-    # lost past the tolerance, by design (rule 52); the limiter's own rate leaves it out.
+    # lost past the tolerance, by design (rule 52 (fleet-rate-limit)); the limiter's own rate leaves
+    # it out.
     tolerance = rate.tolerance / 1e6
     stalled = sum(max(0.0, b - a - tolerance) for a, b in pairwise(grants))
     own = (len(grants) - rate.burst) / (span - stalled)

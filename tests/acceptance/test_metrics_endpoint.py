@@ -1,6 +1,6 @@
 """A real ``runjobworker`` process with the example's Prometheus exporter: its ``/metrics``
-port serves what it ran and, as the fleet's sampler, the gauges (rules 70, 71;
-docs/operations.md)."""
+port serves what it ran and, as the fleet's sampler, the gauges (rules 70 (no-sdk-no-metrics),
+71 (gauges-one-reader); docs/operations.md)."""
 
 from __future__ import annotations
 

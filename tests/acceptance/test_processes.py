@@ -93,14 +93,15 @@ def max_overlap(intervals: Iterable[tuple[Any, Any]]) -> int:
     return peak
 
 
-# -- rule 1: a dead worker's job comes back, once ----------------------------------------------
+# -- rule 1 (leased-claim): a dead worker's job comes back, once
+# ----------------------------------------------
 
 
 def test_sigkilled_worker_job_is_redelivered_and_succeeds_once(
         pg_alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
-    """Rule 1: SIGKILL mid-run; the job is re-delivered after the visibility timeout to another
-    worker, counts as attempt 2 and succeeds exactly once; the re-claimer records attempt 1 as
-    ``lease_lost`` under the dead worker's id."""
+    """Rule 1 (leased-claim): SIGKILL mid-run; the job is re-delivered after the visibility timeout
+    to another worker, counts as attempt 2 and succeeds exactly once; the re-claimer records attempt
+    1 as ``lease_lost`` under the dead worker's id."""
     fleet = Fleet(worker_processes, pg_alias)
     gate = tmp_path / "gate"
     a = fleet.start("A", "--threads", "1")
@@ -148,14 +149,16 @@ def test_sigkilled_worker_job_is_redelivered_and_succeeds_once(
     ]
 
 
-# -- rule 4: a stale worker's late settle changes nothing ------------------------------------------
+# -- rule 4 (fenced-settle): a stale worker's late settle changes nothing
+# ------------------------------------------
 
 
 def test_stopped_worker_late_settle_changes_nothing(
         pg_alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
-    """Rule 4 across processes: A is SIGSTOPped past its lease, B re-claims and completes the job,
-    then A resumes and finishes (or is cancelled). A's settle is fenced on its old claim token:
-    the job keeps B's result and attempt, and A logs ``jobs.worker.settle-stale``."""
+    """Rule 4 (fenced-settle) across processes: A is SIGSTOPped past its lease, B re-claims and
+    completes the job, then A resumes and finishes (or is cancelled). A's settle is fenced on its
+    old claim token: the job keeps B's result and attempt, and A logs
+    ``jobs.worker.settle-stale``."""
     fleet = Fleet(worker_processes, pg_alias)
     gate = tmp_path / "gate"
     a = fleet.start("A", "--threads", "1")
@@ -234,7 +237,8 @@ def test_three_workers_race_over_a_thousand_jobs(
     assert not fleet.events("jobs.worker.redelivered")
 
 
-# -- rules 5-8: fleet slots under chaos ------------------------------------------------------------
+# -- rules 5 (fleet-cap) to 8 (lost-slot-cancels): fleet slots under chaos
+# ------------------------------------------------------------
 
 
 CHAOS_SEED = 20261202
@@ -244,7 +248,7 @@ CHAOS_ROUNDS = 4
 
 def test_fleet_slots_hold_fleet_wide_while_workers_are_killed(
         pg_alias: str, worker_processes: WorkerProcesses) -> None:
-    """Rules 5-8 ("fleet slots chaos"): 4 worker processes x 4 threads run 80 runs of a
+    """Rules 5 (fleet-cap)-8 ("fleet slots chaos"): 4 worker processes x 4 threads run 80 runs of a
     concurrency=2 job while, round after round, a (seeded) random worker holding a slot is
     SIGKILLed and replaced. Every job succeeds exactly once, none is lost, and at no instant do
     more than 2 runs execute. "Exactly once" is one ``succeeded`` settle per job; a body killed
@@ -344,14 +348,15 @@ def test_fleet_slots_hold_fleet_wide_while_workers_are_killed(
 
 def test_a_fleet_cap_holds_across_workers_on_generic_plans(
         pg_alias: str, worker_processes: WorkerProcesses) -> None:
-    """Rule 5 with the capped kinds' own claim prepared (performance.md item 98): three worker
-    processes that prepare every statement at its first run and run it on its generic plan
+    """Rule 5 (fleet-cap) with the capped kinds' own claim prepared (performance.md item 98): three
+    worker processes that prepare every statement at its first run and run it on its generic plan
     (a site's OPTIONS["prepare_threshold"] after five runs) drain 40 runs of a concurrency=2
     job, four threads each: every job runs once, at its first attempt, and at no instant do more
     than 2 run. Each run logs its start after its slot was taken and its end before its slot
     passes on, so the logged intervals lie inside the slot holds (see the chaos test above).
-    The worker that took the two slots first usually keeps them for the whole backlog (rule 90):
-    the others' claims, on the same generic plan, see no free slot and take nothing."""
+    The worker that took the two slots first usually keeps them for the whole backlog
+    (rule 90 (slot-passes-on-return)): the others' claims, on the same generic plan, see no free
+    slot and take nothing."""
     fleet = Fleet(worker_processes, pg_alias)
     env = {"ULTJOBS_TEST_PREPARE_THRESHOLD": "0"}
     assert _worker_connection_settings(pg_alias, env) == "0 force_generic_plan"
@@ -370,16 +375,18 @@ def test_a_fleet_cap_holds_across_workers_on_generic_plans(
     assert peak == 2, "the cap was never even reached: the check proved nothing"
 
 
-# -- rules 7/8: a lapsed slot cancels its stalled holder and never revives -------------------------
+# -- rules 7 (fenced-slot-renewal)/8: a lapsed slot cancels its stalled holder and never revives
+# -------------------------
 
 
 def test_slot_lapsed_while_holder_stopped_is_lost_not_revived(
         pg_alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
-    """Rules 7 and 8 across processes: A holds both slots of a concurrency=2 job and is
-    SIGSTOPped past the TTL; B (one thread) takes a lapsed slot for a third run. On SIGCONT A's
-    renewals answer "no" for both (one slot taken by another holder, one merely lapsed), both its
-    runs are cancelled with ``jobs.worker.slot-lost`` and recorded ``slot_lost``, and neither
-    lapsed slot comes back to life nor is B's slot extended or taken by A."""
+    """Rules 7 (fenced-slot-renewal) and 8 (lost-slot-cancels) across processes: A holds both slots
+    of a concurrency=2 job and is SIGSTOPped past the TTL; B (one thread) takes a lapsed slot for a
+    third run. On SIGCONT A's renewals answer "no" for both (one slot taken by another holder, one
+    merely lapsed), both its runs are cancelled with ``jobs.worker.slot-lost`` and recorded
+    ``slot_lost``, and neither lapsed slot comes back to life nor is B's slot extended or taken by
+    A."""
     fleet = Fleet(worker_processes, pg_alias)
     gate = tmp_path / "gate"
     a = fleet.start("A", "--threads", "2")
@@ -421,7 +428,8 @@ def test_slot_lapsed_while_holder_stopped_is_lost_not_revived(
         job_id__in=[j1.id, j2.id], outcome="slot_lost").count() == 2, 15,
         "A's renewals to answer no and its runs to be cancelled")
 
-    # Rule 8: cancelled, logged with worker, job, key and slot, recorded for the admin.
+    # Rule 8 (lost-slot-cancels): cancelled, logged with worker, job, key and slot, recorded for the
+    # admin.
     for j in (j1, j2):
         lost = AttemptRecord.objects.using(pg_alias).get(job_id=j.id, outcome="slot_lost")
         assert (lost.attempt, lost.worker_id, lost.slot_key, lost.slot) == \
@@ -436,9 +444,9 @@ def test_slot_lapsed_while_holder_stopped_is_lost_not_revived(
     assert not fleet.events("jobs.worker.lease-lost", worker_id=a), \
         "the job leases were still A's: only the slots were lost"
 
-    # Rule 7: a lapsed slot never revives. A revival would keep the old acquired_at and push
-    # expires_at past the resume; a fresh acquire (A may take the free slot for its next run)
-    # writes a new acquired_at.
+    # Rule 7 (fenced-slot-renewal): a lapsed slot never revives. A revival would keep the old
+    # acquired_at and push expires_at past the resume; a fresh acquire (A may take the free slot for
+    # its next run) writes a new acquired_at.
     assert not leases.filter(acquired_at__lt=stopped_at, expires_at__gt=resumed_at).exists()
     still = leases.get(slot=taken.slot)
     assert (still.holder, still.acquired_at) == (taken.holder, taken.acquired_at)
@@ -461,8 +469,8 @@ def test_slot_lapsed_while_holder_stopped_is_lost_not_revived(
 
 
 def test_a_thousand_serial_jobs_do_not_block_the_queue(pg_alias: str) -> None:
-    """Rule 5 and "no head-of-line blocking" (docs/concurrency.md): 1,000 runnable runs of
-    a concurrency=1 job queued AHEAD of 100 ordinary jobs (lower ids, same priority) neither
+    """Rule 5 (fleet-cap) and "no head-of-line blocking" (docs/concurrency.md): 1,000 runnable runs
+    of a concurrency=1 job queued AHEAD of 100 ordinary jobs (lower ids, same priority) neither
     stall them nor make the claim loop spin; one serial run at a time. (In-process worker, to
     count its claim statements.)"""
     serial_ids = serial.bulk_enqueue([(0.05,)] * 1000)

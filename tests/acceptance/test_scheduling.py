@@ -1,4 +1,5 @@
-"""Acceptance: periodic ticks from real worker processes, one of them SIGKILLed (rules 60, 61).
+"""Acceptance: periodic ticks from real worker processes, one of them SIGKILLed
+(rules 60 (tick-once), 61 (tick-on-time)).
 
 Every worker process runs ``every_second`` (``@job(every=1)``, tests/periodicapp) and a
 scheduler thread; none leads. Over about twenty seconds one worker is SIGKILLed and started
@@ -8,7 +9,7 @@ than its tick, and each tick's job succeeds with one successful run.
 
 Then two workers running a periodic job of each catch-up policy (tests/catchupapp), one of them
 with its wall clock stepped by tests/clockstep: each scheduled instant still gets exactly one
-job, enqueued once its instant came on the database's clock (rule 102).
+job, enqueued once its instant came on the database's clock (rule 102 (database-clock-ticks)).
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ def _judge(alias: str, fleet: Fleet, begun: datetime, end: datetime, kills: int)
         name=NAME, scheduled_for__lte=end).exclude(status="succeeded").exists(), 30,
         "every tick's job to succeed")
     ticks = [t for t in _ticks(alias, end) if t > begun]
-    # Rule 60: one row per tick (the unique index), and no tick of the window missing beyond
-    # one per kill (here the survivors keep ticking, so none is expected).
+    # Rule 60 (tick-once): one row per tick (the unique index), and no tick of the window missing
+    # beyond one per kill (here the survivors keep ticking, so none is expected).
     assert len(ticks) == len(set(ticks))
     assert ticks, "no tick was enqueued"
     expected = {ticks[0] + timedelta(seconds=i)
@@ -85,7 +86,7 @@ def _judge(alias: str, fleet: Fleet, begun: datetime, end: datetime, kills: int)
     assert len(ticks) >= (end - begun).total_seconds() - 2 - kills
     jobs = Job.objects.using(alias).filter(name=NAME, scheduled_for__in=ticks)
     for job in jobs:
-        # Rule 61: visible at its tick, so never claimed before it (database clock).
+        # Rule 61 (tick-on-time): visible at its tick, so never claimed before it (database clock).
         assert job.claimed_at >= job.scheduled_for
         assert job.args == [] and job.kwargs == {}
     # One successful run per tick; a second attempt only after a lease the kill lost.
@@ -100,21 +101,22 @@ def _judge(alias: str, fleet: Fleet, begun: datetime, end: datetime, kills: int)
     assert len(senders) >= 2, senders
 
 
+# rules 60 (tick-once), 61 (tick-on-time)
 def test_three_workers_one_sigkilled_enqueue_each_tick_once_on_postgresql(
-        pg_alias: str, worker_processes: WorkerProcesses) -> None:  # rules 60, 61
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:
     fleet, begun, end, kills = _run_fleet_with_a_kill(pg_alias, worker_processes, 3, 20)
     _judge(pg_alias, fleet, begun, end, kills)
 
 
 def test_two_workers_one_sigkilled_enqueue_each_tick_once_on_sqlite(
-        worker_processes: WorkerProcesses) -> None:  # rules 60, 61
+        worker_processes: WorkerProcesses) -> None:  # rules 60 (tick-once), 61 (tick-on-time)
     alias = "default"
     fleet, begun, end, kills = _run_fleet_with_a_kill(alias, worker_processes, 2, 15)
     _judge(alias, fleet, begun, end, kills)
 
 
 def test_a_worker_started_with_no_schedule_enqueues_no_tick(
-        pg_alias: str, worker_processes: WorkerProcesses) -> None:  # rule 60
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:  # rule 60 (tick-once)
     fleet = Fleet(worker_processes, pg_alias)
     quiet = fleet.start("quiet", "--no-schedule", env=PERIODIC)
     fleet.wait_registered(quiet)
@@ -160,7 +162,7 @@ def _per_instant(alias: str, name: str, every: int, begun: datetime, end: dateti
 
 def test_a_worker_whose_wall_clock_steps_loses_no_tick_of_any_policy_on_postgresql(
         pg_alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
-    # rules 60, 61, 62, 102
+    # rules 60 (tick-once), 61 (tick-on-time), 62 (catch-up-policy), 102 (database-clock-ticks)
     """Two workers; one's wall clock is stepped 30 s ahead, then 30 s behind, then back, between
     its syncs. Each scheduled instant of each catch-up policy gets exactly one job, enqueued
     once its instant came on the database's clock, and each runs once."""
@@ -188,7 +190,8 @@ def test_a_worker_whose_wall_clock_steps_loses_no_tick_of_any_policy_on_postgres
               f"{doubled}" for name, (missing, doubled) in found.items()}
     jobs = Job.objects.using(alias).filter(name__in=CATCH_UP_JOBS, scheduled_for__gt=begun,
                                            scheduled_for__lte=end)
-    # Rule 61, and the statement's clock: no tick enqueued before it came, none run before it.
+    # Rule 61 (tick-on-time), and the statement's clock: no tick enqueued before it came, none run
+    # before it.
     assert not jobs.filter(created_at__lt=F("scheduled_for")).exists()
     fleet.wait(lambda: not jobs.exclude(status="succeeded").exists(), 30,
                "every tick's job to succeed")

@@ -1,5 +1,5 @@
-"""Acceptance: a fleet slot passes on once its body has returned (rules 90-92), real worker
-processes on real PostgreSQL.
+"""Acceptance: a fleet slot passes on once its body has returned (rules 90 (slot-passes-on-return)
+to 92 (passed-on-window)), real worker processes on real PostgreSQL.
 
 The workers here write every settle batch only after ``ULTJOBS_TEST_SETTLE_DELAY`` seconds
 (``tests.doubles.SlowSettlePostgresStore``), so their runs spend a long while settling: body
@@ -40,11 +40,13 @@ def slow_settles(seconds: float) -> dict[str, str]:
 
 def test_next_runs_start_while_settles_are_pending_and_bodies_never_exceed_the_cap(
         pg_alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 92: more runs in flight than the cap while some settle, never more bodies
-    """Rules 90 and 5: two workers x 4 threads, a concurrency=2 job, every settle held back a
-    second. Runs start while earlier runs of the job are still settling (in flight beyond the
-    cap), yet at no instant do more than 2 bodies execute. With the slot held until the settle
-    (the old rule), runs in flight, settling included, never exceeded 2."""
+    # rule 92 (passed-on-window): more runs in flight than the cap while some settle, never more
+    # bodies
+    """Rules 90 (slot-passes-on-return) and 5 (fleet-cap): two workers x 4 threads, a concurrency=2
+    job, every settle held back a second. Runs start while earlier runs of the job are still
+    settling (in flight beyond the cap), yet at no instant do more than 2 bodies execute. With the
+    slot held until the settle (the old rule), runs in flight, settling included, never exceeded
+    2."""
     fleet = Fleet(worker_processes, pg_alias)
     workers = [fleet.start(f"S{i}", "--threads", "4", env=slow_settles(1.0)) for i in range(2)]
     fleet.wait_registered(*workers)
@@ -69,10 +71,11 @@ def test_next_runs_start_while_settles_are_pending_and_bodies_never_exceed_the_c
 
 def test_a_worker_killed_with_runs_settling_frees_its_slots_on_their_ttl(
         pg_alias: str, worker_processes: WorkerProcesses) -> None:
-    """Rules 90, 6 and 1: A (settles never written) runs four short bodies and then two long
-    ones, its slots passing from run to run while every settle waits; SIGKILLed in the long
-    ones, it releases nothing. B takes no slot before A's lapse on their TTL, re-runs A's jobs
-    once their leases lapse, and every job succeeds once, bodies never more than 2 at once."""
+    """Rules 90 (slot-passes-on-return), 6 (slot-renewed) and 1 (leased-claim): A (settles never
+    written) runs four short bodies and then two long ones, its slots passing from run to run while
+    every settle waits; SIGKILLed in the long ones, it releases nothing. B takes no slot before A's
+    lapse on their TTL, re-runs A's jobs once their leases lapse, and every job succeeds once,
+    bodies never more than 2 at once."""
     fleet = Fleet(worker_processes, pg_alias)
     stuck = fleet.start("A", "--threads", "2", env=slow_settles(600.0))
     fleet.wait_registered(stuck)

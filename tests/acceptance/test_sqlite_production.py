@@ -3,9 +3,10 @@
 The suite's SQLite runs in Django's default (deferred) transaction mode: a transaction that reads,
 then writes, fails at once with "database is locked" if another connection committed between its
 first read and its first write (its snapshot cannot move forward, so the busy timeout never
-applies). The library's own transactions must not do that (rules 21 and 22); what it cannot do
-for a caller's own transaction, the system check (django_ultjobs.W010) tells the site to fix with
-``OPTIONS["transaction_mode"] = "IMMEDIATE"``, and the last test holds that the fix is enough.
+applies). The library's own transactions must not do that (rules 21 (sqlite-begins-as-writer) and
+22 (sqlite-actor-read-outside)); what it cannot do for a caller's own transaction, the system check
+(django_ultjobs.W010) tells the site to fix with ``OPTIONS["transaction_mode"] = "IMMEDIATE"``, and
+the last test holds that the fix is enough.
 
 Failure counts measured before and after the fix are in docs/performance.md (SQLite).
 """
@@ -143,8 +144,9 @@ def sqlite_transaction_mode(monkeypatch: pytest.MonkeyPatch, mode: str) -> Itera
 
 def test_atomic_steps_that_read_then_write_all_succeed_under_deferred_mode(
         worker_processes: WorkerProcesses) -> None:
-    # rule 21: 2 worker processes x 8 threads, 300 jobs of one attempt each, every one an atomic
-    # step that counts rows and then inserts one. Begun deferred, most of them failed.
+    # rule 21 (sqlite-begins-as-writer): 2 worker processes x 8 threads, 300 jobs of one attempt
+    # each, every one an atomic step that counts rows and then inserts one. Begun deferred, most of
+    # them failed.
     assert "transaction_mode" not in connections[ALIAS].settings_dict["OPTIONS"]
     total = 300
     atomic_read_then_write.bulk_enqueue([()] * total)
@@ -163,9 +165,9 @@ def test_atomic_steps_that_read_then_write_all_succeed_under_deferred_mode(
 @override_settings(ROOT_URLCONF=__name__)
 def test_logged_in_enqueues_through_the_middleware_all_succeed_under_deferred_mode(
         worker_processes: WorkerProcesses) -> None:
-    # rule 22: 8 logged-in clients at once, each enqueueing as the first write of its view's
-    # atomic(), while 2 worker processes drain the jobs. The user was looked up inside that
-    # transaction, just before the insert: most requests failed.
+    # rule 22 (sqlite-actor-read-outside): 8 logged-in clients at once, each enqueueing as the first
+    # write of its view's atomic(), while 2 worker processes drain the jobs. The user was looked up
+    # inside that transaction, just before the insert: most requests failed.
     users = [get_user_model().objects.create_user(f"shopper{i}", password="x")
              for i in range(CLIENTS)]
     clients = []

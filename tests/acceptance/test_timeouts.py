@@ -1,4 +1,5 @@
-"""Acceptance: run timeouts (rules 55, 56) with real ``runjobworker`` processes.
+"""Acceptance: run timeouts (rules 55 (timeout-cancels), 56 (overrun-reported)) with real
+``runjobworker`` processes.
 
 A cooperative body is cancelled at its timeout, within one heartbeat interval, on both engines.
 A body that ignores its timeout is reported, and ``--exit-on-overrun`` drains the worker and
@@ -57,9 +58,9 @@ def _status(alias: str, job_id: int) -> str:
 
 def test_a_timeout_cancels_a_cooperative_body_within_one_heartbeat_interval(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    """rule 55, across a process, on both engines: ``.using(timeout=1)`` on a body of 30 s;
-    the body unwinds within one heartbeat interval of its timeout, both attempts are recorded
-    ``timed_out`` by the worker that ran them, and the job ends ``failed``."""
+    """rule 55 (timeout-cancels), across a process, on both engines: ``.using(timeout=1)`` on a body
+    of 30 s; the body unwinds within one heartbeat interval of its timeout, both attempts are
+    recorded ``timed_out`` by the worker that ran them, and the job ends ``failed``."""
     fleet = Fleet(worker_processes, alias)
     a = fleet.start("T", "--threads", "2")
     fleet.wait_registered(a)
@@ -74,7 +75,8 @@ def test_a_timeout_cancels_a_cooperative_body_within_one_heartbeat_interval(
 
 def test_retry_on_non_retryable_and_expiry_end_in_their_states(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    """rules 57, 58, across a process, on both engines: the attempt rows each option promises."""
+    """rules 57 (retry-on-only), 58 (expired-never-runs), across a process, on both engines: the
+    attempt rows each option promises."""
     fleet = Fleet(worker_processes, alias)
     stale = clocked.using(expires_in=0.1).enqueue(label="stale")
     expires_at = job_row(alias, stale.id).expires_at
@@ -96,11 +98,11 @@ def test_retry_on_non_retryable_and_expiry_end_in_their_states(
 
 def test_exit_on_overrun_drains_and_exits_non_zero_losing_no_job(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    """rule 56: worker A runs a body that ignores its 0.5 s timeout beside a cooperative 1.5 s
-    run and quick jobs. A logs ``run-overrunning`` (job and thread) and lists it on its row,
-    then drains: the 1.5 s run finishes, A exits ``EXIT_OVERRUN`` with one line, no traceback.
-    The overrunning job is settled ``timed_out`` and held back for a visibility timeout (its
-    body died with A's process); worker B runs it again, and every job ends as it should.
+    """rule 56 (overrun-reported): worker A runs a body that ignores its 0.5 s timeout beside a
+    cooperative 1.5 s run and quick jobs. A logs ``run-overrunning`` (job and thread) and lists it
+    on its row, then drains: the 1.5 s run finishes, A exits ``EXIT_OVERRUN`` with one line, no
+    traceback. The overrunning job is settled ``timed_out`` and held back for a visibility timeout
+    (its body died with A's process); worker B runs it again, and every job ends as it should.
     Both engines."""
     fleet = Fleet(worker_processes, alias)
     a = fleet.start("A", "--threads", "4", "--exit-on-overrun", "--cancel-wait", "0.5",

@@ -1,4 +1,5 @@
-"""Acceptance: unique keys enqueued at one instant by many processes (rules 65, 66, 69).
+"""Acceptance: unique keys enqueued at one instant by many processes (rules 65 (one-key-holder),
+66 (held-key-returns-holder), 69 (unique-in-transaction)).
 
 Each burst process (``unique_burst.py``) starts its threads at one wall-clock instant; each
 thread enqueues the same ``unique_key`` inside its own transaction and holds that transaction
@@ -66,7 +67,8 @@ def holders(alias: str, key: str) -> list[Job]:
 def test_one_row_for_a_key_enqueued_at_once_by_many_processes(
         alias: str, processes: int, threads: int, worker_processes: WorkerProcesses,
         settings: Any) -> None:
-    # rules 65, 66: one row; every caller got its id; exactly one caller created it.
+    # rules 65 (one-key-holder), 66 (held-key-returns-holder): one row; every caller got its id;
+    # exactly one caller created it.
     settings.ULTJOBS = {"DATABASE": alias}
     found = answers(burst(alias, "burst", processes, threads))
     assert len(found) == processes * threads
@@ -87,9 +89,10 @@ def test_one_row_for_a_key_enqueued_at_once_by_many_processes(
 @pytest.mark.parametrize("alias", ["postgres", "default"])
 def test_a_rolled_back_holder_lets_the_waiting_enqueues_through(
         alias: str, settings: Any, tmp_path: Path) -> None:
-    # rule 69: one process enqueues the key and holds its transaction open, then rolls back;
-    # the others enqueue meanwhile and wait for it (PostgreSQL: their inserts wait for the
-    # uncommitted row; SQLite: for the writer), and one of them creates the row the rest get.
+    # rule 69 (unique-in-transaction): one process enqueues the key and holds its transaction open,
+    # then rolls back; the others enqueue meanwhile and wait for it (PostgreSQL: their inserts wait
+    # for the uncommitted row; SQLite: for the writer), and one of them creates the row the rest
+    # get.
     settings.ULTJOBS = {"DATABASE": alias}
     release = tmp_path / "release"
     first = burst(alias, "rb", 1, 1, hold=str(release), mode="rollback", start_in=0)
@@ -121,8 +124,9 @@ def test_a_rolled_back_holder_lets_the_waiting_enqueues_through(
 ])
 def test_bulk_enqueues_of_the_same_keys_at_once_make_one_row_per_key(
         alias: str, processes: int, threads: int, settings: Any) -> None:
-    # rule 68: each thread bulk-enqueues two keys twice each, half of them in the other order,
-    # inside its own transaction held open a moment: one row per key, every call its id.
+    # rule 68 (bulk-unique-in-order): each thread bulk-enqueues two keys twice each, half of them in
+    # the other order, inside its own transaction held open a moment: one row per key, every call
+    # its id.
     # (Inserting keyed rows in key order also closes the narrow window in which two such
     # statements could each insert one key and wait for the other's: too narrow for this test
     # to hit without it, so it holds the outcome, not that ordering.)

@@ -95,7 +95,8 @@ def post_action(client: Client, url: str, action: str, ids: list[int],
                              "_selected_action": [str(i) for i in ids], **extra})
 
 
-#: The reason ``post_cancel`` gives, as the cancel form would post it (rule 59).
+#: The reason ``post_cancel`` gives, as the cancel form would post it
+#: (rule 59 (cancel-reason-kept)).
 CANCEL_REASON = "from the admin tests"
 
 

@@ -2,8 +2,8 @@
 
 Who may act (view-only staff see, and cannot act), what each action does to the row (fenced on
 the status it starts from), that a running job is cancelled by its real worker at the next
-heartbeat (the same signal as a lost lease, rule 3) with its attempt recorded ``cancelled``, that
-a retried job runs again and succeeds, and that every action leaves a LogEntry.
+heartbeat (the same signal as a lost lease, rule 3 (lost-lease-cancels)) with its attempt recorded
+``cancelled``, that a retried job runs again and succeeds, and that every action leaves a LogEntry.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def test_cancel_running_job_through_its_real_worker(alias: str, operator, tmp_pa
         response = post_cancel(client, IN_FLIGHT, [job.id])
         assert response.status_code == 302
         assert row(alias, job.id).cancel_requested is True
-        # The worker sees the request at its next heartbeat and cancels the run (rule 3).
+        # The worker sees the request at its next heartbeat and cancels the run
+        # (rule 3 (lost-lease-cancels)).
         wait_until(lambda: row(alias, job.id).status == "cancelled", message="job cancelled")
     outcomes = list(JobAttempt.objects.using(alias).filter(job_id=job.id)
                     .values_list("attempt", "outcome"))

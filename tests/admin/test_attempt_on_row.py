@@ -1,6 +1,6 @@
-"""The attempt a job's row holds (rule 97) in the admin, on SQLite and PostgreSQL: a job whose
-first attempt succeeded, run through the real claim and settle, shows that attempt on its page,
-in the charts and on the lost-slot page as if it had a row of its own."""
+"""The attempt a job's row holds (rule 97 (attempt-on-row)) in the admin, on SQLite and PostgreSQL:
+a job whose first attempt succeeded, run through the real claim and settle, shows that attempt on
+its page, in the charts and on the lost-slot page as if it had a row of its own."""
 
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def test_a_success_after_a_lost_slot_is_the_next_attempt_shown(alias: str, viewe
 
 
 def test_over_the_cap_the_attempts_the_rows_hold_are_cut_too(alias: str, monkeypatch) -> None:
-    """rules 80, 97: the attempts the jobs' rows hold are read a bounded number at a time, and
-    the chart says from when it counted, as for attempt rows."""
+    """rules 80 (bounded-charts), 97 (attempt-on-row): the attempts the jobs' rows hold are read a
+    bounded number at a time, and the chart says from when it counted, as for attempt rows."""
     monkeypatch.setattr(charts, "MAX_ATTEMPTS_READ", 3)
     minute = bucket_floor(get_store(alias).db_now(), 60)
     for back in (0, 0, 1, 1, 2, 5):

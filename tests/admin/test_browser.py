@@ -2,10 +2,10 @@
 
 Against pytest-django's live server and a real worker on PostgreSQL (the production engine), in
 the same process so the live server sees the test databases. The worker cancels the run at its
-next heartbeat, through the same signal as a lost lease (rule 3), and the job's page then shows
-status ``cancelled`` and an attempt with outcome ``cancelled``. On the way, every admin page is
-saved as a screenshot (into $ULTJOBS_SCREENSHOTS_DIR when set: that is how docs/screenshots/ is
-made; else into the test's temporary directory).
+next heartbeat, through the same signal as a lost lease (rule 3 (lost-lease-cancels)), and the job's
+page then shows status ``cancelled`` and an attempt with outcome ``cancelled``. On the way, every
+admin page is saved as a screenshot (into $ULTJOBS_SCREENSHOTS_DIR when set: that is how
+docs/screenshots/ is made; else into the test's temporary directory).
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/install-browser``). Skipped, saying
 so, when /usr/bin/chromium is missing on a developer's machine; under CI=true it always runs.
@@ -220,7 +220,8 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
         wait_until(lambda: jobs.get(id=report.id).status == "running", message="report running")
         wait_until(lambda: Slot.objects.using(pg_alias).exists(), message="slot held")
         # The slot lapses under its holder (as if its worker stalled past the TTL and another
-        # took it): the holder's renewal answers "no", and the run is cancelled (rule 8).
+        # took it): the holder's renewal answers "no", and the run is cancelled
+        # (rule 8 (lost-slot-cancels)).
         Slot.objects.using(pg_alias).all().delete()
         wait_until(lambda: JobAttempt.objects.using(pg_alias).filter(
             job_id=capped.id, outcome="slot_lost").exists(), message="slot lost")
@@ -295,7 +296,7 @@ def test_watch_in_flight_and_cancel_in_a_real_browser(
                 By.CSS_SELECTOR, f"input[name=_selected_action][value='{job_id}']").click()
         Select(browser.find_element(By.NAME, "action")).select_by_value("cancel_selected")
         browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
-        # The action asks why first (rule 59); the answer cancels.
+        # The action asks why first (rule 59 (cancel-reason-kept)); the answer cancels.
         WebDriverWait(browser, 10, ignored_exceptions=(StaleElementReferenceException,)).until(
             lambda d: d.find_elements(By.NAME, "reason"))
         assert "2 selected jobs will be cancelled" in body_text(browser)
@@ -404,7 +405,8 @@ def _log_in(browser: Any, base: str, user: Any, then: str) -> None:
 def test_charts_in_light_and_dark_in_a_real_browser(
         pg_alias: str, live_server: Any, browser: Any, operator: Any,
         screenshots: Path) -> None:
-    """rule 81: the summary's charts render in both of Django's themes, with their text."""
+    """rule 81 (svg-charts): the summary's charts render in both of Django's themes, with their
+    text."""
     _history(pg_alias)
     base = live_server.url
     _log_in(browser, base, operator, "/admin/django_ultjobs/")
@@ -435,7 +437,8 @@ def test_progress_and_tags_in_a_real_browser(
         pg_alias: str, live_server: Any, browser: Any, viewer: Any, tmp_path: Path,
         screenshots: Path) -> None:
     """A run's ``ctx.set_progress`` shows as "37 / 100 — message" and a bar in the in-flight
-    list, in full at 1440 px (rule 79); its tag links to the jobs carrying it (rule 78)."""
+    list, in full at 1440 px (rule 79 (progress-throttled-fenced)); its tag links to the jobs
+    carrying it (rule 78 (tags-stored-whole))."""
     base = live_server.url
     release = tmp_path / "release"
     job = block_until.using(tags=["customer:42"]).enqueue(str(release), label="importing rows",

@@ -1,8 +1,8 @@
 """The admin's charts, on SQLite and PostgreSQL: known attempts in, known bars and percentiles out.
 
-Rule 80: the figures come from bounded, indexed reads of the attempts table. Rule 81: every
-chart carries its numbers as text. Rule 82: the summary's queries are a fixed number, whatever
-the tables hold.
+Rule 80 (bounded-charts): the figures come from bounded, indexed reads of the attempts table.
+Rule 81 (svg-charts): every chart carries its numbers as text. Rule 82 (fixed-query-summary): the
+summary's queries are a fixed number, whatever the tables hold.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _now(alias: str):
 
 
 def test_runs_finished_per_minute_by_outcome(alias: str) -> None:
-    """rule 80"""
+    """rule 80 (bounded-charts)"""
     now = _now(alias)
     if now.second >= 50:
         # The chart reads the clock again: start the test far from a minute's end, so both
@@ -72,7 +72,8 @@ def test_runs_finished_per_minute_by_outcome(alias: str) -> None:
 
 
 def test_over_the_cap_whole_buckets_after_the_cut_are_counted(alias: str, monkeypatch) -> None:
-    """rule 80: a chart reads a bounded number of attempts and says from when it counted."""
+    """rule 80 (bounded-charts): a chart reads a bounded number of attempts and says from when it
+    counted."""
     monkeypatch.setattr(charts, "MAX_ATTEMPTS_READ", 3)
     now = _now(alias)
     minute = bucket_floor(now, 60)
@@ -86,7 +87,7 @@ def test_over_the_cap_whole_buckets_after_the_cut_are_counted(alias: str, monkey
 
 
 def test_duration_percentiles_per_job_name(alias: str) -> None:
-    """rule 80: nearest-rank p50 and p95, the same on both engines."""
+    """rule 80 (bounded-charts): nearest-rank p50 and p95, the same on both engines."""
     now = _now(alias)
     add = Job.objects.using(alias).create(name="add", status="succeeded")
     report = Job.objects.using(alias).create(name="report", status="succeeded")
@@ -167,7 +168,8 @@ def _charts_html(html: str) -> str:
 
 
 def test_every_chart_has_a_text_alternative(alias: str, viewer) -> None:
-    """rule 81: role img, a title and a description with the numbers, and the tables."""
+    """rule 81 (svg-charts): role img, a title and a description with the numbers, and the
+    tables."""
     _some_history(alias, 70)
     html = page(client_for(viewer), APP_INDEX)
     charts_html = _charts_html(html)
@@ -203,7 +205,8 @@ def test_a_name_filtered_list_charts_that_name_and_the_window_switches(alias: st
 
 
 def test_the_summary_reads_a_fixed_number_of_queries(alias: str, viewer) -> None:
-    """rule 82: the app index's queries do not grow with the rows, nor with the window."""
+    """rule 82 (fixed-query-summary): the app index's queries do not grow with the rows, nor with
+    the window."""
     client = client_for(viewer)
 
     def queries(url: str) -> int:
@@ -217,15 +220,15 @@ def test_the_summary_reads_a_fixed_number_of_queries(alias: str, viewer) -> None
     _some_history(alias, 500)
     assert queries(APP_INDEX) == few and queries(f"{APP_INDEX}?charts=24h") == few_day
     # The summary's (more on PostgreSQL, where a finished status's count asks the planner
-    # first; one for the paused queues; two for the runs settling, rule 91) and the charts'
-    # seven: two bounded cuts of each table (the attempt rows, and the attempts the jobs' rows
-    # hold, rule 97), two reads, the queue ages.
+    # first; one for the paused queues; two for the runs settling, rule 91 (settling-shown)) and the
+    # charts' seven: two bounded cuts of each table (the attempt rows, and the attempts the jobs'
+    # rows hold, rule 97 (attempt-on-row)), two reads, the queue ages.
     assert few <= 21, few
 
 
 def test_auto_refresh_is_off_until_asked_and_only_on_the_live_pages(alias: str,
                                                                     viewer) -> None:
-    """rule 83"""
+    """rule 83 (refresh-on-request)"""
     client = client_for(viewer)
     meta = '<meta http-equiv="refresh" content="30">'
     for url in (APP_INDEX, IN_FLIGHT, SLOTS):

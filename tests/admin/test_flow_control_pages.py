@@ -1,6 +1,7 @@
-"""The admin's side of timeouts, expiry and cancel reasons (rules 56, 58, 59), both engines: the
-cancel action asks for a reason before it cancels anything, a job's page and the list show the
-reason and an expiry, and the workers page and a job's page show a run overrunning its timeout."""
+"""The admin's side of timeouts, expiry and cancel reasons (rules 56 (overrun-reported),
+58 (expired-never-runs), 59 (cancel-reason-kept)), both engines: the cancel action asks for a reason
+before it cancels anything, a job's page and the list show the reason and an expiry, and the workers
+page and a job's page show a run overrunning its timeout."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def detail(job_id: int) -> str:
 
 
 def test_the_cancel_action_asks_for_a_reason_before_cancelling(alias: str, operator) -> None:
-    """rule 59: the first post shows the form and cancels nothing; an empty reason is refused
-    on the form; the answer cancels, with the reason stored and shown on the job's page."""
+    """rule 59 (cancel-reason-kept): the first post shows the form and cancels nothing; an empty
+    reason is refused on the form; the answer cancels, with the reason stored and shown on the job's
+    page."""
     job = make_job(alias)
     client = client_for(operator)
     asked = post_action(client, JOBS, "cancel_selected", [job.id])
@@ -59,7 +61,7 @@ def test_the_detail_button_keeps_its_way_back_through_the_form(alias: str, opera
 
 
 def test_an_expired_job_reads_expired_in_the_list_and_on_its_page(alias: str, operator) -> None:
-    """rule 58: cancelled with no cancel requested and an expiry set."""
+    """rule 58 (expired-never-runs): cancelled with no cancel requested and an expiry set."""
     expires = timezone.now() - timedelta(minutes=1)
     job = make_job(alias, status="cancelled", expires_at=expires, finished_at=timezone.now(),
                    last_error="expired: not started by …")
@@ -74,7 +76,8 @@ def test_an_expired_job_reads_expired_in_the_list_and_on_its_page(alias: str, op
 
 def test_an_overrunning_run_is_shown_on_the_workers_page_and_the_jobs_page(
         alias: str, operator) -> None:
-    """rule 56: what the worker wrote on its row, linked to the job, with its thread."""
+    """rule 56 (overrun-reported): what the worker wrote on its row, linked to the job, with its
+    thread."""
     job = make_job(alias, status="running", timeout=30.0, worker_id="w1:1:abc",
                    claim_token="00000000-0000-0000-0000-000000000001")
     Worker.objects.using(alias).create(

@@ -190,7 +190,8 @@ def test_retry_says_what_it_skipped_and_why(alias: str, operator) -> None:
 
 
 def _taken_over(alias: str) -> tuple[int, Job]:
-    """A failed unique job, and the queued job a later enqueue of its key made (rule 66)."""
+    """A failed unique job, and the queued job a later enqueue of its key made
+    (rule 66 (held-key-returns-holder))."""
     from tests.testapp.jobs import unique_touch
 
     old = unique_touch.enqueue("a")
@@ -202,8 +203,8 @@ def _taken_over(alias: str) -> tuple[int, Job]:
 
 
 def test_retry_beside_the_keys_holder_is_refused_naming_it(alias: str, operator) -> None:
-    # rule 107: the retry would run a second body of the key at once; the message names the
-    # job holding it and the action that runs it anyway.
+    # rule 107 (retry-takes-key-back): the retry would run a second body of the key at once; the
+    # message names the job holding it and the action that runs it anyway.
     old, holder = _taken_over(alias)
     plain = make_job(alias, status="failed")
     response = post_action(client_for(operator), JOBS, "retry_selected", [old, plain.id])

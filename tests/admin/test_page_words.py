@@ -104,7 +104,8 @@ def test_a_schedule_that_never_ticked_says_never(alias: str, admin_client) -> No
     assert re.fullmatch(rf"never; scheduled since {STAMP} \(\d+ s ago\)", last), last
 
 
-# -- the charts' colours (rule 81) -----------------------------------------------------------------
+# -- the charts' colours (rule 81 (svg-charts))
+# -----------------------------------------------------------------
 
 STYLESHEET = Path(django_ultjobs.__file__).parent / "static" / "django_ultjobs" / "admin.css"
 OUTCOMES = ("succeeded", "retrying", "failed", "cancelled", "slot_lost", "lease_lost",

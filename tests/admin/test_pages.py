@@ -192,8 +192,8 @@ def test_app_index_summary(alias: str, viewer) -> None:
 
 
 def test_app_index_flags_queued_jobs_no_running_worker_knows(alias: str, viewer) -> None:
-    # rule 12: each running worker lists the jobs it knows; a queued or waiting job of a name
-    # none of them lists is flagged, linked to its jobs.
+    # rule 12 (unknown-job-parked): each running worker lists the jobs it knows; a queued or waiting
+    # job of a name none of them lists is flagged, linked to its jobs.
     now = timezone.now()
     Worker.objects.using(alias).create(id="w1", hostname="h", pid=1, threads=1,
                                        jobs=["add", "serial"])
@@ -220,7 +220,7 @@ def test_app_index_flags_queued_jobs_no_running_worker_knows(alias: str, viewer)
 
 
 def test_a_park_episode_shows_its_claims_on_the_job_page(alias: str, viewer) -> None:
-    # rule 12: one row for many parks, and how many.
+    # rule 12 (unknown-job-parked): one row for many parks, and how many.
     job = make_job(alias, name="gone_job")
     JobAttempt.objects.using(alias).create(job_id=job.id, attempt=1, outcome="suspended",
                                            claims=2880, error='no job registered as "gone_job"')
@@ -250,7 +250,7 @@ def test_no_add_and_no_delete_anywhere(alias: str, operator) -> None:
 
 
 def test_held_slots_of_a_cap_per_key_show_the_key_the_cap_and_its_waiting_runs(
-        alias: str, viewer) -> None:  # rule 50
+        alias: str, viewer) -> None:  # rule 50 (per-key-cap)
     key = keyed_slot_key("keyed_clocked", "acme")
     running = make_job(alias, name="keyed_clocked", status="running", worker_id=WORKER_ID,
                        concurrency_key=key)
@@ -267,7 +267,7 @@ def test_held_slots_of_a_cap_per_key_show_the_key_the_cap_and_its_waiting_runs(
 
 
 def test_job_detail_shows_the_unique_key_a_job_holds(alias: str, viewer) -> None:
-    # rule 66: why an enqueue returned this job instead of a new one.
+    # rule 66 (held-key-returns-holder): why an enqueue returned this job instead of a new one.
     keyed = add.using(unique_key="invoice:<42>").enqueue(1, 2)
     plain = add.enqueue(1, 2)
     html = page(client_for(viewer), reverse("admin:django_ultjobs_job_change", args=[keyed.id]))

@@ -1,5 +1,6 @@
-"""The admin shows a run's progress (rule 79) on the jobs list, the in-flight list and the job's
-page, and finds jobs by tag (rule 78) with ``?tag=``."""
+"""The admin shows a run's progress (rule 79 (progress-throttled-fenced)) on the jobs list, the
+in-flight list and the job's page, and finds jobs by tag (rule 78 (tags-stored-whole)) with
+``?tag=``."""
 
 from __future__ import annotations
 

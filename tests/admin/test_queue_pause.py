@@ -1,6 +1,6 @@
-"""Pausing queues from the admin (rule 75): the summary shows paused queues and, to a user who
-may act (Job's change permission), a pause or resume button per queue; a view-only user gets
-neither the buttons nor the action."""
+"""Pausing queues from the admin (rule 75 (paused-queue)): the summary shows paused queues and, to a
+user who may act (Job's change permission), a pause or resume button per queue; a view-only user
+gets neither the buttons nor the action."""
 
 from __future__ import annotations
 

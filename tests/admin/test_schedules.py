@@ -1,4 +1,5 @@
-"""The Schedules page, and pausing and resuming schedules, on SQLite and PostgreSQL (rule 63).
+"""The Schedules page, and pausing and resuming schedules, on SQLite and PostgreSQL
+(rule 63 (fleet-wide-pause)).
 
 Who may see (the view permission on schedules) and act (change), what the page shows (schedule,
 time zone, next tick, last tick and the outcome of its job), that pause and resume are fenced on
@@ -96,7 +97,8 @@ def test_pause_and_resume_from_the_admin_are_fenced_and_logged(alias: str) -> No
         "Paused from the admin", "Resumed from the admin"]
 
 
-def test_a_paused_schedule_gets_no_tick_and_resumes_from_now(alias: str) -> None:  # rule 63
+# rule 63 (fleet-wide-pause)
+def test_a_paused_schedule_gets_no_tick_and_resumes_from_now(alias: str) -> None:
     schedule = _schedule(alias, "poll_inbox", "every 1 s", "")
     store = get_store(alias)
     job = TickJob("poll_inbox", "default", 0, 3)

@@ -1,6 +1,7 @@
-"""The admin's runs settling (rule 91), both engines: a running job of a capped name beyond the
-live slots its worker holds of that key has had its body return and its settle not written; the
-summary and the held-slots page show such runs as settling and count them against no cap."""
+"""The admin's runs settling (rule 91 (settling-shown)), both engines: a running job of a capped
+name beyond the live slots its worker holds of that key has had its body return and its settle not
+written; the summary and the held-slots page show such runs as settling and count them against no
+cap."""
 
 from __future__ import annotations
 

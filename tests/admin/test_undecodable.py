@@ -1,4 +1,5 @@
-"""Rule 15 in the admin: the page of a job whose stored JSON cannot be decoded still renders.
+"""Rule 15 (undecodable-row-fails-alone) in the admin: the page of a job whose stored JSON cannot be
+decoded still renders.
 
 Such a row (raw SQL, another producer) fails at its first claim; the operator then opens its
 page to see why, and a server error there would hide exactly that.

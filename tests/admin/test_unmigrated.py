@@ -1,5 +1,6 @@
-"""Rule 109: every jobs admin page on a database nobody migrated says so in one line, with the
-command, on both engines; a missing table of the site's own is still the site's error.
+"""Rule 109 (missing-tables-named): every jobs admin page on a database nobody migrated says so in
+one line, with the command, on both engines; a missing table of the site's own is still the site's
+error.
 
 The tables are taken away inside the test's transaction (DDL is transactional on both engines)
 and come back when it rolls back.

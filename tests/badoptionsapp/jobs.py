@@ -1,6 +1,7 @@
 """``bad_options``: a job declared with the options ``ULTJOBS_TEST_BAD_OPTIONS`` gives (JSON), in
 the worker processes of tests/worker/test_option_bounds.py only: a declaration the database
-cannot hold must stop the process that imports it, before it claims anything (rule 54)."""
+cannot hold must stop the process that imports it, before it claims anything
+(rule 54 (bad-flow-option-refused))."""
 
 from __future__ import annotations
 

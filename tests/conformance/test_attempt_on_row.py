@@ -1,7 +1,7 @@
-"""The attempt a job's row holds (rule 97), on both engines: a first attempt that succeeded
-plainly writes no attempt row, every other outcome writes its row as before, and every reader
-(the attempts view, ``job.attempts``, rule 32's ``settle_landed``, the prune's counts) reads the
-same history as if the row had been written."""
+"""The attempt a job's row holds (rule 97 (attempt-on-row)), on both engines: a first attempt that
+succeeded plainly writes no attempt row, every other outcome writes its row as before, and every
+reader (the attempts view, ``job.attempts``, rule 32 (landed-never-stale)'s ``settle_landed``, the
+prune's counts) reads the same history as if the row had been written."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _rows(alias: str, job_id: int) -> int:
 
 
 def test_a_first_attempt_that_succeeds_is_held_by_the_jobs_row(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97 (attempt-on-row)
     (job_id,) = enqueue(cstore, new_job())
     (job,) = claim(cstore, "w1")
     clock.advance(3)
@@ -48,7 +48,7 @@ def test_a_first_attempt_that_succeeds_is_held_by_the_jobs_row(
 
 
 def test_a_retry_then_a_success_writes_both_rows(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97 (attempt-on-row)
     (job_id,) = enqueue(cstore, new_job())
     (first,) = claim(cstore, "w1")
     assert cstore.settle([settlement(first, "queued", outcome="retrying", error="boom")],
@@ -61,8 +61,9 @@ def test_a_retry_then_a_success_writes_both_rows(
     assert row(alias, job_id).attempt_on_row is False
 
 
+# rules 32 (landed-never-stale), 97 (attempt-on-row)
 def test_a_success_after_a_lost_lease_writes_its_row(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rules 32, 97
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:
     (job_id,) = enqueue(cstore, new_job())
     (stale,) = claim(cstore, "w1", timeout=10)
     clock.advance(11)
@@ -90,7 +91,7 @@ def test_a_success_after_a_lost_lease_writes_its_row(
 ], ids=["per-key-slot", "another-jobs-slot", "key-without-slot", "steps-run", "steps-replayed",
         "slot-lost", "slot-lost-per-job-slot"])
 def test_a_first_success_with_more_than_the_row_says_writes_its_row(
-        cstore: JobStore, alias: str, fields: dict) -> None:  # rule 97
+        cstore: JobStore, alias: str, fields: dict) -> None:  # rule 97 (attempt-on-row)
     (job_id,) = enqueue(cstore, new_job())
     (job,) = claim(cstore, "w1")
     assert cstore.settle([settlement(job, result_json="1", **fields)], "w1") == {job_id}
@@ -102,7 +103,7 @@ def test_a_first_success_with_more_than_the_row_says_writes_its_row(
 
 
 def test_a_first_success_in_a_per_job_slot_is_held_by_the_jobs_row(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97 (attempt-on-row)
     # A run of a job with @job(concurrency=...) held one of its job's fleet slots: the row
     # keeps the slot's number, the view builds its key from the job's name.
     (job_id,) = enqueue(cstore, new_job())
@@ -126,7 +127,7 @@ def test_a_first_success_in_a_per_job_slot_is_held_by_the_jobs_row(
 
 
 def test_a_held_attempt_reads_as_the_row_it_saves_would(
-        cstore: JobStore, alias: str) -> None:  # rule 97
+        cstore: JobStore, alias: str) -> None:  # rule 97 (attempt-on-row)
     # The same first success, once held by its job's row and once written as a row (another
     # worker settles it: the row's worker is the claim's), reads the same but for the worker.
     enqueue(cstore, new_job(), new_job())
@@ -142,7 +143,8 @@ def test_a_held_attempt_reads_as_the_row_it_saves_would(
     assert [getattr(on_row, f) for f in facts] == [getattr(own, f) for f in facts]
 
 
-def test_the_views_columns_keep_the_attempt_tables_types(alias: str) -> None:  # rule 97
+# rule 97 (attempt-on-row)
+def test_the_views_columns_keep_the_attempt_tables_types(alias: str) -> None:
     # On PostgreSQL a column of another type keeps the view's second half a sorted subquery.
     if alias != "postgres":
         pytest.skip("column types are PostgreSQL's")
@@ -160,7 +162,7 @@ def test_the_views_columns_keep_the_attempt_tables_types(alias: str) -> None:  #
 
 
 def test_a_success_after_a_hand_back_follows_the_hand_backs_row(
-        cstore: JobStore, alias: str) -> None:  # rule 97
+        cstore: JobStore, alias: str) -> None:  # rule 97 (attempt-on-row)
     # A hand-back (shutdown, lost slot) returns the attempt: the next run is attempt 1 again.
     (job_id,) = enqueue(cstore, new_job())
     (first,) = claim(cstore, "w1")
@@ -174,7 +176,7 @@ def test_a_success_after_a_hand_back_follows_the_hand_backs_row(
 
 
 def test_a_batch_writes_rows_for_all_but_its_first_successes(
-        cstore: JobStore, alias: str) -> None:  # rules 4, 97
+        cstore: JobStore, alias: str) -> None:  # rules 4 (fenced-settle), 97 (attempt-on-row)
     ids = enqueue(cstore, *[new_job() for _ in range(6)])
     jobs = sorted(claim(cstore, "w1"), key=lambda j: j.id)
     stale = jobs[5]
@@ -195,8 +197,9 @@ def test_a_batch_writes_rows_for_all_but_its_first_successes(
     assert sorted(AttemptRecord.objects.using(alias).values_list("job_id", flat=True)) == ids[:5]
 
 
+# rules 32 (landed-never-stale), 97 (attempt-on-row)
 def test_a_landed_settle_held_by_the_row_is_never_called_stale(
-        cstore: JobStore, clock: FakeClock) -> None:  # rules 32, 97
+        cstore: JobStore, clock: FakeClock) -> None:
     enqueue(cstore, new_job(), new_job())
     landed, other = claim(cstore, "w1")
     done = settlement(landed)
@@ -212,7 +215,7 @@ def test_a_landed_settle_held_by_the_row_is_never_called_stale(
 
 
 def test_a_prune_counts_the_attempts_the_rows_hold(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 97 (attempt-on-row)
     ids = enqueue(cstore, new_job(), new_job())
     plain, failing = sorted(claim(cstore, "w1"), key=lambda j: j.id)
     assert cstore.settle([settlement(plain), settlement(failing, "failed", outcome="failed",
@@ -224,7 +227,7 @@ def test_a_prune_counts_the_attempts_the_rows_hold(
 
 
 def test_a_settle_by_another_worker_than_the_claims_writes_its_row(
-        cstore: JobStore, alias: str) -> None:  # rule 97
+        cstore: JobStore, alias: str) -> None:  # rule 97 (attempt-on-row)
     # Never so under a worker (the claim's token is its own), but a store call may name any
     # worker: the row holds the claim's, so the attempt keeps the settle's in a row of its own.
     (job_id,) = enqueue(cstore, new_job())

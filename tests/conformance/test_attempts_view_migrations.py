@@ -1,5 +1,6 @@
-"""Later migrations and the attempts view (rule 97): every change to the job or attempt table
-after 0022 runs inside ``WithoutAttemptsView``, which lets it through on both engines."""
+"""Later migrations and the attempts view (rule 97 (attempt-on-row)): every change to the job or
+attempt table after 0022 runs inside ``WithoutAttemptsView``, which lets it through on both
+engines."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def _after(key: tuple[str, str]) -> list[Any]:
     return [graph.nodes[later] for later in sorted(seen) if later[0] == _APP]
 
 
-def test_every_later_change_to_the_two_tables_runs_without_the_view() -> None:  # rule 97
+# rule 97 (attempt-on-row)
+def test_every_later_change_to_the_two_tables_runs_without_the_view() -> None:
     assert [(m.name, o.describe()) for m in _after(_VIEW_MIGRATION)
             for o in _unwrapped(m.operations)] == []
     # The walk sees what comes after: from 0021 it reaches 0022.
@@ -75,7 +77,8 @@ def _widened_worker_id() -> migrations.AlterField:
     return migrations.AlterField(model_name="job", name="worker_id", field=field)
 
 
-def test_the_check_finds_a_bare_change_and_lets_a_wrapped_one_through() -> None:  # rule 97
+# rule 97 (attempt-on-row)
+def test_the_check_finds_a_bare_change_and_lets_a_wrapped_one_through() -> None:
     bare = [_widened_worker_id(), migrations.RemoveField(model_name="jobattempt", name="slot"),
             migrations.AlterModelTable(name="job", table="elsewhere"),
             migrations.SeparateDatabaseAndState(database_operations=[
@@ -112,7 +115,7 @@ def _apply(alias: str, operation: Any, *, backwards: bool = False) -> None:
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
 def test_a_change_to_a_column_the_view_reads_goes_through_inside_the_wrapper(
-        alias: str) -> None:  # rule 97
+        alias: str) -> None:  # rule 97 (attempt-on-row)
     with pytest.raises(DatabaseError):
         _apply(alias, _widened_worker_id())
     wrapped = WithoutAttemptsView(operations=[_widened_worker_id()], view=attempt_view.LATEST)
@@ -128,8 +131,9 @@ def test_a_change_to_a_column_the_view_reads_goes_through_inside_the_wrapper(
     assert _worker_id_size(alias) == 200
 
 
+# rule 97 (attempt-on-row)
 @pytest.mark.django_db(transaction=True, databases="__all__")
-def test_the_view_made_again_over_itself_reads_the_same(alias: str) -> None:  # rule 97
+def test_the_view_made_again_over_itself_reads_the_same(alias: str) -> None:
     # A re-run of 0022 (or of a wrapper) makes the view again where it already is: on
     # PostgreSQL with CREATE OR REPLACE VIEW, so readers never find it missing.
     job = Job.objects.using(alias).create(name="add", status="succeeded", attempt=1,

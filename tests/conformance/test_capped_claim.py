@@ -1,6 +1,6 @@
 """A claim under fleet caps, on both engines: a kind whose slots are all held is skipped, a
 capped kind gets at most its free slots, and a capped backlog never blocks the kinds queued
-behind it (rule 5, no head-of-line blocking)."""
+behind it (rule 5 (fleet-cap), no head-of-line blocking)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
                                     available_apps=["django_ultjobs", "tests.testapp"])
 
 
-def test_claim_skips_a_kind_whose_slots_are_all_held(cstore: JobStore) -> None:  # rule 5
+# rule 5 (fleet-cap)
+def test_claim_skips_a_kind_whose_slots_are_all_held(cstore: JobStore) -> None:
     enqueue(cstore, *(new_job("capped", priority=9) for _ in range(50)))
     others = enqueue(cstore, new_job("add"), new_job("noop"))
     assert cstore.acquire(slot_key_for("capped"), 2, 60, "w0:1") is not None
@@ -39,7 +40,7 @@ def test_claim_takes_at_most_the_free_slots_of_a_capped_kind(cstore: JobStore) -
 
 def test_a_capped_backlog_does_not_crowd_other_kinds_out_of_a_claim(
     cstore: JobStore,
-) -> None:  # rule 5
+) -> None:  # rule 5 (fleet-cap)
     # A thousand runs of a concurrency=1 job queued ahead of everything else: one claim takes the
     # one it may run and still fills the rest of its limit with the jobs behind them.
     enqueue(cstore, *(new_job("serial", priority=9) for _ in range(1000)))
@@ -111,7 +112,7 @@ def test_a_capped_kind_is_claimed_only_from_the_requested_queues(cstore: JobStor
 
 
 def test_lapsed_slots_count_as_free_for_the_claim(cstore: JobStore,
-                                                  clock: FakeClock) -> None:  # rule 5
+                                                  clock: FakeClock) -> None:  # rule 5 (fleet-cap)
     (job_id,) = enqueue(cstore, new_job("capped"))
     assert cstore.acquire(slot_key_for("capped"), 1, 10, "dead:1") is not None
     assert claim(cstore, caps={"capped": 1}) == []
@@ -119,7 +120,8 @@ def test_lapsed_slots_count_as_free_for_the_claim(cstore: JobStore,
     assert [j.id for j in claim(cstore, caps={"capped": 1})] == [job_id]
 
 
-def test_slots_a_worker_kept_count_as_free_for_it_alone(cstore: JobStore) -> None:  # rule 5
+# rule 5 (fleet-cap)
+def test_slots_a_worker_kept_count_as_free_for_it_alone(cstore: JobStore) -> None:
     # The worker keeps a settled run's slot for its next run of the kind: its claim may take one
     # run per kept slot beyond the fleet's free ones, and no other worker may take more.
     ids = enqueue(cstore, *(new_job("capped") for _ in range(5)))

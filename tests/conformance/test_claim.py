@@ -1,4 +1,5 @@
-"""Claim, on both engines: which rows, in what order, how many, and re-delivery (rule 1)."""
+"""Claim, on both engines: which rows, in what order, how many, and re-delivery
+(rule 1 (leased-claim))."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_claim_never_returns_a_job_twice_and_respects_limit(cstore: JobStore) ->
 
 def test_a_claimed_row_is_running_under_the_token_until_now_plus_timeout(
     cstore: JobStore, clock: FakeClock, alias: str
-) -> None:  # rule 1
+) -> None:  # rule 1 (leased-claim)
     (job_id,) = enqueue(cstore, new_job(args=[1, 2], kwargs={"k": "v"}, max_attempts=4,
                                         traceparent="tp", enqueued_by="me"))
     (job,) = claim(cstore, "worker-a", timeout=45.5)
@@ -95,7 +96,7 @@ def test_claimed_jobs_have_the_same_shape_on_every_engine(cstore: JobStore) -> N
 
 
 def test_claimed_times_are_the_ones_django_reads(cstore: JobStore, clock: FakeClock,
-                                                 alias: str) -> None:  # rule 1
+                                                 alias: str) -> None:  # rule 1 (leased-claim)
     # PostgreSQL's claim loads its times with the driver's own loader, not Django's wrapper of
     # it: each must still be the very datetime the ORM reads from the row, time zone included.
     (job_id,) = enqueue(cstore, NewJob(name="add", queue="default", priority=0, args=[],
@@ -112,7 +113,7 @@ def test_claimed_times_are_the_ones_django_reads(cstore: JobStore, clock: FakeCl
 
 
 def test_a_claimed_job_is_the_one_its_dataclass_init_builds(cstore: JobStore, clock: FakeClock
-                                                             ) -> None:  # rule 1
+                                                             ) -> None:  # rule 1 (leased-claim)
     # The claim sets each field of a bare ClaimedJob by name (performance.md, item 80): every
     # field must be set, to the value and type the dataclass's own __init__ would hold; fresh,
     # re-delivered and with arguments or without, and no two jobs sharing their argument lists.
@@ -143,16 +144,18 @@ def test_a_delayed_job_is_claimed_only_once_due(cstore: JobStore, clock: FakeClo
     assert _ids(claim(cstore)) == [job_id]
 
 
+# rule 1 (leased-claim)
 def test_a_running_job_is_invisible_until_its_lease_lapses(cstore: JobStore,
-                                                           clock: FakeClock) -> None:  # rule 1
+                                                           clock: FakeClock) -> None:
     enqueue(cstore, new_job())
     claim(cstore, "w1", timeout=30)
     clock.advance(29.999)
     assert claim(cstore, "w2") == []
 
 
+# rule 1 (leased-claim)
 def test_a_lapsed_lease_is_redelivered_as_a_new_attempt(cstore: JobStore, clock: FakeClock,
-                                                        alias: str) -> None:  # rule 1
+                                                        alias: str) -> None:
     (job_id,) = enqueue(cstore, new_job())
     (first,) = claim(cstore, "w1", timeout=30)
     clock.advance(30)

@@ -1,11 +1,11 @@
-"""Rule 93 on PostgreSQL: a slot release that is its own transaction commits without waiting for
-the WAL flush; a claim always waits for it; inside a caller's transaction, or on a connection with
-autocommit off, neither touches the commit's setting.
+"""Rule 93 (unflushed-slot-release) on PostgreSQL: a slot release that is its own transaction
+commits without waiting for the WAL flush; a claim always waits for it; inside a caller's
+transaction, or on a connection with autocommit off, neither touches the commit's setting.
 
-A release a crash undoes leaves the slot to lapse on its TTL (rule 9): the cap is under-used for
-that long, never exceeded. A claim a crash undid would put its job back in the queue while the
-run that had started still executes, so a second worker could start it (rule 1's "never twice at
-the same time"): claims keep the server's setting.
+A release a crash undoes leaves the slot to lapse on its TTL (rule 9 (slot-held-while-body-runs)):
+the cap is under-used for that long, never exceeded. A claim a crash undid would put its job back in
+the queue while the run that had started still executes, so a second worker could start it
+(rule 1 (leased-claim)'s "never twice at the same time"): claims keep the server's setting.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class _CountingCursor:
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every statement the store sends, counted at the store's own cursor (what Django's hooks
-    see is held in test_query_instrumentation.py, rule 41)."""
+    see is held in test_query_instrumentation.py, rule 41 (instrumented-statements))."""
     seen: list[str] = []
     original = JobStore.cursor
 

@@ -1,4 +1,5 @@
-"""A bulk enqueue big enough for COPY (PostgreSQL) writes what the INSERT writes (rule 95).
+"""A bulk enqueue big enough for COPY (PostgreSQL) writes what the INSERT writes
+(rule 95 (copy-writes-as-insert)).
 
 PostgreSQL's store sends a batch of ``COPY_MIN_JOBS`` or more by COPY (performance.md, item 73),
 every other batch (and SQLite's every batch) by INSERT: the rows, the ids, the transaction and
@@ -61,7 +62,7 @@ def _columns(alias: str, ids: list[int]) -> list[dict[str, Any]]:
 
 def test_a_copied_batch_writes_every_column_the_insert_writes(cstore: JobStore,
                                                               alias: str) -> None:
-    # rule 95
+    # rule 95 (copy-writes-as-insert)
     # Both engines: on PostgreSQL the first batch goes by COPY, the second (the base store's
     # one INSERT) does not; on SQLite both are the INSERT. Same clock, so same times.
     jobs = _varied(COPY_MIN_JOBS + 20)
@@ -84,10 +85,10 @@ def _plain(count: int) -> list[NewJob]:
                                  "run_at"])
 def test_a_plain_batch_writes_every_column_the_insert_writes(cstore: JobStore, alias: str,
                                                              odd: str | None) -> None:
-    # rules 95 and 101: the columns a plain batch leaves out take the values the INSERT writes,
-    # and its binary rows hold what the text rows do; one job setting any of those columns (its
-    # last), or a naive run_at (a store's caller, never a spec, may give one), sends the batch
-    # with every column, in text.
+    # rules 95 (copy-writes-as-insert) and 101 (bulk-shortcuts-same-outcome): the columns a plain
+    # batch leaves out take the values the INSERT writes, and its binary rows hold what the text
+    # rows do; one job setting any of those columns (its last), or a naive run_at (a store's caller,
+    # never a spec, may give one), sends the batch with every column, in text.
     jobs = _plain(COPY_MIN_JOBS + 20)
     if odd is not None:
         jobs[-1] = replace(jobs[-1], **{odd: {"timeout": 2.5, "expires_in": 30.0,
@@ -108,7 +109,8 @@ def test_a_plain_batch_writes_every_column_the_insert_writes(cstore: JobStore, a
 
 
 def test_bulk_enqueue_returns_the_ids_enqueue_returns(cstore: JobStore, alias: str) -> None:
-    # rule 101: the ids alone, without the rows' times, in the jobs' order.
+    # rule 101 (bulk-shortcuts-same-outcome): the ids alone, without the rows' times, in the jobs'
+    # order.
     for count in (1, 5, COPY_MIN_JOBS + 3):
         ids = cstore.enqueue_ids(_varied(count))
         assert len(ids) == count and ids == sorted(ids)
@@ -143,7 +145,7 @@ def test_a_batch_is_built_with_the_collector_off_and_leaves_it_as_it_was(alias: 
 
 
 def test_a_copied_batch_returns_what_it_wrote(cstore: JobStore, alias: str) -> None:
-    # rule 95
+    # rule 95 (copy-writes-as-insert)
     jobs = _varied(COPY_MIN_JOBS)
     returned = cstore.enqueue(jobs)
     stored = {j.id: j for j in Job.objects.using(alias).filter(id__in=[r.id for r in returned])}
@@ -155,7 +157,7 @@ def test_a_copied_batch_returns_what_it_wrote(cstore: JobStore, alias: str) -> N
 
 
 def test_a_copied_batch_reads_the_database_clock_as_the_insert_does(pg_alias: str) -> None:
-    # rule 95
+    # rule 95 (copy-writes-as-insert)
     # Without an injected clock: now() is the transaction's start, so inside one transaction the
     # COPY's times and the INSERT's are the same instant.
     store = get_store(pg_alias)
@@ -172,7 +174,7 @@ def test_a_copied_batch_reads_the_database_clock_as_the_insert_does(pg_alias: st
 
 
 def test_bulk_enqueue_of_50_000_keeps_every_job_in_order(alias: str) -> None:
-    # rule 95
+    # rule 95 (copy-writes-as-insert)
     ids = add.bulk_enqueue([(i, -i) for i in range(50_000)])
     assert len(ids) == 50_000 and ids == sorted(ids) and len(set(ids)) == 50_000
     rows = list(Job.objects.using(alias).order_by("id").values_list("id", "args"))
@@ -180,7 +182,7 @@ def test_bulk_enqueue_of_50_000_keeps_every_job_in_order(alias: str) -> None:
 
 
 def test_a_copied_batch_rolls_back_with_the_callers_transaction(alias: str) -> None:
-    # rule 95
+    # rule 95 (copy-writes-as-insert)
     with pytest.raises(RuntimeError), transaction.atomic(using=alias):
         noop.bulk_enqueue([()] * (COPY_MIN_JOBS * 3))
         assert Job.objects.using(alias).count() == COPY_MIN_JOBS * 3
@@ -189,7 +191,7 @@ def test_a_copied_batch_rolls_back_with_the_callers_transaction(alias: str) -> N
 
 
 def test_a_copied_batch_in_a_rolled_back_savepoint_leaves_the_outer_rows(alias: str) -> None:
-    # rule 95
+    # rule 95 (copy-writes-as-insert)
     with transaction.atomic(using=alias):
         outer = noop.bulk_enqueue([()] * COPY_MIN_JOBS)
         with pytest.raises(RuntimeError), transaction.atomic(using=alias):
@@ -199,7 +201,8 @@ def test_a_copied_batch_in_a_rolled_back_savepoint_leaves_the_outer_rows(alias: 
 
 
 def test_one_bad_call_in_a_large_batch_writes_nothing_and_says_the_same(alias: str) -> None:
-    # rules 16 and 95: checked before any SQL, whatever the batch's size.
+    # rules 16 (bad-input-refused) and 95 (copy-writes-as-insert): checked before any SQL, whatever
+    # the batch's size.
     def attempt(count: int, bad: tuple[Any, ...]) -> str:
         with pytest.raises(JobArgumentError) as caught:
             add.bulk_enqueue([(i, i) for i in range(count)] + [bad])
@@ -211,7 +214,8 @@ def test_one_bad_call_in_a_large_batch_writes_nothing_and_says_the_same(alias: s
 
 
 def test_a_copied_batch_shows_its_statements_to_djangos_instrumentation(alias: str) -> None:
-    # rules 41 and 95: the COPY passes through Django's cursor, its query log and execute wrappers.
+    # rules 41 (instrumented-statements) and 95 (copy-writes-as-insert): the COPY passes through
+    # Django's cursor, its query log and execute wrappers.
     seen: list[str] = []
 
     def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -224,7 +228,8 @@ def test_a_copied_batch_shows_its_statements_to_djangos_instrumentation(alias: s
         noop.bulk_enqueue([()] * COPY_MIN_JOBS)
     logged = [_TAG.search(q["sql"]).group(1) for q in ctx.captured_queries]
     assert logged == [_TAG.search(sql).group(1) for sql in seen]
-    # noop's jobs set none of the columns a plain batch leaves out (rule 101).
+    # noop's jobs set none of the columns a plain batch leaves out
+    # (rule 101 (bulk-shortcuts-same-outcome)).
     assert logged == (["enqueue_copy_ids", "enqueue_copy_plain"] if conn.vendor == "postgresql"
                       else ["enqueue"])
     with CaptureQueriesContext(conn) as below:
@@ -246,7 +251,7 @@ def _payloads(conn: psycopg.Connection[Any], wait: float) -> set[str]:
 
 
 def test_a_copied_batch_wakes_the_queues_with_due_jobs_on_commit_only(pg_alias: str) -> None:
-    # rule 95
+    # rule 95 (copy-writes-as-insert)
     later = datetime.now(UTC) + timedelta(hours=1)
     with _listening(pg_alias) as listener:
         with transaction.atomic(using=pg_alias):
@@ -264,8 +269,9 @@ def test_a_copied_batch_wakes_the_queues_with_due_jobs_on_commit_only(pg_alias: 
 
 
 def test_with_use_tz_off_a_large_batch_keeps_the_insert(pg_alias: str) -> None:
-    # rule 95: COPY's times are computed in Python from the database's clock; naive wall-clock
-    # times would shift across a DST change where the INSERT's server-side interval does not.
+    # rule 95 (copy-writes-as-insert): COPY's times are computed in Python from the database's
+    # clock; naive wall-clock times would shift across a DST change where the INSERT's server-side
+    # interval does not.
     conn = connections[pg_alias]
     with override_settings(USE_TZ=False), CaptureQueriesContext(conn) as ctx:
         ids = noop.bulk_enqueue([()] * COPY_MIN_JOBS)
@@ -274,8 +280,8 @@ def test_with_use_tz_off_a_large_batch_keeps_the_insert(pg_alias: str) -> None:
 
 
 def test_batches_of_two_threads_share_one_collector_pause() -> None:
-    # rule 101: the first batch to end does not turn the collector on under another thread's
-    # batch still building; the last one's end does.
+    # rule 101 (bulk-shortcuts-same-outcome): the first batch to end does not turn the collector on
+    # under another thread's batch still building; the last one's end does.
     from django_ultjobs.jobs.enqueue import _collector_paused
 
     assert gc.isenabled()

@@ -1,4 +1,4 @@
-"""Rule 16: what enqueue refuses, identically on both engines, before any SQL.
+"""Rule 16 (bad-input-refused): what enqueue refuses, identically on both engines, before any SQL.
 
 Each refusal is one error naming the argument (and the path inside it) or the option, raised
 before a statement is sent, so the caller's transaction stays usable: on PostgreSQL a statement
@@ -171,7 +171,7 @@ def _refused_in_a_transaction(alias: str, attempt: Callable[[], Any],
                          ids=[c[0] for c in ARGUMENT_REFUSALS])
 def test_an_argument_the_queue_cannot_keep_is_refused_by_name_and_the_transaction_lives_on(
         alias: str, case: str, attempt: Callable[[], Any], message: str) -> None:
-    # rule 16
+    # rule 16 (bad-input-refused)
     error = _refused_in_a_transaction(alias, attempt, JobArgumentError)
     assert isinstance(error, TypeError)
     assert str(error).startswith(message), str(error)
@@ -181,14 +181,15 @@ def test_an_argument_the_queue_cannot_keep_is_refused_by_name_and_the_transactio
                          ids=[c[0] for c in OPTION_REFUSALS])
 def test_an_option_the_queue_cannot_keep_is_refused_by_name_and_the_transaction_lives_on(
         alias: str, case: str, attempt: Callable[[], Any], message: str) -> None:
-    # rule 16
+    # rule 16 (bad-input-refused)
     error = _refused_in_a_transaction(alias, lambda: attempt().enqueue(1, 2), JobOptionError)
     assert isinstance(error, (JobConfigurationError, ValueError))
     assert str(error).startswith("job 'add': ") and message in str(error), str(error)
 
 
 def test_values_at_each_limit_are_kept_exactly_on_both_engines(cstore: JobStore) -> None:
-    # rule 16: the limits refuse only what a column or a reader could not give back.
+    # rule 16 (bad-input-refused): the limits refuse only what a column or a reader could not give
+    # back.
     args = [nested_list(MAX_DEPTH), 10**4300 - 1, -(10**4300 - 1), INT_MAX]
     enqueue(cstore, new_job(args=args, kwargs={"k": nested_list(MAX_DEPTH - 1)},
                             priority=INT_MAX, max_attempts=INT_MAX))
@@ -204,7 +205,7 @@ def test_values_at_each_limit_are_kept_exactly_on_both_engines(cstore: JobStore)
 
 
 def test_enqueued_by_is_cut_to_its_column_and_escaped_alike_on_both_engines(alias: str) -> None:
-    # rule 16: who enqueued is a label; no label may fail the enqueue it names.
+    # rule 16 (bad-input-refused): who enqueued is a label; no label may fail the enqueue it names.
     with acting_as("x" * 300):
         long = add.enqueue(1, 2)
     with acting_as("a\x00b\udfff"):
@@ -236,7 +237,7 @@ class _Propagator:
 def test_a_malformed_traceparent_is_dropped_not_stored(
         alias: str, monkeypatch: pytest.MonkeyPatch, headers: dict[str, str],
         kept: tuple[str, str]) -> None:
-    # rule 16 (and rule 14: the worker would ignore it anyway)
+    # rule 16 (and rule 14 (trace-never-fails): the worker would ignore it anyway)
     monkeypatch.setattr(tracing_module, "propagate", _Propagator(headers))
     job = add.enqueue(1, 2)
     stored = Job.objects.using(alias).values_list("traceparent", "tracestate").get(id=job.id)
@@ -245,7 +246,7 @@ def test_a_malformed_traceparent_is_dropped_not_stored(
 
 def test_no_statement_is_sent_for_a_refused_enqueue(alias: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 16: "before any SQL", not "after a statement that failed".
+    # rule 16 (bad-input-refused): "before any SQL", not "after a statement that failed".
     sent: list[str] = []
     monkeypatch.setattr(JobStore, "cursor", lambda self: sent.append("cursor"))
     for _, attempt, _ in ARGUMENT_REFUSALS:

@@ -1,4 +1,5 @@
-"""Fleet slots, on both engines: acquire, renew fenced on holder AND expiry, release (rules 5-7).
+"""Fleet slots, on both engines: acquire, renew fenced on holder AND expiry, release
+(rules 5 (fleet-cap) to 7 (fenced-slot-renewal)).
 
 How a claim honours the slots (skipping kinds whose slots are full) is in test_capped_claim.py."""
 
@@ -32,9 +33,10 @@ def _expiry(alias: str, held: SlotHold) -> object:
 # -- acquire --------------------------------------------------------------------------------------
 
 
+# rule 5 (fleet-cap)
 def test_acquire_takes_the_lowest_free_slot_and_none_when_full(cstore: JobStore,
                                                                clock: FakeClock,
-                                                               alias: str) -> None:  # rule 5
+                                                               alias: str) -> None:
     held = [cstore.acquire(KEY, 3, 30, f"h{i}") for i in range(3)]
     assert [(h.key, h.slot, h.holder) for h in held if h] == [
         (KEY, 0, "h0"), (KEY, 1, "h1"), (KEY, 2, "h2")]
@@ -48,7 +50,7 @@ def test_acquire_takes_the_lowest_free_slot_and_none_when_full(cstore: JobStore,
     assert again is not None and (again.slot, again.holder) == (1, "h4")
 
 
-def test_slots_of_different_keys_are_independent(cstore: JobStore) -> None:  # rule 5
+def test_slots_of_different_keys_are_independent(cstore: JobStore) -> None:  # rule 5 (fleet-cap)
     a = cstore.acquire("job:a", 1, 30, "h")
     b = cstore.acquire("job:b", 1, 30, "h")
     assert a is not None and b is not None and (a.slot, b.slot) == (0, 0)
@@ -56,7 +58,7 @@ def test_slots_of_different_keys_are_independent(cstore: JobStore) -> None:  # r
 
 
 def test_a_lapsed_slot_can_be_taken_by_another_holder(cstore: JobStore, clock: FakeClock,
-                                                      alias: str) -> None:  # rule 5
+                                                      alias: str) -> None:  # rule 5 (fleet-cap)
     first = cstore.acquire(KEY, 1, 10, "dead-worker:1")
     assert first is not None
     clock.advance(9.999)
@@ -77,13 +79,15 @@ def test_the_lowest_lapsed_slot_is_taken_before_a_higher_free_one(cstore: JobSto
     assert taken is not None and taken.slot == 0
 
 
-def test_a_limit_of_zero_has_no_slot_to_give(cstore: JobStore, alias: str) -> None:  # rule 5
+# rule 5 (fleet-cap)
+def test_a_limit_of_zero_has_no_slot_to_give(cstore: JobStore, alias: str) -> None:
     assert cstore.acquire(KEY, 0, 30, "w1:1") is None
     assert _rows(alias) == []
 
 
+# rule 5 (fleet-cap)
 def test_acquire_many_takes_the_lowest_free_slots_in_holder_order(cstore: JobStore,
-                                                                  alias: str) -> None:  # rule 5
+                                                                  alias: str) -> None:
     # One statement for all the claimed runs of a kind: lowest free slots first, one per holder,
     # never more than the limit; holders left over get none.
     assert cstore.acquire(KEY, 4, 30, "other:1") is not None          # slot 0
@@ -98,14 +102,15 @@ def test_acquire_many_takes_over_lapsed_slots(cstore: JobStore, clock: FakeClock
     clock.advance(10)
     got = cstore.acquire_many(KEY, 2, 10, ["b:1", "b:2", "b:3"])
     assert sorted(lease.slot for lease in got.values()) == [0, 1]
-    assert not cstore.renew(SlotHold(KEY, 0, "a:1", clock()), 10)   # rule 7
+    assert not cstore.renew(SlotHold(KEY, 0, "a:1", clock()), 10)   # rule 7 (fenced-slot-renewal)
 
 
 # -- renew ----------------------------------------------------------------------------------------
 
 
+# rules 6 (slot-renewed), 7 (fenced-slot-renewal)
 def test_renew_is_true_while_held_and_extends_the_expiry(cstore: JobStore, clock: FakeClock,
-                                                         alias: str) -> None:  # rules 6, 7
+                                                         alias: str) -> None:
     held = cstore.acquire(KEY, 2, 10, "w1:1")
     assert held is not None
     for _ in range(3):
@@ -114,8 +119,9 @@ def test_renew_is_true_while_held_and_extends_the_expiry(cstore: JobStore, clock
         assert _expiry(alias, held) == clock.now + timedelta(seconds=10)
 
 
+# rule 7 (fenced-slot-renewal)
 def test_renew_is_false_when_another_holder_took_the_slot(cstore: JobStore, clock: FakeClock,
-                                                          alias: str) -> None:  # rule 7
+                                                          alias: str) -> None:
     held = cstore.acquire(KEY, 1, 10, "w1:1")
     assert held is not None
     clock.advance(10)
@@ -128,7 +134,7 @@ def test_renew_is_false_when_another_holder_took_the_slot(cstore: JobStore, cloc
 
 def test_renew_is_false_when_the_slot_lapsed_even_if_nobody_took_it(
     cstore: JobStore, clock: FakeClock, alias: str
-) -> None:  # rule 7
+) -> None:  # rule 7 (fenced-slot-renewal)
     held = cstore.acquire(KEY, 1, 10, "w1:1")
     assert held is not None
     clock.advance(10)  # exactly at expiry: lapsed on both engines
@@ -138,7 +144,7 @@ def test_renew_is_false_when_the_slot_lapsed_even_if_nobody_took_it(
 
 
 def test_a_lapsed_slot_never_revives_itself(cstore: JobStore, clock: FakeClock,
-                                            alias: str) -> None:  # rule 7
+                                            alias: str) -> None:  # rule 7 (fenced-slot-renewal)
     held = cstore.acquire(KEY, 1, 10, "w1:1")
     assert held is not None
     clock.advance(10.5)
@@ -152,7 +158,8 @@ def test_a_lapsed_slot_never_revives_itself(cstore: JobStore, clock: FakeClock,
     assert taken is not None and taken.holder == "w2:2"
 
 
-def test_renew_many_answers_per_slot(cstore: JobStore, clock: FakeClock) -> None:  # rule 7
+# rule 7 (fenced-slot-renewal)
+def test_renew_many_answers_per_slot(cstore: JobStore, clock: FakeClock) -> None:
     short = cstore.acquire(KEY, 3, 5, "w1:1")
     long = cstore.acquire(KEY, 3, 60, "w1:2")
     other_key = cstore.acquire("job:other", 1, 60, "w1:3")
@@ -167,7 +174,7 @@ def test_renew_many_answers_per_slot(cstore: JobStore, clock: FakeClock) -> None
 # -- release --------------------------------------------------------------------------------------
 
 
-def test_release_frees_the_slot(cstore: JobStore, alias: str) -> None:  # rule 6
+def test_release_frees_the_slot(cstore: JobStore, alias: str) -> None:  # rule 6 (slot-renewed)
     held = cstore.acquire(KEY, 1, 30, "w1:1")
     assert held is not None
     cstore.release(held)
@@ -177,8 +184,9 @@ def test_release_frees_the_slot(cstore: JobStore, alias: str) -> None:  # rule 6
     assert taken is not None and taken.slot == 0
 
 
+# rules 6 (slot-renewed), 7 (fenced-slot-renewal)
 def test_release_by_a_non_holder_does_nothing(cstore: JobStore, clock: FakeClock,
-                                              alias: str) -> None:  # rules 6, 7
+                                              alias: str) -> None:
     held = cstore.acquire(KEY, 1, 10, "w1:1")
     assert held is not None
     clock.advance(10)

@@ -1,4 +1,5 @@
-"""Bad flow-control options (rules 55, 57, 58, 59) are refused by name before any SQL, the same on
+"""Bad flow-control options (rules 55 (timeout-cancels), 57 (retry-on-only),
+58 (expired-never-runs), 59 (cancel-reason-kept)) are refused by name before any SQL, the same on
 both engines: ``timeout``, ``expires_in`` and ``retry_on`` at declaration and on ``.using()``,
 ``reason`` at ``cancel_jobs``. The caller's transaction stays usable after each refusal."""
 
@@ -98,8 +99,8 @@ def test_a_bad_cancel_reason_is_refused_before_any_sql(alias: str, reason: Any,
 
 def test_a_cancel_reason_is_refused_the_same_on_both_engines_when_no_column_can_keep_it(
         alias: str) -> None:
-    """A NUL or a lone surrogate is refused by name before any SQL (rule 16), not refused by one
-    engine and kept by the other; the reason is stored trimmed."""
+    """A NUL or a lone surrogate is refused by name before any SQL (rule 16 (bad-input-refused)),
+    not refused by one engine and kept by the other; the reason is stored trimmed."""
     queued = add.enqueue(1, 2)
     for bad in ("bad\x00input", "bad \udfff"):
         with pytest.raises(JobOptionError, match="cannot contain a NUL"):

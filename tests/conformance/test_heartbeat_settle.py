@@ -1,4 +1,5 @@
-"""Heartbeat and settle, on both engines: every write fenced on the claim's token (rules 1-4)."""
+"""Heartbeat and settle, on both engines: every write fenced on the claim's token
+(rules 1 (leased-claim) to 4 (fenced-settle))."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ def _redelivered(cstore: JobStore, clock: FakeClock) -> tuple[ClaimedJob, Claime
 # -- heartbeat ------------------------------------------------------------------------------------
 
 
+# rule 1 (leased-claim)
 def test_heartbeat_extends_the_lease_of_the_right_token(cstore: JobStore, clock: FakeClock,
-                                                        alias: str) -> None:  # rule 1
+                                                        alias: str) -> None:
     (job_id,) = enqueue(cstore, new_job())
     (job,) = claim(cstore, timeout=10)
     clock.advance(9)
@@ -50,8 +52,9 @@ def test_heartbeat_extends_the_lease_of_the_right_token(cstore: JobStore, clock:
     assert [j.id for j in claim(cstore, "w2")] == [job_id]
 
 
+# rules 2 (heartbeat-retried), 3 (lost-lease-cancels)
 def test_heartbeat_with_a_wrong_token_is_an_explicit_no(cstore: JobStore, clock: FakeClock,
-                                                        alias: str) -> None:  # rules 2, 3
+                                                        alias: str) -> None:
     (job_id,) = enqueue(cstore, new_job())
     (job,) = claim(cstore, timeout=10)
     before = row(alias, job_id).visible_at
@@ -63,7 +66,7 @@ def test_heartbeat_with_a_wrong_token_is_an_explicit_no(cstore: JobStore, clock:
 
 def test_heartbeat_of_a_redelivered_job_answers_no_to_the_stale_worker(
     cstore: JobStore, clock: FakeClock, alias: str
-) -> None:  # rules 2, 3
+) -> None:  # rules 2 (heartbeat-retried), 3 (lost-lease-cancels)
     stale, current = _redelivered(cstore, clock)
     expires = row(alias, current.id).visible_at
     answer = cstore.heartbeat([(stale.id, stale.token)], 60)
@@ -118,7 +121,7 @@ def test_settle_succeeded_records_the_attempt(cstore: JobStore, clock: FakeClock
     assert (attempt.started_at, attempt.finished_at) == (job.claimed_at, clock.now)
     assert (attempt.slot_key, attempt.slot) == ("", None)
     # A first attempt that succeeded plainly is held by the job's row: no row of its own
-    # (rule 97).
+    # (rule 97 (attempt-on-row)).
     assert (attempt.id, stored.attempt_on_row) == (ON_ROW_ID + job_id, True)
     assert not JobAttempt.objects.using(alias).filter(job_id=job_id).exists()
 
@@ -145,7 +148,7 @@ def test_settle_without_an_outcome_records_no_attempt(cstore: JobStore, alias: s
 
 
 def test_a_stale_settle_changes_nothing(cstore: JobStore, clock: FakeClock,
-                                        alias: str) -> None:  # rule 4
+                                        alias: str) -> None:  # rule 4 (fenced-settle)
     stale, current = _redelivered(cstore, clock)
     before = row(alias, current.id)
     applied = cstore.settle([settlement(stale, "failed", outcome="failed", error="late")], "w1")
@@ -160,9 +163,10 @@ def test_a_stale_settle_changes_nothing(cstore: JobStore, clock: FakeClock,
     assert _attempts(alias, current.id) == [(2, "w2", "succeeded")]
 
 
+# rule 4 (fenced-settle)
 def test_a_settle_batch_applies_only_the_rows_it_still_owns(cstore: JobStore,
                                                             clock: FakeClock,
-                                                            alias: str) -> None:  # rule 4
+                                                            alias: str) -> None:
     stale, _ = _redelivered(cstore, clock)
     enqueue(cstore, new_job())
     (mine,) = claim(cstore, "w1")
@@ -174,7 +178,8 @@ def test_a_settle_batch_applies_only_the_rows_it_still_owns(cstore: JobStore,
     assert _attempts(alias, mine.id) == [(1, "w1", "succeeded")]
 
 
-def test_settling_twice_applies_once(cstore: JobStore, alias: str) -> None:  # rule 4
+# rule 4 (fenced-settle)
+def test_settling_twice_applies_once(cstore: JobStore, alias: str) -> None:
     (job_id,) = enqueue(cstore, new_job())
     (job,) = claim(cstore)
     assert cstore.settle([settlement(job)], "w1") == {job_id}
@@ -185,8 +190,8 @@ def test_settling_twice_applies_once(cstore: JobStore, alias: str) -> None:  # r
 
 
 def test_settle_refuses_two_settlements_of_one_job(cstore: JobStore, alias: str) -> None:
-    # Rule 4's fence is per row: a batch holding an old and a new run of one job could apply the
-    # old outcome under the new token, so the store refuses it and writes nothing.
+    # Rule 4 (fenced-settle)'s fence is per row: a batch holding an old and a new run of one job
+    # could apply the old outcome under the new token, so the store refuses it and writes nothing.
     (job_id,) = enqueue(cstore, new_job("add"))
     (job,) = claim(cstore, limit=1)
     older = settlement(job, outcome="lease_lost")
@@ -197,13 +202,15 @@ def test_settle_refuses_two_settlements_of_one_job(cstore: JobStore, alias: str)
 
 
 
+# rule 4 (fenced-settle)
 def test_a_settle_after_a_cancel_from_outside_changes_nothing(cstore: JobStore,
-                                                              alias: str) -> None:  # rule 4
+                                                              alias: str) -> None:
     (job_id,) = enqueue(cstore, new_job())
     (job,) = claim(cstore)
     Job.objects.using(alias).filter(id=job_id).update(status="cancelled", claim_token=None)
     assert cstore.settle([settlement(job)], "w1") == set()
-    assert cstore.heartbeat([(job.id, job.token)], 10) == {}  # rule 3: the run is cancelled
+    # rule 3 (lost-lease-cancels): the run is cancelled
+    assert cstore.heartbeat([(job.id, job.token)], 10) == {}
     assert row(alias, job_id).status == "cancelled"
 
 
@@ -275,7 +282,7 @@ def test_an_error_text_the_database_cannot_hold_does_not_poison_the_batch(
 
 
 def test_a_large_settle_batch_records_each_attempt_from_its_own_row(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 4
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 4 (fenced-settle)
     # Out of id order, each run with its own outcome, error and start: the attempt rows are
     # written from the rows the statement settled, and none may take another run's facts.
     enqueue(cstore, *[new_job() for _ in range(120)])
@@ -296,7 +303,7 @@ def test_a_large_settle_batch_records_each_attempt_from_its_own_row(
     recorded = {a.job_id: a for a in AttemptRecord.objects.using(alias).all()}
     assert len(recorded) == len(jobs)
     # The successes, first attempts with no slot and no steps, are held by their jobs' rows;
-    # every other outcome has its row (rule 97).
+    # every other outcome has its row (rule 97 (attempt-on-row)).
     stored = set(JobAttempt.objects.using(alias).values_list("job_id", flat=True))
     assert stored == {s.job_id for s in outcomes if s.outcome != "succeeded"}
     for s in outcomes:

@@ -1,6 +1,6 @@
-"""A claim under per-key caps, on both engines (rule 50): a key whose slots are all held is
-skipped and never holds back other keys or other jobs, a key gets at most its free slots, each
-run says its slot key, and one statement takes the slots of every key of a claim."""
+"""A claim under per-key caps, on both engines (rule 50 (per-key-cap)): a key whose slots are all
+held is skipped and never holds back other keys or other jobs, a key gets at most its free slots,
+each run says its slot key, and one statement takes the slots of every key of a claim."""
 
 from __future__ import annotations
 
@@ -70,13 +70,15 @@ def test_per_job_and_per_key_caps_in_one_claim(cstore: JobStore) -> None:
         keyed_slot_key("export", k) for k in "abc"]
 
 
-def test_one_statement_takes_the_slots_of_every_key(cstore: JobStore) -> None:  # rule 50
+# rule 50 (per-key-cap)
+def test_one_statement_takes_the_slots_of_every_key(cstore: JobStore) -> None:
     a, b = keyed_slot_key("export", "a"), keyed_slot_key("export", "b")
     held = cstore.acquire_keys([(a, 2, "w1:1"), (b, 1, "w1:2"), (a, 2, "w1:3"),
                                 (b, 1, "w1:4")], 60)
     assert sorted((h.key, h.slot, h.holder) for h in held.values()) == [
         (a, 0, "w1:1"), (a, 1, "w1:3"), (b, 0, "w1:2")]
-    # A full key grants nothing more; its slots renew and release like any other (rule 51).
+    # A full key grants nothing more; its slots renew and release like any other
+    # (rule 51 (per-key-slot)).
     assert cstore.acquire_keys([(a, 2, "w2:5")], 60) == {}
     assert len(cstore.renew_many(list(held.values()), 60)) == 3
     cstore.release_many([held["w1:1"]])
@@ -84,7 +86,7 @@ def test_one_statement_takes_the_slots_of_every_key(cstore: JobStore) -> None:  
 
 
 def test_a_claim_of_many_keys_and_their_slots_are_one_statement_each(
-        cstore: JobStore, alias: str) -> None:  # rule 50
+        cstore: JobStore, alias: str) -> None:  # rule 50 (per-key-cap)
     if alias != "postgres":
         pytest.skip("SQLite's claim is a write transaction of several statements by design")
     enqueue(cstore, *(keyed(str(k)) for k in range(40)))

@@ -129,7 +129,8 @@ def test_an_interrupted_0006_finishes_when_migrate_runs_again(alias: str) -> Non
 def test_0007_leaves_the_writes_of_older_code_working(alias: str) -> None:
     # 0007 adds JobAttempt.claims (a database default of 1) and Worker.jobs (nullable), so code
     # from before it (a worker of the last release, mid-deploy) still writes both tables, and its
-    # rows read as one claim and as a worker that did not say what it knows (rule 12).
+    # rows read as one claim and as a worker that did not say what it knows
+    # (rule 12 (unknown-job-parked)).
     with _migrated_back(alias, "0006"):
         _migrate(alias)
         job = Job.objects.using(alias).create(name="gone")
@@ -171,9 +172,9 @@ def test_0009_carries_the_held_slots_permissions_over_to_the_renamed_model(alias
 
 
 def test_an_interrupted_0022_finishes_when_migrate_runs_again(alias: str) -> None:
-    # rule 97: 0022 is not atomic (its index is built concurrently). A deploy killed after the
-    # column and the view were made, before the migration was recorded, runs it again: the
-    # column is kept, the view made anew, the index built.
+    # rule 97 (attempt-on-row): 0022 is not atomic (its index is built concurrently). A deploy
+    # killed after the column and the view were made, before the migration was recorded, runs it
+    # again: the column is kept, the view made anew, the index built.
     with _migrated_back(alias, "0021"):
         with connections[alias].cursor() as cursor:
             cursor.execute("ALTER TABLE django_ultjobs_job ADD COLUMN attempt_on_row boolean "
@@ -212,8 +213,8 @@ def _settle_plain_success(cstore: JobStore, clock: FakeClock, worker: str,
 
 def test_going_back_from_0022_writes_the_rows_the_jobs_rows_held(
         cstore: JobStore, clock: FakeClock, alias: str) -> None:
-    # rule 97: the code before 0022 reads the attempt table alone; going back writes each
-    # attempt a job's row held as a row with the facts the view showed, once.
+    # rule 97 (attempt-on-row): the code before 0022 reads the attempt table alone; going back
+    # writes each attempt a job's row held as a row with the facts the view showed, once.
     held = _settle_plain_success(cstore, clock, "w1")
     (seen,) = Job.objects.using(alias).get(id=held).attempts.all()
     assert seen.id == ON_ROW_ID + held
@@ -241,9 +242,9 @@ def _settle_slotted_success(cstore: JobStore, clock: FakeClock, worker: str, slo
 
 def test_going_back_from_0023_writes_the_rows_of_the_slotted_attempts_the_rows_held(
         cstore: JobStore, clock: FakeClock, alias: str) -> None:
-    # rule 97: version 1 of the view (0022) shows no slot for the attempt a row holds; going
-    # back writes each one the rows held with a slot as a row with the facts version 2 showed,
-    # and the rows hold them no more. One held without a slot stays held.
+    # rule 97 (attempt-on-row): version 1 of the view (0022) shows no slot for the attempt a row
+    # holds; going back writes each one the rows held with a slot as a row with the facts version 2
+    # showed, and the rows hold them no more. One held without a slot stays held.
     slotted = _settle_slotted_success(cstore, clock, "w1", 4)
     plain = _settle_plain_success(cstore, clock, "w2")
     (seen,) = Job.objects.using(alias).get(id=slotted).attempts.all()

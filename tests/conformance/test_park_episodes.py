@@ -1,4 +1,5 @@
-"""Parking a job no worker knows, on both engines: one attempt row per episode (rule 12).
+"""Parking a job no worker knows, on both engines: one attempt row per episode
+(rule 12 (unknown-job-parked)).
 
 The store side of it: ``park_episodes`` finds the episode a claimed job is in (its latest attempt
 row, when that is a park of the same attempt), and a settle that ``extends`` it counts one more
@@ -38,7 +39,7 @@ def _attempts(alias: str, job_id: int) -> list[tuple[int, str, int, str]]:
 
 
 def test_a_park_that_extends_its_episode_counts_a_claim_instead_of_a_row(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 12
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 12 (unknown-job-parked)
     (job_id,) = enqueue(cstore, new_job("gone"))
     (first,) = claim(cstore)
     assert cstore.park_episodes([job_id], UNKNOWN_JOB_PREFIX, DAY) == {}
@@ -59,8 +60,9 @@ def test_a_park_that_extends_its_episode_counts_a_claim_instead_of_a_row(
     assert (row(alias, job_id).status, row(alias, job_id).attempt) == ("queued", 0)
 
 
+# rule 12 (unknown-job-parked)
 def test_an_episode_expires_on_the_database_clock(cstore: JobStore, clock: FakeClock,
-                                                  alias: str) -> None:  # rule 12
+                                                  alias: str) -> None:
     (job_id,) = enqueue(cstore, new_job("gone"))
     (job,) = claim(cstore)
     _park(cstore, job)
@@ -70,8 +72,9 @@ def test_an_episode_expires_on_the_database_clock(cstore: JobStore, clock: FakeC
     assert cstore.park_episodes([job_id], UNKNOWN_JOB_PREFIX, 100.0)[job_id].expired
 
 
+# rule 12 (unknown-job-parked)
 def test_another_outcome_since_the_park_ends_the_episode(cstore: JobStore, clock: FakeClock,
-                                                         alias: str) -> None:  # rule 12
+                                                         alias: str) -> None:
     (parked_id, other_id) = enqueue(cstore, new_job("gone"), new_job("gone"))
     for job in claim(cstore):
         _park(cstore, job)
@@ -84,8 +87,9 @@ def test_another_outcome_since_the_park_ends_the_episode(cstore: JobStore, clock
     assert set(episodes) == {parked_id}
 
 
+# rule 12 (unknown-job-parked)
 def test_a_park_whose_episode_row_is_gone_records_a_new_one(cstore: JobStore, clock: FakeClock,
-                                                           alias: str) -> None:  # rule 12
+                                                           alias: str) -> None:
     (job_id,) = enqueue(cstore, new_job("gone"))
     (job,) = claim(cstore)
     _park(cstore, job)
@@ -98,7 +102,7 @@ def test_a_park_whose_episode_row_is_gone_records_a_new_one(cstore: JobStore, cl
 
 
 def test_a_park_in_a_batch_with_other_outcomes(cstore: JobStore, clock: FakeClock,
-                                               alias: str) -> None:  # rule 12
+                                               alias: str) -> None:  # rule 12 (unknown-job-parked)
     (gone_id, ran_id) = enqueue(cstore, new_job("gone"), new_job())
     (gone,) = [j for j in claim(cstore, limit=1)]
     _park(cstore, gone)
@@ -115,8 +119,9 @@ def test_a_park_in_a_batch_with_other_outcomes(cstore: JobStore, clock: FakeCloc
     assert _attempts(alias, ran_id) == [(1, "succeeded", 1, "w2")]
 
 
+# rules 4 (fenced-settle) and 12 (unknown-job-parked)
 def test_one_batch_extends_records_and_skips_each_run_by_its_own_facts(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rules 4 and 12
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:
     # One settle statement holding every case at once: an episode to extend, an episode whose
     # row is gone, a stale park that extends (another claim owns its job), a plain success and a
     # settle without an outcome. Each run's attempt row must come from its own batch row.

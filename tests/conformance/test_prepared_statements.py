@@ -77,7 +77,8 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_capped_or_even
         assert slot is not None
         assert store.renew(slot, 30)
         assert store.heartbeat([(claimed.id, claimed.token)], 30) == {job_id: False}
-        # A stale heartbeat is an explicit "no" on a generic plan too: rules 1-2.
+        # A stale heartbeat is an explicit "no" on a generic plan too: rules 1 (leased-claim) and
+        # 2 (heartbeat-retried).
         assert store.heartbeat([(claimed.id, "00000000-0000-0000-0000-000000000000")], 30) == {}
         event_id = store.send_event(f"paid-{i}", {"order": i})
         assert store.find_event(job_id=job_id, name=f"paid-{i}", match={"order": i},
@@ -85,7 +86,7 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_capped_or_even
         assert store.settle([settlement(claimed)], "w1") == {job_id}
         store.release(slot)
         assert row(pg_alias, job_id).status == "succeeded"
-        # A stale settle is still refused on a prepared, generic plan: rule 4.
+        # A stale settle is still refused on a prepared, generic plan: rule 4 (fenced-settle).
         assert store.settle([settlement(claimed)], "w1") == set()
         # The claim of a worker with no capped kind registered: a statement of its own.
         (uncapped_id,) = enqueue(store, new_job(args=[i, 2]))
@@ -244,8 +245,9 @@ def test_a_prepared_claim_takes_exactly_its_limit_about_each_fence(
 @pytest.mark.parametrize("cap", [1, 5, 127])
 def test_a_prepared_claim_of_the_capped_kinds_takes_no_more_than_their_free_slots(
         prepared_store: JobStore, pg_alias: str, cap: int) -> None:
-    """Rule 5 on the generic plan: the kind's own limit (its free slots) sits outside the fence,
-    so a claim asking for more takes exactly the free slots, and leaves the rest unlocked."""
+    """Rule 5 (fleet-cap) on the generic plan: the kind's own limit (its free slots) sits outside
+    the fence, so a claim asking for more takes exactly the free slots, and leaves the rest
+    unlocked."""
     store = prepared_store
     for _ in range(2):  # the second on the prepared statement's cached generic plan
         enqueue(store, *[new_job("capped", args=[i]) for i in range(cap + 3)])
@@ -347,8 +349,9 @@ def test_a_settle_that_puts_a_run_to_wait_on_an_event_is_planned_afresh(
 
 def test_a_settle_that_extends_an_episode_is_planned_afresh(
         prepared_store: JobStore, pg_alias: str, clock: FakeClock) -> None:
-    """Item 85: a batch that extends a park's episode (rule 12) reads the attempts table, which
-    a generic plan made when that table was small would scan whole: it is never prepared."""
+    """Item 85: a batch that extends a park's episode (rule 12 (unknown-job-parked)) reads the
+    attempts table, which a generic plan made when that table was small would scan whole: it is
+    never prepared."""
     store = prepared_store
     park = {"outcome": "suspended", "attempt_delta": -1, "delay": 30.0,
             "error": f'{UNKNOWN_JOB_PREFIX}"gone"'}

@@ -1,4 +1,5 @@
-"""Django's query instrumentation sees the store's statements, on both engines (rule 41).
+"""Django's query instrumentation sees the store's statements, on both engines
+(rule 41 (instrumented-statements)).
 
 ``assertNumQueries``, ``CaptureQueriesContext`` and ``connection.execute_wrapper`` (the hook
 django-debug-toolbar, Sentry and APM agents use) must see every statement the store sends: the
@@ -80,7 +81,8 @@ def test_execute_wrapper_sees_enqueue(alias: str) -> None:
 
 
 def test_the_workers_statements_are_seen(cstore: JobStore) -> None:
-    # Rule 41 holds for the hot worker statements too: none bypasses the wrappers.
+    # Rule 41 (instrumented-statements) holds for the hot worker statements too: none bypasses the
+    # wrappers.
     enqueue(cstore)
     alias = cstore.alias
     with _wrapped(alias) as seen, CaptureQueriesContext(connections[alias]) as ctx:

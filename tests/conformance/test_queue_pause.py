@@ -1,4 +1,5 @@
-"""A paused queue, on both engines: no claim takes from it, all else as before (rule 75)."""
+"""A paused queue, on both engines: no claim takes from it, all else as before
+(rule 75 (paused-queue))."""
 
 from __future__ import annotations
 

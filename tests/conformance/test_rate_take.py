@@ -1,5 +1,5 @@
-"""Rate-limit buckets on both engines (rule 52): GCRA counted in the database, a burst of
-``1 + N // 10`` and then one start per interval, and the wait until the next start."""
+"""Rate-limit buckets on both engines (rule 52 (fleet-rate-limit)): GCRA counted in the database, a
+burst of ``1 + N // 10`` and then one start per interval, and the wait until the next start."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def take(store: JobStore, want: int, key: str = "job:probe") -> tuple[int, float
 
 
 def test_a_new_bucket_grants_its_burst_then_one_per_interval(
-        cstore: JobStore, clock: FakeClock) -> None:  # rule 52
+        cstore: JobStore, clock: FakeClock) -> None:  # rule 52 (fleet-rate-limit)
     assert FIFTY is not None
     granted, wait = take(cstore, 10)
     assert granted == FIFTY.burst == 6  # 1 + 50 // 10
@@ -38,7 +38,7 @@ def test_a_new_bucket_grants_its_burst_then_one_per_interval(
 
 
 def test_no_window_of_one_second_holds_more_than_the_limit_and_its_allowance(
-        cstore: JobStore, clock: FakeClock) -> None:  # rule 52
+        cstore: JobStore, clock: FakeClock) -> None:  # rule 52 (fleet-rate-limit)
     grants: list[float] = []
     t = 0.0
     for _ in range(400):  # 4 s of takes every 10 ms, each wanting more than it may have

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
 
 def test_record_attempts_writes_what_a_dead_worker_never_reported(
     cstore: JobStore, clock: FakeClock, alias: str
-) -> None:  # rule 1
+) -> None:  # rule 1 (leased-claim)
     (job_id,) = enqueue(cstore, new_job())
     (first,) = claim(cstore, "dead", timeout=5)
     clock.advance(5)
@@ -62,7 +62,7 @@ def test_a_worker_row_is_registered_touched_and_stopped(cstore: JobStore, clock:
 
 
 def test_a_touch_says_when_the_row_is_gone_and_a_row_written_again_keeps_its_start(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 106
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 106 (live-row-kept)
     started = cstore.worker_upsert("host:1:abc", "host", 1, 4, ["default"])
     assert started == clock.now
     assert cstore.worker_touch("host:1:abc", 0) is True

@@ -1,4 +1,5 @@
-"""A settle the database refuses for its values, on both engines (rules 30, 32).
+"""A settle the database refuses for its values, on both engines
+(rules 30 (refused-outcome-no-wedge), 32 (landed-never-stale)).
 
 Each engine is made to refuse by its own limits, never by a mock: PostgreSQL's jsonb refuses the
 escape ``\\u0000`` (SQLSTATE 22P05), SQLite a parameter past its length limit (SQLITE_TOOBIG,
@@ -68,7 +69,7 @@ def _attempts(alias: str, job_id: int) -> list[tuple[int, str]]:
 
 
 def test_a_refused_value_is_told_from_an_outage_and_changes_nothing(
-        cstore: JobStore, alias: str, refusing: str) -> None:  # rule 30
+        cstore: JobStore, alias: str, refusing: str) -> None:  # rule 30 (refused-outcome-no-wedge)
     enqueue(cstore, new_job(), new_job())
     bad, good = claim(cstore)
     with pytest.raises(Exception) as refused:
@@ -79,7 +80,8 @@ def test_a_refused_value_is_told_from_an_outage_and_changes_nothing(
     assert cstore.settle([settlement(good)], "w1") == {good.id}
 
 
-def test_values_python_cannot_encode_are_refusals_too(cstore: JobStore) -> None:  # rule 30, 31
+# rule 30 (refused-outcome-no-wedge), 31 (bounded-outcomes)
+def test_values_python_cannot_encode_are_refusals_too(cstore: JobStore) -> None:
     enqueue(cstore, new_job())
     (job,) = claim(cstore)
     # allow_nan=False: NaN never reaches SQL as a token the database refuses whole.
@@ -89,8 +91,9 @@ def test_values_python_cannot_encode_are_refusals_too(cstore: JobStore) -> None:
     assert cstore.refuses(refused.value)
 
 
+# rule 30 (refused-outcome-no-wedge): waited out, never failed
 def test_a_lost_connection_or_a_locked_database_is_an_outage(
-        cstore: JobStore, alias: str) -> None:  # rule 30: waited out, never failed
+        cstore: JobStore, alias: str) -> None:
     enqueue(cstore, new_job())
     (job,) = claim(cstore)
     conn = connections[alias]
@@ -129,7 +132,7 @@ def _terminate(pid: int) -> None:
 
 
 def test_settle_landed_finds_this_workers_written_settles_only(
-        cstore: JobStore, clock: FakeClock) -> None:  # rule 32
+        cstore: JobStore, clock: FakeClock) -> None:  # rule 32 (landed-never-stale)
     enqueue(cstore, new_job(), new_job(), new_job())
     written, lapsed, never = claim(cstore, "w1", timeout=10)
     done = settlement(written, error="boom\x00", outcome="failed", status="failed")
@@ -167,9 +170,10 @@ def _runs(jobs: Sequence[ClaimedJob]) -> list[Run]:
     return [Run(job=job, spec=add) for job in jobs]
 
 
+# rule 30 (refused-outcome-no-wedge)
 @pytest.mark.parametrize("bad_at", [0, 6, 9])
 def test_a_refused_outcome_fails_its_run_alone_and_the_rest_settle(
-        cstore: JobStore, alias: str, refusing: str, bad_at: int) -> None:  # rule 30
+        cstore: JobStore, alias: str, refusing: str, bad_at: int) -> None:
     enqueue(cstore, *[new_job(max_attempts=3) for _ in range(10)])
     runs = _runs(claim(cstore, limit=10))
     outcomes = [settlement(run.job, result_json=refusing if i == bad_at else str(i))
@@ -193,7 +197,7 @@ def test_a_refused_outcome_fails_its_run_alone_and_the_rest_settle(
 
 
 def test_a_refused_outcome_on_the_last_attempt_fails_the_job(
-        cstore: JobStore, alias: str, refusing: str) -> None:  # rule 30
+        cstore: JobStore, alias: str, refusing: str) -> None:  # rule 30 (refused-outcome-no-wedge)
     enqueue(cstore, new_job(max_attempts=1))
     runs = _runs(claim(cstore))
     _completer(cstore, [(runs[0], settlement(runs[0].job, result_json=refusing))])
@@ -202,8 +206,9 @@ def test_a_refused_outcome_on_the_last_attempt_fails_the_job(
     assert "the outcome could not be stored" in job.last_error
 
 
+# rule 31 (bounded-outcomes)
 def test_batches_are_bounded_by_bytes(cstore: JobStore, alias: str,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:  # rule 31
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(completer_module, "MAX_BATCH_BYTES", 2_000)
     sizes: list[int] = []
     settle = cstore.settle

@@ -1,5 +1,6 @@
-"""Rule 16, generated: whatever enqueue accepts comes back from a claim as the same value, with
-the same types, on both engines; whatever it refuses is refused before any row is written."""
+"""Rule 16 (bad-input-refused), generated: whatever enqueue accepts comes back from a claim as the
+same value, with the same types, on both engines; whatever it refuses is refused before any row is
+written."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def same(a: Any, b: Any) -> bool:
 @given(args=st.lists(_json, max_size=3), kwargs=st.dictionaries(_text, _json, max_size=3))
 def test_what_enqueue_accepts_comes_back_unchanged(cstore: JobStore, args: list[Any],
                                                    kwargs: dict[str, Any]) -> None:
-    # rule 16
+    # rule 16 (bad-input-refused)
     try:
         check_arguments("rt", tuple(args), kwargs)
     except JobArgumentError:

@@ -1,12 +1,12 @@
 """Enqueueing a periodic job's ticks, on both engines: once per tick across the fleet.
 
-The store side of rules 60-62 and 102: ``ScheduleStore.enqueue_ticks`` takes the candidate ticks
-a worker offers and, on the database's clock, enqueues those that have come and that the
-catch-up policy keeps (exactly what ``Schedule.due`` says for that clock), one job each, visible
-at its tick; it moves the schedule's cursor forward only and never past the database's clock,
-does nothing for a paused schedule or an offer that does not reach the clock, and leaves a tick
-already in the table alone (the unique index on (name, tick)), however many threads send the
-same tick at once.
+The store side of rules 60 (tick-once) to 62 (catch-up-policy) and 102 (database-clock-ticks):
+``ScheduleStore.enqueue_ticks`` takes the candidate ticks a worker offers and, on the database's
+clock, enqueues those that have come and that the catch-up policy keeps (exactly what
+``Schedule.due`` says for that clock), one job each, visible at its tick; it moves the schedule's
+cursor forward only and never past the database's clock, does nothing for a paused schedule or an
+offer that does not reach the clock, and leaves a tick already in the table alone (the unique index
+on (name, tick)), however many threads send the same tick at once.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _begin_at(alias: str, cursor: datetime) -> None:
 
 
 def test_sync_registers_a_schedule_begun_now_and_returns_the_database_clock(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 62
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 62 (catch-up-policy)
     states, now = ScheduleStore(cstore).sync([INFO])
     assert now == clock.now
     assert states["tick"].last_tick == clock.now and not states["tick"].paused
@@ -80,8 +80,9 @@ def test_sync_registers_a_schedule_begun_now_and_returns_the_database_clock(
     assert JobSchedule.objects.using(alias).get(name="tick").schedule == "every 2 s"
 
 
+# rules 60 (tick-once), 61 (tick-on-time), 102 (database-clock-ticks)
 def test_a_tick_is_one_job_visible_at_its_tick(cstore: JobStore, clock: FakeClock,
-                                                alias: str) -> None:  # rules 60, 61, 102
+                                                alias: str) -> None:
     schedules = ScheduleStore(cstore)
     schedules.sync([INFO])
     tick = _whole_second(clock, 2)
@@ -101,7 +102,7 @@ def test_a_tick_is_one_job_visible_at_its_tick(cstore: JobStore, clock: FakeCloc
 
 
 def test_the_cursor_only_moves_forward(cstore: JobStore, clock: FakeClock,
-                                       alias: str) -> None:  # rule 60
+                                       alias: str) -> None:  # rule 60 (tick-once)
     schedules = ScheduleStore(cstore)
     schedules.sync([INFO])
     t1, t2, t3, t4 = (_whole_second(clock, i) for i in (1, 2, 3, 4))
@@ -116,7 +117,7 @@ def test_the_cursor_only_moves_forward(cstore: JobStore, clock: FakeClock,
 
 
 def test_a_paused_schedule_enqueues_nothing(cstore: JobStore, clock: FakeClock,
-                                            alias: str) -> None:  # rule 63
+                                            alias: str) -> None:  # rule 63 (fleet-wide-pause)
     schedules = ScheduleStore(cstore)
     schedules.sync([INFO])
     JobSchedule.objects.using(alias).filter(name="tick").update(paused=True)
@@ -127,7 +128,8 @@ def test_a_paused_schedule_enqueues_nothing(cstore: JobStore, clock: FakeClock,
     assert _ticks(alias) == []
 
 
-def test_the_unique_index_refuses_a_second_row_for_a_tick(alias: str) -> None:  # rule 60
+# rule 60 (tick-once)
+def test_the_unique_index_refuses_a_second_row_for_a_tick(alias: str) -> None:
     tick = datetime(2030, 1, 1, tzinfo=UTC)
     Job.objects.using(alias).create(name="tick", scheduled_for=tick)
     with pytest.raises(IntegrityError), transaction.atomic(using=alias):
@@ -138,7 +140,8 @@ def test_the_unique_index_refuses_a_second_row_for_a_tick(alias: str) -> None:  
     assert Job.objects.using(alias).filter(name="tick").count() == 3
 
 
-def test_concurrent_sends_of_the_same_ticks_create_each_once(alias: str) -> None:  # rule 60
+# rule 60 (tick-once)
+def test_concurrent_sends_of_the_same_ticks_create_each_once(alias: str) -> None:
     """16 threads, each its own connection, send the same 20 ticks one by one at once."""
     store = get_store(alias)
     ScheduleStore(store).sync([INFO])
@@ -173,7 +176,8 @@ def test_concurrent_sends_of_the_same_ticks_create_each_once(alias: str) -> None
     assert _ticks(alias) == ticks
 
 
-def test_concurrent_catch_ups_overlapping_create_each_tick_once(alias: str) -> None:  # rule 60
+# rule 60 (tick-once)
+def test_concurrent_catch_ups_overlapping_create_each_tick_once(alias: str) -> None:
     """Threads sending overlapping catch-up batches: the unique index skips the overlap."""
     store = get_store(alias)
     ScheduleStore(store).sync([INFO])
@@ -206,8 +210,9 @@ def test_concurrent_catch_ups_overlapping_create_each_tick_once(alias: str) -> N
     assert set(got) <= set(ticks)
 
 
+# rules 60 (tick-once), 61 (tick-on-time), 102 (database-clock-ticks)
 def test_ticks_still_ahead_of_the_database_clock_are_neither_enqueued_nor_passed(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rules 60, 61, 102
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:
     """A worker whose clock runs 30 s ahead offers the next 30 ticks: none has come on the
     database's clock, so none is enqueued and the cursor stays where it was."""
     schedules = ScheduleStore(cstore)
@@ -238,7 +243,7 @@ ERRORS = [-4.0, 0.0, 4.0]
 @pytest.mark.parametrize("catch_up", ["latest", "none", "all"])
 def test_the_statement_keeps_what_the_policy_keeps_on_the_database_clock(
         cstore: JobStore, clock: FakeClock, alias: str, catch_up: str) -> None:
-    # rules 62, 102
+    # rules 62 (catch-up-policy), 102 (database-clock-ticks)
     """Whatever a worker reckons the time to be (within the margin), the statement enqueues
     exactly the ticks ``Schedule.due`` keeps at the database's clock, and moves the cursor to
     the newest tick that clock has reached, kept or skipped."""
@@ -263,7 +268,7 @@ def test_the_statement_keeps_what_the_policy_keeps_on_the_database_clock(
 
 
 def test_an_offer_that_does_not_reach_the_database_clock_changes_nothing(
-        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 102
+        cstore: JobStore, clock: FakeClock, alias: str) -> None:  # rule 102 (database-clock-ticks)
     """An estimate far behind the database's clock offers ticks that stop short of it, and one
     far ahead cuts a long catch-up short of ticks the policy would keep: the statement keeps
     none (it cannot tell which are the newest) and answers with its clock, to offer again."""

@@ -1,5 +1,5 @@
-"""Rule 78: tags given at enqueue are stored by every enqueue statement, searched on both
-engines, and bad tags are refused before any SQL, naming the option."""
+"""Rule 78 (tags-stored-whole): tags given at enqueue are stored by every enqueue statement,
+searched on both engines, and bad tags are refused before any SQL, naming the option."""
 
 from __future__ import annotations
 

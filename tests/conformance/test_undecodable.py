@@ -1,4 +1,5 @@
-"""Rule 15 at the store: a claim hands back a row it cannot decode instead of raising."""
+"""Rule 15 (undecodable-row-fails-alone) at the store: a claim hands back a row it cannot decode
+instead of raising."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
 
 def test_a_claim_returns_an_undecodable_row_with_why_and_decodes_the_others(
         cstore: JobStore, alias: str) -> None:
-    # rule 15: the claim's UPDATE has committed when the arguments are read, so raising here
-    # would leave every row of the batch running under a lease nobody renews.
+    # rule 15 (undecodable-row-fails-alone): the claim's UPDATE has committed when the arguments are
+    # read, so raising here would leave every row of the batch running under a lease nobody renews.
     ids = enqueue(cstore, new_job(args=[1]), new_job(args=[2]), new_job(args=[3], kwargs={"k": 3}))
     depth = 3000 if connections[alias].vendor == "postgresql" else 1500  # SQLite's own cap: 2000
     write_raw_args(alias, ids[1], nested(depth))
@@ -35,8 +36,8 @@ def test_a_claim_returns_an_undecodable_row_with_why_and_decodes_the_others(
 
 def test_sqlite_text_that_is_not_utf8_fails_its_row_not_the_claim(cstore: JobStore,
                                                                   alias: str) -> None:
-    # rule 15: SQLite keeps any bytes; read as text, the driver failed the whole claim (rolled
-    # back, so every claim after it failed the same way: the queue stopped).
+    # rule 15 (undecodable-row-fails-alone): SQLite keeps any bytes; read as text, the driver failed
+    # the whole claim (rolled back, so every claim after it failed the same way: the queue stopped).
     if connections[alias].vendor != "sqlite":
         pytest.skip("PostgreSQL refuses text that is not valid in the database's encoding")
     ids = enqueue(cstore, new_job(args=[1]), new_job(args=[2]))

@@ -1,5 +1,6 @@
-"""Unique jobs on both engines (rules 65-69): one holder per key, the holder returned, the
-throttle window on the database's clock, bulk batches, the caller's transaction."""
+"""Unique jobs on both engines (rules 65 (one-key-holder) to 69 (unique-in-transaction)): one holder
+per key, the holder returned, the throttle window on the database's clock, bulk batches, the
+caller's transaction."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def finish(store: JobStore, job_id: int, status: str = "succeeded") -> None:
 
 
 def test_a_call_is_keyed_by_its_bound_arguments_with_defaults() -> None:
-    # rule 65: f(x), f(label=x) and f(x, pause=0.0) are one call; the key is per arguments.
+    # rule 65 (one-key-holder): f(x), f(label=x) and f(x, pause=0.0) are one call; the key is per
+    # arguments.
     one = key_of(unique_touch, ("a",), {})
     assert one == key_of(unique_touch, (), {"label": "a"})
     assert one == key_of(unique_touch, ("a", 0.0), {})
@@ -74,7 +76,7 @@ def test_a_job_that_is_not_unique_has_no_key_and_an_explicit_key_wins() -> None:
     ({"unique_key": "a\udfffb"}, "lone surrogate"),
 ])
 def test_a_bad_unique_key_is_refused_by_using(options: dict[str, Any], words: str) -> None:
-    # rule 16: refused where it is given, naming the option, before any SQL.
+    # rule 16 (bad-input-refused): refused where it is given, naming the option, before any SQL.
     with pytest.raises(JobOptionError, match=words):
         add.using(**options)
 
@@ -113,7 +115,7 @@ def test_unique_for_takes_a_timedelta() -> None:
 
 
 def test_enqueue_returns_the_job_holding_the_key_while_it_is_queued(alias: str) -> None:
-    # rules 65, 66
+    # rules 65 (one-key-holder), 66 (held-key-returns-holder)
     first = unique_touch.enqueue("a")
     again = unique_touch.enqueue(label="a")
     other = unique_touch.enqueue("b")
@@ -136,7 +138,8 @@ def test_running_and_waiting_jobs_hold_their_key(alias: str, clocked: JobStore) 
 @pytest.mark.parametrize("status", ["succeeded", "failed"])
 def test_a_finished_job_gives_its_key_to_the_next_enqueue(alias: str, clocked: JobStore,
                                                           status: str) -> None:
-    # rule 66: once it has finished, a new one is created, and the old row lets go of the key.
+    # rule 66 (held-key-returns-holder): once it has finished, a new one is created, and the old row
+    # lets go of the key.
     first = unique_touch.enqueue("a")
     finish(clocked, first.id, status)
     second = unique_touch.enqueue("a")
@@ -169,7 +172,8 @@ def test_keys_are_per_job_name(alias: str) -> None:
 
 def test_unique_for_keeps_the_key_held_after_the_job_finished(alias: str, clock: FakeClock,
                                                               clocked: JobStore) -> None:
-    # rule 67: finished less than unique_for seconds ago (database clock) still holds.
+    # rule 67 (unique-for-window): finished less than unique_for seconds ago (database clock) still
+    # holds.
     first = throttled_touch.enqueue("a")
     finish(clocked, first.id)
     clock.advance(59)
@@ -192,7 +196,7 @@ def test_the_window_is_the_holders_own(alias: str, clock: FakeClock, clocked: Jo
 
 
 def test_bulk_enqueue_with_duplicates_in_the_batch_and_against_the_table(alias: str) -> None:
-    # rule 68
+    # rule 68 (bulk-unique-in-order)
     held = unique_touch.enqueue("held")
     ids = bulk_enqueue([
         add.call(1, 1),
@@ -229,7 +233,7 @@ def test_bulk_enqueue_of_keys_whose_holders_expired(alias: str, clock: FakeClock
 
 
 def test_a_rolled_back_enqueue_holds_no_key(alias: str) -> None:
-    # rule 69
+    # rule 69 (unique-in-transaction)
     with pytest.raises(RuntimeError), transaction.atomic(using=alias):
         unique_touch.enqueue("a")
         raise RuntimeError
@@ -266,8 +270,9 @@ def queries(alias: str) -> Iterator[CaptureQueriesContext]:
 
 
 def test_a_keyed_enqueue_is_one_statement_and_a_duplicate_two(alias: str) -> None:
-    # rule 41 with rule 66: inserting is one statement; answering with the holder adds the
-    # read of it (on SQLite also the release of expired holders, which found none).
+    # rule 41 (instrumented-statements) with rule 66 (held-key-returns-holder): inserting is one
+    # statement; answering with the holder adds the read of it (on SQLite also the release of
+    # expired holders, which found none).
     with CaptureQueriesContext(connections[alias]) as new:
         unique_touch.enqueue("a")
     assert len(new.captured_queries) == 1
@@ -291,8 +296,9 @@ def test_taking_an_expired_key_over_is_one_statement_on_postgresql(alias: str,
 
 
 def test_a_keyed_enqueue_keeps_the_jobs_cap_key(alias: str) -> None:
-    # rules 50 and 66: a job capped per key keeps its slot key when it also holds a unique key,
-    # alone and in a batch, or its runs would be capped per job instead.
+    # rules 50 (per-key-cap) and 66 (held-key-returns-holder): a job capped per key keeps its slot
+    # key when it also holds a unique key, alone and in a batch, or its runs would be capped per job
+    # instead.
     from tests.testapp.jobs import keyed_clocked
 
     expected = keyed_clocked.slot_key_of(("acme",), {})

@@ -1,7 +1,7 @@
-"""Retrying a unique job whose key a later enqueue took over, on both engines (rule 107): the key
-comes back when an enqueue could take it, the retry is refused naming the holder when another
-job holds it, and runs without it only when asked; a holder committed while the retry waits is
-never missed."""
+"""Retrying a unique job whose key a later enqueue took over, on both engines
+(rule 107 (retry-takes-key-back)): the key comes back when an enqueue could take it, the retry is
+refused naming the holder when another job holds it, and runs without it only when asked; a holder
+committed while the retry waits is never missed."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
 
 
 def failed(alias: str, job_id: int) -> None:
-    """Mark the job failed two minutes ago: past any window of these jobs (rule 67)."""
+    """Mark the job failed two minutes ago: past any window of these jobs
+    (rule 67 (unique-for-window))."""
     Job.objects.using(alias).filter(id=job_id).update(
         status="failed", finished_at=timezone.now() - timedelta(minutes=2))
 
@@ -68,8 +69,9 @@ def test_keyless_retries_it_beside_the_holder_without_the_key(alias: str) -> Non
 
 
 def test_the_key_comes_back_when_its_holder_finished(alias: str) -> None:
-    # rules 66, 67: the holder has no window, so an enqueue could take the key now; so does the
-    # retry, and the next enqueue of the key returns the retried job.
+    # rules 66 (held-key-returns-holder), 67 (unique-for-window): the holder has no window, so an
+    # enqueue could take the key now; so does the retry, and the next enqueue of the key returns the
+    # retried job.
     old, holder = taken_over(alias)
     Job.objects.using(alias).filter(id=holder.id).update(status="succeeded", finished_at=Now())
     result = retry_jobs([old.id], using=alias)
@@ -88,7 +90,8 @@ def test_the_key_comes_back_when_its_holder_is_gone(alias: str) -> None:
 
 
 def test_a_holder_in_its_unique_for_window_keeps_the_key(alias: str) -> None:
-    # rule 67: finished a moment ago with unique_for=60, the holder still holds its key.
+    # rule 67 (unique-for-window): finished a moment ago with unique_for=60, the holder still holds
+    # its key.
     old, holder = taken_over(alias, throttled_touch)
     Job.objects.using(alias).filter(id=holder.id).update(status="succeeded", finished_at=Now())
     assert [h.holder_id for h in retry_jobs([old.id], using=alias).refused] == [holder.id]

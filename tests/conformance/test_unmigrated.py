@@ -1,5 +1,5 @@
-"""Rule 109: an enqueue on a database nobody migrated says so in one line, on both engines, and
-the caller's transaction rolls back as it would for the driver's own error.
+"""Rule 109 (missing-tables-named): an enqueue on a database nobody migrated says so in one line, on
+both engines, and the caller's transaction rolls back as it would for the driver's own error.
 
 The job table is renamed inside the test's transaction (DDL is transactional on both engines),
 so the database looks unmigrated to the enqueue and is whole again when the test rolls back.

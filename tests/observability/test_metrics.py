@@ -1,5 +1,5 @@
-"""Metrics through OpenTelemetry (rules 70, 71), read with the SDK's in-memory reader from a real
-Worker on both engines."""
+"""Metrics through OpenTelemetry (rules 70 (no-sdk-no-metrics), 71 (gauges-one-reader)), read with
+the SDK's in-memory reader from a real Worker on both engines."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def by(points_: list[Any], *keys: str, value: str = "value") -> dict[tuple, Any]
 
 def test_counters_and_histograms_from_a_real_worker(alias, reader):
     """The counters and histograms carry job.name, queue and outcome; a retried attempt is
-    counted as ``retrying`` (rule 73: only settles that applied are counted)."""
+    counted as ``retrying`` (rule 73 (metric-never-fails): only settles that applied are
+    counted)."""
     for _ in range(3):
         metered_ok.enqueue()
     metered_flaky.enqueue()
@@ -90,8 +91,8 @@ def test_counters_and_histograms_from_a_real_worker(alias, reader):
 
 
 def test_a_rolled_back_enqueue_is_not_counted(alias, reader):
-    """Rule 73: what was enqueued counts once the transaction commits; a rollback queued
-    nothing."""
+    """Rule 73 (metric-never-fails): what was enqueued counts once the transaction commits; a
+    rollback queued nothing."""
     with pytest.raises(RuntimeError), transaction.atomic(using=alias):
         metered_ok.enqueue()
         raise RuntimeError("roll back")
@@ -101,7 +102,8 @@ def test_a_rolled_back_enqueue_is_not_counted(alias, reader):
 
 
 def test_nothing_runs_without_an_sdk(alias):
-    """Rule 70: with no SDK configured, no instrument exists and no worker samples gauges."""
+    """Rule 70 (no-sdk-no-metrics): with no SDK configured, no instrument exists and no worker
+    samples gauges."""
     assert metrics.instruments() is None
     with running_worker(alias) as worker:
         metered_ok.enqueue()
@@ -111,8 +113,8 @@ def test_nothing_runs_without_an_sdk(alias):
 
 
 def test_gauges_are_sampled_by_one_worker_at_a_time(alias, reader):
-    """Rule 71: of two workers, one holds the sampler slot and samples; the other reads nothing
-    and reports nothing. When the sampler stops, the other takes over.
+    """Rule 71 (gauges-one-reader): of two workers, one holds the sampler slot and samples; the
+    other reads nothing and reports nothing. When the sampler stops, the other takes over.
 
     The sampler slot lives three intervals: with a short interval a loaded machine that stalls
     the first sampler for as long hands the slot over, as it should. So the interval is long
@@ -184,8 +186,8 @@ def test_a_worker_with_metrics_on_refuses_a_bad_gauge_interval(alias, reader):
 
 
 def test_an_sdk_that_raises_never_fails_a_run(alias, reader, monkeypatch, caplog):
-    """Rule 73: the instruments raising on every call leave runs and enqueues as they were,
-    with one log line for the whole process."""
+    """Rule 73 (metric-never-fails): the instruments raising on every call leave runs and enqueues
+    as they were, with one log line for the whole process."""
 
     def boom(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("exporter broke")

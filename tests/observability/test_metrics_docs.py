@@ -1,6 +1,6 @@
 """The console exporter snippet of docs/operations.md, as written, in a fresh interpreter: a
-burst worker's figures come out on stdout as it exits (rule 70: nothing without an SDK, so the
-snippet is all a project adds)."""
+burst worker's figures come out on stdout as it exits (rule 70 (no-sdk-no-metrics): nothing without
+an SDK, so the snippet is all a project adds)."""
 
 from __future__ import annotations
 

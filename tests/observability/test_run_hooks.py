@@ -1,4 +1,5 @@
-"""Run hooks (rule 72): ``job_started`` and ``job_finished`` around every run, in its thread.
+"""Run hooks (rule 72 (paired-run-hooks)): ``job_started`` and ``job_finished`` around every run, in
+its thread.
 
 A real Worker on both engines; each test connects receivers for its own jobs only (sender=)."""
 
@@ -78,8 +79,8 @@ def recorder() -> Iterator[Recorder]:
 
 
 def test_started_and_finished_in_the_run_thread_with_the_outcome(alias, recorder):
-    """Rule 72: one job_started and one job_finished per run, in the thread that ran the
-    body, sender the job, with its arguments, the outcome and no exception on success."""
+    """Rule 72 (paired-run-hooks): one job_started and one job_finished per run, in the thread that
+    ran the body, sender the job, with its arguments, the outcome and no exception on success."""
     row = hooks_ok.enqueue(2, b=3)
     with running_worker(alias):
         wait_until(lambda: recorder.of("finished"), message="job_finished")
@@ -93,8 +94,8 @@ def test_started_and_finished_in_the_run_thread_with_the_outcome(alias, recorder
 
 
 def test_failure_and_retry_carry_the_exception(alias, recorder):
-    """Rule 72: a failed attempt that will be retried says ``retrying`` with the exception; the
-    next attempt ``succeeded``."""
+    """Rule 72 (paired-run-hooks): a failed attempt that will be retried says ``retrying`` with the
+    exception; the next attempt ``succeeded``."""
     hooks_flaky.enqueue()
     with running_worker(alias):
         wait_until(lambda: len(recorder.of("finished")) == 2, message="two attempts")
@@ -106,7 +107,7 @@ def test_failure_and_retry_carry_the_exception(alias, recorder):
 
 
 def test_cancel_is_finished_as_cancelled(alias, recorder):
-    """Rule 72: a run cancelled on request ends with ``cancelled``."""
+    """Rule 72 (paired-run-hooks): a run cancelled on request ends with ``cancelled``."""
     row = hooks_wait_cancel.enqueue()
     with running_worker(alias):
         wait_until(lambda: recorder.of("started"), message="job_started")
@@ -119,8 +120,8 @@ def test_cancel_is_finished_as_cancelled(alias, recorder):
 
 
 def test_a_failing_started_receiver_fails_the_attempt(alias, recorder):
-    """Rule 72: a context that could not be set up does not run the body: the attempt fails
-    like the body's error, and job_finished still tears down what was set up."""
+    """Rule 72 (paired-run-hooks): a context that could not be set up does not run the body: the
+    attempt fails like the body's error, and job_finished still tears down what was set up."""
 
     def broken(sender: Any, **kwargs: Any) -> None:
         raise RuntimeError("tenant not found")
@@ -141,7 +142,7 @@ def test_a_failing_started_receiver_fails_the_attempt(alias, recorder):
 
 
 def test_a_failing_finished_receiver_changes_nothing(alias, recorder, caplog):
-    """Rule 72: a teardown that raises is logged; the outcome stands."""
+    """Rule 72 (paired-run-hooks): a teardown that raises is logged; the outcome stands."""
 
     def broken(sender: Any, **kwargs: Any) -> None:
         raise RuntimeError("teardown broke")
@@ -169,8 +170,9 @@ async def hooks_async() -> str:
 
 
 def test_an_async_run_is_bracketed_with_its_context_reaching_the_body(alias):
-    """Rules 72 and 85: an async run's hooks are sent from a thread (their receivers may use
-    the ORM); what job_started puts in a context variable reaches the body on the loop."""
+    """Rules 72 (paired-run-hooks) and 85 (one-event-loop): an async run's hooks are sent from a
+    thread (their receivers may use the ORM); what job_started puts in a context variable reaches
+    the body on the loop."""
     seen: list[tuple[str, Any]] = []
 
     def started(sender: Any, **kwargs: Any) -> None:

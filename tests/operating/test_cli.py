@@ -1,7 +1,8 @@
 """``manage.py ultjobs`` through ``call_command``, on SQLite and PostgreSQL: every subcommand,
 its table and its ``--json``, and bad input refused with a one-line ``CommandError`` before any
-SQL. The actions are the admin's operations (rules 75, 77): the same rows change, the same are
-skipped and said so, and each action is logged with who did it."""
+SQL. The actions are the admin's operations (rules 75 (paused-queue), 77 (cli-through-operations)):
+the same rows change, the same are skipped and said so, and each action is logged with who did
+it."""
 
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def test_list_since_takes_a_span_or_an_iso_time(alias: str) -> None:
 ])
 def test_bad_input_is_one_line_before_any_sql(alias: str, args: tuple[str, ...],
                                               words: str) -> None:
-    # rule 77
+    # rule 77 (cli-through-operations)
     with CaptureQueriesContext(connections[alias]) as queries:
         message = refused(*args)
     assert words in message, message
@@ -148,7 +149,7 @@ def test_show_of_a_job_that_is_not_there_says_so(alias: str) -> None:
 
 
 def test_cancel_does_what_the_admin_does_and_logs_who(alias: str, caplog) -> None:
-    # rule 77
+    # rule 77 (cli-through-operations)
     queued = make(alias)
     running = make(alias, status="running")
     done = make(alias, status="succeeded")

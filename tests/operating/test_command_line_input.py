@@ -1,7 +1,7 @@
 """``manage.py ultjobs`` and ``prunejobs`` as a shell runs them, on SQLite and PostgreSQL: a byte
 that is not UTF-8 (Python hands it over as a lone surrogate) and digits that are not ASCII are
 refused naming what is wrong, in the command's own words, never a traceback and never acted on
-as something else (rule 77)."""
+as something else (rule 77 (cli-through-operations))."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The recycling bounds on their own (rule 76): room never past max_jobs, memory read rarely."""
+"""The recycling bounds on their own (rule 76 (recycle-at-bound)): room never past max_jobs, memory
+read rarely."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """``manage.py ultjobs retry`` of a unique job whose key a later enqueue took over, as its own
-process on SQLite and PostgreSQL (rule 107): refused in one line naming the job that holds the key
-(exit 1), run beside it only with ``--keyless``, and given its key back when no job holds it."""
+process on SQLite and PostgreSQL (rule 107 (retry-takes-key-back)): refused in one line naming the
+job that holds the key (exit 1), run beside it only with ``--keyless``, and given its key back when
+no job holds it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Pause and recycling with real ``runjobworker`` processes, on PostgreSQL and SQLite.
 
-Rule 75: a paused queue is not claimed while the worker's other queues are; a resume is picked
-up (at once with LISTEN, within a poll interval without). Rule 76: ``--max-jobs N`` exits 0 after
-exactly N runs, every run finished and none handed back; ``--max-memory`` exits 0 the same way.
-Every wait is on a database condition or the process's exit, with a deadline.
+Rule 75 (paused-queue): a paused queue is not claimed while the worker's other queues are; a resume
+is picked up (at once with LISTEN, within a poll interval without). Rule 76 (recycle-at-bound):
+``--max-jobs N`` exits 0 after exactly N runs, every run finished and none handed back;
+``--max-memory`` exits 0 the same way. Every wait is on a database condition or the process's exit,
+with a deadline.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _statuses(alias: str, ids: list[int]) -> dict[int, str]:
     return dict(Job.objects.using(alias).filter(id__in=ids).values_list("id", "status"))
 
 
-# -- pause (rule 75) ------------------------------------------------------------------------------
+# -- pause (rule 75 (paused-queue))
+# ------------------------------------------------------------------------------
 
 
 def test_a_paused_queue_is_not_claimed_the_others_are_and_resume_picks_it_up(
@@ -77,7 +79,8 @@ def test_pausing_lets_the_runs_in_flight_finish(
     assert _statuses(alias, [later])[later] == "queued"
 
 
-# -- recycling (rule 76) --------------------------------------------------------------------------
+# -- recycling (rule 76 (recycle-at-bound))
+# --------------------------------------------------------------------------
 
 
 def test_max_jobs_exits_0_after_exactly_n_runs_none_lost_none_handed_back(

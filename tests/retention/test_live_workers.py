@@ -1,4 +1,5 @@
-"""A running worker's row outlives any prune, and comes back whole when it is deleted (rule 106).
+"""A running worker's row outlives any prune, and comes back whole when it is deleted
+(rule 106 (live-row-kept)).
 
 Real ``runjobworker`` processes and real ``prunejobs`` and ``ultjobs`` processes, on SQLite and
 PostgreSQL: the row is what ``ultjobs stats``, the admin's workers page and a job page's
@@ -48,8 +49,8 @@ def row_of(alias: str, worker_id: str) -> dict[str, object] | None:
 
 def test_a_prune_keeps_a_running_worker_and_its_deleted_row_comes_back_whole(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    """rule 106: ``prunejobs --days 0`` beside a running worker leaves its row as it was;
-    deleted by hand, the row is written again at the worker's next tick, with every column it
+    """rule 106 (live-row-kept): ``prunejobs --days 0`` beside a running worker leaves its row as it
+    was; deleted by hand, the row is written again at the worker's next tick, with every column it
     had (its start, its job names, its run in flight and the body overrunning its timeout), so
     ``ultjobs stats`` and the job's page show the worker again."""
     fleet = Fleet(worker_processes, alias)
@@ -88,9 +89,9 @@ def test_a_prune_keeps_a_running_worker_and_its_deleted_row_comes_back_whole(
 
 
 def test_a_silent_or_stopped_worker_is_still_pruned(alias: str) -> None:
-    """rule 106: alive is judged by each worker's own visibility timeout on the database's
-    clock: a row silent past it, or stopped, goes at ``--days 0``; one heard from within it
-    stays."""
+    """rule 106 (live-row-kept): alive is judged by each worker's own visibility timeout on the
+    database's clock: a row silent past it, or stopped, goes at ``--days 0``; one heard from within
+    it stays."""
     now = timezone.now()
     workers = Worker.objects.using(alias)
     workers.create(id="stopped", hostname="h", pid=1, threads=1, last_seen_at=now,
@@ -109,9 +110,9 @@ def test_a_silent_or_stopped_worker_is_still_pruned(alias: str) -> None:
 
 
 def test_a_worker_restarted_under_its_id_writes_its_own_start(alias: str) -> None:
-    """rule 106: a fixed ``--worker-id`` (a StatefulSet's pod name, a systemd unit's host) is
-    one row across restarts; each new process writes its own start there, as its pid, not the
-    first process's start for ever."""
+    """rule 106 (live-row-kept): a fixed ``--worker-id`` (a StatefulSet's pod name, a systemd unit's
+    host) is one row across restarts; each new process writes its own start there, as its pid, not
+    the first process's start for ever."""
     worker_id = "fixed-id-restarted"
     starts = []
     for _ in range(2):

@@ -1,4 +1,5 @@
-"""Durable steps, events and sleep, on SQLite and PostgreSQL (rule 11 for the steps' writes)."""
+"""Durable steps, events and sleep, on SQLite and PostgreSQL (rule 11 (cooperative-cancel) for the
+steps' writes)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def test_step_misuse_is_a_clear_error(alias: str) -> None:
 
 
 def test_no_step_write_past_the_signal(alias: str) -> None:
-    # rule 11: once the run is cancelled, a step neither runs its function nor writes.
+    # rule 11 (cooperative-cancel): once the run is cancelled, a step neither runs its function nor
+    # writes.
     job = add.enqueue(1, 1)
     store = get_store(alias)
     (claimed,) = store.claim(worker_id="w", queues=["default"], limit=1,

@@ -41,7 +41,8 @@ with override_settings(TASKS=TASKS):
 @pytest.fixture(autouse=True)
 def tasks_settings() -> Iterator[None]:
     """TASKS for every test here (and only here: the rest of the suite runs without it), and
-    the test tasks' package in JOB_MODULES, so a worker may import them by path (rule 40)."""
+    the test tasks' package in JOB_MODULES, so a worker may import them by path
+    (rule 40 (project-imports-only))."""
     with override_settings(TASKS=TASKS,
                            ULTJOBS={**settings.ULTJOBS, "JOB_MODULES": JOB_MODULES}):
         yield

@@ -14,7 +14,7 @@ from tests.settings import *  # noqa: F403
 _TASKS_API = "django.tasks" if find_spec("django.tasks") else "django_tasks"
 
 # The test tasks live outside the installed apps: a worker imports their module by path only
-# when ULTJOBS["JOB_MODULES"] lists it (rule 40).
+# when ULTJOBS["JOB_MODULES"] lists it (rule 40 (project-imports-only)).
 JOB_MODULES = ["tests.tasks"]
 ULTJOBS = {**ULTJOBS, "JOB_MODULES": JOB_MODULES}  # noqa: F405
 

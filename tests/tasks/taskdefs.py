@@ -159,7 +159,7 @@ def refresh(user_id: int, full: bool = False) -> int:
 
 @task(takes_context=True, timeout=0.3, max_attempts=1)
 def overstays(context: TaskContext, seconds: float) -> None:
-    """Loops (cooperatively) for ``seconds``, past its 0.3 s timeout (rule 55)."""
+    """Loops (cooperatively) for ``seconds``, past its 0.3 s timeout (rule 55 (timeout-cancels))."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         context.job.raise_if_cancelled()
@@ -168,7 +168,7 @@ def overstays(context: TaskContext, seconds: float) -> None:
 
 @task(retry_on=(ConnectionError,), max_attempts=3, backoff=0.0)
 def retried_on_connection(kind: str) -> None:
-    """Retried only on ConnectionError (rule 57)."""
+    """Retried only on ConnectionError (rule 57 (retry-on-only))."""
     if kind == "connection":
         raise ConnectionError("no answer")
     raise ValueError("a bug")
@@ -176,7 +176,8 @@ def retried_on_connection(kind: str) -> None:
 
 @task
 async def async_where(fail: bool = False) -> str:
-    """The thread an async task's body runs on: the worker's event loop's (rule 85)."""
+    """The thread an async task's body runs on: the worker's event loop's
+    (rule 85 (one-event-loop))."""
     await asyncio.sleep(0)
     if fail:
         raise TaskBoom("an async task's own failure")

@@ -50,7 +50,7 @@ def test_django_runs_them_for_every_configured_backend() -> None:
 @pytest.mark.parametrize("database", [["default"], {"a": 1}, 2**1024])
 def test_a_jobs_database_that_is_no_alias_is_left_to_e002(backend: UltJobsBackend,
                                                           database: object) -> None:
-    # rule 18: a list raised TypeError (unhashable) out of the check.
+    # rule 18 (start-mistake-named): a list raised TypeError (unhashable) out of the check.
     with override_settings(ULTJOBS={"DATABASE": database}):
         assert ids(backend) == []
 
@@ -61,7 +61,7 @@ def test_app_not_installed(backend: UltJobsBackend, monkeypatch: pytest.MonkeyPa
 
 
 def test_queue_names_a_job_queue_cannot_have() -> None:
-    # rule 16: the names a job's queue= refuses, and runjobworker --queue.
+    # rule 16 (bad-input-refused): the names a job's queue= refuses, and runjobworker --queue.
     backend = UltJobsBackend("default", {"QUEUES": ["default", "emails", "", "q" * 101,
                                                     "a\tb", "q\udfff", "a\x00b", 5]})
     messages = list(backend.check())

@@ -1,5 +1,6 @@
-"""Run hooks (rule 72) and the test helpers (rule 74) on a django.tasks task, whose job the
-worker only learns of when it claims it (a task's spec, not a @job)."""
+"""Run hooks (rule 72 (paired-run-hooks)) and the test helpers (rule 74 (run-jobs-real-path)) on a
+django.tasks task, whose job the worker only learns of when it claims it (a task's spec, not a
+@job)."""
 
 from __future__ import annotations
 

@@ -41,8 +41,8 @@ def test_options_default_from_the_backend() -> None:
 
 @pytest.mark.parametrize("options", [
     {"MAX_ATTEMPTS": 0}, {"MAX_ATTEMPTS": "3"}, {"RETRIES": 3},
-    # rule 16: past PostgreSQL's integer, every task's enqueue was refused (its job spec's
-    # max_attempts), none at the backend.
+    # rule 16 (bad-input-refused): past PostgreSQL's integer, every task's enqueue was refused (its
+    # job spec's max_attempts), none at the backend.
     {"MAX_ATTEMPTS": 2**31}, {"MAX_ATTEMPTS": 2**1024}, {"MAX_ATTEMPTS": 10**5000},
     {"MAX_ATTEMPTS": True}, {"MAX_ATTEMPTS": 3.0},
 ], ids=lambda options: ",".join(f"{k}={shown(v)}" for k, v in options.items()))

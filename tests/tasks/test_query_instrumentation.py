@@ -1,4 +1,5 @@
-"""A django.tasks enqueue is seen by Django's query instrumentation, on both engines (rule 41)."""
+"""A django.tasks enqueue is seen by Django's query instrumentation, on both engines
+(rule 41 (instrumented-statements))."""
 
 from __future__ import annotations
 

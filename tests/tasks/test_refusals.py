@@ -1,5 +1,5 @@
-"""Rule 16 through ``django.tasks``: bad arguments are ``TypeError``s naming the argument, bad
-options the ``InvalidTask`` Django's API defines; nothing is written and the caller's
+"""Rule 16 (bad-input-refused) through ``django.tasks``: bad arguments are ``TypeError``s naming the
+argument, bad options the ``InvalidTask`` Django's API defines; nothing is written and the caller's
 transaction lives on, on both engines."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ REFUSALS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
 def test_a_task_enqueue_the_queue_cannot_keep_is_refused_before_any_sql(
         alias: str, case: str, attempt: Callable[[], Any], error: type[Exception],
         message: str) -> None:
-    # rule 16
+    # rule 16 (bad-input-refused)
     with transaction.atomic(using=alias):
         kept = add.enqueue(1, 2)
         with pytest.raises(error) as caught:
@@ -68,7 +68,8 @@ def test_a_task_enqueue_the_queue_cannot_keep_is_refused_before_any_sql(
 
 
 def test_a_task_enqueue_before_migrate_says_run_migrate(alias: str) -> None:
-    # rule 109: the table is taken away inside a transaction this test rolls back.
+    # rule 109 (missing-tables-named): the table is taken away inside a transaction this test rolls
+    # back.
     with transaction.atomic(using=alias):
         with connections[alias].cursor() as cur:
             cur.execute("ALTER TABLE django_ultjobs_job RENAME TO ultjobs_test_job_away")

@@ -61,7 +61,8 @@ def backend() -> UltJobsBackend:
 
 
 def test_a_first_attempt_held_by_the_jobs_row_reads_as_one_attempt(alias: str) -> None:
-    # rule 97: the settle wrote no attempt row; the TaskResult reads the attempt from the row.
+    # rule 97 (attempt-on-row): the settle wrote no attempt row; the TaskResult reads the attempt
+    # from the row.
     result = add.enqueue(2, 3)
     with running_worker(alias):
         done = finished(result.id)
@@ -73,8 +74,8 @@ def test_a_first_attempt_held_by_the_jobs_row_reads_as_one_attempt(alias: str) -
 
 
 def test_a_first_attempt_in_a_per_job_slot_is_held_by_the_jobs_row(alias: str) -> None:
-    # rule 97: a run of a capped task (@task(concurrency=2)) held one of its fleet slots; the
-    # row keeps the slot's number, and the attempt reads its key and slot as a row would.
+    # rule 97 (attempt-on-row): a run of a capped task (@task(concurrency=2)) held one of its fleet
+    # slots; the row keeps the slot's number, and the attempt reads its key and slot as a row would.
     result = capped.enqueue()
     with running_worker(alias):
         finished(result.id)
@@ -110,7 +111,7 @@ def test_retries_up_to_max_attempts(alias: str, signals: SignalLog, fail_times: 
 
 
 def test_concurrency_caps_runs_across_the_worker(alias: str) -> None:
-    # rule 5: the cap holds for a task the worker only learns of when it claims it.
+    # rule 5 (fleet-cap): the cap holds for a task the worker only learns of when it claims it.
     unregister(one_at_a_time.module_path)
     taskdefs.Overlap.peak = 0
     results = [one_at_a_time.enqueue(0.15) for _ in range(3)]
@@ -207,8 +208,8 @@ def test_worker_imports_a_task_nobody_registered(alias: str) -> None:
 @pytest.mark.parametrize("registered", [True, False])
 def test_an_async_task_runs_on_the_workers_event_loop(alias: str, signals: SignalLog,
                                                       registered: bool) -> None:
-    # rule 85: awaited on the lane's loop (not run to completion on a thread of the pool), its
-    # signals sent as for a sync task; also when the worker first meets it at its claim.
+    # rule 85 (one-event-loop): awaited on the lane's loop (not run to completion on a thread of the
+    # pool), its signals sent as for a sync task; also when the worker first meets it at its claim.
     ok, failing = async_where.enqueue(), async_where.enqueue(fail=True)
     if not registered:
         unregister(async_where.module_path)
@@ -227,7 +228,8 @@ def test_an_async_task_runs_on_the_workers_event_loop(alias: str, signals: Signa
 
 
 def test_a_path_that_is_not_a_task_is_parked_not_run(alias: str) -> None:
-    # A plain function at the path: nothing offers a job spec, so rule 12 parks the job.
+    # A plain function at the path: nothing offers a job spec, so rule 12 (unknown-job-parked) parks
+    # the job.
     unregister("tests.tasks.taskdefs.plain_function")  # tests above made tasks of it
     good = add.enqueue(1, 1)
     Job.objects.using(alias).filter(pk=good.id).update(
@@ -239,8 +241,9 @@ def test_a_path_that_is_not_a_task_is_parked_not_run(alias: str) -> None:
 
 
 def test_the_result_of_a_task_whose_code_is_gone(alias: str, backend: UltJobsBackend) -> None:
-    # rule 12: a task removed (or renamed) while runs of it were queued still has a result: READY
-    # while it is parked, FAILED once UNKNOWN_JOB_TIMEOUT gives up on it, saying why.
+    # rule 12 (unknown-job-parked): a task removed (or renamed) while runs of it were queued still
+    # has a result: READY while it is parked, FAILED once UNKNOWN_JOB_TIMEOUT gives up on it, saying
+    # why.
     removed = "tests.tasks.taskdefs.removed_in_the_last_deploy"
     result = add.using(priority=7).enqueue(1, 2)
     Job.objects.using(alias).filter(pk=result.id).update(name=removed)
@@ -259,7 +262,7 @@ def test_the_result_of_a_task_whose_code_is_gone(alias: str, backend: UltJobsBac
 
 
 def test_a_task_outside_the_apps_and_job_modules_is_refused_at_enqueue(alias: str) -> None:
-    # rule 40: a worker would not import its module, so it could never run.
+    # rule 40 (project-imports-only): a worker would not import its module, so it could never run.
     with override_settings(ULTJOBS={"DATABASE": alias}), \
             pytest.raises(InvalidTask, match=r"ULTJOBS\['JOB_MODULES'\]"):
         add.enqueue(1, 2)
@@ -274,7 +277,8 @@ def pg_tasks() -> Iterator[str]:
 
 @pytest.mark.django_db(transaction=True, databases=["postgres"])
 def test_a_runjobworker_process_runs_tasks_by_path(pg_tasks: str) -> None:
-    """A real worker process: no registration beyond the TASKS setting (rule 12 never fires)."""
+    """A real worker process: no registration beyond the TASKS setting (rule 12 (unknown-job-parked)
+    never fires)."""
     results = [add.enqueue(20, 22), context_info.enqueue(1), email.enqueue("a@example.com"),
                doubled.enqueue(4)]
     env = {**worker_env(pg_tasks), "DJANGO_SETTINGS_MODULE": "tests.tasks.settings"}
@@ -294,8 +298,8 @@ def test_a_runjobworker_process_runs_tasks_by_path(pg_tasks: str) -> None:
 
 
 def test_an_expired_task_fails_with_its_expiry_and_no_attempt(alias: str) -> None:
-    """rule 58: a task whose job expired before any worker started it: FAILED, never run, its
-    error a ``JobExpiredError`` saying when it expired, no attempt counted."""
+    """rule 58 (expired-never-runs): a task whose job expired before any worker started it: FAILED,
+    never run, its error a ``JobExpiredError`` saying when it expired, no attempt counted."""
     from django.utils import timezone
 
     result = add.enqueue(1, 2)
@@ -314,9 +318,10 @@ def test_an_expired_task_fails_with_its_expiry_and_no_attempt(alias: str) -> Non
 
 def test_task_timeout_and_retry_on_hold_through_django_tasks(alias: str,
                                                              signals: SignalLog) -> None:
-    """rules 55, 57: ``@task(timeout=...)`` and ``@task(retry_on=...)`` reach the job: the
-    timed-out task is FAILED with a JobTimeoutError, the ValueError is not retried, the
-    ConnectionError is, to its last attempt; each sends task_finished once, FAILED."""
+    """rules 55 (timeout-cancels), 57 (retry-on-only): ``@task(timeout=...)`` and
+    ``@task(retry_on=...)`` reach the job: the timed-out task is FAILED with a JobTimeoutError, the
+    ValueError is not retried, the ConnectionError is, to its last attempt; each sends task_finished
+    once, FAILED."""
     slow = taskdefs.overstays.enqueue(30.0)
     bug = taskdefs.retried_on_connection.enqueue("value")
     flaky_call = taskdefs.retried_on_connection.enqueue("connection")

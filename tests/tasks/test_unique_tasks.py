@@ -1,5 +1,5 @@
-"""Unique tasks through ``django.tasks`` (rules 65, 66): ``enqueue()`` of a task whose
-arguments a run already holds returns that run's result."""
+"""Unique tasks through ``django.tasks`` (rules 65 (one-key-holder), 66 (held-key-returns-holder)):
+``enqueue()`` of a task whose arguments a run already holds returns that run's result."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ class TestAppConfig(AppConfig):
     def ready(self) -> None:
         # ULTJOBS_TEST_SQLITE_MAX_LENGTH: every SQLite connection of this process refuses a
         # string or a parameter longer than this (SQLITE_TOOBIG), as a stock build does beyond
-        # 1 GB: the worker tests reach the engine's own refusal with megabytes (rule 30).
+        # 1 GB: the worker tests reach the engine's own refusal with megabytes
+        # (rule 30 (refused-outcome-no-wedge)).
         limit = os.environ.get("ULTJOBS_TEST_SQLITE_MAX_LENGTH")
         if limit:
             connection_created.connect(_limiter(int(limit)), weak=False)

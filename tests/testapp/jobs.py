@@ -109,7 +109,8 @@ def serial(ctx: JobContext, seconds: float = 0.01) -> int:
 
 # -- jobs for tests/worker (the worker's rules) ---------------------------------------------------
 
-#: Weak references to the contexts `worker_weakref_probe` ran with (rule 13: none outlives its run).
+#: Weak references to the contexts `worker_weakref_probe` ran with (rule 13 (nothing-leaks): none
+#: outlives its run).
 WORKER_CTX_REFS: list = []
 
 
@@ -141,7 +142,7 @@ def worker_serial_block_until(ctx: JobContext, path: str) -> int:
 
 @job(takes_context=True, max_attempts=1)
 def worker_weakref_probe(ctx: JobContext) -> None:
-    """Keeps only a weak reference to its context, for the rule 13 leak check."""
+    """Keeps only a weak reference to its context, for the rule 13 (nothing-leaks) leak check."""
     import weakref
 
     WORKER_CTX_REFS.append(weakref.ref(ctx))
@@ -218,7 +219,7 @@ def capped_ignoring(ctx: JobContext, seconds: float) -> None:
 @job(max_attempts=2, backoff=0.0)
 def sized_result(size: int) -> str:
     """Return a string of ``size`` characters: a result the worker or the database may refuse
-    to store (rules 30, 31)."""
+    to store (rules 30 (refused-outcome-no-wedge), 31 (bounded-outcomes))."""
     return "x" * size
 
 
@@ -226,19 +227,20 @@ def sized_result(size: int) -> str:
      backoff=0.0)
 def keyed_clocked(ctx: JobContext, customer: str, label: str = "keyed", seconds: float = 0.05,
                   path: str = "") -> int:
-    """One run at a time per customer across the fleet (rule 50), logged in the jobs database on
-    its clock with the customer in the label."""
+    """One run at a time per customer across the fleet (rule 50 (per-key-cap)), logged in the jobs
+    database on its clock with the customer in the label."""
     return _clocked_run(ctx, f"{label}:{customer}", seconds, path)
 
 
 @job(takes_context=True, rate_limit="50/s", max_attempts=3)
 def rated_clocked(ctx: JobContext, label: str = "rated") -> int:
-    """At most 50 starts a second across the fleet (rule 52), each logged on the database's
-    clock."""
+    """At most 50 starts a second across the fleet (rule 52 (fleet-rate-limit)), each logged on the
+    database's clock."""
     return _clocked_run(ctx, label, 0.0, "")
 
 
-# -- unique jobs (rules 65-69) --------------------------------------------------------------------
+# -- unique jobs (rules 65 (one-key-holder) to 69 (unique-in-transaction))
+# --------------------------------------------------------------------
 
 
 @job(unique=True, max_attempts=1)
@@ -254,20 +256,21 @@ def throttled_touch(label: str) -> str:
     return label
 
 
-# -- flow control: timeouts, retry_on, NonRetryable, expiry, cancel reasons (rules 55-59) -------
+# -- flow control: timeouts, retry_on, NonRetryable, expiry, cancel reasons
+# (rules 55 (timeout-cancels) to 59 (cancel-reason-kept)) -------
 
 
 @job(takes_context=True, timeout=0.5, max_attempts=2, backoff=0.0)
 def timed_clocked(ctx: JobContext, label: str = "timed", seconds: float = 30.0,
                   path: str = "") -> int:
-    """``clocked`` with a declared timeout of 0.5 s (rule 55); cooperative."""
+    """``clocked`` with a declared timeout of 0.5 s (rule 55 (timeout-cancels)); cooperative."""
     return _clocked_run(ctx, label, seconds, path)
 
 
 @job(takes_context=True, max_attempts=2, backoff=0.0)
 def overrunning(ctx: JobContext, seconds: float, label: str = "overrun") -> int:
     """Logs its start on the database's clock, then sleeps ``seconds`` in one call, never
-    looking at its cancellation (rule 56), and stamps its end."""
+    looking at its cancellation (rule 56 (overrun-reported)), and stamps its end."""
     from django.db import connections
 
     from django_ultjobs.conf import jobs_database
@@ -287,7 +290,8 @@ def overrunning(ctx: JobContext, seconds: float, label: str = "overrun") -> int:
 
 @job(takes_context=True, retry_on=(ConnectionError,), max_attempts=3, backoff=0.0)
 def picky(ctx: JobContext, kind: str) -> str:
-    """Retried only on ConnectionError (rule 57): ``kind`` picks what the body raises."""
+    """Retried only on ConnectionError (rule 57 (retry-on-only)): ``kind`` picks what the body
+    raises."""
     RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label=kind, pid=os.getpid())
     if kind == "connection":
         raise ConnectionError(f"the service did not answer (attempt {ctx.attempt})")
@@ -300,7 +304,7 @@ def picky(ctx: JobContext, kind: str) -> str:
 
 @job(takes_context=True, max_attempts=3, backoff=0.0)
 def gives_up(ctx: JobContext) -> None:
-    """Raises NonRetryable on its first attempt, with attempts left (rule 57)."""
+    """Raises NonRetryable on its first attempt, with attempts left (rule 57 (retry-on-only))."""
     RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label="gives_up",
                           pid=os.getpid())
     raise NonRetryable("the order no longer exists")
@@ -308,7 +312,8 @@ def gives_up(ctx: JobContext) -> None:
 
 @job(takes_context=True, max_attempts=1)
 def reads_cancel_reason(ctx: JobContext) -> None:
-    """Waits (cooperatively) to be cancelled, then logs ``ctx.cancel_reason`` (rule 59)."""
+    """Waits (cooperatively) to be cancelled, then logs ``ctx.cancel_reason``
+    (rule 59 (cancel-reason-kept))."""
     log = RunLog.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, label="waiting",
                                 pid=os.getpid())
     while not ctx.wait(0.01):
@@ -340,7 +345,8 @@ async def async_counted(ctx: JobContext, total: int) -> int:
 
 @job(max_attempts=1)
 async def async_sleep(seconds: float) -> float:
-    """An ``async def`` body that only waits: the async lane runs many at once (rule 85)."""
+    """An ``async def`` body that only waits: the async lane runs many at once
+    (rule 85 (one-event-loop))."""
     await asyncio.sleep(seconds)
     return seconds
 
@@ -348,14 +354,16 @@ async def async_sleep(seconds: float) -> float:
 @job(takes_context=True, max_attempts=3, backoff=0.0)
 async def async_stuck(ctx: JobContext, first_seconds: float = 3600.0) -> int:
     """Stuck in ``await asyncio.sleep`` on its first attempt (an hour by default), done at once
-    on a later one; never looks at its cancellation: only ``Task.cancel`` stops it (rule 86)."""
+    on a later one; never looks at its cancellation: only ``Task.cancel`` stops it
+    (rule 86 (async-cancel))."""
     await asyncio.sleep(first_seconds if ctx.attempt == 1 else 0)
     return ctx.attempt
 
 
 @job(takes_context=True, timeout=0.5, max_attempts=1)
 async def async_stuck_timeout(ctx: JobContext) -> None:
-    """Past its 0.5 s timeout in ``await asyncio.sleep(3600)``: cancelled by it (rule 86)."""
+    """Past its 0.5 s timeout in ``await asyncio.sleep(3600)``: cancelled by it
+    (rule 86 (async-cancel))."""
     await asyncio.sleep(3600)
 
 

@@ -1,5 +1,5 @@
-"""The test helpers (rule 74) on both engines, inside a TestCase-style transaction (the default
-``django_db``) and with ``transaction=True``."""
+"""The test helpers (rule 74 (run-jobs-real-path)) on both engines, inside a TestCase-style
+transaction (the default ``django_db``) and with ``transaction=True``."""
 
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def _outcomes(outcomes: list[Any]) -> list[tuple[str, str | None]]:
 
 @pytest.mark.django_db(databases="__all__")
 def test_run_jobs_runs_what_the_jobs_enqueue_inside_the_test_transaction(alias):
-    """Rule 74: one call runs the job and the three it enqueues, in the test's transaction."""
+    """Rule 74 (run-jobs-real-path): one call runs the job and the three it enqueues, in the test's
+    transaction."""
     assert connections[alias].in_atomic_block
     th_fan_out.enqueue(3)
     outcomes = run_jobs()
@@ -106,9 +107,9 @@ def test_retries_failures_and_delays(alias):
 
 @pytest.mark.django_db(databases="__all__")
 def test_retries_true_drives_a_job_with_a_backoff_to_its_last_failure(alias):
-    """Rule 74: inside the test's transaction the database's clock does not move on PostgreSQL,
-    so a 0.1 s backoff never passes; retries=True runs every retry at once, to the last
-    attempt's failure. A delayed job keeps its time."""
+    """Rule 74 (run-jobs-real-path): inside the test's transaction the database's clock does not
+    move on PostgreSQL, so a 0.1 s backoff never passes; retries=True runs every retry at once, to
+    the last attempt's failure. A delayed job keeps its time."""
     assert connections[alias].in_atomic_block
     th_backoff.enqueue()
     delayed = th_add.using(delay=3600).enqueue(1, 2)

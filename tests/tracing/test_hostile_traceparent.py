@@ -1,4 +1,5 @@
-"""Rule 14: a malformed, oversized or hostile traceparent is ignored, never fatal.
+"""Rule 14 (trace-never-fails): a malformed, oversized or hostile traceparent is ignored, never
+fatal.
 
 A job row's ``traceparent``/``tracestate`` may have been written by anybody (a script, a bad
 migration, an attacker with SQL access): the worker must run the job whatever they hold, as a root
@@ -78,7 +79,7 @@ def _storable(alias: str, value: str) -> bool:
 
 @pytest.mark.parametrize("header", list(HOSTILE.values()), ids=list(HOSTILE))
 def test_crafted_headers_name_no_parent(header: str) -> None:
-    # rule 14
+    # rule 14 (trace-never-fails)
     assert parent_context(header, None) is None
     assert parent_context(header, header) is None
 
@@ -101,8 +102,8 @@ _ANY = st.one_of(st.text(), st.text(min_size=400, max_size=12_000), _NEAR, st.no
 @given(traceparent=_ANY, tracestate=_ANY)
 def test_parent_context_never_raises_and_accepts_only_valid_headers(
         traceparent: str | None, tracestate: str | None) -> None:
-    # rule 14 (property): never raises; a context only for a valid W3C header (a later version
-    # than 00 is read as 00, as the W3C spec asks; ff is invalid).
+    # rule 14 (trace-never-fails), as a property: never raises; a context only for a valid W3C
+    # header (a later version than 00 is read as 00, as the W3C spec asks; ff is invalid).
     ctx = parent_context(traceparent, tracestate)
     if ctx is None:
         return
@@ -118,7 +119,8 @@ def test_parent_context_never_raises_and_accepts_only_valid_headers(
 @settings(max_examples=200, deadline=None)
 @given(tracestate=_ANY)
 def test_a_hostile_tracestate_never_costs_the_valid_parent(tracestate: str | None) -> None:
-    # rule 14 (property): the tracestate is the vendors' business; garbage there is dropped.
+    # rule 14 (trace-never-fails), as a property: the tracestate is the vendors' business; garbage
+    # there is dropped.
     ctx = parent_context(VALID, tracestate)
     assert ctx is not None
     assert f"{trace.get_current_span(ctx).get_span_context().span_id:016x}" == SPAN_ID
@@ -129,7 +131,8 @@ def test_a_hostile_tracestate_never_costs_the_valid_parent(tracestate: str | Non
 @given(traceparent=_ANY, tracestate=_ANY)
 def test_job_span_opens_a_root_span_for_whatever_the_row_holds(
         spans: Spans, traceparent: str | None, tracestate: str | None) -> None:
-    # rule 14 (property): the span opens, and is a root span unless the header is valid.
+    # rule 14 (trace-never-fails), as a property: the span opens, and is a root span unless the
+    # header is valid.
     spans.clear()
     with job_span("hostile", {"job.id": 1}, traceparent or "", tracestate or "") as span:
         assert trace.get_current_span() is span
@@ -156,7 +159,8 @@ def _run_with_headers(alias: str, headers: list[tuple[str, str]]) -> list[Job]:
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
 def test_hostile_rows_run_and_succeed_as_root_spans(alias: str, spans: Spans) -> None:
-    # rule 14: written straight into the rows, the crafted headers break nothing.
+    # rule 14 (trace-never-fails): written straight into the rows, the crafted headers break
+    # nothing.
     cases: list[tuple[str, str, str]] = [
         (name, value, "") for name, value in HOSTILE.items() if _storable(alias, value)]
     cases += [(f"tracestate {name}", "", value) for name, value in HOSTILE.items()
@@ -180,7 +184,8 @@ def test_hostile_rows_run_and_succeed_as_root_spans(alias: str, spans: Spans) ->
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_arbitrary_rows_run_and_succeed(alias: str, spans: Spans, data: Any) -> None:
-    # rule 14 (property, through the database): eight arbitrary headers per example.
+    # rule 14 (trace-never-fails), as a property through the database: eight arbitrary headers per
+    # example.
     text = st.text(max_size=512 if alias != "default" else 12_000)
     if alias != "default":
         text = text.filter(lambda s: "\x00" not in s)

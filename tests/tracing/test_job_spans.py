@@ -1,4 +1,4 @@
-"""What a run's span records, on a real in-process worker (rule 14).
+"""What a run's span records, on a real in-process worker (rule 14 (trace-never-fails)).
 
 Nesting of a job enqueued by a job, no span leaking from one run into the next on one thread,
 failures, cancellations (requested, lost slot), a parked unknown job, and durable steps.
@@ -39,7 +39,7 @@ def _tracer() -> trace.Tracer:
 
 
 def test_a_job_enqueued_by_a_job_nests_under_it(alias: str, spans: Spans) -> None:
-    # rule 14: enqueued_by is job:<id>, and the child's span nests.
+    # rule 14 (trace-never-fails): enqueued_by is job:<id>, and the child's span nests.
     with _tracer().start_as_current_span("test.caller") as caller:
         parent = jobs.parent.enqueue()
     with running_worker(alias):
@@ -71,8 +71,9 @@ def test_outside_any_span_and_request_nothing_is_stored_and_the_process_enqueues
 
 
 def test_no_span_leaks_from_one_run_into_the_next_on_one_thread(alias: str, spans: Spans) -> None:
-    # rule 14 with rule 13 (nothing a run set up outlives it): one executor thread runs four
-    # jobs back to back; those without a traceparent are each the root of a trace of their own.
+    # rule 14 (trace-never-fails) with rule 13 (nothing a run set up outlives it): one executor
+    # thread runs four jobs back to back; those without a traceparent are each the root of a trace
+    # of their own.
     first, second = jobs.noop.enqueue(), jobs.noop.enqueue()
     with _tracer().start_as_current_span("test.caller") as caller:
         traced = jobs.noop.enqueue()
@@ -96,7 +97,7 @@ def test_no_span_leaks_from_one_run_into_the_next_on_one_thread(alias: str, span
 
 
 def test_a_failing_job_records_the_exception_and_error_status(alias: str, spans: Spans) -> None:
-    # rule 14: the exception is recorded and the status set to error, per run.
+    # rule 14 (trace-never-fails): the exception is recorded and the status set to error, per run.
     job = jobs.fails.enqueue()
     with running_worker(alias):
         wait_until(lambda: _finished(alias, job.id), message="failed job")
@@ -114,8 +115,8 @@ def test_a_failing_job_records_the_exception_and_error_status(alias: str, spans:
 
 
 def test_a_row_whose_arguments_cannot_be_read_fails_on_its_span(alias: str, spans: Spans) -> None:
-    # rules 14 and 15 (a row written by hand): the run fails before the body, and the span
-    # says why.
+    # rules 14 (trace-never-fails) and 15 (a row written by hand): the run fails before the body,
+    # and the span says why.
     job = jobs.noop.enqueue()
     Job.objects.using(alias).filter(pk=job.id).update(args={"not": "a list"})
     with running_worker(alias):
@@ -129,7 +130,8 @@ def test_a_row_whose_arguments_cannot_be_read_fails_on_its_span(alias: str, span
 
 
 def test_a_run_cancelled_from_outside_shows_the_cancelled_event(alias: str, spans: Spans) -> None:
-    # rules 3 and 14: the job.cancelled event names the cause.
+    # rules 3 (lost-lease-cancels) and 14 (trace-never-fails): the job.cancelled event names the
+    # cause.
     job = jobs.until_cancelled.enqueue()
     with running_worker(alias, **FAST):
         wait_until(lambda: _row(alias, job.id).status == "running", message="running")
@@ -144,7 +146,8 @@ def test_a_run_cancelled_from_outside_shows_the_cancelled_event(alias: str, span
 
 
 def test_a_job_cancelled_before_it_started_has_a_span_saying_so(alias: str, spans: Spans) -> None:
-    # rule 14: a claim settled without running its body still shows in the trace.
+    # rule 14 (trace-never-fails): a claim settled without running its body still shows in the
+    # trace.
     job = jobs.noop.enqueue()
     Job.objects.using(alias).filter(pk=job.id).update(cancel_requested=True)
     with running_worker(alias):
@@ -155,8 +158,8 @@ def test_a_job_cancelled_before_it_started_has_a_span_saying_so(alias: str, span
 
 
 def test_a_job_given_up_before_it_ran_has_an_error_span(alias: str, spans: Spans) -> None:
-    # rule 14: a delivery past the last attempt (its workers kept dying) fails without running,
-    # and its span says so.
+    # rule 14 (trace-never-fails): a delivery past the last attempt (its workers kept dying) fails
+    # without running, and its span says so.
     job = jobs.noop.enqueue()
     Job.objects.using(alias).filter(pk=job.id).update(attempt=job.max_attempts)
     with running_worker(alias):
@@ -170,8 +173,8 @@ def test_a_job_given_up_before_it_ran_has_an_error_span(alias: str, spans: Spans
 
 def test_a_lost_slot_shows_on_the_run_it_cancelled(alias: str, spans: Spans,
                                                    tmp_path: Path) -> None:
-    # rules 8 and 14: the run that lost its slot is cancelled (slot_lost) and the job
-    # runs again in a new span.
+    # rules 8 (lost-slot-cancels) and 14 (trace-never-fails): the run that lost its slot is
+    # cancelled (slot_lost) and the job runs again in a new span.
     job = jobs.capped.enqueue(str(tmp_path / "first-run"))
     with running_worker(alias, **FAST):
         wait_until(lambda: Slot.objects.using(alias).filter(
@@ -188,7 +191,8 @@ def test_a_lost_slot_shows_on_the_run_it_cancelled(alias: str, spans: Spans,
 
 
 def test_a_parked_unknown_job_is_visible_in_its_trace(alias: str, spans: Spans) -> None:
-    # rules 12 and 14: parked (not failed), child of the trace that queued it.
+    # rules 12 (unknown-job-parked) and 14 (trace-never-fails): parked (not failed), child of the
+    # trace that queued it.
     with _tracer().start_as_current_span("test.caller") as caller:
         traceparent, tracestate = capture_trace_context()
     (row,) = get_store(alias).enqueue([NewJob(
@@ -210,7 +214,7 @@ def test_a_parked_unknown_job_is_visible_in_its_trace(alias: str, spans: Spans) 
 
 def test_each_durable_step_is_a_child_span_replayed_on_the_retry(alias: str,
                                                                  spans: Spans) -> None:
-    # rule 14: each durable step gets a child span; a replayed one says so.
+    # rule 14 (trace-never-fails): each durable step gets a child span; a replayed one says so.
     job = jobs.steps.enqueue()
     with running_worker(alias):
         wait_until(lambda: _finished(alias, job.id), message="steps job")

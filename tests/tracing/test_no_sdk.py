@@ -61,7 +61,8 @@ def run_script(script: str, tmp_path: Path
 
 
 def test_without_an_sdk_jobs_run_and_nothing_is_traced(tmp_path: Path) -> None:
-    # rule 14, and the API-only promise: no SDK, no exporter, no error, no traceparent stored.
+    # rule 14 (trace-never-fails), and the API-only promise: no SDK, no exporter, no error, no
+    # traceparent stored.
     done, report = run_script(SCRIPT, tmp_path)
     assert report["provider"] == "ProxyTracerProvider"  # the API's default: no SDK configured
     assert report["sdk_imported"] == []
@@ -202,8 +203,8 @@ print(json.dumps({
 
 
 def test_providers_set_while_a_worker_runs_count_from_its_next_claim(tmp_path: Path) -> None:
-    # The worker looks the providers up for each claim's runs (rule 70): one started with none
-    # traces and measures the runs it claims after a site sets them.
+    # The worker looks the providers up for each claim's runs (rule 70 (no-sdk-no-metrics)): one
+    # started with none traces and measures the runs it claims after a site sets them.
     _, report = run_script(SET_LATER_SCRIPT, tmp_path)
     assert report["succeeded"] == [True, True]
     after = report["ids"][1]

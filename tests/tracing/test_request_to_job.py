@@ -2,7 +2,7 @@
 
 The real example views (``example_project.shop``, under ``/shop/`` in tests/urls.py) are driven
 through the Django test client with ``opentelemetry-instrumentation-django`` on, and a real worker
-runs what they queued (rule 14).
+runs what they queued (rule 14 (trace-never-fails)).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def _request_span(spans: Spans) -> ReadableSpan:
 @pytest.mark.parametrize("username", ["ada", None], ids=["logged-in", "anonymous"])
 def test_checkout_job_is_the_child_of_the_request_span(
         alias: str, spans: Spans, username: str | None) -> None:
-    # rule 14: span job.<name>, parent from the stored W3C traceparent, the documented
-    # attributes (job.name, job.id, job.attempt, job.enqueued_by) and messaging.* ones.
+    # rule 14 (trace-never-fails): span job.<name>, parent from the stored W3C traceparent, the
+    # documented attributes (job.name, job.id, job.attempt, job.enqueued_by) and messaging.* ones.
     client = Client()
     if username is not None:
         client.force_login(User.objects.create_user(username))
@@ -92,8 +92,8 @@ def test_checkout_job_is_the_child_of_the_request_span(
 
 
 def test_the_checkout_trace_as_a_tree(alias: str, spans: Spans) -> None:
-    # rule 14: a job enqueued by a job nests under it; docs/tracing.md shows this tree (printed
-    # with timings by `pytest -s`).
+    # rule 14 (trace-never-fails): a job enqueued by a job nests under it; docs/tracing.md shows
+    # this tree (printed with timings by `pytest -s`).
     client = Client()
     client.force_login(User.objects.create_user("ada"))
     job_id = _checkout(client)

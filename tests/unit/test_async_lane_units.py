@@ -1,5 +1,5 @@
-"""The async lane's pieces on their own: the claim split (rule 87), the flag (rule 85) and the
-cancel scope's canceller (rule 86)."""
+"""The async lane's pieces on their own: the claim split (rule 87 (no-claim-beyond-free-places)),
+the flag (rule 85 (one-event-loop)) and the cancel scope's canceller (rule 86 (async-cancel))."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ ASYNC = frozenset({"a1", "a2"})
 
 
 def test_without_async_kinds_a_round_is_the_one_claim_of_before() -> None:
-    # rule 87: nothing changes for a worker with no async def job.
+    # rule 87 (no-claim-beyond-free-places): nothing changes for a worker with no async def job.
     [plan] = claim_plans(free_sync=4, free_async=100, caps={"c": 2}, keyed=frozenset(),
                          kept={"c": 1}, async_names=frozenset(), uncapped=True)
     assert (plan.limit, plan.caps, plan.kept, plan.uncapped, plan.is_async) == (
@@ -29,8 +29,9 @@ def test_without_async_kinds_a_round_is_the_one_claim_of_before() -> None:
 
 
 def test_each_lane_claims_only_its_own_kinds_at_most_its_free_places() -> None:
-    # rule 87: the async claim takes only async kinds (no scan of the others), each at most the
-    # free places, or its own fleet cap; the sync claim gives every async kind a cap of 0.
+    # rule 87 (no-claim-beyond-free-places): the async claim takes only async kinds (no scan of the
+    # others), each at most the free places, or its own fleet cap; the sync claim gives every async
+    # kind a cap of 0.
     caps = {"a2": 3, "s": 2}
     plans = claim_plans(free_sync=2, free_async=50, caps=caps, keyed=frozenset({"a2"}),
                         kept={"a2": 1, "s": 1}, async_names=ASYNC, uncapped=True)
@@ -44,7 +45,7 @@ def test_each_lane_claims_only_its_own_kinds_at_most_its_free_places() -> None:
 
 
 def test_a_full_lane_is_not_claimed_for() -> None:
-    # rule 87
+    # rule 87 (no-claim-beyond-free-places)
     [only_async] = claim_plans(free_sync=0, free_async=5, caps={}, keyed=frozenset(), kept={},
                                async_names=ASYNC, uncapped=True)
     assert only_async.is_async and only_async.limit == 5
@@ -58,7 +59,7 @@ def test_a_full_lane_is_not_claimed_for() -> None:
 
 @pytest.mark.parametrize("value", [0, -1, MAX_ASYNC_CONCURRENCY + 1, 2.5, True])
 def test_a_bad_async_concurrency_is_refused(value: object) -> None:
-    # rule 85 (and rule 18: one line naming the flag)
+    # rule 85 (and rule 18 (start-mistake-named): one line naming the flag)
     with pytest.raises(JobConfigurationError, match="--async-concurrency must be a whole number"):
         WorkerOptions(async_concurrency=value)  # type: ignore[arg-type]
     assert WorkerOptions(async_concurrency=MAX_ASYNC_CONCURRENCY).async_concurrency == \
@@ -72,7 +73,7 @@ def test_the_flag_is_refused_in_one_line_before_anything_starts() -> None:
 
 
 def test_async_bodies_are_told_apart_from_sync_ones() -> None:
-    # rule 85: what goes to the async lane.
+    # rule 85 (one-event-loop): what goes to the async lane.
     from tests.testapp.jobs import async_sleep, sync_sleep
 
     assert get_job("async_sleep") is async_sleep and async_sleep.is_coroutine
@@ -80,7 +81,7 @@ def test_async_bodies_are_told_apart_from_sync_ones() -> None:
 
 
 def test_a_canceller_is_called_once_from_the_cancelling_thread() -> None:
-    # rule 86: the async lane's hook into the one cancel signal.
+    # rule 86 (async-cancel): the async lane's hook into the one cancel signal.
     scope = CancelScope()
     calls: list[str] = []
     scope.set_canceller(lambda: calls.append(threading.current_thread().name))
@@ -99,7 +100,7 @@ def test_a_canceller_is_called_once_from_the_cancelling_thread() -> None:
 
 
 def test_a_stuck_await_is_cancelled_from_another_thread() -> None:
-    # rule 86: the body's task is cancelled through loop.call_soon_threadsafe.
+    # rule 86 (async-cancel): the body's task is cancelled through loop.call_soon_threadsafe.
     from django_ultjobs.worker.async_executor import _cancellable
 
     class FakeRun:
@@ -118,7 +119,7 @@ def test_a_stuck_await_is_cancelled_from_another_thread() -> None:
         return "slept"
 
     assert asyncio.run(asyncio.wait_for(main(), 5)) == "cancelled"
-    assert run.scope._canceller is None  # nothing held past the run (rule 13)
+    assert run.scope._canceller is None  # nothing held past the run (rule 13 (nothing-leaks))
 
 
 def test_after_an_empty_async_claim_one_claim_serves_both_lanes() -> None:
@@ -137,9 +138,10 @@ def test_after_an_empty_async_claim_one_claim_serves_both_lanes() -> None:
 
 
 def test_every_thread_busy_sends_no_claim_of_the_async_kinds_before_it_is_due() -> None:
-    # Rule 87: with every thread busy, a round (woken for a freed thread that the next round
-    # fills) claimed the async kinds alone every time, one empty statement per run started on
-    # the threads; it waits for their poll, a notification, or a claim for the threads.
+    # Rule 87 (no-claim-beyond-free-places): with every thread busy, a round (woken for a freed
+    # thread that the next round fills) claimed the async kinds alone every time, one empty
+    # statement per run started on the threads; it waits for their poll, a notification, or a claim
+    # for the threads.
     kinds = frozenset({"fetch"})
     assert claim_plans(free_sync=0, free_async=10, caps={}, keyed=frozenset(), kept={},
                        async_names=kinds, uncapped=True, async_due=False) == []

@@ -1,5 +1,5 @@
-"""Rule 16: a call its body could never take names the keywords it got wrong, with the
-parameter each most likely meant."""
+"""Rule 16 (bad-input-refused): a call its body could never take names the keywords it got wrong,
+with the parameter each most likely meant."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A call's signature is checked once per shape: nothing it refused is let through (rule 101)."""
+"""A call's signature is checked once per shape: nothing it refused is let through
+(rule 101 (bulk-shortcuts-same-outcome))."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _refusal(spec: JobSpec, *args: Any, **kwargs: Any) -> str:
 
 
 def test_a_shape_that_bound_lets_every_call_of_it_through_and_no_other() -> None:
-    # rules 16 and 101
+    # rules 16 (bad-input-refused) and 101 (bulk-shortcuts-same-outcome)
     fresh = JobSpec(func=_body, name="shapes_fresh")
     spec = JobSpec(func=_body, name="shapes_fresh")
     spec.call(1)
@@ -37,7 +38,7 @@ def test_a_shape_that_bound_lets_every_call_of_it_through_and_no_other() -> None
 
 
 def test_a_refused_shape_is_never_remembered() -> None:
-    # rule 101
+    # rule 101 (bulk-shortcuts-same-outcome)
     spec = JobSpec(func=_body, name="shapes_refused")
     for _ in range(3):
         _refusal(spec)
@@ -47,7 +48,8 @@ def test_a_refused_shape_is_never_remembered() -> None:
 
 
 def test_keyword_bodies_with_ever_new_names_are_still_checked() -> None:
-    # rule 101: past MAX_BOUND_SHAPES shapes a call is bound each time, as before.
+    # rule 101 (bulk-shortcuts-same-outcome): past MAX_BOUND_SHAPES shapes a call is bound each
+    # time, as before.
     def body(a: int, **extra: Any) -> None:
         return None
 
@@ -58,7 +60,7 @@ def test_keyword_bodies_with_ever_new_names_are_still_checked() -> None:
 
 
 def test_a_job_taking_its_context_is_checked_by_shape_too() -> None:
-    # rule 101
+    # rule 101 (bulk-shortcuts-same-outcome)
     def body(ctx: Any, a: int) -> None:
         return None
 

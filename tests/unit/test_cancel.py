@@ -1,4 +1,5 @@
-"""The run's cancel scope: one signal, many causes, the first cause wins (rules 3, 8, 11)."""
+"""The run's cancel scope: one signal, many causes, the first cause wins
+(rules 3 (lost-lease-cancels), 8 (lost-slot-cancels), 11 (cooperative-cancel))."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_a_new_scope_is_not_cancelled() -> None:
     assert scope.wait(0) is False
 
 
-def test_the_first_reason_wins() -> None:  # rules 3, 8
+def test_the_first_reason_wins() -> None:  # rules 3 (lost-lease-cancels), 8 (lost-slot-cancels)
     scope = CancelScope()
     lost = LeaseLostError("another worker holds job 1")
     assert scope.cancel(lost) is True
@@ -67,7 +68,7 @@ def test_a_waiter_wakes_when_cancelled() -> None:
     assert woke == [True]
 
 
-def test_a_lost_slot_names_job_key_and_slot() -> None:  # rule 8
+def test_a_lost_slot_names_job_key_and_slot() -> None:  # rule 8 (lost-slot-cancels)
     error = JobSlotLostError(job="report", job_id=42, key="job:report", slot=1)
     assert (error.job, error.job_id, error.key, error.slot, error.cause) == (
         "report", 42, "job:report", 1, "slot_lost")

@@ -1,6 +1,6 @@
 """The chaos run's counting (benchmarks/chaos/measure.py): each column of its table, on
 hand-made records, so a change that miscounts fails here rather than hiding a regression of
-the rules the chaos run watches (rules 1, 4 and 5)."""
+the rules the chaos run watches (rules 1 (leased-claim), 4 (fenced-settle) and 5 (fleet-cap))."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def test_a_body_that_returned_twice_with_no_fault_is_a_double_run() -> None:
 
 
 def test_a_sigkilled_workers_run_is_inside_the_window() -> None:
-    """Rule 1: a body that returned but whose worker died before writing it runs again."""
+    """Rule 1 (leased-claim): a body that returned but whose worker died before writing it runs
+    again."""
     runs = [run(1, 10, 0.0, 1.0), run(1, 11, 5.0, 6.0)]
     assert measure.ran_twice(runs, Faults(killed={10: 1.2})) == 0
     assert measure.ran_twice(runs, Faults(killed={11: 7.0})) == 1  # the wrong worker died
@@ -86,7 +87,8 @@ def test_every_live_status_is_stuck(status: str) -> None:
 
 
 def test_cap_violations_count_runs_started_over_the_cap() -> None:
-    """Rule 5: at most ``cap`` runs at once; one ending when the next starts is no overlap."""
+    """Rule 5 (fleet-cap): at most ``cap`` runs at once; one ending when the next starts is no
+    overlap."""
     runs = [run(1, 10, 0.0, 2.0, name="capped"), run(2, 11, 1.0, 3.0, name="capped"),
             run(3, 12, 1.5, 2.5, name="capped"), run(4, 12, 3.0, 4.0, name="capped"),
             run(5, 13, 1.2, 1.3, name="other")]

@@ -1,6 +1,7 @@
-"""Per-key caps and rate limits as declared (rule 54): a key or rate limit that can never work is
-refused when the job is declared, naming the option; a call whose key cannot be stored is
-refused at enqueue, before any SQL. And the rate limiter's arithmetic (rule 52)."""
+"""Per-key caps and rate limits as declared (rule 54 (bad-flow-option-refused)): a key or rate limit
+that can never work is refused when the job is declared, naming the option; a call whose key cannot
+be stored is refused at enqueue, before any SQL. And the rate limiter's arithmetic
+(rule 52 (fleet-rate-limit))."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_a_key_or_rate_that_cannot_work_is_refused_when_declared(
 
 
 def test_keys_name_a_positional_or_keyword_parameter_or_are_callables(
-        declare: Callable[..., JobSpec]) -> None:  # rule 50
+        declare: Callable[..., JobSpec]) -> None:  # rule 50 (per-key-cap)
     by_position = declare(export, concurrency=1, concurrency_key="customer_id")
     by_keyword = declare(export, concurrency=1, concurrency_key="fmt")
     by_function = declare(export, concurrency=1,
@@ -70,7 +71,7 @@ def test_keys_name_a_positional_or_keyword_parameter_or_are_callables(
 
 
 def test_a_key_the_queue_cannot_keep_is_refused_at_enqueue_before_any_sql(
-        declare: Callable[..., JobSpec]) -> None:  # rule 54
+        declare: Callable[..., JobSpec]) -> None:  # rule 54 (bad-flow-option-refused)
     spec = declare(export, concurrency=1, concurrency_key="fmt", rate_limit="5/s",
                    rate_limit_key=lambda *a, **kw: kw.get("fmt"))
     with pytest.raises(JobArgumentError, match="concurrency_key 'fmt' is list"):
@@ -90,7 +91,7 @@ def test_slot_keys_of_two_jobs_never_collide() -> None:
     assert split_slot_key("job:x") == ("x", None)
 
 
-def test_the_burst_is_one_start_per_ten_of_the_limit() -> None:  # rule 52
+def test_the_burst_is_one_start_per_ten_of_the_limit() -> None:  # rule 52 (fleet-rate-limit)
     assert [(r.burst, r.window_allowance) for r in
             (parse_rate_limit("j", t) for t in ("1/h", "9/m", "10/m", "50/s", "100/m"))
             ] == [(1, 0), (1, 0), (2, 1), (6, 5), (11, 10)]
@@ -98,7 +99,7 @@ def test_the_burst_is_one_start_per_ten_of_the_limit() -> None:  # rule 52
 
 @pytest.mark.parametrize("text", ["7/s", "50/s", "100/m"])
 def test_gcra_never_lets_a_window_hold_more_than_the_limit_and_its_allowance(
-        text: str) -> None:  # rule 52
+        text: str) -> None:  # rule 52 (fleet-rate-limit)
     rate = parse_rate_limit("j", text)
     assert rate is not None
     rng = random.Random(text)
@@ -118,5 +119,6 @@ def test_gcra_never_lets_a_window_hold_more_than_the_limit_and_its_allowance(
     if rate.burst > 1:
         assert len(grants) / 20 == pytest.approx(rate.count, rel=0.05)
     else:
-        # No tolerance below 10 a period: the lateness of each take is lost (rule 52).
+        # No tolerance below 10 a period: the lateness of each take is lost
+        # (rule 52 (fleet-rate-limit)).
         assert 0.7 * rate.count < len(grants) / 20 <= rate.count

@@ -57,7 +57,8 @@ def test_a_value_nested_just_inside_the_json_depth_limit_is_still_parsed() -> No
 
 
 @pytest.mark.parametrize(("args", "kwargs", "problem"), [
-    # rule 15: each of these used to raise out of the claim, stranding the whole batch.
+    # rule 15 (undecodable-row-fails-alone): each of these used to raise out of the claim, stranding
+    # the whole batch.
     (nested(3000), "{}", "the stored args nest deeper than this Python's JSON reader allows"),
     ("[]", '{"a":' + nested(3000) + "}", "the stored kwargs nest deeper"),
     ("[" + "9" * 5000 + "]", "{}", "the stored args are not JSON this Python can read "

@@ -151,7 +151,8 @@ def test_every_json_value_passes_and_round_trips(value: Any) -> None:
     assert json.loads(dumps(value)) == value
 
 
-# -- rule 16: depth, long ints, keyword names ------------------------------------------------------
+# -- rule 16 (bad-input-refused): depth, long ints, keyword names
+# ------------------------------------------------------
 
 
 @pytest.mark.parametrize("value", [10**4300 - 1, -(10**4300 - 1), 2**14284, 2**14283],

@@ -1,7 +1,8 @@
 """Every ``@job`` option is checked against what its column (or the worker) can hold, not only
 its Python type: a refusal is a ``JobOptionError`` naming the option, at declaration, and nothing
-is registered (rules 16, 54 and 64). ``.using()``'s options are refused the same way on both
-engines in tests/conformance/test_enqueue_refusals.py.
+is registered (rules 16 (bad-input-refused), 54 (bad-flow-option-refused) and
+64 (bad-schedule-refused)). ``.using()``'s options are refused the same way on both engines in
+tests/conformance/test_enqueue_refusals.py.
 
 Before, a number past a float's range raised a bare ``OverflowError`` ("int too large to convert
 to float"), one past 4,300 digits a bare ``ValueError`` from the refusal's own message, a
@@ -93,7 +94,7 @@ def case(options: dict[str, Any]) -> str:
 @pytest.mark.parametrize(("options", "says"), REFUSED, ids=[case(o) for o, _ in REFUSED])
 def test_an_option_its_column_cannot_hold_is_refused_at_declaration_by_name(
         options: dict[str, Any], says: str) -> None:
-    # rule 16 (rule 54 for concurrency and rate_limit)
+    # rule 16 (rule 54 (bad-flow-option-refused) for concurrency and rate_limit)
     with pytest.raises(JobOptionError) as refused:
         job(name="unholdable", **options)(body)
     assert isinstance(refused.value, JobConfigurationError | ValueError)
@@ -105,7 +106,7 @@ def test_an_option_its_column_cannot_hold_is_refused_at_declaration_by_name(
                          ids=[case(o) for o, _ in REFUSED_SCHEDULES])
 def test_a_schedule_its_workers_cannot_agree_on_is_refused_at_declaration(
         options: dict[str, Any], says: str) -> None:
-    # rule 64
+    # rule 64 (bad-schedule-refused)
     with pytest.raises(JobOptionError) as refused:
         job(name="unholdable", **options)(body)
     assert str(refused.value).startswith(f"job 'unholdable': {says}"), str(refused.value)
@@ -113,7 +114,8 @@ def test_a_schedule_its_workers_cannot_agree_on_is_refused_at_declaration(
 
 
 def test_a_schedule_refused_names_the_function_of_a_job_without_name() -> None:
-    # rule 64: the name a job takes from its function, as every other option's refusal says.
+    # rule 64 (bad-schedule-refused): the name a job takes from its function, as every other
+    # option's refusal says.
     with pytest.raises(JobOptionError, match=r"^job 'body': every must be from 1 second"):
         job(every=0)(body)
     with pytest.raises(JobOptionError, match=r"^job 'body': timezone= and catch_up= apply"):
@@ -122,7 +124,7 @@ def test_a_schedule_refused_names_the_function_of_a_job_without_name() -> None:
 
 
 def test_a_name_that_is_no_text_is_refused_by_the_option() -> None:
-    # rule 16: it raised AttributeError ('int' object has no attribute 'strip').
+    # rule 16 (bad-input-refused): it raised AttributeError ('int' object has no attribute 'strip').
     with pytest.raises(JobOptionError, match=r"@job\(name=\.\.\.\) of .*body must be a str, "
                                              r"not 5"):
         job(name=5)(body)  # type: ignore[arg-type]
@@ -144,8 +146,8 @@ def test_the_values_at_each_bound_are_accepted(options: dict[str, Any]) -> None:
 
 
 def test_the_zones_accepted_are_the_iana_names_less_the_hosts_own() -> None:
-    # rule 64: what zoneinfo lists (no posix/, right/ nor posixrules there), less localtime and
-    # Factory; each loads.
+    # rule 64 (bad-schedule-refused): what zoneinfo lists (no posix/, right/ nor posixrules there),
+    # less localtime and Factory; each loads.
     listed = available_timezones()
     assert iana_zones() == listed - {"localtime", "Factory"}
     assert not any(name.startswith(("posix/", "right/")) for name in iana_zones())
@@ -155,14 +157,14 @@ def test_the_zones_accepted_are_the_iana_names_less_the_hosts_own() -> None:
 
 
 def test_a_cron_without_timezone_is_still_read_in_utc() -> None:
-    # rule 64: the documented default (timezone left out, or None) is kept.
+    # rule 64 (bad-schedule-refused): the documented default (timezone left out, or None) is kept.
     assert Schedule(cron="0 9 * * *").zone == ZoneInfo("UTC")
     assert Schedule(cron="0 9 * * *", timezone=None).zone == ZoneInfo("UTC")
 
 
 def test_a_host_without_a_time_zone_database_is_told_to_install_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 64: not "'UTC' is no IANA time zone".
+    # rule 64 (bad-schedule-refused): not "'UTC' is no IANA time zone".
     monkeypatch.setattr(schedules, "iana_zones", frozenset)
     with pytest.raises(JobOptionError, match="'UTC' cannot be read: this host has no time zone "
                                              "database; install the tzdata package"):
@@ -178,7 +180,8 @@ UNSERVABLE_QUEUES = ["", "q" * 101, "a\tb", "emails\n", "\x1b[31mred", "a\x7f", 
 @pytest.mark.parametrize("queue", UNSERVABLE_QUEUES, ids=repr)
 def test_a_queue_no_worker_may_serve_is_refused_at_declaration_as_by_runjobworker(
         queue: Any) -> None:
-    # rule 16: one rule for both (rule 18), so the refusal says the same after the name.
+    # rule 16 (bad-input-refused): one rule for both (rule 18 (start-mistake-named)), so the refusal
+    # says the same after the name.
     from django_ultjobs.worker.options import WorkerOptions
 
     with pytest.raises(JobOptionError) as declared:

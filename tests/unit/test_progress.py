@@ -1,6 +1,6 @@
 """Progress of long work: a bar on a terminal, nothing off one (the command's line says it all).
 
-Rule 84.
+Rule 84 (progress-on-terminal).
 """
 
 from __future__ import annotations

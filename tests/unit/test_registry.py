@@ -94,8 +94,9 @@ def test_a_job_named_after_an_existing_one_is_refused_before_it_is_registered() 
     ({"concurrency": False}, "concurrency must be a whole number from 1 to 2147483647"),
     ({"backoff": -1.0}, "backoff is -1.0; it must be a finite number of seconds from 0"),
     ({"max_backoff": -1.0}, "max_backoff is -1.0; it must be a finite number of seconds from 0"),
-    # Rule 31: a non-finite or absurd float would reach the settle's timestamp arithmetic (and
-    # once refused every settle batch holding it): refused at import, naming the option.
+    # Rule 31 (bounded-outcomes): a non-finite or absurd float would reach the settle's timestamp
+    # arithmetic (and once refused every settle batch holding it): refused at import, naming the
+    # option.
     ({"backoff": float("inf")}, "backoff is inf; it must be a finite number"),
     ({"backoff": float("nan")}, "backoff is nan; it must be a finite number"),
     ({"max_backoff": float("inf")}, "max_backoff is inf; it must be a finite number"),

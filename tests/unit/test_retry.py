@@ -67,7 +67,8 @@ def test_the_default_randomness_stays_in_bounds() -> None:
 
 
 def test_delays_are_clamped_to_what_every_engine_can_add_to_a_timestamp() -> None:
-    # rule 31: never NaN, never infinite, never past a hundred years, never negative.
+    # rule 31 (bounded-outcomes): never NaN, never infinite, never past a hundred years, never
+    # negative.
     assert clamp_delay(float("nan")) == 0.0
     assert clamp_delay(float("inf")) == MAX_DELAY
     assert clamp_delay(float("-inf")) == 0.0
@@ -82,7 +83,7 @@ def test_delays_are_clamped_to_what_every_engine_can_add_to_a_timestamp() -> Non
 @settings(max_examples=300, deadline=None)
 def test_no_backoff_is_ever_non_finite_or_past_the_bound(attempt: int, base: float,
                                                           cap: float) -> None:
-    # rule 31: whatever a spec held (registration refuses these; a row written by hand, or a
-    # spec built around the check, may not), the delay a settle writes is storable.
+    # rule 31 (bounded-outcomes): whatever a spec held (registration refuses these; a row written by
+    # hand, or a spec built around the check, may not), the delay a settle writes is storable.
     delay = backoff_delay(attempt, base=base, cap=cap)
     assert math.isfinite(delay) and 0.0 <= delay <= MAX_DELAY

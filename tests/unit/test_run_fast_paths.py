@@ -1,6 +1,7 @@
 """The per-run shortcuts of ``run_job`` (performance.md, item 81) give what the long way gives:
-a body's ``None`` is stored as the encoder stores it, under the same size bound (rule 31), and a
-run without a tracer provider gets the invalid span without its attributes being made."""
+a body's ``None`` is stored as the encoder stores it, under the same size bound
+(rule 31 (bounded-outcomes)), and a run without a tracer provider gets the invalid span without its
+attributes being made."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ def test_a_result_is_stored_as_the_checker_and_encoder_store_it(result: object) 
     assert _result_json("j", result) == _the_long_way(result)
 
 
+# rule 31 (bounded-outcomes)
 @pytest.mark.parametrize("limit", [3, 4])
-def test_none_is_held_to_the_result_bound_like_any_result(limit: int) -> None:  # rule 31
+def test_none_is_held_to_the_result_bound_like_any_result(limit: int) -> None:
     with override_settings(ULTJOBS={"MAX_RESULT_BYTES": limit}):
         outcomes = []
         for way in (_the_long_way, lambda r: _result_json("j", r)):

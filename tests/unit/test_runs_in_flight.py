@@ -1,5 +1,6 @@
 """The claim loop's batch lookup of ``RunsInFlight`` (performance.md, item 82) finds each run's
-older runs of its job; a slotted ``Run`` still settles once and can be watched going (rule 13)."""
+older runs of its job; a slotted ``Run`` still settles once and can be watched going
+(rule 13 (nothing-leaks))."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def _settled_by_eight_threads() -> Run:
     return run
 
 
-def test_a_run_settles_once_across_threads_and_goes_when_dropped() -> None:  # rule 13
+# rule 13 (nothing-leaks)
+def test_a_run_settles_once_across_threads_and_goes_when_dropped() -> None:
     gone = weakref.ref(_settled_by_eight_threads())
     gc.collect()
     assert gone() is None

@@ -1,4 +1,5 @@
-"""When a schedule ticks, across DST changes, and what a catch-up keeps (rules 62 and 64).
+"""When a schedule ticks, across DST changes, and what a catch-up keeps (rules 62 (catch-up-policy)
+and 64 (bad-schedule-refused)).
 
 Pure: every "now" is given, no clock is read and no SQL is sent.
 """
@@ -33,7 +34,8 @@ def ticks(schedule: Schedule, after: datetime, n: int) -> list[datetime]:
 # -- DST ------------------------------------------------------------------------------------------
 
 
-def test_a_2_30_job_runs_at_3_00_on_the_night_the_clocks_go_forward() -> None:  # rule 62
+# rule 62 (catch-up-policy)
+def test_a_2_30_job_runs_at_3_00_on_the_night_the_clocks_go_forward() -> None:
     """Paris, 30 March 2025: 02:00 becomes 03:00, so 02:30 never happens; the job runs once, at
     03:00 (01:00 UTC), as Debian's cron runs it, then at 02:30 again from the next night."""
     daily = Schedule(cron="30 2 * * *", timezone="Europe/Paris")
@@ -43,7 +45,8 @@ def test_a_2_30_job_runs_at_3_00_on_the_night_the_clocks_go_forward() -> None:  
         "30 03:00", "31 02:30", "01 02:30"]
 
 
-def test_a_2_30_job_runs_once_on_the_night_the_clocks_go_back() -> None:  # rule 62
+# rule 62 (catch-up-policy)
+def test_a_2_30_job_runs_once_on_the_night_the_clocks_go_back() -> None:
     """Paris, 26 October 2025: 03:00 becomes 02:00, so 02:30 happens twice; the job runs at the
     first (00:30 UTC) only."""
     daily = Schedule(cron="30 2 * * *", timezone="Europe/Paris")
@@ -51,7 +54,8 @@ def test_a_2_30_job_runs_once_on_the_night_the_clocks_go_back() -> None:  # rule
     assert got == [utc(2025, 10, 26, 0, 30), utc(2025, 10, 27, 1, 30)]
 
 
-def test_the_tick_after_one_inside_the_repeated_hour_is_later_not_earlier() -> None:  # rule 62
+# rule 62 (catch-up-policy)
+def test_the_tick_after_one_inside_the_repeated_hour_is_later_not_earlier() -> None:
     """Started from the second 02:00 (01:00 UTC), cron reads the wall clock without telling the
     two apart; the next tick must still come after it, not at the first 02:30 again."""
     daily = Schedule(cron="30 2 * * *", timezone="Europe/Paris")
@@ -59,7 +63,8 @@ def test_the_tick_after_one_inside_the_repeated_hour_is_later_not_earlier() -> N
     assert daily.next_tick(utc(2025, 10, 26, 0, 30)) == utc(2025, 10, 27, 1, 30)
 
 
-def test_a_half_hourly_job_runs_in_both_copies_of_the_repeated_hour() -> None:  # rule 62
+# rule 62 (catch-up-policy)
+def test_a_half_hourly_job_runs_in_both_copies_of_the_repeated_hour() -> None:
     every_half_hour = Schedule(cron="*/30 * * * *", timezone="Europe/Paris")
     got = ticks(every_half_hour, utc(2025, 10, 25, 23, 0), 6)
     # One every 30 minutes of real time, straight through the change.
@@ -67,7 +72,7 @@ def test_a_half_hourly_job_runs_in_both_copies_of_the_repeated_hour() -> None:  
 
 
 def test_an_hourly_job_skips_nothing_and_doubles_nothing_when_clocks_go_forward() -> None:
-    hourly = Schedule(cron="0 * * * *", timezone="Europe/Paris")  # rule 62
+    hourly = Schedule(cron="0 * * * *", timezone="Europe/Paris")  # rule 62 (catch-up-policy)
     got = ticks(hourly, utc(2025, 3, 29, 23, 30), 4)
     assert got == [utc(2025, 3, 30, 0), utc(2025, 3, 30, 1), utc(2025, 3, 30, 2),
                    utc(2025, 3, 30, 3)]
@@ -82,7 +87,7 @@ def test_cron_is_read_in_utc_unless_a_timezone_is_given() -> None:
 # -- every= ---------------------------------------------------------------------------------------
 
 
-def test_interval_ticks_are_the_same_instants_for_every_worker() -> None:  # rule 60
+def test_interval_ticks_are_the_same_instants_for_every_worker() -> None:  # rule 60 (tick-once)
     every = Schedule(every=5)
     assert every.next_tick(utc(2026, 1, 1, 0, 0, 3)) == utc(2026, 1, 1, 0, 0, 5)
     assert every.next_tick(utc(2026, 1, 1, 0, 0, 5)) == utc(2026, 1, 1, 0, 0, 10)
@@ -95,20 +100,21 @@ def test_interval_ticks_are_the_same_instants_for_every_worker() -> None:  # rul
 # -- catch-up -------------------------------------------------------------------------------------
 
 
-def test_catch_up_latest_runs_the_most_recent_missed_tick_once() -> None:  # rule 62
+# rule 62 (catch-up-policy)
+def test_catch_up_latest_runs_the_most_recent_missed_tick_once() -> None:
     schedule = Schedule(every=60)
     now = utc(2026, 1, 1, 1, 0, 30)
     assert schedule.due(utc(2026, 1, 1, 0, 0), now) == [utc(2026, 1, 1, 1, 0)]
 
 
-def test_catch_up_none_runs_only_a_tick_on_time() -> None:  # rule 62
+def test_catch_up_none_runs_only_a_tick_on_time() -> None:  # rule 62 (catch-up-policy)
     schedule = Schedule(every=60, catch_up="none")
     assert schedule.due(utc(2026, 1, 1), utc(2026, 1, 1, 1, 0, 30)) == []
     on_time = utc(2026, 1, 1, 1) + ON_TIME
     assert schedule.due(utc(2026, 1, 1, 0, 59, 30), on_time) == [utc(2026, 1, 1, 1)]
 
 
-def test_catch_up_all_runs_every_missed_tick_up_to_the_bound() -> None:  # rule 62
+def test_catch_up_all_runs_every_missed_tick_up_to_the_bound() -> None:  # rule 62 (catch-up-policy)
     schedule = Schedule(every=60, catch_up="all")
     got = schedule.due(utc(2026, 1, 1), utc(2026, 1, 1, 0, 10, 1))
     assert got == [utc(2026, 1, 1, 0, m) for m in range(1, 11)]
@@ -119,7 +125,8 @@ def test_catch_up_all_runs_every_missed_tick_up_to_the_bound() -> None:  # rule 
     assert len(week) == MAX_CATCH_UP and week[-1] == utc(2026, 1, 8)
 
 
-def test_a_catch_up_across_the_repeated_hour_counts_real_time() -> None:  # rule 62
+# rule 62 (catch-up-policy)
+def test_a_catch_up_across_the_repeated_hour_counts_real_time() -> None:
     """Missed ticks of a half-hourly Paris job over the night the clocks go back, seen from
     inside the repeated hour: each 30 minutes of real time once, none hidden by the fold."""
     half_hourly = Schedule(cron="*/30 * * * *", timezone="Europe/Paris", catch_up="all")
@@ -168,7 +175,8 @@ def test_nothing_is_due_before_the_next_tick() -> None:
     ({"timezone": "UTC"}, "apply to a periodic job"),
     ({"catch_up": "all"}, "apply to a periodic job"),
 ])
-def test_a_bad_schedule_is_refused_at_declaration(options: dict, says: str) -> None:  # rule 64
+# rule 64 (bad-schedule-refused)
+def test_a_bad_schedule_is_refused_at_declaration(options: dict, says: str) -> None:
     with pytest.raises(JobOptionError) as refused:
         @job(name="bad_schedule", **options)
         def bad_schedule() -> None: ...
@@ -183,14 +191,16 @@ def test_a_bad_schedule_is_refused_at_declaration(options: dict, says: str) -> N
     (2**20, "every 1048576 s"), (31_622_400, "every 31622400 s"),
 ])
 def test_every_is_described_as_given_and_read_back_the_same(every: float, text: str) -> None:
-    """rule 64: the schedule's row shows ``every`` exactly, and the admin reads that same value
-    back from it: ``{:g}`` kept six digits (123456.7 was stored as "every 123457 s")."""
+    """rule 64 (bad-schedule-refused): the schedule's row shows ``every`` exactly, and the admin
+    reads that same value back from it: ``{:g}`` kept six digits (123456.7 was stored as "every
+    123457 s")."""
     assert Schedule(every=every).describe() == text
     back = described(text)
     assert back is not None and back.every == every and back.describe() == text
 
 
-def test_a_periodic_job_whose_parameters_lack_defaults_is_refused() -> None:  # rule 64
+# rule 64 (bad-schedule-refused)
+def test_a_periodic_job_whose_parameters_lack_defaults_is_refused() -> None:
     with pytest.raises(JobOptionError, match=r"every parameter needs a default.*order_id"):
         @job(name="needs_args", every=60)
         def needs_args(order_id: int, note: str = "") -> None: ...
@@ -227,7 +237,8 @@ def _check_ids() -> list[str]:
     return [m.id for m in check_schedules()]
 
 
-def test_a_bad_prune_schedule_is_reported_by_e040(settings) -> None:  # rule 64
+# rule 64 (bad-schedule-refused)
+def test_a_bad_prune_schedule_is_reported_by_e040(settings) -> None:
     settings.ULTJOBS = {**settings.ULTJOBS, "PRUNE_SCHEDULE": "0 25 * * *"}
     assert _check_ids() == ["django_ultjobs.E040"]
     settings.ULTJOBS = {**settings.ULTJOBS, "PRUNE_SCHEDULE": "0 3 * * *",
@@ -255,7 +266,8 @@ def test_a_cron_without_timezone_on_a_local_site_is_warned_by_w040(settings) -> 
 
 @pytest.mark.parametrize("zone", ["localtime", "right/UTC", "posix/Europe/Paris", "Factory", ""])
 def test_a_prune_timezone_that_is_no_iana_name_is_reported_by_e040(settings, zone: str) -> None:
-    # rule 64: the setting is refused as @job(timezone=...) is, the check saying why.
+    # rule 64 (bad-schedule-refused): the setting is refused as @job(timezone=...) is, the check
+    # saying why.
     from django_ultjobs.checks import check_schedules
 
     settings.ULTJOBS = {**settings.ULTJOBS, "PRUNE_TIMEZONE": zone}
@@ -265,7 +277,7 @@ def test_a_prune_timezone_that_is_no_iana_name_is_reported_by_e040(settings, zon
 
 
 def test_w040_suggests_no_zone_a_job_would_refuse(settings) -> None:
-    # rule 64: Django takes TIME_ZONE = "posix/Europe/Paris"; a job does not.
+    # rule 64 (bad-schedule-refused): Django takes TIME_ZONE = "posix/Europe/Paris"; a job does not.
     from django_ultjobs.checks import check_schedules
 
     try:

@@ -1,6 +1,7 @@
 """Every ``ULTJOBS`` setting is checked by ``manage.py check`` for what the code reading it can
 take: a value it cannot is a system check error naming the setting, never an exception out of
-the check itself (rule 18), and the worker and ``prunejobs`` refuse it the same way.
+the check itself (rule 18 (start-mistake-named)), and the worker and ``prunejobs`` refuse it the
+same way.
 
 Before, an int past a float's range (``2**1024``) raised ``OverflowError`` in the check of
 ``GAUGE_INTERVAL``, ``UNKNOWN_JOB_*`` and ``RETENTION_DAYS``, one past 4,300 digits ``ValueError``
@@ -66,7 +67,8 @@ def errors_about(key: str, value: Any) -> list[str]:
 @pytest.mark.parametrize(("key", "value"), CASES,
                          ids=[f"{k}={shown(v)[:30]}" for k, v in CASES])
 def test_a_setting_no_reader_takes_is_an_error_naming_it(key: str, value: Any) -> None:
-    # rule 18: an error naming the setting, not an exception out of `manage.py check`
+    # rule 18 (start-mistake-named): an error naming the setting, not an exception out of `manage.py
+    # check`
     errors = errors_about(key, value)
     assert any(f"ULTJOBS[{key!r}]" in m for m in errors), errors
 
@@ -85,7 +87,8 @@ def test_a_setting_at_its_bound_passes(key: str, value: Any) -> None:
 
 @pytest.mark.parametrize("value", [HUGE, ENORMOUS, math.nan], ids=shown)
 def test_the_worker_refuses_a_timing_setting_by_the_flag_it_defaults(value: Any) -> None:
-    # rule 18: the OverflowError of math.isfinite(2**1024), or the ValueError of its repr.
+    # rule 18 (start-mistake-named): the OverflowError of math.isfinite(2**1024), or the ValueError
+    # of its repr.
     with override_settings(ULTJOBS={"VISIBILITY_TIMEOUT": value}), \
             pytest.raises(CommandError, match=r"^--visibility-timeout must be a number"):
         call_command("runjobworker", "--burst")

@@ -29,6 +29,7 @@ def test_every_array_is_a_parameter_of_the_settle() -> None:
 
 
 def test_a_value_that_is_no_text_is_a_type_error() -> None:
-    # A TypeError is a refusal of that run's values (rule 30), which the completer isolates.
+    # A TypeError is a refusal of that run's values (rule 30 (refused-outcome-no-wedge)), which the
+    # completer isolates.
     with pytest.raises(TypeError):
         texts([1])  # type: ignore[list-item]

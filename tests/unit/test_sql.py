@@ -87,8 +87,9 @@ def test_sqlite_time_text_parses_as_aware_utc(text: str) -> None:
 
 
 def test_sqlite_queries_reach_sqlite_unchanged_through_djangos_cursor() -> None:
-    # Django's SQLite cursor takes %(name)s and %% (rule 41) and turns them into :name and % with
-    # the names of the parameters it is given: what SQLite runs is the .sql file's own text.
+    # Django's SQLite cursor takes %(name)s and %% (rule 41 (instrumented-statements)) and turns
+    # them into :name and % with the names of the parameters it is given: what SQLite runs is the
+    # .sql file's own text.
     named = re.compile(r"%\((\w+)\)s")
     for name, sql in django_queries("sqlite").items():
         params = {param: f":{param}" for param in named.findall(sql)}

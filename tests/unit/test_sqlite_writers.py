@@ -1,9 +1,10 @@
 """SQLite writers: the store's ``write_transaction``, the middleware's actor, the system checks.
 
 Under Django's default (deferred) SQLite transaction mode a transaction that reads, then writes,
-fails with "database is locked" when another connection wrote in between. Rule 21: the library's
-own such transactions begin as the writer; rule 22: the request's actor is not read inside the
-view's transaction. The multi-process proofs are in tests/acceptance/test_sqlite_production.py.
+fails with "database is locked" when another connection wrote in between.
+Rule 21 (sqlite-begins-as-writer): the library's own such transactions begin as the writer;
+rule 22 (sqlite-actor-read-outside): the request's actor is not read inside the view's transaction.
+The multi-process proofs are in tests/acceptance/test_sqlite_production.py.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _log(label: str, alias: str = SQLITE) -> None:
 
 @pytest.mark.django_db(transaction=True, databases="__all__")
 def test_write_transaction_commits_or_rolls_back_as_one(alias: str) -> None:
-    # rule 21: on both engines it is an atomic() block first of all.
+    # rule 21 (sqlite-begins-as-writer): on both engines it is an atomic() block first of all.
     store = get_store(alias)
     with store.write_transaction():
         _log("kept", alias)
@@ -64,8 +65,9 @@ def test_write_transaction_commits_or_rolls_back_as_one(alias: str) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_write_transaction_holds_the_write_lock_before_its_first_statement(
         other_writer: sqlite3.Connection) -> None:
-    # rule 21: begun as the writer under the project's deferred mode, so nobody can write
-    # between its reads and its writes; savepoints and later transactions are deferred again.
+    # rule 21 (sqlite-begins-as-writer): begun as the writer under the project's deferred mode, so
+    # nobody can write between its reads and its writes; savepoints and later transactions are
+    # deferred again.
     conn = connections[SQLITE]
     assert conn.settings_dict["OPTIONS"].get("transaction_mode") is None
     conn.close()  # connecting reads the mode from the settings: the block must connect first
@@ -82,7 +84,8 @@ def test_write_transaction_holds_the_write_lock_before_its_first_statement(
 @pytest.mark.django_db(transaction=True)
 def test_write_transaction_that_cannot_begin_leaves_the_connection_as_it_was(
         other_writer: sqlite3.Connection) -> None:
-    # rule 21: a busy timeout spent at BEGIN raises, and the project's mode is back.
+    # rule 21 (sqlite-begins-as-writer): a busy timeout spent at BEGIN raises, and the project's
+    # mode is back.
     conn = connections[SQLITE]
     conn.ensure_connection()
     conn.connection.execute("PRAGMA busy_timeout = 20")
@@ -98,8 +101,8 @@ def test_write_transaction_that_cannot_begin_leaves_the_connection_as_it_was(
 @pytest.mark.django_db(transaction=True)
 def test_write_transaction_inside_a_callers_atomic_is_a_savepoint(
         other_writer: sqlite3.Connection) -> None:
-    # rule 21: the caller's transaction began as the caller's did (deferred here, so it took no
-    # lock); the block is a savepoint of it, rolled back alone.
+    # rule 21 (sqlite-begins-as-writer): the caller's transaction began as the caller's did
+    # (deferred here, so it took no lock); the block is a savepoint of it, rolled back alone.
     with transaction.atomic():
         RunLog.objects.count()
         with get_store(SQLITE).write_transaction():
@@ -138,8 +141,8 @@ def _logged_in(username: str) -> Client:
 @pytest.mark.django_db(databases="__all__")
 @override_settings(ROOT_URLCONF=__name__)
 def test_on_sqlite_a_session_users_actor_is_read_before_the_view(alias: str) -> None:
-    # rule 22: on SQLite the user is looked up before the view's transaction; on PostgreSQL
-    # only when a job is enqueued. Either way the job names the user.
+    # rule 22 (sqlite-actor-read-outside): on SQLite the user is looked up before the view's
+    # transaction; on PostgreSQL only when a job is enqueued. Either way the job names the user.
     client = _logged_in("ada")
     response = client.post("/enqueue/").json()
     assert response["loaded_before_view"] is (alias == "default")
@@ -150,8 +153,9 @@ def test_on_sqlite_a_session_users_actor_is_read_before_the_view(alias: str) -> 
 @override_settings(ROOT_URLCONF=__name__)
 def test_on_sqlite_begun_as_the_writer_the_actor_stays_lazy(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 22: an IMMEDIATE transaction has no window for a stale read, so the lookup waits for
-    # the enqueue, as on PostgreSQL (the mode is read from the settings on each request).
+    # rule 22 (sqlite-actor-read-outside): an IMMEDIATE transaction has no window for a stale read,
+    # so the lookup waits for the enqueue, as on PostgreSQL (the mode is read from the settings on
+    # each request).
     client = _logged_in("linus")
     monkeypatch.setitem(connections[SQLITE].settings_dict["OPTIONS"], "transaction_mode",
                         "IMMEDIATE")
@@ -163,7 +167,8 @@ def test_on_sqlite_begun_as_the_writer_the_actor_stays_lazy(
 @pytest.mark.django_db(databases="__all__")
 @override_settings(ROOT_URLCONF=__name__)
 def test_a_request_without_a_session_pays_nothing(alias: str) -> None:
-    # rule 22: no session cookie, nothing to read: the actor stays lazy and is "anonymous".
+    # rule 22 (sqlite-actor-read-outside): no session cookie, nothing to read: the actor stays lazy
+    # and is "anonymous".
     response = Client().post("/enqueue/").json()
     assert response["loaded_before_view"] is False
     assert Job.objects.using(alias).get(pk=response["job_id"]).enqueued_by == "anonymous"
@@ -173,7 +178,8 @@ def test_a_request_without_a_session_pays_nothing(alias: str) -> None:
 @override_settings(ROOT_URLCONF=__name__)
 def test_a_database_error_looking_up_the_user_is_left_to_the_view(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 22: a view that never needs the user still answers when the early lookup fails.
+    # rule 22 (sqlite-actor-read-outside): a view that never needs the user still answers when the
+    # early lookup fails.
     client = _logged_in("grace")
     from django.contrib import auth
 

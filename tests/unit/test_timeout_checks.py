@@ -1,4 +1,5 @@
-"""W035: a timeout on a job whose body cannot see its cancellation (rules 55, 56)."""
+"""W035: a timeout on a job whose body cannot see its cancellation (rules 55 (timeout-cancels),
+56 (overrun-reported))."""
 
 from __future__ import annotations
 

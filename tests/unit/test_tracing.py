@@ -1,4 +1,5 @@
-"""Trace propagation: a stored traceparent is a parent when valid and ignored when not (rule 14)."""
+"""Trace propagation: a stored traceparent is a parent when valid and ignored when not
+(rule 14 (trace-never-fails))."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _span_context(ctx: Any) -> SpanContext:
     return trace.get_current_span(ctx).get_span_context()
 
 
-def test_a_valid_traceparent_is_the_parent() -> None:  # rule 14
+def test_a_valid_traceparent_is_the_parent() -> None:  # rule 14 (trace-never-fails)
     ctx = parent_context(VALID, "")
     assert ctx is not None
     span_context = _span_context(ctx)
@@ -36,13 +37,13 @@ def test_a_valid_traceparent_is_the_parent() -> None:  # rule 14
     assert span_context.trace_flags.sampled
 
 
-def test_a_valid_traceparent_with_a_tracestate_keeps_it() -> None:  # rule 14
+def test_a_valid_traceparent_with_a_tracestate_keeps_it() -> None:  # rule 14 (trace-never-fails)
     ctx = parent_context(VALID, "vendor=value,other=x")
     assert ctx is not None
     assert _span_context(ctx).trace_state.get("vendor") == "value"
 
 
-def test_a_garbage_tracestate_does_not_lose_a_valid_parent() -> None:  # rule 14
+def test_a_garbage_tracestate_does_not_lose_a_valid_parent() -> None:  # rule 14 (trace-never-fails)
     for tracestate in ["=", ",,,", "\x00", "é" * 600, "a=" + "b" * 300]:
         ctx = parent_context(VALID, tracestate)
         assert ctx is not None and _span_context(ctx).trace_id == TRACE_ID
@@ -58,14 +59,16 @@ def test_a_garbage_tracestate_does_not_lose_a_valid_parent() -> None:  # rule 14
     "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
     VALID * 20,
 ])
-def test_a_malformed_traceparent_is_ignored(traceparent: str | None) -> None:  # rule 14
+# rule 14 (trace-never-fails)
+def test_a_malformed_traceparent_is_ignored(traceparent: str | None) -> None:
     assert parent_context(traceparent, "vendor=value") is None
 
 
+# rule 14 (trace-never-fails)
 @settings(deadline=None)  # a loaded CI machine must not turn slowness into a failure
 @given(st.text(), st.text())
 def test_parent_context_never_raises_on_any_text(traceparent: str,
-                                                 tracestate: str) -> None:  # rule 14
+                                                 tracestate: str) -> None:
     ctx = parent_context(traceparent, tracestate)
     assert ctx is None or _span_context(ctx).is_valid
 
@@ -85,8 +88,9 @@ def test_parent_context_never_raises_on_well_shaped_headers(traceparent: str) ->
     assert ctx is None or _span_context(ctx).is_valid
 
 
+# rule 14 (trace-never-fails)
 @pytest.mark.parametrize("traceparent", ["garbage", "\x00\ud800", VALID.upper(), VALID])
-def test_the_job_span_opens_whatever_the_row_holds(traceparent: str) -> None:  # rule 14
+def test_the_job_span_opens_whatever_the_row_holds(traceparent: str) -> None:
     with job_span("unit", {"job.name": "unit", "job.id": 1}, traceparent, "\x00") as span:
         assert span is not None
 
@@ -95,7 +99,7 @@ def test_capture_without_a_span_is_empty() -> None:
     assert capture_trace_context() == ("", "")
 
 
-def test_capture_then_parent_round_trips_the_current_span() -> None:  # rule 14
+def test_capture_then_parent_round_trips_the_current_span() -> None:  # rule 14 (trace-never-fails)
     span = NonRecordingSpan(SpanContext(TRACE_ID, SPAN_ID, is_remote=False,
                                         trace_flags=TraceFlags(TraceFlags.SAMPLED)))
     with trace.use_span(span):

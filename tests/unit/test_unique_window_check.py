@@ -1,4 +1,5 @@
-"""``django_ultjobs.W045``: a ``unique_for`` that prunejobs would cut short (rule 67)."""
+"""``django_ultjobs.W045``: a ``unique_for`` that prunejobs would cut short
+(rule 67 (unique-for-window))."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The async lane inside one worker (on a thread of the test): the same lease, slot and
-cancellation as a sync run (rules 85 and 86), on both engines."""
+cancellation as a sync run (rules 85 (one-event-loop) and 86 (async-cancel)), on both engines."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ FAST = {"visibility_timeout": 1.0, "heartbeat_interval": 0.25, "poll_interval": 
 
 
 def test_an_async_run_keeps_its_lease_past_the_visibility_timeout(alias: str) -> None:
-    # rules 1 and 85: registered in the runs in flight like a sync run, so the heartbeat keeps
-    # it: three visibility timeouts long, it is neither re-delivered nor lost.
+    # rules 1 (leased-claim) and 85 (one-event-loop): registered in the runs in flight like a sync
+    # run, so the heartbeat keeps it: three visibility timeouts long, it is neither re-delivered nor
+    # lost.
     job = async_stuck.enqueue(3.0)
     with running_worker(alias, **FAST):
         wait_until(lambda: Job.objects.using(alias).get(id=job.id).status == "succeeded",
@@ -26,8 +27,9 @@ def test_an_async_run_keeps_its_lease_past_the_visibility_timeout(alias: str) ->
 
 
 def test_a_lost_slot_cancels_a_stuck_async_body(alias: str) -> None:
-    # rules 8 and 86: the slot lapses under its holder; the renewal's "no" cancels the task at
-    # its await, the attempt is slot_lost (not burned) and the job runs again.
+    # rules 8 (lost-slot-cancels) and 86 (async-cancel): the slot lapses under its holder; the
+    # renewal's "no" cancels the task at its await, the attempt is slot_lost (not burned) and the
+    # job runs again.
     job = async_capped_stuck.enqueue()
     slots = Slot.objects.using(alias).filter(holder__endswith=f":{job.id}")
     with running_worker(alias, **FAST):
@@ -44,8 +46,9 @@ def test_a_lost_slot_cancels_a_stuck_async_body(alias: str) -> None:
 
 
 def test_a_lost_lease_cancels_a_stuck_async_body(alias: str) -> None:
-    # rules 3 and 86: another claim owns the row now; the task is cancelled and its settle,
-    # fenced on the old token, changes nothing (rule 4).
+    # rules 3 (lost-lease-cancels) and 86 (async-cancel): another claim owns the row now; the task
+    # is cancelled and its settle, fenced on the old token, changes nothing
+    # (rule 4 (fenced-settle)).
     job = async_stuck.enqueue()
     rows = Job.objects.using(alias).filter(id=job.id)
     with running_worker(alias, **FAST) as worker:

@@ -125,7 +125,8 @@ def test_the_maximum_thread_count_is_accepted() -> None:
 def test_a_worker_whose_threads_cannot_start_is_marked_stopped(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The system's thread limit, reached half-way through the pool: the worker says so in one
-    line, stops the threads it started, and its row reads stopped, not silent (rule 17)."""
+    line, stops the threads it started, and its row reads stopped, not silent
+    (rule 17 (failed-start-leaves-no-row))."""
     real_start = threading.Thread.start
 
     def start(thread: threading.Thread) -> None:
@@ -278,7 +279,8 @@ UNSTORABLE_FLAGS = [
                               for f, _ in UNSTORABLE_FLAGS])
 def test_a_text_flag_no_column_keeps_is_one_line_before_connecting(
         alias: str, flags: tuple[bytes | str, ...], says: str) -> None:
-    """rule 18: the value is checked against the column it goes to, before any connection."""
+    """rule 18 (start-mistake-named): the value is checked against the column it goes to, before any
+    connection."""
     argv = [os.fsencode(a) if isinstance(a, str) else a
             for a in (*worker_command(alias, "--burst"), *flags)]
     started = time.monotonic()

@@ -1,6 +1,8 @@
 """A real worker (on a thread of this process) on both engines: per-key caps hold per key and
-let keys run side by side (rules 50, 51), and a rate limit spaces starts without burning an
-attempt (rules 52, 53). The multi-process proofs are in tests/acceptance."""
+let keys run side by side (rules 50 (per-key-cap), 51 (per-key-slot)), and a rate limit spaces
+starts without burning an attempt (rules 52 (fleet-rate-limit), 53 (rate-wait-unburned)). The
+multi-process proofs are in
+tests/acceptance."""
 
 from __future__ import annotations
 
@@ -33,14 +35,15 @@ def test_a_cap_per_key_holds_per_key_and_keys_run_side_by_side(alias: str) -> No
     assert {label: max_overlap(s) for label, s in spans.items()} == {
         "keyed:a": 1, "keyed:b": 1, "keyed:c": 1}
     assert max_overlap([s for group in spans.values() for s in group]) >= 2
-    # Per-key slots went back with their settles (rule 51): none is kept between runs.
+    # Per-key slots went back with their settles (rule 51 (per-key-slot)): none is kept between
+    # runs.
     wait_until(lambda: not Slot.objects.using(alias).exists(), timeout=5,
                message="per-key slots to be given back")
 
 
 def test_a_rate_limit_spaces_starts_without_burning_attempts(alias: str) -> None:
-    # rule 52
-    # rule 53: a run over the limit waits without burning an attempt
+    # rule 52 (fleet-rate-limit)
+    # rule 53 (rate-wait-unburned): a run over the limit waits without burning an attempt
     rate = parse_rate_limit("rated_clocked", "50/s")
     assert rate is not None
     ids = rated_clocked.bulk_enqueue([rated_clocked.call() for _ in range(30)])

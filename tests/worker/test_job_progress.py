@@ -1,6 +1,7 @@
-"""Rule 79: ``ctx.set_progress`` is stored on the job, throttled to one write a second per run
-(the final ``done == total`` and the last held-back value always written), fenced on the claim
-token, and shown by the admin, ``ultjobs list`` and ``progress_of`` for Django Tasks."""
+"""Rule 79 (progress-throttled-fenced): ``ctx.set_progress`` is stored on the job, throttled to one
+write a second per run (the final ``done == total`` and the last held-back value always written),
+fenced on the claim token, and shown by the admin, ``ultjobs list`` and ``progress_of`` for Django
+Tasks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A worker keeps a settled run's fleet slot for its next run of the kind (rules 5-9).
+"""A worker keeps a settled run's fleet slot for its next run of the kind (rules 5 (fleet-cap) to
+9 (slot-held-while-body-runs)).
 
 The slot passes from run to run inside the worker without a slot statement, and goes back to the
 fleet when the worker's next claim brought no run to use it. These tests drive ``FleetSlots``
@@ -49,7 +50,7 @@ def test_a_kept_slot_passes_to_the_next_run_of_its_kind_without_a_statement() ->
     assert slot_store.released == [] and slots.kept == 0
 
 
-def test_an_offered_slot_no_run_took_goes_back_to_the_fleet() -> None:  # rule 6
+def test_an_offered_slot_no_run_took_goes_back_to_the_fleet() -> None:  # rule 6 (slot-renewed)
     slots, slot_store, _ = make()
     run = capped_run(1)
     slots.acquire_group([run])
@@ -74,7 +75,7 @@ def test_a_slot_kept_after_the_offer_waits_for_the_next_claim() -> None:
     assert slots.offer(CAPS) == {"capped": 1}
 
 
-def test_kept_slots_of_one_kind_never_serve_another() -> None:  # rule 5
+def test_kept_slots_of_one_kind_never_serve_another() -> None:  # rule 5 (fleet-cap)
     slots, slot_store, _ = make()
     run = capped_run(1)
     slots.acquire_group([run])
@@ -88,7 +89,8 @@ def test_kept_slots_of_one_kind_never_serve_another() -> None:  # rule 5
     assert slot_store.released == [[run.slot]]
 
 
-def test_lost_and_abandoned_runs_slots_are_not_kept() -> None:  # rules 5, 8
+# rules 5 (fleet-cap), 8 (lost-slot-cancels)
+def test_lost_and_abandoned_runs_slots_are_not_kept() -> None:
     slots, slot_store, _ = make()
     lost, abandoned, fine = capped_run(1), capped_run(2), capped_run(3)
     slots.acquire_group([lost, abandoned, fine])
@@ -100,7 +102,8 @@ def test_lost_and_abandoned_runs_slots_are_not_kept() -> None:  # rules 5, 8
     assert slot_store.released == [[fine.slot]]
 
 
-def test_a_kept_slot_not_confirmed_lately_is_never_handed_to_a_run() -> None:  # rules 5, 7
+# rules 5 (fleet-cap), 7 (fenced-slot-renewal)
+def test_a_kept_slot_not_confirmed_lately_is_never_handed_to_a_run() -> None:
     # Renewals failing (a database blip) for half the TTL: the slot may lapse before the next
     # renewal, and another worker may take it. A new run gets a fresh slot instead, and the old
     # one is given back (fenced on holder: a no-op if it lapsed and was taken).
@@ -116,7 +119,8 @@ def test_a_kept_slot_not_confirmed_lately_is_never_handed_to_a_run() -> None:  #
     assert nxt.slot is not None and nxt.slot.holder == f"{WORKER}:2"
 
 
-def test_the_ticker_renews_kept_slots_and_drops_one_that_lapsed() -> None:  # rule 7
+# rule 7 (fenced-slot-renewal)
+def test_the_ticker_renews_kept_slots_and_drops_one_that_lapsed() -> None:
     slots, slot_store, clock = make()
     a, b = capped_run(1), capped_run(2)
     slots.acquire_group([a, b])
@@ -137,7 +141,8 @@ def test_the_ticker_renews_kept_slots_and_drops_one_that_lapsed() -> None:  # ru
     assert slot_store.released == []
 
 
-def test_a_failed_acquire_keeps_the_kept_slots() -> None:  # rule 9's reasoning
+# rule 9 (slot-held-while-body-runs)'s reasoning
+def test_a_failed_acquire_keeps_the_kept_slots() -> None:
     slots, slot_store, _ = make()
     run = capped_run(1)
     slots.acquire_group([run])
@@ -155,8 +160,8 @@ def test_a_failed_acquire_keeps_the_kept_slots() -> None:  # rule 9's reasoning
 
 
 def test_a_slot_kept_while_the_claim_loop_cannot_claim_goes_back_after_a_while() -> None:
-    # rule 6: every thread busy with long jobs, or the completer behind: no claim offers the
-    # slot, so it is given back once kept for longer than the loop's poll interval.
+    # rule 6 (slot-renewed): every thread busy with long jobs, or the completer behind: no claim
+    # offers the slot, so it is given back once kept for longer than the loop's poll interval.
     slots, slot_store, clock = make()
     run = capped_run(1)
     slots.acquire_group([run])
@@ -232,7 +237,7 @@ def _outage_then_kept_while_the_claim_was_out() -> tuple[FleetSlots, LeaseRows, 
     return slots, rows, clock, first, second
 
 
-def test_a_lapsed_kept_slot_is_never_handed_to_a_second_run() -> None:  # rule 5
+def test_a_lapsed_kept_slot_is_never_handed_to_a_second_run() -> None:  # rule 5 (fleet-cap)
     # Holds are told apart by the whole row: known by (key, slot) alone, the run-2 hold would
     # make the lapsed run-1 entry look fresh, and the next claim would hand it to run 3: two
     # runs on one slot row.
@@ -247,7 +252,8 @@ def test_a_lapsed_kept_slot_is_never_handed_to_a_second_run() -> None:  # rule 5
     assert rows.holder(third) == third.slot.holder
 
 
-def test_a_run_whose_slot_is_held_by_another_hold_is_found_lost() -> None:  # rules 7, 8
+# rules 7 (fenced-slot-renewal), 8 (lost-slot-cancels)
+def test_a_run_whose_slot_is_held_by_another_hold_is_found_lost() -> None:
     # The renewal answers hold by hold (key, slot AND holder): a run on a row that another hold
     # of the same slot owns is told "no", even when that other hold is renewed in the same call.
     slots, _, clock, first, second = _outage_then_kept_while_the_claim_was_out()
@@ -261,7 +267,7 @@ def test_a_run_whose_slot_is_held_by_another_hold_is_found_lost() -> None:  # ru
     assert not second.slot_lost
 
 
-def test_kept_slots_above_a_lowered_cap_go_back() -> None:  # rule 5
+def test_kept_slots_above_a_lowered_cap_go_back() -> None:  # rule 5 (fleet-cap)
     # A cap lowered while the worker runs (a job registered again): slots at or above the new
     # cap never serve a new run, and go back to the fleet.
     slots, slot_store, _ = make()
@@ -277,7 +283,8 @@ def test_kept_slots_above_a_lowered_cap_go_back() -> None:  # rule 5
     assert [h for *_, h in slot_store.acquired[-2:]] == [f"{WORKER}:12", f"{WORKER}:13"]
 
 
-def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:  # rule 6
+# rule 6 (slot-renewed)
+def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:
     # The ticker renews the slots of the runs in its registry, which a run joins only when its
     # body starts; a kept slot (up to half a TTL old) handed over just before a tick must not
     # miss that tick's renewal.
@@ -293,7 +300,8 @@ def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:
 
 
 def test_a_job_claimed_again_never_shares_its_old_slot_with_the_run_it_passed_to() -> None:
-    # rules 5 and 8: a kept slot keeps the holder of the run that took it
+    # rules 5 (fleet-cap) and 8 (lost-slot-cancels): a kept slot keeps the holder of the run that
+    # took it
     # (W:1). Here run 2 uses that slot when an outage lapses it, and job 1 is claimed again: its
     # fresh hold of the same slot has the same holder. Run 2 has lost its slot and must be
     # cancelled, not silently renewed as run 3's and kept when it settles.
@@ -328,7 +336,7 @@ def test_a_job_claimed_again_never_shares_its_old_slot_with_the_run_it_passed_to
     assert not again.slot_lost and rows.holder(again) == again.slot.holder
 
 
-def test_a_stopping_worker_keeps_no_slot() -> None:  # rule 6
+def test_a_stopping_worker_keeps_no_slot() -> None:  # rule 6 (slot-renewed)
     # Draining: no run will be claimed any more, so kept slots go back at once and a run that
     # settles during the grace period gives its slot straight back.
     slots, slot_store, _ = make()

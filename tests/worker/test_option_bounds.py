@@ -1,5 +1,5 @@
 """A declaration the database cannot hold never reaches a worker; every value accepted runs, on
-both engines (rules 16 and 54).
+both engines (rules 16 (bad-input-refused) and 54 (bad-flow-option-refused)).
 
 ``@job(concurrency=1.5)`` (or NaN, inf, 2**31, 10**30) used to be accepted, and then every claim
 of every worker that registered it failed (``integer out of range`` on PostgreSQL, a datatype
@@ -57,9 +57,9 @@ def _succeeded(alias: str, ids: list[int]) -> Callable[[], bool]:
 
 def test_the_largest_values_the_columns_hold_are_accepted_and_run(
         alias: str, declare: Callable[..., JobSpec], caplog: pytest.LogCaptureFixture) -> None:
-    # rule 54: 2**31 - 1 fleet slots, per job and per key, claim again and again (each claim
-    # offered the slot kept from the run before) beside the largest rate limit, and the
-    # other options at their bounds, on both engines, and no claim fails.
+    # rule 54 (bad-flow-option-refused): 2**31 - 1 fleet slots, per job and per key, claim again and
+    # again (each claim offered the slot kept from the run before) beside the largest rate limit,
+    # and the other options at their bounds, on both engines, and no claim fails.
     largest = declare("largest", concurrency=INT_MAX, rate_limit=f"{INT_MAX}/s",
                       max_attempts=INT_MAX, priority=INT_MAX, timeout=MAX_DELAY,
                       expires_in=MAX_DELAY, backoff=MAX_DELAY, max_backoff=MAX_DELAY,
@@ -77,7 +77,7 @@ def test_the_largest_values_the_columns_hold_are_accepted_and_run(
 @pytest.mark.parametrize("cap", BAD_CAPS, ids=repr)
 def test_a_cap_the_slot_table_cannot_hold_is_refused_at_declaration_and_jobs_keep_running(
         alias: str, cap: float) -> None:
-    # rule 54
+    # rule 54 (bad-flow-option-refused)
     with pytest.raises(JobOptionError, match=r"^job 'unholdable': concurrency must be a whole "
                                              r"number from 1 to 2147483647 \(or None for no "
                                              r"cap\), not "):
@@ -90,8 +90,8 @@ def test_a_cap_the_slot_table_cannot_hold_is_refused_at_declaration_and_jobs_kee
 
 def test_a_worker_whose_code_declares_an_unholdable_cap_stops_before_it_claims(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 54: the declaration raises when the worker process imports its jobs, so it never
-    # registers nor claims; a worker without it runs the jobs meanwhile.
+    # rule 54 (bad-flow-option-refused): the declaration raises when the worker process imports its
+    # jobs, so it never registers nor claims; a worker without it runs the jobs meanwhile.
     ids = [add.enqueue(n, 2).id for n in range(3)]
     bad = worker_processes.start(alias, "--threads", "2", "--poll-interval", "0.05",
                                  env={"ULTJOBS_TEST_BAD_OPTIONS": json.dumps(

@@ -1,5 +1,6 @@
-"""A worker that claims its own lapsed job again: the old run is cancelled (rule 3) and gives up
-its fleet slot to the new run (rule 8), on SQLite and PostgreSQL.
+"""A worker that claims its own lapsed job again: the old run is cancelled
+(rule 3 (lost-lease-cancels)) and gives up its fleet slot to the new run
+(rule 8 (lost-slot-cancels)), on SQLite and PostgreSQL.
 
 Heartbeats that fail for longer than the visibility timeout let the job's lease lapse while its
 run goes on; the next claim, by the same worker, re-delivers it as a new attempt.
@@ -30,9 +31,9 @@ def _done(alias: str, *ids: int) -> bool:
 
 
 def test_a_worker_that_claims_its_own_lapsed_job_again_cancels_the_old_run(alias: str) -> None:
-    # rule 3: heartbeats fail for longer than the timeout, so this same worker re-claims its
-    # own job. The old run must be cancelled (its lease is gone) and the new one kept alive; the
-    # job then succeeds on attempt 2 instead of being re-delivered again and again.
+    # rule 3 (lost-lease-cancels): heartbeats fail for longer than the timeout, so this same worker
+    # re-claims its own job. The old run must be cancelled (its lease is gone) and the new one kept
+    # alive; the job then succeeds on attempt 2 instead of being re-delivered again and again.
     store_cls = type(get_store(alias))
     failing_until = timezone.now() + timedelta(seconds=1.6)
 
@@ -55,9 +56,9 @@ def test_a_worker_that_claims_its_own_lapsed_job_again_cancels_the_old_run(alias
 
 
 def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
-    # rule 8: when this worker claims its own lapsed job again, the new run's slot has the same
-    # holder (<worker>:<job id>) as the old run's. The old run must stop renewing and must not
-    # release: either would extend or free the slot the new run's body is using.
+    # rule 8 (lost-slot-cancels): when this worker claims its own lapsed job again, the new run's
+    # slot has the same holder (<worker>:<job id>) as the old run's. The old run must stop renewing
+    # and must not release: either would extend or free the slot the new run's body is using.
     from django_ultjobs.store import ClaimedJob, SlotHold
     from django_ultjobs.worker.options import WorkerOptions
     from django_ultjobs.worker.runs import Run

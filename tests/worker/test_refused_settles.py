@@ -1,4 +1,5 @@
-"""Outcomes the database refuses, results too large, lost commit replies (rules 30-32).
+"""Outcomes the database refuses, results too large, lost commit replies
+(rules 30 (refused-outcome-no-wedge) to 32 (landed-never-stale)).
 
 The worker must never be wedged by one outcome: a settle batch the database refuses for its values
 is split until the refused run is alone, and that run fails saying why while every other run of
@@ -43,7 +44,8 @@ def finished(alias: str, ids: Sequence[int]) -> Any:
         id__in=ids, status__in=("queued", "running")).exists()
 
 
-# -- MAX_RESULT_BYTES (rule 31) --------------------------------------------------------------------
+# -- MAX_RESULT_BYTES (rule 31 (bounded-outcomes))
+# --------------------------------------------------------------------
 
 
 def test_a_result_over_max_result_bytes_fails_in_the_worker_before_any_sql(alias: str) -> None:
@@ -78,7 +80,8 @@ def test_the_default_bound_is_four_mebibytes(pg_alias: str) -> None:
     assert Job.objects.using(pg_alias).get(id=at.id).status == "succeeded"
 
 
-# -- memory stays bounded while the completer cannot write (rule 31) -------------------------------
+# -- memory stays bounded while the completer cannot write (rule 31 (bounded-outcomes))
+# -------------------------------
 
 
 def test_claiming_stops_when_unsettled_outcomes_hold_too_many_bytes(
@@ -105,7 +108,8 @@ def test_claiming_stops_when_unsettled_outcomes_hold_too_many_bytes(
     assert worker.completer.pending_bytes == 0
 
 
-# -- a lost commit reply (rule 32) -----------------------------------------------------------------
+# -- a lost commit reply (rule 32 (landed-never-stale))
+# -----------------------------------------------------------------
 
 
 def test_a_settle_whose_commit_reply_was_lost_is_not_called_stale(
@@ -136,7 +140,8 @@ def test_a_settle_whose_commit_reply_was_lost_is_not_called_stale(
         assert attempts(alias, job_id) == [(1, "succeeded")]
 
 
-# -- real worker processes, real refusals (rule 30) ----------------------------------------------
+# -- real worker processes, real refusals (rule 30 (refused-outcome-no-wedge))
+# ----------------------------------------------
 
 
 def _settled_all(alias: str, good: Sequence[int], bad: int) -> Any:
@@ -148,8 +153,9 @@ def _settled_all(alias: str, good: Sequence[int], bad: int) -> Any:
 def test_sqlite_refusing_an_outcome_fails_that_job_alone(
         worker_processes: WorkerProcesses) -> None:
     # SQLite refuses a parameter past its length limit: here 1 MB, and the 1.2 MB result (under
-    # MAX_RESULT_BYTES) makes every batch holding it too long. Before rule 30 the completer
-    # retried that batch for ever and no later outcome of the worker was written.
+    # MAX_RESULT_BYTES) makes every batch holding it too long. Before
+    # rule 30 (refused-outcome-no-wedge) the completer retried that batch for ever and no later
+    # outcome of the worker was written.
     bad = sized_result.enqueue(1_200_000).id
     good = [record.enqueue(label=f"g{i}").id for i in range(40)]
     worker_processes.start("default", "--threads", "4", "--poll-interval", "0.05",
@@ -188,10 +194,11 @@ def test_postgresql_refusing_a_jsonb_string_over_256_mb_fails_that_job_alone(
 
 def test_a_refused_outcome_then_sigterm_runs_no_body_twice(
         worker_processes: WorkerProcesses) -> None:
-    # The deploy after a refusal: before rule 30 the completer retried the refused batch for
-    # ever, the claim loop ran bodies until 1,000 outcomes waited, and SIGTERM dropped every
-    # outcome not written; the next worker ran each of those bodies again (here 499 of 600).
-    # Now the refused run fails alone, every other outcome is written, and a drain loses nothing.
+    # The deploy after a refusal: before rule 30 (refused-outcome-no-wedge) the completer retried
+    # the refused batch for ever, the claim loop ran bodies until 1,000 outcomes waited, and SIGTERM
+    # dropped every outcome not written; the next worker ran each of those bodies again (here 499 of
+    # 600). Now the refused run fails alone, every other outcome is written, and a drain loses
+    # nothing.
     flags = ("--threads", "8", "--poll-interval", "0.05", "--visibility-timeout", "2",
              "--heartbeat-interval", "0.5")
     env = {"ULTJOBS_TEST_SQLITE_MAX_LENGTH": "1000000"}
@@ -213,8 +220,8 @@ def test_many_large_results_are_written_in_batches_postgresql_accepts(
     # 60 results of 5 MB waiting together (a settle outage held them): in one batch, 300 MB,
     # held in memory three times over while it is encoded and sent (and, while the batch was
     # one JSON value, past the 256 MB PostgreSQL allows a jsonb array: refused whole). Batches
-    # are bounded by bytes (rule 31), and the backlog too (claiming stops at 128 MB), so each
-    # batch is written as it is, none past the bound by more than one run's outcome.
+    # are bounded by bytes (rule 31 (bounded-outcomes)), and the backlog too (claiming stops at 128
+    # MB), so each batch is written as it is, none past the bound by more than one run's outcome.
     outage = threading.Event()
     outage.set()
 

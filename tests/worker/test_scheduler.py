@@ -1,4 +1,5 @@
-"""The scheduler thread's steps on an injected clock, on both engines (rules 60-63).
+"""The scheduler thread's steps on an injected clock, on both engines (rules 60 (tick-once) to
+63 (fleet-wide-pause)).
 
 ``Scheduler.step()`` is driven by hand: no thread, no sleep. Two schedulers on one database are
 two workers; neither leads, and each tick is enqueued once. Missed ticks follow the catch-up
@@ -56,8 +57,9 @@ def ticks(alias: str, name: str) -> list[datetime]:
                 .values_list("scheduled_for", flat=True))
 
 
+# rule 60 (tick-once)
 def test_a_tick_is_enqueued_when_it_comes_and_the_step_says_when_the_next_is(
-        alias: str, clock: FakeClock, start: datetime, minutely: str) -> None:  # rule 60
+        alias: str, clock: FakeClock, start: datetime, minutely: str) -> None:
     one = scheduler(alias, clock)
     # The schedule begins now: nothing before it. The step sleeps until the tick (at most
     # MAX_SLEEP at a time), and a step that wakes before it sends nothing.
@@ -74,8 +76,9 @@ def test_a_tick_is_enqueued_when_it_comes_and_the_step_says_when_the_next_is(
     assert job_row.enqueued_by == "schedule:w1"
 
 
+# rule 60 (tick-once)
 def test_two_workers_step_through_the_same_ticks_and_each_is_enqueued_once(
-        alias: str, clock: FakeClock, start: datetime, minutely: str) -> None:  # rule 60
+        alias: str, clock: FakeClock, start: datetime, minutely: str) -> None:
     a, b = scheduler(alias, clock, "a"), scheduler(alias, clock, "b")
     a.step()
     b.step()
@@ -89,8 +92,9 @@ def test_two_workers_step_through_the_same_ticks_and_each_is_enqueued_once(
         "schedule:b"}
 
 
+# rule 62 (catch-up-policy)
 def test_a_worker_back_after_missed_ticks_enqueues_the_latest_only(
-        alias: str, clock: FakeClock, start: datetime, minutely: str) -> None:  # rule 62
+        alias: str, clock: FakeClock, start: datetime, minutely: str) -> None:
     scheduler(alias, clock).step()
     clock.advance(60 * 30)  # the fleet was down for half an hour
     scheduler(alias, clock, "w2").step()
@@ -98,7 +102,7 @@ def test_a_worker_back_after_missed_ticks_enqueues_the_latest_only(
 
 
 def test_catch_up_all_and_none(alias: str, clock: FakeClock, start: datetime) -> None:
-    with override_settings(ULTJOBS=NO_PRUNE):  # rule 62
+    with override_settings(ULTJOBS=NO_PRUNE):  # rule 62 (catch-up-policy)
         @job(name="every_all", every=60, catch_up="all")
         def every_all() -> None: ...
 
@@ -120,8 +124,9 @@ def test_catch_up_all_and_none(alias: str, clock: FakeClock, start: datetime) ->
             unregister("every_none")
 
 
+# rule 63 (fleet-wide-pause)
 def test_a_paused_schedule_gets_no_tick_from_any_worker(
-        alias: str, clock: FakeClock, start: datetime, minutely: str) -> None:  # rule 63
+        alias: str, clock: FakeClock, start: datetime, minutely: str) -> None:
     a = scheduler(alias, clock)
     a.step()
     pause_schedules([minutely], using=alias)

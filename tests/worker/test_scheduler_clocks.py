@@ -1,4 +1,5 @@
-"""Schedulers whose clocks disagree with the database's, on both engines (rules 60-62, 102).
+"""Schedulers whose clocks disagree with the database's, on both engines (rules 60 (tick-once) to
+62 (catch-up-policy), 102 (database-clock-ticks)).
 
 Two schedulers share one database whose clock is the injected ``FakeClock``; one reckons the
 database's clock right, the other 30 s ahead or behind, steadily or stepping mid-run (an NTP
@@ -115,7 +116,7 @@ def _judge(alias: str, begun: datetime, end: datetime) -> None:
 @pytest.mark.parametrize("skew", list(SKEWS))
 def test_a_worker_whose_clock_is_off_loses_and_doubles_no_tick_of_any_policy(
         alias: str, clock: FakeClock, catch_up_jobs: None, skew: str) -> None:
-    # rules 60, 61, 62, 102
+    # rules 60 (tick-once), 61 (tick-on-time), 62 (catch-up-policy), 102 (database-clock-ticks)
     clock.now = clock.now.replace(second=0, microsecond=0) + timedelta(milliseconds=10)
     begun = clock.now
     store = get_store(alias, clock=clock)
@@ -127,8 +128,9 @@ def test_a_worker_whose_clock_is_off_loses_and_doubles_no_tick_of_any_policy(
     _judge(alias, begun, begun + timedelta(seconds=RUN - 3))
 
 
+# rules 61 (tick-on-time), 62 (catch-up-policy), 102 (database-clock-ticks)
 def test_a_worker_alone_ahead_enqueues_each_tick_once_when_it_comes(
-        alias: str, clock: FakeClock, catch_up_jobs: None) -> None:  # rules 61, 62, 102
+        alias: str, clock: FakeClock, catch_up_jobs: None) -> None:
     """30 s ahead and alone, it asks early; the database keeps each tick until it comes."""
     clock.now = clock.now.replace(second=0, microsecond=0) + timedelta(milliseconds=10)
     begun = clock.now
@@ -147,7 +149,7 @@ class _SteppedDatetime(datetime):
 
 
 def test_the_estimate_of_the_database_clock_ignores_a_step_of_the_wall_clock(
-        alias: str, catch_up_jobs: None) -> None:  # rule 102
+        alias: str, catch_up_jobs: None) -> None:  # rule 102 (database-clock-ticks)
     """A step of this host's wall clock between two syncs moves nothing the scheduler reckons:
     it counts the time since the database last answered on the monotonic clock."""
     store = get_store(alias)

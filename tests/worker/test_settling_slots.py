@@ -1,4 +1,5 @@
-"""A run's fleet slot passes on when its body returns, not when its settle commits (rules 90-92).
+"""A run's fleet slot passes on when its body returns, not when its settle commits
+(rules 90 (slot-passes-on-return) to 92 (passed-on-window)).
 
 A real ``Completer`` and ``FleetSlots`` against a settle that the test holds back and a
 recording slot store: while a run is settling, its slot already serves the next run of its kind
@@ -29,7 +30,7 @@ CAPS = {"serial": 1}
 
 class HeldSettles:
     """A job store whose settle waits until the test lets it go; ``stale`` makes it apply none
-    (the runs' leases were lost: rule 4)."""
+    (the runs' leases were lost: rule 4 (fenced-settle))."""
 
     def __init__(self) -> None:
         self.go = threading.Event()
@@ -60,7 +61,8 @@ def serial_run(job_id: int) -> Run:
     return Run(job=claimed(job_id, "serial"), spec=get_job("serial"))
 
 
-def test_the_next_run_takes_the_slot_while_the_settle_is_held_back() -> None:  # rule 90
+# rule 90 (slot-passes-on-return)
+def test_the_next_run_takes_the_slot_while_the_settle_is_held_back() -> None:
     slots, slot_store, store, done, runs = setup()
     first = serial_run(1)
     assert slots.acquire_group([first]) == [] and len(slot_store.acquired) == 1
@@ -83,7 +85,8 @@ def test_the_next_run_takes_the_slot_while_the_settle_is_held_back() -> None:  #
     assert slot_store.renew_calls == [[second.slot]] and not second.slot_lost
 
 
-def test_a_stale_settle_neither_counts_the_slot_twice_nor_revives_it() -> None:  # rule 90
+# rule 90 (slot-passes-on-return)
+def test_a_stale_settle_neither_counts_the_slot_twice_nor_revives_it() -> None:
     slots, slot_store, store, done, _ = setup()
     store.stale = True
     first = serial_run(1)
@@ -100,7 +103,8 @@ def test_a_stale_settle_neither_counts_the_slot_twice_nor_revives_it() -> None: 
     assert slot_store.released == [[first.slot]]
 
 
-def test_a_per_key_slot_goes_back_to_the_fleet_at_submit() -> None:  # rules 90 and 51
+# rules 90 (slot-passes-on-return) and 51 (per-key-slot)
+def test_a_per_key_slot_goes_back_to_the_fleet_at_submit() -> None:
     slots, slot_store, store, done, _ = setup()
     job = dataclasses.replace(claimed(7, "keyed_clocked"), slot_key="key:1:k:acme")
     run = Run(job=job, spec=get_job("keyed_clocked"))
@@ -115,8 +119,9 @@ def test_a_per_key_slot_goes_back_to_the_fleet_at_submit() -> None:  # rules 90 
 
 
 def test_a_per_key_slot_of_an_async_body_is_released_off_its_event_loop() -> None:
-    # rules 90 and 85: an async run submits its outcome on the worker's event loop, where Django
-    # refuses a query; the completer's thread sends the release.
+    # rules 90 (slot-passes-on-return) and 85 (one-event-loop): an async run submits its outcome on
+    # the worker's event loop, where Django refuses a query; the completer's thread sends the
+    # release.
     slots, slot_store, store, done, _ = setup()
     released_on: list[tuple[threading.Thread, bool]] = []
     record = slot_store.release_many
@@ -147,7 +152,8 @@ def test_a_per_key_slot_of_an_async_body_is_released_off_its_event_loop() -> Non
     done.stop(timeout=10)
 
 
-def test_an_abandoned_body_keeps_its_slot_from_everyone_until_its_ttl() -> None:  # rule 90
+# rule 90 (slot-passes-on-return)
+def test_an_abandoned_body_keeps_its_slot_from_everyone_until_its_ttl() -> None:
     # A drain gave up on a body that ignores its cancellation: it may still be executing, so its
     # slot is neither kept nor given back, and no longer renewed.
     slots, slot_store, store, done, _ = setup()

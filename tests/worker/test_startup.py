@@ -315,9 +315,9 @@ def test_sqlite_wal_switch_waits_for_a_reader(tmp_path: Path, worker_processes: 
     after.close()
     assert (status, result) == ("succeeded", "3")
 
-# -- rule 18: a database that lacks a migration the code needs is refused at once ------------
-# New code deployed before ``migrate`` (here: no ``0008_worker_timeouts``, so the worker cannot
-# write its lease timings on its row) is refused in one line that says to run
+# -- rule 18 (start-mistake-named): a database that lacks a migration the code needs is refused at
+# once ------------ New code deployed before ``migrate`` (here: no ``0008_worker_timeouts``, so the
+# worker cannot write its lease timings on its row) is refused in one line that says to run
 # ``manage.py migrate``, on both engines, never waited for or shown as a traceback.
 
 #: This run's own suffix and more: two suites on one server (CI and a developer's) must not drop

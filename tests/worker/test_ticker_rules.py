@@ -53,7 +53,8 @@ def events(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, Any]]:
 
 def test_failing_heartbeat_is_not_a_lost_lease_only_an_explicit_no_is(
         caplog: pytest.LogCaptureFixture) -> None:
-    # rule 2: an exception is retried on the next tick; rule 3: an absent row cancels.
+    # rule 2 (heartbeat-retried): an exception is retried on the next tick;
+    # rule 3 (lost-lease-cancels): an absent row cancels.
     caplog.set_level(logging.INFO, logger="django_ultjobs")
     ticker, store, _, registry = make_ticker()
     run = Run(job=claimed(), spec=get_job("record"))
@@ -79,7 +80,7 @@ def test_failing_heartbeat_is_not_a_lost_lease_only_an_explicit_no_is(
 
 
 def test_heartbeat_no_for_a_settling_run_is_not_a_loss() -> None:
-    # rule 4: a run whose settle is being written may simply have settled first.
+    # rule 4 (fenced-settle): a run whose settle is being written may simply have settled first.
     ticker, store, _, registry = make_ticker()
     run = Run(job=claimed(), spec=get_job("record"))
     run.settling = True
@@ -90,7 +91,7 @@ def test_heartbeat_no_for_a_settling_run_is_not_a_loss() -> None:
 
 
 def test_cancel_requested_answer_cancels_with_cancel_requested() -> None:
-    # rule 3: a job cancelled from outside stops at the next heartbeat.
+    # rule 3 (lost-lease-cancels): a job cancelled from outside stops at the next heartbeat.
     ticker, store, _, registry = make_ticker()
     run = Run(job=claimed(), spec=get_job("record"))
     registry.add(run)
@@ -101,7 +102,7 @@ def test_cancel_requested_answer_cancels_with_cancel_requested() -> None:
 
 def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops_renewal(
         caplog: pytest.LogCaptureFixture) -> None:
-    # rule 2 (for slots), rules 7 and 8.
+    # rule 2 (for slots), rules 7 (fenced-slot-renewal) and 8 (lost-slot-cancels).
     caplog.set_level(logging.INFO, logger="django_ultjobs")
     ticker, store, slot_store, registry = make_ticker()
     run = Run(job=claimed(7, "capped"), spec=get_job("capped"))
@@ -147,7 +148,7 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
 
 
 def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFixture) -> None:
-    # rule 9
+    # rule 9 (slot-held-while-body-runs)
     caplog.set_level(logging.INFO, logger="django_ultjobs")
     ticker, _, slot_store, _ = make_ticker()
     run = Run(job=claimed(3, "capped"), spec=get_job("capped"))
@@ -164,7 +165,7 @@ def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFi
 
 
 def test_job_without_concurrency_never_touches_the_slot_store() -> None:
-    # rule 5
+    # rule 5 (fleet-cap)
     ticker, store, slot_store, registry = make_ticker()
     run = Run(job=claimed(5, "record"), spec=get_job("record"))
     assert acquire(ticker.slots, run) is True
@@ -185,7 +186,8 @@ def test_job_without_concurrency_never_touches_the_slot_store() -> None:
 ])
 def test_bad_stored_arguments_fail_before_the_run_is_started(args: Any, kwargs: Any,
                                                               what: str) -> None:
-    # rule 13: anything that can raise happens before the run is put under the ticker.
+    # rule 13 (nothing-leaks): anything that can raise happens before the run is put under the
+    # ticker.
     run = Run(job=claimed(9, "add", args=args, kwargs=kwargs), spec=get_job("add"))
     started: list[int] = []
     settlement = run_job(run, store=STORE, worker_id=WORKER,
@@ -196,7 +198,8 @@ def test_bad_stored_arguments_fail_before_the_run_is_started(args: Any, kwargs: 
 
 
 def test_good_arguments_start_the_run_once() -> None:
-    # rule 13: the counterpart of the test above, so it cannot pass by never calling on_started.
+    # rule 13 (nothing-leaks): the counterpart of the test above, so it cannot pass by never calling
+    # on_started.
     run = Run(job=claimed(10, "add", args=[2, 3]), spec=get_job("add"))
     started: list[int] = []
     settlement = run_job(run, store=STORE, worker_id=WORKER,

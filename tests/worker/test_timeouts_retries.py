@@ -1,5 +1,6 @@
-"""Timeouts, retry_on, NonRetryable, expiry and cancel reasons (rules 55-59), proved in-process
-against a real Worker on SQLite and PostgreSQL. Every wait is a condition with a deadline."""
+"""Timeouts, retry_on, NonRetryable, expiry and cancel reasons (rules 55 (timeout-cancels) to
+59 (cancel-reason-kept)), proved in-process against a real Worker on SQLite and PostgreSQL. Every
+wait is a condition with a deadline."""
 
 from __future__ import annotations
 
@@ -53,13 +54,15 @@ def db_now(alias: str) -> Any:
     return timezone.now()
 
 
-# -- rule 55: a run past its timeout is cancelled, and retried by its policy -------------------
+# -- rule 55 (timeout-cancels): a run past its timeout is cancelled, and retried by its policy
+# -------------------
 
 
 def test_a_cooperative_body_is_cancelled_at_its_timeout_and_retried(alias: str) -> None:
-    """rule 55: ``.using(timeout=...)`` reaches the worker through the row; the run is cancelled
-    with JobTimeoutError within one heartbeat interval of its timeout, its attempt recorded
-    ``timed_out``, and the retry policy applies: retried, then failed after the last attempt."""
+    """rule 55 (timeout-cancels): ``.using(timeout=...)`` reaches the worker through the row; the
+    run is cancelled with JobTimeoutError within one heartbeat interval of its timeout, its attempt
+    recorded ``timed_out``, and the retry policy applies: retried, then failed after the last
+    attempt."""
     job = clocked.using(timeout=0.4, max_attempts=2).enqueue(label="t", seconds=30.0)
     assert row(alias, job.id).timeout == 0.4
     with running_worker(alias, **FAST):
@@ -77,7 +80,8 @@ def test_a_cooperative_body_is_cancelled_at_its_timeout_and_retried(alias: str) 
 
 
 def test_a_declared_timeout_holds_and_a_quick_run_is_untouched(alias: str) -> None:
-    """rule 55: ``@job(timeout=0.5)`` without ``.using``; a run that ends in time succeeds."""
+    """rule 55 (timeout-cancels): ``@job(timeout=0.5)`` without ``.using``; a run that ends in time
+    succeeds."""
     slow = timed_clocked.enqueue(label="slow", seconds=30.0)
     quick = timed_clocked.enqueue(label="quick", seconds=0.0)
     with running_worker(alias, **FAST):
@@ -90,9 +94,10 @@ def test_a_declared_timeout_holds_and_a_quick_run_is_untouched(alias: str) -> No
 
 def test_a_body_that_ignores_its_timeout_is_reported_and_its_result_kept(
         alias: str, caplog: pytest.LogCaptureFixture) -> None:
-    """rule 56: a body that never looks at the signal runs on; after ``cancel_wait`` more it is
-    logged ``jobs.worker.run-overrunning`` with its job and thread and listed on the worker's
-    row; when it returns at last its result stands and the attempt says ``timed_out``."""
+    """rule 56 (overrun-reported): a body that never looks at the signal runs on; after
+    ``cancel_wait`` more it is logged ``jobs.worker.run-overrunning`` with its job and thread and
+    listed on the worker's row; when it returns at last its result stands and the attempt says
+    ``timed_out``."""
     caplog.set_level(logging.INFO, logger="django_ultjobs")
     job = overrunning.using(timeout=0.2).enqueue(seconds=2.0)
     with running_worker(alias, cancel_wait=0.3, **FAST) as worker:
@@ -112,12 +117,13 @@ def test_a_body_that_ignores_its_timeout_is_reported_and_its_result_kept(
     assert attempts(alias, job.id) == [(1, "timed_out")]
 
 
-# -- rule 57: retry_on and NonRetryable ----------------------------------------------------------
+# -- rule 57 (retry-on-only): retry_on and NonRetryable
+# ----------------------------------------------------------
 
 
 def test_retry_on_retries_only_its_exceptions(alias: str) -> None:
-    """rule 57: ``retry_on=(ConnectionError,)`` retries a ConnectionError to the last attempt,
-    and fails anything else at once with its own outcome."""
+    """rule 57 (retry-on-only): ``retry_on=(ConnectionError,)`` retries a ConnectionError to the
+    last attempt, and fails anything else at once with its own outcome."""
     flaky = picky.enqueue("connection")
     bug = picky.enqueue("value")
     with running_worker(alias, **FAST):
@@ -131,8 +137,8 @@ def test_retry_on_retries_only_its_exceptions(alias: str) -> None:
 
 
 def test_non_retryable_fails_at_once_whatever_attempts_are_left(alias: str) -> None:
-    """rule 57: ``raise NonRetryable("why")`` ends the job ``failed`` on its first attempt of
-    three, with that message, outcome ``non_retryable``; whatever ``retry_on`` says."""
+    """rule 57 (retry-on-only): ``raise NonRetryable("why")`` ends the job ``failed`` on its first
+    attempt of three, with that message, outcome ``non_retryable``; whatever ``retry_on`` says."""
     plain = gives_up.enqueue()
     listed = picky.enqueue("non_retryable")  # retry_on=(ConnectionError,) changes nothing
     with running_worker(alias, **FAST):
@@ -147,13 +153,14 @@ def test_non_retryable_fails_at_once_whatever_attempts_are_left(alias: str) -> N
         assert RunLog.objects.using(alias).filter(job_id=job_id).count() == 1
 
 
-# -- rule 58: expiry -----------------------------------------------------------------------------
+# -- rule 58 (expired-never-runs): expiry
+# -----------------------------------------------------------------------------
 
 
 def test_a_job_claimed_after_its_expiry_is_cancelled_and_never_run(alias: str) -> None:
-    """rule 58: ``.using(expires_in=...)`` sets ``expires_at`` on the database's clock; a job
-    not started by then ends ``cancelled`` with outcome ``expired``, its body never run, while
-    one whose expiry is ahead runs."""
+    """rule 58 (expired-never-runs): ``.using(expires_in=...)`` sets ``expires_at`` on the
+    database's clock; a job not started by then ends ``cancelled`` with outcome ``expired``, its
+    body never run, while one whose expiry is ahead runs."""
     stale = clocked.using(expires_in=0.2).enqueue(label="stale")
     fresh = clocked.using(expires_in=3600).enqueue(label="fresh")
     stale_row = row(alias, stale.id)
@@ -171,7 +178,8 @@ def test_a_job_claimed_after_its_expiry_is_cancelled_and_never_run(alias: str) -
 
 
 def test_a_retry_past_the_expiry_still_runs(alias: str) -> None:
-    """rule 58: expiry stops a job that never started, not one halfway through its retries."""
+    """rule 58 (expired-never-runs): expiry stops a job that never started, not one halfway through
+    its retries."""
     job = picky.using(expires_in=0.5).enqueue("connection")
     with running_worker(alias, **FAST):
         wait_until(finished(alias, job.id), message="the job to end")
@@ -180,12 +188,13 @@ def test_a_retry_past_the_expiry_still_runs(alias: str) -> None:
     assert RunLog.objects.using(alias).filter(job_id=job.id).count() == 3
 
 
-# -- rule 59: cancel reasons ---------------------------------------------------------------------
+# -- rule 59 (cancel-reason-kept): cancel reasons
+# ---------------------------------------------------------------------
 
 
 def test_a_cancel_reason_reaches_the_body_the_row_and_the_attempt(
         alias: str, caplog: pytest.LogCaptureFixture) -> None:
-    """rule 59: a running job cancelled with a reason: the body reads it as
+    """rule 59 (cancel-reason-kept): a running job cancelled with a reason: the body reads it as
     ``ctx.cancel_reason``, the row keeps it, the attempt's error says it, the worker logs it."""
     caplog.set_level(logging.INFO, logger="django_ultjobs")
     job = reads_cancel_reason.enqueue()
@@ -209,8 +218,8 @@ def test_a_cancel_reason_reaches_the_body_the_row_and_the_attempt(
 
 
 def test_a_cancel_reason_given_before_the_claim_is_kept_in_the_attempt(alias: str) -> None:
-    """rule 59: a job asked to stop while between runs (flagged, not yet claimed) is cancelled
-    at its next claim, and its attempt's error gives the reason."""
+    """rule 59 (cancel-reason-kept): a job asked to stop while between runs (flagged, not yet
+    claimed) is cancelled at its next claim, and its attempt's error gives the reason."""
     job = add.enqueue(1, 2)
     Job.objects.using(alias).filter(id=job.id).update(cancel_requested=True,
                                                       cancel_reason="duplicate order")
@@ -221,8 +230,8 @@ def test_a_cancel_reason_given_before_the_claim_is_kept_in_the_attempt(alias: st
 
 
 def test_ctx_cancel_reason_says_what_happened_for_other_causes() -> None:
-    """rule 59: with no reason given (a timeout, say), ``ctx.cancel_reason`` describes the
-    cause; ``ctx.cancellation`` is the error itself."""
+    """rule 59 (cancel-reason-kept): with no reason given (a timeout, say), ``ctx.cancel_reason``
+    describes the cause; ``ctx.cancellation`` is the error itself."""
     from django_ultjobs.runtime.cancel import CancelScope
     from django_ultjobs.runtime.context import JobContext
 

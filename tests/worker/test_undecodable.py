@@ -1,4 +1,5 @@
-"""Rule 15: a claimed row whose arguments cannot be decoded fails alone; its batch runs at once.
+"""Rule 15 (undecodable-row-fails-alone): a claimed row whose arguments cannot be decoded fails
+alone; its batch runs at once.
 
 The rows are written as another producer could have written them (raw SQL), then claimed by a
 real Worker together with good rows in one claim. The lease is long (60 s) on purpose: a claim
@@ -43,7 +44,7 @@ def _bad_rows(alias: str) -> list[dict[str, Any]]:
 
 def test_an_undecodable_row_fails_alone_and_the_rest_of_its_claim_runs_at_once(
         alias: str, caplog: pytest.LogCaptureFixture) -> None:
-    # rule 15
+    # rule 15 (undecodable-row-fails-alone)
     caplog.set_level(logging.ERROR, logger="django_ultjobs")
     bad = {}
     for spec in _bad_rows(alias):  # first: the worker's first claim (4 rows) takes them all
@@ -76,9 +77,10 @@ def test_an_undecodable_row_fails_alone_and_the_rest_of_its_claim_runs_at_once(
 
 def test_a_runjobworker_process_fails_the_undecodable_row_and_drains_the_rest(
         pg_alias: str) -> None:
-    # rule 15, in a real worker process: its first claim takes the 3,000-deep row with three
-    # good ones. Before, that claim raised, --burst found nothing more runnable (the four rows
-    # held for the 60 s lease) and exited with three good jobs still "running".
+    # rule 15 (undecodable-row-fails-alone), in a real worker process: its first claim takes the
+    # 3,000-deep row with three good ones. Before, that claim raised, --burst found nothing more
+    # runnable (the four rows held for the 60 s lease) and exited with three good jobs still
+    # "running".
     bad = add.enqueue(0, 0).id
     write_raw_args(pg_alias, bad, nested(3000))
     good = [add.enqueue(i, 1).id for i in range(3)]

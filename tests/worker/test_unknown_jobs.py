@@ -1,4 +1,5 @@
-"""Jobs no worker knows, with real ``runjobworker`` processes on both engines (rules 12, 40).
+"""Jobs no worker knows, with real ``runjobworker`` processes on both engines
+(rules 12 (unknown-job-parked), 40 (project-imports-only)).
 
 An orphaned row (its job's code removed or renamed) is parked again and again without growing the
 attempts table, fails once ``UNKNOWN_JOB_TIMEOUT`` has passed, and can then be pruned; a row whose
@@ -52,7 +53,7 @@ def _attempts(alias: str, job_id: int) -> list[JobAttempt]:
 
 def test_an_orphan_parked_again_and_again_keeps_one_attempt_row(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 12: one row per parking episode, not one per park.
+    # rule 12 (unknown-job-parked): one row per parking episode, not one per park.
     orphan = Job.objects.using(alias).create(name="no_longer_deployed", args=[1], kwargs={})
     proc = _start(worker_processes, alias, SHORT_PARK)
     wait_until(lambda: _parks_logged(worker_processes, orphan.id) >= 8, timeout=60,
@@ -69,7 +70,8 @@ def test_an_orphan_parked_again_and_again_keeps_one_attempt_row(
 
 def test_an_orphan_fails_after_the_unknown_job_timeout_and_is_then_pruned(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 12: UNKNOWN_JOB_TIMEOUT bounds the parking; the failed job is pruned like any other.
+    # rule 12 (unknown-job-parked): UNKNOWN_JOB_TIMEOUT bounds the parking; the failed job is pruned
+    # like any other.
     orphan = Job.objects.using(alias).create(name="renamed_away", args=[], kwargs={})
     proc = _start(worker_processes, alias, {**SHORT_PARK, "UNKNOWN_JOB_TIMEOUT": 1.5})
     wait_until(lambda: Job.objects.using(alias).get(id=orphan.id).status == "failed",
@@ -110,7 +112,8 @@ def greet(name):
 
 def test_a_worker_imports_no_module_outside_the_apps_and_job_modules(
         alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
-    # rule 40: a stored name is data; only the project's own modules are imported for it.
+    # rule 40 (project-imports-only): a stored name is data; only the project's own modules are
+    # imported for it.
     (tmp_path / "ultjobs_probe_import.py").write_text(PROBE)
     (tmp_path / "ultjobs_probe_allowed.py").write_text(ALLOWED)
     names = ["this.zen", "ultjobs_probe_import.anything", "os.system"]
@@ -137,7 +140,8 @@ def test_a_worker_imports_no_module_outside_the_apps_and_job_modules(
 
 def test_the_admin_names_queued_jobs_no_running_worker_knows(
         alias: str, worker_processes: WorkerProcesses) -> None:
-    # rule 12: the workers say which jobs they know; the summary names the rest.
+    # rule 12 (unknown-job-parked): the workers say which jobs they know; the summary names the
+    # rest.
     for name in ("add", "gone_one", "gone_two"):
         Job.objects.using(alias).create(name=name, args=[1, 2], kwargs={},
                                         visible_at="2999-01-01T00:00:00Z")

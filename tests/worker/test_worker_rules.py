@@ -120,12 +120,13 @@ def go(tmp_path: Path) -> Path:
     return tmp_path / "go"
 
 
-# -- rule 2: a failed heartbeat or renewal is not a loss ----------------------------------------
+# -- rule 2 (heartbeat-retried): a failed heartbeat or renewal is not a loss
+# ----------------------------------------
 
 
 def test_heartbeat_that_raises_is_not_a_lost_lease(alias: str, go: Path,
                                                    info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 2
+    # rule 2 (heartbeat-retried)
     failures = 5
 
     class BlippingHeartbeat(engine_store(alias)):  # type: ignore[misc,valid-type]
@@ -155,7 +156,7 @@ def test_heartbeat_that_raises_is_not_a_lost_lease(alias: str, go: Path,
 
 def test_slot_renewal_that_raises_is_not_a_lost_slot(alias: str, go: Path,
                                                      info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 2 (the same reasoning for the slot), rule 7
+    # rule 2 (the same reasoning for the slot), rule 7 (fenced-slot-renewal)
     failures = 5
 
     class BlippingRenewal(engine_store(alias)):  # type: ignore[misc,valid-type]
@@ -183,12 +184,13 @@ def test_slot_renewal_that_raises_is_not_a_lost_slot(alias: str, go: Path,
     assert events(info_logs, "jobs.worker.slot-lost") == []
 
 
-# -- rules 3 and 4: a lost lease cancels the run; its late settle changes nothing ------------------
+# -- rules 3 (lost-lease-cancels) and 4 (fenced-settle): a lost lease cancels the run; its late
+# settle changes nothing ------------------
 
 
 def test_lost_lease_cancels_the_run_and_its_late_settle_changes_nothing(
         alias: str, go: Path, info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 3, rule 4
+    # rule 3 (lost-lease-cancels), rule 4 (fenced-settle)
     job = block_until.enqueue(str(go))
     with running_worker(alias, **FAST) as worker:
         run = running_run(worker, job.id)
@@ -235,7 +237,8 @@ def test_a_cancel_request_is_not_lost_when_the_run_retries_first(alias: str) -> 
     assert RunLog.objects.using(alias).filter(job_id=job.id, label="ran").count() == 1
 
 
-# -- rule 8: a lost slot cancels the run, is recorded, and the job runs again -------------------
+# -- rule 8 (lost-slot-cancels): a lost slot cancels the run, is recorded, and the job runs again
+# -------------------
 
 
 class RecordingRenewals:
@@ -254,7 +257,7 @@ class RecordingRenewals:
 @pytest.mark.parametrize("how", ["taken", "lapsed", "deleted"])
 def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
         alias: str, go: Path, how: str, info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 8 (and rule 7: a lapsed slot answers "no" and never revives itself)
+    # rule 8 (and rule 7 (fenced-slot-renewal): a lapsed slot answers "no" and never revives itself)
     store_cls = type("RecordingStore", (RecordingRenewals, engine_store(alias)), {})
     store = store_cls(alias)
     job = worker_serial_block_until.enqueue(str(go))
@@ -307,14 +310,15 @@ def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
     assert RunLog.objects.filter(job_id=job.id).count() == 2
 
 
-# -- rule 9: a release that raises never fails a settle -----------------------------------------
+# -- rule 9 (slot-held-while-body-runs): a release that raises never fails a settle
+# -----------------------------------------
 
 
 def test_release_that_raises_is_logged_and_the_job_still_succeeds(
         alias: str, info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 9: a settled run's slot is kept for the next run of its kind and given back when the
-    # next claim brings none; a give-back that raises is logged and swallowed, the slot left to
-    # lapse on its TTL, and the worker goes on claiming.
+    # rule 9 (slot-held-while-body-runs): a settled run's slot is kept for the next run of its kind
+    # and given back when the next claim brings none; a give-back that raises is logged and
+    # swallowed, the slot left to lapse on its TTL, and the worker goes on claiming.
     class BrokenRelease(engine_store(alias)):  # type: ignore[misc,valid-type]
         def release_many(self, held: Sequence[SlotHold]) -> None:
             raise OperationalError("connection reset by peer")
@@ -336,14 +340,16 @@ def test_release_that_raises_is_logged_and_the_job_still_succeeds(
     assert Slot.objects.using(alias).filter(holder=f"{worker_id}:{job.id}").count() == 1
 
 
-# -- rules 5-6: a slot passes from run to run in the worker ----------------------------------------
+# -- rules 5 (fleet-cap) and 6 (slot-renewed): a slot passes from run to run in the worker
+# ----------------------------------------
 
 
 def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kind_runs_dry(
         alias: str) -> None:
-    # rules 5-6: a settled run's slot is kept for the worker's next run of the kind, with no
-    # slot statement, and goes back to the fleet once a claim brings no run to use it, while the
-    # worker goes on running. The cap holds throughout: concurrency=1 runs never overlap.
+    # rules 5 (fleet-cap) and 6 (slot-renewed): a settled run's slot is kept for the worker's next
+    # run of the kind, with no slot statement, and goes back to the fleet once a claim brings no run
+    # to use it, while the worker goes on running. The cap holds throughout: concurrency=1 runs
+    # never overlap.
     class Counting(engine_store(alias)):  # type: ignore[misc,valid-type]
         acquires: list[list[str]] = []
         releases: list[list[SlotHold]] = []
@@ -376,9 +382,9 @@ def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kin
 
 
 def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: Path) -> None:
-    # rules 5-6: the serial run's thread frees before its settle is written, so
-    # the next claim takes long job B instead; once the settle is written the slot is kept, and
-    # no claim comes while both threads are busy. It must go back to the fleet anyway.
+    # rules 5 (fleet-cap) and 6 (slot-renewed): the serial run's thread frees before its settle is
+    # written, so the next claim takes long job B instead; once the settle is written the slot is
+    # kept, and no claim comes while both threads are busy. It must go back to the fleet anyway.
     go = tmp_path / "go"
 
     class SlowSettle(engine_store(alias)):  # type: ignore[misc,valid-type]
@@ -405,7 +411,7 @@ def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: 
 
 def test_a_draining_worker_gives_back_the_slot_of_a_run_that_settles_meanwhile(
         alias: str, tmp_path: Path) -> None:
-    # rule 6: once the worker stops claiming, a slot it would keep for
+    # rule 6 (slot-renewed): once the worker stops claiming, a slot it would keep for
     # a next run only keeps other workers out for the grace period. A run that settles while a
     # longer one drains gives its slot straight back.
     go = tmp_path / "go"
@@ -427,11 +433,12 @@ def test_a_draining_worker_gives_back_the_slot_of_a_run_that_settles_meanwhile(
         go.touch()
 
 
-# -- rule 5: a job without concurrency never touches the slot table -----------------------------
+# -- rule 5 (fleet-cap): a job without concurrency never touches the slot table
+# -----------------------------
 
 
 def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> None:
-    # rule 5
+    # rule 5 (fleet-cap)
     touched: list[str] = []
 
     class NoSlotCalls(engine_store(alias)):  # type: ignore[misc,valid-type]
@@ -463,12 +470,13 @@ def test_job_without_concurrency_never_touches_the_lease_table(alias: str) -> No
     assert AttemptRecord.objects.using(alias).exclude(slot_key="").count() == 0
 
 
-# -- rule 10: no promise that does nothing -------------------------------------------------------
+# -- rule 10 (cap-kept-or-refused): no promise that does nothing
+# -------------------------------------------------------
 
 
 def test_runjobworker_refuses_concurrency_without_a_slot_store(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 10
+    # rule 10 (cap-kept-or-refused)
     with override_settings(ULTJOBS={"DATABASE": alias, "STORE": no_slot_store_path(alias)}):
         assert get_store(alias).slot_store is None
         with pytest.raises(CommandError) as refused:
@@ -487,12 +495,13 @@ def test_runjobworker_refuses_concurrency_without_a_slot_store(
     assert (row(alias, job.id).status, row(alias, job.id).result) == ("succeeded", 42)
 
 
-# -- rule 12: an unknown job is parked, not failed ----------------------------------------------
+# -- rule 12 (unknown-job-parked): an unknown job is parked, not failed
+# ----------------------------------------------
 
 
 def test_unknown_job_is_parked_for_thirty_seconds_without_counting_an_attempt(
         alias: str, info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 12
+    # rule 12 (unknown-job-parked)
     (enqueued,) = get_store(alias).enqueue([NewJob(
         name="no.such.job", queue="default", priority=0, args=[], kwargs={}, max_attempts=3)])
     with running_worker(alias, **FAST) as worker:
@@ -513,7 +522,8 @@ def test_unknown_job_is_parked_for_thirty_seconds_without_counting_an_attempt(
     assert logged["episode"] == "new" and "jobs.py" in logged["hint"], logged
 
 
-# -- rule 13: nothing leaks ---------------------------------------------------------------------
+# -- rule 13 (nothing-leaks): nothing leaks
+# ---------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -537,7 +547,7 @@ def started_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_bad_stored_args_fail_cleanly_before_the_run_starts(alias: str,
                                                             started_runs: list[int]) -> None:
-    # rule 13 (a)
+    # rule 13 (nothing-leaks), part a
     bad = Job.objects.using(alias).create(name="capped", args={"x": 1}, kwargs={},
                                           max_attempts=3)
     good = capped.enqueue(0.01)
@@ -562,7 +572,7 @@ def pg_backends(alias: str) -> set[int]:
 
 
 def test_stopped_worker_leaves_no_thread_and_no_connection(alias: str) -> None:
-    # rule 13 (b)
+    # rule 13 (nothing-leaks), part b
     before = set(threading.enumerate())
     baseline = pg_backends(alias) if alias == "postgres" else None
     ids = [record.enqueue(label=f"r{i}", seconds=0.3).id for i in range(3)] + [
@@ -586,7 +596,8 @@ def test_stopped_worker_leaves_no_thread_and_no_connection(alias: str) -> None:
 
 
 def test_nothing_of_a_run_is_held_after_it(alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 13 (c): the context, the run and its cancel scope are gone once the settle is written
+    # rule 13 (nothing-leaks), part c: the context, the run and its cancel scope are gone once the
+    # settle is written
     run_refs: list[weakref.ref[Any]] = []
     real = worker_module.run_job
 
@@ -625,7 +636,7 @@ def test_a_connection_whose_setup_failed_is_still_reset_after_each_run(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Django keeps a connection whose session setup raised (a connection_created receiver, or
     # the backend's init_connection_state) without ever sending connection_created: the reset
-    # must not depend on that signal alone (rule 13).
+    # must not depend on that signal alone (rule 13 (nothing-leaks)).
     wrapper = type(connections[alias])
     setup = wrapper.init_connection_state
     failed: list[str] = []
@@ -649,8 +660,8 @@ def test_a_connection_whose_setup_failed_is_still_reset_after_each_run(
 
 
 def test_an_exception_that_cannot_print_itself_is_still_settled(alias: str) -> None:
-    # rule 13: the run is settled (not left running under the heartbeat) and the executor
-    # thread survives to run the next job.
+    # rule 13 (nothing-leaks): the run is settled (not left running under the heartbeat) and the
+    # executor thread survives to run the next job.
     bad = raises_unprintable.enqueue()
     with running_worker(alias, threads=1):
         wait_until(lambda: finished(alias, bad.id))
@@ -745,8 +756,8 @@ def test_drain_hands_back_a_body_that_ignores_cancellation(
 
 
 def test_a_drain_does_not_free_the_slot_of_a_body_that_ignores_it(alias: str) -> None:
-    # rule 5: an abandoned body may still run until the process exits; its slot must lapse on
-    # its TTL and its job come back only after a visibility timeout, not at once.
+    # rule 5 (fleet-cap): an abandoned body may still run until the process exits; its slot must
+    # lapse on its TTL and its job come back only after a visibility timeout, not at once.
     job = capped_ignoring.enqueue(3.0)
     stopper = threading.Event()
     with running_worker(alias, threads=1, grace_period=0.1, cancel_wait=0.1,
@@ -809,7 +820,7 @@ def test_runjobworker_tunes_only_a_process_of_its_own(
 
 def test_runjobworker_as_a_process_refuses_before_it_tunes_anything(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 10: a refused start changes nothing process-wide
+    # rule 10 (cap-kept-or-refused): a refused start changes nothing process-wide
     switch: list[float] = []
     monkeypatch.setattr(sys, "setswitchinterval", switch.append)
     frozen = gc.get_freeze_count()
@@ -852,7 +863,8 @@ def test_worker_runs_higher_priority_first(alias: str) -> None:
 
 def test_completer_keeps_the_lease_alive_while_settle_fails(
         alias: str, info_logs: pytest.LogCaptureFixture) -> None:
-    # Batch everything hot: a failing settle is retried, its run still heartbeated (rules 1, 4)
+    # Batch everything hot: a failing settle is retried, its run still heartbeated
+    # (rules 1 (leased-claim), 4 (fenced-settle))
     outage = 2.5  # more than twice the lease below
 
     class SettleOutage(engine_store(alias)):  # type: ignore[misc,valid-type]
@@ -962,9 +974,9 @@ def test_a_store_that_does_not_report_others_left_keeps_rescanning_after_full_cl
 
 def test_claiming_stops_while_the_completer_cannot_write(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Nothing leaks (rule 13): finished runs waiting for their settle are bounded, so a completer
-    # that falls behind slows the claim loop down instead of growing the worker's memory (and
-    # its heartbeat statement) with every job it goes on claiming.
+    # Nothing leaks (rule 13 (nothing-leaks)): finished runs waiting for their settle are bounded,
+    # so a completer that falls behind slows the claim loop down instead of growing the worker's
+    # memory (and its heartbeat statement) with every job it goes on claiming.
     monkeypatch.setattr(worker_module, "MAX_UNSETTLED", 5)
     outage = threading.Event()
     outage.set()
@@ -1008,7 +1020,7 @@ def _claim_sizes(alias: str, **options: Any) -> list[int]:
 
 @pytest.mark.parametrize("threads", [9, 16])
 def test_a_drain_bound_by_its_cap_claims_a_cap_of_runs_at_a_time(alias: str, threads: int) -> None:
-    # rule 98
+    # rule 98 (freed-place-wakes-claim)
     # performance.md item 90: with more threads than slots, a claim takes every free slot and
     # is not full against the threads. The next one went out at once, while the runs it had
     # just started still held every slot (an empty claim), or at the first slot passed on (a
@@ -1019,12 +1031,12 @@ def test_a_drain_bound_by_its_cap_claims_a_cap_of_runs_at_a_time(alias: str, thr
     capped_noop.bulk_enqueue([()] * 160)
     sizes = _claim_sizes(alias, threads=threads)
     assert Job.objects.using(alias).filter(status="succeeded").count() == 160
-    assert max(sizes) <= 8  # the cap bounds the bodies executing (rule 5)
+    assert max(sizes) <= 8  # the cap bounds the bodies executing (rule 5 (fleet-cap))
     assert len(sizes) <= 30, f"{len(sizes)} claims for 160 runs of concurrency=8: {sizes}"
 
 
 def test_a_thread_that_frees_up_wakes_a_claim_loop_of_two_lanes(alias: str) -> None:
-    # rule 98
+    # rule 98 (freed-place-wakes-claim)
     # performance.md item 91: with an async kind registered (tests.testapp.jobs has several) the
     # claim loop waits for either lane. Its one thread ran the first job, whose settle cannot be
     # written (an outage): nothing but that settle or the poll interval (30 s) told the loop
@@ -1044,11 +1056,11 @@ def test_a_thread_that_frees_up_wakes_a_claim_loop_of_two_lanes(alias: str) -> N
 
 
 def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> None:
-    # rule 99
+    # rule 99 (half-failed-round)
     # A round of two lanes makes two claims. One failing gave back every kept slot the round was
     # offered, before the runs the other claim brought (counting on them) were given theirs:
     # each then needed a new slot, which another worker may have taken meanwhile. They stay
-    # for those runs; only what no run took goes back, after the dispatch (rule 6).
+    # for those runs; only what no run took goes back, after the dispatch (rule 6 (slot-renewed)).
     slot_store = StubSlots()
     worker = WorkerProcess(WorkerOptions(threads=2, listen=False))
     worker.slots = FleetSlots(slot_store, WORKER, ttl=30.0,  # type: ignore[arg-type]
@@ -1079,7 +1091,7 @@ def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> N
 
 
 def test_an_async_place_freed_while_a_round_starts_is_claimed_by_that_round() -> None:
-    # rule 98
+    # rule 98 (freed-place-wakes-claim)
     # The round read the lanes (no async place free), then cleared its wake-up before the
     # claim. A place the async lane freed in between set the wake-up that clear dropped, and
     # the round, seeing no async room, claimed nothing for that lane and waited for the next

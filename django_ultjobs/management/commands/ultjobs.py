@@ -263,7 +263,8 @@ class Command(BaseCommand):
         self._refused(result.refused)
 
     def _refused(self, refused: tuple[KeyHeld, ...]) -> None:
-        """Fail with the jobs whose key another job holds, one line each (rule 107)."""
+        """Fail with the jobs whose key another job holds, one line each
+        (rule 107 (retry-takes-key-back))."""
         if not refused:
             return
         for held in refused[1:]:

@@ -42,7 +42,8 @@ CUSTOMERS = [("ada@example.com", 4200), ("grace@example.com", 1999), ("linus@exa
 RESULT_WIDTH = 52
 #: How long the cancellable report would run if nobody cancelled it.
 CANCELLABLE_SECONDS = 600.0
-#: The worker's heartbeat during the demo: a cancel is seen at the next one (rule 3).
+#: The worker's heartbeat during the demo: a cancel is seen at the next one
+#: (rule 3 (lost-lease-cancels)).
 HEARTBEAT = 0.2
 
 
@@ -81,7 +82,8 @@ class Command(BaseCommand):
         job_ids += self._charges(job_ids)
         jobs = list(Job.objects.filter(id__in=job_ids).order_by("id"))
         attempts: dict[int, list[AttemptRecord]] = {j: [] for j in job_ids}
-        # Every attempt: a first one that succeeded plainly is held by its job's row (rule 97).
+        # Every attempt: a first one that succeeded plainly is held by its job's row
+        # (rule 97 (attempt-on-row)).
         for attempt in AttemptRecord.objects.filter(job_id__in=job_ids).order_by("attempt", "id"):
             attempts[attempt.job_id].append(attempt)
 
