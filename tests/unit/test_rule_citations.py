@@ -1,8 +1,9 @@
 """Every rule the code, tests and docs cite is cited by number and name, as the rulebook writes it.
 
 A citation reads ``rule 4 (fenced-settle)``, so a reader never looks a number up; the number stays
-because it is stable and easy to grep. The rulebook is the table of docs/guarantees.md; every rule
-in it has a name, kebab-case, used by no other rule.
+because it is stable and easy to grep. The rules are the tables of docs/guarantees.md (what users
+rely on) and of docs/architecture.md's internal rules; every rule in them has a name, kebab-case,
+used by no other rule, and a number written in one place only.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The pages whose tables number and name the rules.
-RULEBOOKS = ("docs/guarantees.md",)
+#: The tables that number and name the rules: (page, the heading of the table's section).
+RULEBOOKS = (("docs/guarantees.md", "## Every rule at a glance"),
+             ("docs/architecture.md", "## Internal rules"))
 #: Where citations are read: (folder or file, file pattern).
 CITING = (("django_ultjobs", "*.py"), ("django_ultjobs", "*.sql"), ("django_ultjobs", "*.html"),
           ("tests", "*.py"), ("benchmarks", "*.py"), ("docs", "*.md"), ("example_project", "*.py"),
@@ -37,9 +39,13 @@ NUMBERS = re.compile(r"\b[Rr]ules? (\d+(?:(?:, | and |-|\u2013| to )\d+)*)")
 
 def _rulebook() -> list[tuple[int, str]]:
     rows = []
-    for page in RULEBOOKS:
+    for page, heading in RULEBOOKS:
         text = (ROOT / page).read_text()
-        rows += [(int(n), name) for n, name in re.findall(r"^\| (\d+) \| ([^|]*?) \|", text, re.M)]
+        section = text[text.index(f"{heading}\n"):]
+        end = section.find("\n#", 1)
+        section = section if end < 0 else section[:end]
+        rows += [(int(n), name)
+                 for n, name in re.findall(r"^\| (\d+) \| ([^|]*?) \|", section, re.M)]
     return rows
 
 
