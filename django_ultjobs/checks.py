@@ -58,7 +58,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     retention = _check_retention(conf.RETENTION_DAYS)
     messages.extend(retention or _check_unique_windows(conf.RETENTION_DAYS))
     messages.extend(_check_gauge_interval(conf.GAUGE_INTERVAL))
+    messages.extend(_check_stats_token(conf.STATS_TOKEN))
     return messages
+
+
+#: The shortest bearer token the stats view accepts: shorter ones are guessed.
+MIN_STATS_TOKEN = 16
+
+
+def _check_stats_token(token: object) -> list[CheckMessage]:
+    """``STATS_TOKEN``: None, or a string of at least ``MIN_STATS_TOKEN`` characters; anything
+    else would be compared as something it is not, or guessed (rule 110 (bounded-live-stats))."""
+    if token is None or (isinstance(token, str) and len(token) >= MIN_STATS_TOKEN
+                         and token.strip() == token):
+        return []
+    what = (f"a string of {len(token)} characters" if isinstance(token, str)
+            else f"a {type(token).__name__}")
+    return [Error(
+        f"ULTJOBS['STATS_TOKEN'] is {what}; it must be None or a string of at least "
+        f"{MIN_STATS_TOKEN} characters with no space around it",
+        hint="Generate one with python -c 'import secrets; print(secrets.token_urlsafe(32))', "
+             "read it from the environment, or leave it out to allow staff sessions only.",
+        id="django_ultjobs.E060",
+    )]
 
 
 def _check_store(store: Any) -> list[CheckMessage]:

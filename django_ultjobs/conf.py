@@ -8,6 +8,7 @@ ULTJOBS = {
     "JOB_MODULES": [],              # modules outside INSTALLED_APPS a worker may import jobs from
     "MAX_RESULT_BYTES": 4 * 1024 * 1024,  # a job's result larger than this as JSON fails it
     "PRUNE_SCHEDULE": "0 3 * * *",  # when the built-in prune job runs (cron), None: never
+    "STATS_TOKEN": None,            # bearer token of the stats view (/jobs/stats/), None: off
 }
 ```
 """
@@ -58,6 +59,10 @@ class UltJobsSettings:
     # Seconds between two reads of the queue and slot gauges by the fleet's one sampling worker
     # (rule 71 (gauges-one-reader)), when an OpenTelemetry SDK is configured; docs/operations.md.
     GAUGE_INTERVAL: float = 15.0
+    # The bearer token the stats view (``/jobs/stats/`` with ``django_ultjobs.urls``) accepts
+    # instead of a staff session, for an autoscaler: a string of at least 16 characters, or None
+    # to accept sessions only (rule 110 (bounded-live-stats)); docs/deployment.md.
+    STATS_TOKEN: str | None = None
 
 
 _lock = threading.Lock()

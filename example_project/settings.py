@@ -79,7 +79,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
          "init_command": "PRAGMA journal_mode=WAL;"}
     )
 
-ULTJOBS = {"DATABASE": "default"}
+# ULTJOBS_STATS_TOKEN: the bearer token of /ultjobs/stats/ (docs/deployment.md); unset: staff only.
+ULTJOBS = {"DATABASE": "default", "STATS_TOKEN": env.str("ULTJOBS_STATS_TOKEN", default=None)}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"

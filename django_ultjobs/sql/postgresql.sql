@@ -1024,3 +1024,58 @@ UPDATE django_ultjobs_job
 SET visible_at = {now}, updated_at = {now}
 WHERE status = 'queued' AND attempt > 0 AND visible_at > {now}
   AND queue = ANY(%(queues)s::text[]);
+
+-- fragment: live_queues
+-- Every queue with a live job, one probe of the live index each however many jobs it holds (a
+-- skip scan: the next queue name after the last), and every paused queue.
+WITH RECURSIVE found(queue) AS (
+    SELECT (SELECT queue FROM django_ultjobs_job
+            WHERE status IN ('queued', 'running', 'waiting') ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM django_ultjobs_job AS j
+            WHERE j.status IN ('queued', 'running', 'waiting') AND j.queue > found.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM found WHERE found.queue IS NOT NULL
+), queues(queue) AS (
+    SELECT queue FROM found WHERE queue IS NOT NULL
+    UNION SELECT queue FROM django_ultjobs_queuepause
+)
+
+-- name: live_stats
+-- Per queue and live status (docs/deployment.md, the stats view): jobs due now whose kind is
+-- not held back, due ones whose kind is held back (:blocked, a full cap or a spent rate limit),
+-- ones due later, the due time of the longest-due one, whether the queue is paused, and the
+-- clock. Each count reads one range of the live index (ultjobs_job_live, covering the name) and
+-- stops at :limit rows, so the work is bounded whatever the backlog
+-- (rule 110 (bounded-live-stats)).
+{fragment:live_queues}
+SELECT q.queue, s.status,
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.name <> ALL(%(blocked)s::text[]) LIMIT %(limit)s) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.name = ANY(%(blocked)s::text[]) LIMIT %(limit)s) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at > {now}
+            LIMIT %(limit)s) AS c),
+       (SELECT j.visible_at FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+            ORDER BY j.visible_at LIMIT 1),
+       EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = q.queue),
+       {now}
+FROM queues AS q
+CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s
+ORDER BY q.queue, s.status;
+
+-- name: live_blocking
+-- What holds runnable jobs back, for the stats view: the fleet slots held per key, and the
+-- rate-limit buckets whose budget is spent now (held -1): both tables hold a row per key in use.
+SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key
+UNION ALL
+SELECT key, -1 FROM django_ultjobs_ratelimitbucket
+WHERE tat - tolerance > (EXTRACT(EPOCH FROM {now}) * 1000000)::bigint;

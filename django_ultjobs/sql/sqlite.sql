@@ -660,3 +660,53 @@ UPDATE django_ultjobs_job
 SET visible_at = {now}, updated_at = {now}
 WHERE status = 'queued' AND attempt > 0 AND visible_at > {now}
   AND queue IN (SELECT value FROM json_each(:queues));
+
+-- fragment: live_queues
+-- Every queue with a live job, one probe of the live index each however many jobs it holds (a
+-- skip scan: the next queue name after the last), and every paused queue.
+WITH RECURSIVE found(queue) AS (
+    SELECT (SELECT queue FROM django_ultjobs_job
+            WHERE status IN ('queued', 'running', 'waiting') ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM django_ultjobs_job AS j
+            WHERE j.status IN ('queued', 'running', 'waiting') AND j.queue > found.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM found WHERE found.queue IS NOT NULL
+), queues(queue) AS (
+    SELECT queue FROM found WHERE queue IS NOT NULL
+    UNION SELECT queue FROM django_ultjobs_queuepause
+)
+
+-- name: live_stats
+-- PostgreSQL's live_stats (rule 110 (bounded-live-stats)); :blocked is a JSON array of job
+-- names.
+{fragment:live_queues}
+SELECT q.queue, s.status,
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.name NOT IN (SELECT value FROM json_each(:blocked)) LIMIT :limit) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.name IN (SELECT value FROM json_each(:blocked)) LIMIT :limit) AS c),
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at > {now}
+            LIMIT :limit) AS c),
+       (SELECT j.visible_at FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+            ORDER BY j.visible_at LIMIT 1),
+       EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = q.queue),
+       {now}
+FROM queues AS q
+CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s
+ORDER BY q.queue, s.status;
+
+-- name: live_blocking
+-- PostgreSQL's live_blocking: slots held per key, and spent rate-limit buckets (held -1).
+SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key
+UNION ALL
+SELECT key, -1 FROM django_ultjobs_ratelimitbucket
+WHERE tat - tolerance > CAST(round((julianday({now}) - 2440587.5) * 86400000.0) AS INTEGER) * 1000;

@@ -31,10 +31,10 @@ LAYERS: list[tuple[str, ...]] = [
     # What a body sees while it runs.
     ("runtime",),
     # What runs jobs and acts on them.
-    ("worker", "operations", "tasks_backend"),
+    ("worker", "operations", "tasks_backend", "queue_stats"),
     # What people and Django call: the admin, commands, middleware, checks, the app itself.
     ("admin", "management", "middleware", "checks", "templatetags", "apps", "__init__",
-     "testing"),
+     "testing", "views", "urls"),
 ]
 
 
