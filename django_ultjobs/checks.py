@@ -68,7 +68,7 @@ MIN_STATS_TOKEN = 16
 
 def _check_stats_token(token: object) -> list[CheckMessage]:
     """``STATS_TOKEN``: None, or a string of at least ``MIN_STATS_TOKEN`` characters; anything
-    else would be compared as something it is not, or guessed (rule 110 (bounded-live-stats))."""
+    else would be compared as something it is not, or guessed (rule 120 (bounded-live-stats))."""
     if token is None or (isinstance(token, str) and len(token) >= MIN_STATS_TOKEN
                          and token.strip() == token):
         return []

@@ -61,7 +61,7 @@ class UltJobsSettings:
     GAUGE_INTERVAL: float = 15.0
     # The bearer token the stats view (``/jobs/stats/`` with ``django_ultjobs.urls``) accepts
     # instead of a staff session, for an autoscaler: a string of at least 16 characters, or None
-    # to accept sessions only (rule 110 (bounded-live-stats)); docs/deployment.md.
+    # to accept sessions only (rule 120 (bounded-live-stats)); docs/deployment.md.
     STATS_TOKEN: str | None = None
 
 

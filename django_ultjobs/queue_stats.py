@@ -1,5 +1,5 @@
 """What an autoscaler asks of the queues, read with bounded work whatever the backlog
-(rule 110 (bounded-live-stats)).
+(rule 120 (bounded-live-stats)).
 
 Per queue: jobs runnable now, scheduled for later, running, runnable but held back by a full
 concurrency cap or a spent rate limit, waiting for an event or a sleep, how long the longest-due

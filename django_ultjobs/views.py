@@ -1,5 +1,5 @@
 """The stats view: the queues' figures as JSON, for an autoscaler or a dashboard
-(rule 110 (bounded-live-stats)).
+(rule 120 (bounded-live-stats)).
 
 Mounted by ``django_ultjobs.urls`` (``path("jobs/", include("django_ultjobs.urls"))`` serves
 ``/jobs/stats/``). Allowed for an active staff user with the view (or change) permission on

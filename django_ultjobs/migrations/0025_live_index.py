@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        # The stats view's and the admin summary's bounded counts of live jobs (rule 110 (bounded-live-stats)).
+        # The stats view's and the admin summary's bounded counts of live jobs (rule 120 (bounded-live-stats)).
         AddIndexConcurrently(
             model_name='job',
             index=models.Index(

@@ -179,7 +179,7 @@ class Job(models.Model):
             ),
             # The live rows by queue, status and due time: every count of the stats view and the
             # admin's summary is one range of it, stopped at a cap, and a queue's longest-due
-            # job is its first entry (rule 110 (bounded-live-stats)). The name rides along
+            # job is its first entry (rule 120 (bounded-live-stats)). The name rides along
             # (PostgreSQL: INCLUDE), so telling held-back kinds apart reads no table row.
             models.Index(
                 "queue",

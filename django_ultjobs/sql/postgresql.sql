@@ -1047,7 +1047,7 @@ WITH RECURSIVE found(queue) AS (
 -- ones due later, the due time of the longest-due one, whether the queue is paused, and the
 -- clock. Each count reads one range of the live index (ultjobs_job_live, covering the name) and
 -- stops at :limit rows, so the work is bounded whatever the backlog
--- (rule 110 (bounded-live-stats)).
+-- (rule 120 (bounded-live-stats)).
 {fragment:live_queues}
 SELECT q.queue, s.status,
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j

@@ -678,7 +678,7 @@ WITH RECURSIVE found(queue) AS (
 )
 
 -- name: live_stats
--- PostgreSQL's live_stats (rule 110 (bounded-live-stats)); :blocked is a JSON array of job
+-- PostgreSQL's live_stats (rule 120 (bounded-live-stats)); :blocked is a JSON array of job
 -- names.
 {fragment:live_queues}
 SELECT q.queue, s.status,

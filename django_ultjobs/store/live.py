@@ -1,5 +1,5 @@
 """The live jobs counted with bounded work, whatever the backlog: the stats view's and the admin
-summary's figures (rule 110 (bounded-live-stats)).
+summary's figures (rule 120 (bounded-live-stats)).
 
 Each count reads one range of the live index (``ultjobs_job_live``: queue, status, due time) and
 stops after ``limit`` rows, so a queue of a million jobs costs what one of ``limit`` does; a

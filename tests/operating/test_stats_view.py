@@ -1,5 +1,5 @@
 """The stats view (``/jobs/stats/``), on both engines: its figures, its bounded work and who may
-read it (rule 110 (bounded-live-stats))."""
+read it (rule 120 (bounded-live-stats))."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def add(alias: str, n: int = 1, *, due_in: float = -60.0, status: str = "queued"
 
 
 def test_each_figure_counts_its_own_jobs(jobs_in: str) -> None:
-    """Rule 110 (bounded-live-stats).
+    """Rule 120 (bounded-live-stats).
 
     runnable, scheduled, running, held back, waiting, oldest age, paused."""
     alias = jobs_in
@@ -81,7 +81,7 @@ def test_each_figure_counts_its_own_jobs(jobs_in: str) -> None:
 
 
 def test_a_lapsed_slot_or_a_fresh_budget_holds_nothing_back(jobs_in: str) -> None:
-    """Rule 110 (bounded-live-stats).
+    """Rule 120 (bounded-live-stats).
 
     only a full cap or a spent budget counts a job as held back."""
     alias = jobs_in
@@ -97,7 +97,7 @@ def test_a_lapsed_slot_or_a_fresh_budget_holds_nothing_back(jobs_in: str) -> Non
 
 def test_counts_stop_at_the_cap_and_say_so(jobs_in: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rule 110 (bounded-live-stats).
+    """Rule 120 (bounded-live-stats).
 
     past the cap a count reads cap + 1 and is named in more_than."""
     monkeypatch.setattr(queue_stats, "COUNT_CAP", 3)
@@ -111,7 +111,7 @@ def test_counts_stop_at_the_cap_and_say_so(jobs_in: str,
 
 
 def test_a_fixed_number_of_queries_whatever_the_tables_hold(jobs_in: str) -> None:
-    """Rule 110 (bounded-live-stats).
+    """Rule 120 (bounded-live-stats).
 
     the same statements for one queue as for many, few jobs or more."""
     alias = jobs_in
@@ -131,7 +131,7 @@ def test_a_fixed_number_of_queries_whatever_the_tables_hold(jobs_in: str) -> Non
 
 
 def test_each_count_reads_the_live_index(jobs_in: str) -> None:
-    """Rule 110 (bounded-live-stats).
+    """Rule 120 (bounded-live-stats).
 
     the live counts are ranges of ultjobs_job_live, never the table, on a table
     where most rows are finished (as the planner sees it after ANALYZE)."""
