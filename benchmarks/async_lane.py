@@ -7,7 +7,7 @@ For each ``--async-concurrency`` C: jobs/s from first claim to last settle (the 
 timestamps, so process start-up is not counted) against the ideal C / sleep. Measured in the same
 run: the design before the lane (a loop per run, ``asyncio.run`` on an executor thread, at most
 ``--threads`` at once) at ``--old-threads``; and what a registered async kind costs a drain of
-sync no-op jobs (every claim split by lane, docs/performance.md item 64).
+sync no-op jobs (every claim split by lane).
 """
 
 from __future__ import annotations

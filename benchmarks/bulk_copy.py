@@ -14,7 +14,7 @@ transaction, as ``python -m benchmarks.peers`` does:
 
 Throwaway databases ``ultjobs_peers_ours_bulk`` and ``ultjobs_peers_pgq_bulk`` (each with
 ``$BENCH_DB_SUFFIX`` appended, for machines several people share), dropped at the end. Needs
-the ``bench-peers`` extra (PgQueuer). performance.md, item 73.
+the ``bench-peers`` extra (PgQueuer).
 """
 
 from __future__ import annotations

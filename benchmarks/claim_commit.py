@@ -1,5 +1,4 @@
-"""What waiting for the WAL flush costs a claim (performance.md, item 83;
-rule 93 (unflushed-slot-release)).
+"""What waiting for the WAL flush costs a claim (rule 93 (unflushed-slot-release)).
 
     BENCH_PG_NAME=ultjobs_bench_x python -m benchmarks.claim_commit [--jobs 2000] [--limit 1]
 

@@ -1,4 +1,4 @@
-"""What the paused-queue check costs each claim (performance.md, item 55).
+"""What the paused-queue check costs each claim.
 
     python -m benchmarks.claim_pause [--jobs 20000] [--queues 4] [--limit 16]
                                      [--engines postgres,sqlite]

@@ -1,4 +1,4 @@
-"""What preparing the claim saves, and that its generic plan keeps up (performance.md, items 96-97).
+"""What preparing the claim saves, and that its generic plan keeps up.
 
     BENCH_PG_NAME=ultjobs_bench_x python -m benchmarks.claim_prepared [--queued 40000]
         [--limit 1] [--claims 600] [--before-sql FILE]

@@ -1,5 +1,4 @@
-"""The database's work per drained job, ours and PgQueuer's, from the server's own counters
-(docs/performance.md, item 107).
+"""The database's work per drained job, ours and PgQueuer's, from the server's own counters.
 
     python -m benchmarks.db_work [--jobs 20000] [--rounds 3] [--threads 128]
 

@@ -1,5 +1,4 @@
-"""CPU per drained job on each side: the worker process, and the database backends serving it
-(docs/performance.md, items 76-79 and 86).
+"""CPU per drained job on each side: the worker process, and the database backends serving it.
 
     python -m benchmarks.drain_cpu [--jobs 30000] [--threads 128] [--repeat 3] [--settle-rows 128]
                                    [--prepare-threshold 5|off] [--capped]

@@ -1,5 +1,5 @@
-"""Worker CPU per job of three pieces of a drained no-op job's path (docs/performance.md,
-items 80-82), for A/B runs of two checkouts one after the other:
+"""Worker CPU per job of three pieces of a drained no-op job's path,
+for A/B runs of two checkouts one after the other:
 
     python -m benchmarks.drain_micro claim|run|dispatch [--tree PATH]
 

@@ -1,6 +1,6 @@
 """What the gauge sampler's read costs the database: ``gauge_rows()`` (the two statements one
 worker of the fleet runs once a ``GAUGE_INTERVAL``) against a job table holding N runnable jobs
-over Q queues plus a history of finished ones (docs/performance.md, item 50).
+over Q queues plus a history of finished ones.
 
     python -m benchmarks.gauge_cost [--runnable 10000,100000,1000000] [--finished 1000000]
 

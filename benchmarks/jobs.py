@@ -35,7 +35,7 @@ def noop_rated() -> None:
 
 if os.environ.get("BENCH_ASYNC_JOBS"):
     # Registered only for benchmarks.async_lane: with an async def kind registered every claim
-    # is split by lane (docs/performance.md item 64), which the other benchmarks must not pay.
+    # is split by lane, which the other benchmarks must not pay.
 
     @job(max_attempts=1)
     async def async_sleep(seconds: float) -> None:

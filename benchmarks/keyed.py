@@ -1,4 +1,4 @@
-"""Per-key caps and rate limits: what they cost a drain (performance.md items 30-32).
+"""Per-key caps and rate limits: what they cost a drain.
 
     BENCH_PG_NAME=ultjobs_bench_me python -m benchmarks.keyed [--jobs 10000] [--keys 1000]
         [--threads 8] [--rounds 3]                                          (PostgreSQL)

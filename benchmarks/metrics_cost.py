@@ -1,5 +1,5 @@
 """What metrics and run hooks cost the drain: the same drain with no SDK, with one, and with an
-SDK plus a receiver of each run hook (docs/performance.md, items 50-52).
+SDK plus a receiver of each run hook.
 
     python -m benchmarks.metrics_cost [--jobs 20000] [--threads 16] [--repeat 3]
                                       [--engine postgres]

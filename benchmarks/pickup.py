@@ -6,7 +6,7 @@ Each round runs ``benchmarks.peers.ours pickup`` from this checkout, then from e
 checkout of a version to compare with; none if not given), then
 ``benchmarks.peers.peer_pgqueuer pickup``; the order rotates per round so no system always
 runs first. Databases are ``ultjobs_peers_<system><--suffix>``, created and dropped here. Only
-ratios within one run mean anything on a shared machine (performance.md items 92-93).
+ratios within one run mean anything on a shared machine.
 """
 
 from __future__ import annotations

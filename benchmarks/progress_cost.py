@@ -1,4 +1,4 @@
-"""What ``ctx.set_progress`` costs a run (docs/performance.md, item 57): a call the throttle
+"""What ``ctx.set_progress`` costs a run: a call the throttle
 holds back, and one write of the row (fenced on the claim token) on each engine.
 
     python -m benchmarks.progress_cost [--calls 200000] [--writes 500]

@@ -1,11 +1,10 @@
-"""What the settle's batch costs to send and to read, by the form it takes (docs/performance.md,
-item 111).
+"""What the settle's batch costs to send and to read, by the form it takes.
 
     BENCH_PG_NAME=ultjobs_bench_x python -m benchmarks.settle_input [--rows 128] [--calls 300]
                                                                      [--rounds 3]
 
 The same plain successes are read three ways by a statement that does nothing else (a count and
-a sum), prepared: as one JSON batch, the form the settle sent before item 111
+a sum), prepared: as one JSON batch, the form the settle sent before its arrays
 (``_settlement_row``, ``jsonb_to_recordset``); as the arrays the settle sends now
 (``PostgresStore.settle_params``, unnested as the settle does); as arrays of the same columns
 dumped by psycopg in binary. Each is timed on both sides, per row: the server's CPU from its
@@ -39,7 +38,7 @@ from django_ultjobs.store.records import Settlement  # noqa: E402
 
 STORE = get_store()
 READ = "SELECT count(*), sum(c.attempt_no) FROM {source}"
-#: The batch's columns as the settle read them from JSON before item 111.
+#: The batch's columns as the settle read them from JSON before its arrays.
 JSON_QUERY = READ.format(source="""jsonb_to_recordset(%(batch)s::jsonb) AS c(
     id bigint, token uuid, status text, attempt_delta int, delay float8, error text,
     result_json text, outcome text, attempt_no int, started_at timestamptz, slot_key text,
@@ -75,7 +74,7 @@ def as_arrays(batch: list[Settlement]) -> dict[str, Any]:
 
 
 def as_binary(batch: list[Settlement]) -> dict[str, Any]:
-    # The columns a plain success uses (item 79) as typed lists; the others NULL.
+    # The columns a plain success uses as typed lists; the others NULL.
     return {**dict.fromkeys(settle_arrays.settle_arrays(batch, datetime.isoformat)),
             "id": [s.job_id for s in batch], "token": [uuid.UUID(s.token) for s in batch],
             "status": [s.status for s in batch], "attempt_delta": [s.attempt_delta for s in batch],
@@ -105,7 +104,7 @@ def measure(cur: Any, pid: int, query: str, build: Callable[[list[Settlement]], 
 def main() -> None:
     args = parse_args()
     batch = settlements(args.rows)
-    forms = [("JSON, before item 111", JSON_QUERY, as_json),
+    forms = [("JSON, as sent before", JSON_QUERY, as_json),
              ("arrays, as sent now", ARRAYS_QUERY, as_arrays),
              ("arrays, psycopg binary", BINARY_QUERY, as_binary)]
     connection.ensure_connection()

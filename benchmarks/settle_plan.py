@@ -1,4 +1,4 @@
-"""The prepared settle's plan across a drain (docs/performance.md, item 85).
+"""The prepared settle's plan across a drain.
 
     BENCH_PG_NAME=ultjobs_bench_x python -m benchmarks.settle_plan [--jobs 60000] [--batch 32]
 
@@ -75,7 +75,7 @@ def settle_params(token: uuid.UUID, rows: list[Any]) -> dict[str, Any]:
     """A batch of successes as the store sends it (``PostgresStore.settle_params``), but with
     no run's attempt on its job's row (rule 97 (attempt-on-row)), so each records an attempt row, as
     a success after a retry does: the attempts table grows by a row per run, which is what the
-    generic plan made at the first settles must survive (item 85)."""
+    generic plan made at the first settles must survive."""
     batch = [Settlement(job_id=r[0], token=str(token), status="succeeded", attempt_no=r[6],
                         started_at=r[12], outcome="succeeded", result_json="null") for r in rows]
     return {**settle_arrays(batch, datetime.isoformat), "on_row": None, "worker_id": "w1",

@@ -75,7 +75,7 @@ def get_settings() -> UltJobsSettings:
     """Return the current settings, read once and again after ``override_settings``.
 
     Every ``enqueue()`` asks (for the database alias), so they are not read and checked again
-    each time (performance.md item 28).
+    each time.
     """
     global _current
     current = _current

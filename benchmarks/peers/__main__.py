@@ -361,7 +361,7 @@ def celery_round(celery: dict[str, Any], drain: Any, r: int, repeat: int) -> Non
 
 #: The pickup targets compare these two: their pickups alternate in blocks, so drift on the
 #: machine over the minutes they take reaches both alike (one block each, one after the other,
-#: read PgQueuer's p99 at 0.90x and 0.69x of ours an hour apart; performance.md, item 106).
+#: read PgQueuer's p99 at 0.90x and 0.69x of ours an hour apart).
 PICKUP_PAIR = ("ours", "pgqueuer")
 
 

@@ -41,7 +41,7 @@ PHASES = ("setup", "drain", "single", "pickup", "teardown")
 SINGLE_ENQUEUES = 300
 #: What each job of a drain does: ``noop`` returns; ``io-sync`` sleeps ``IO_SECONDS`` in its
 #: thread; ``io-async`` awaits ``asyncio.sleep(IO_SECONDS)``; ``django`` one ORM insert and one
-#: ORM read (performance.md items 69-72).
+#: ORM read.
 WORKLOADS = ("noop", "io-sync", "io-async", "django")
 #: Ours only (``benchmarks.ab``): ``mix`` interleaves short uncapped bodies with long ones of a
 #: kind capped fleet-wide, as a site with one throttled integration runs.

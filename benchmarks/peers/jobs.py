@@ -38,7 +38,7 @@ def peers_sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-# The I/O-bound workloads (performance.md item 70): a body that waits, in a thread or on a loop.
+# The I/O-bound workloads: a body that waits, in a thread or on a loop.
 @job(max_attempts=1)
 def peers_io_sync() -> None:
     time.sleep(IO_SECONDS)
@@ -55,7 +55,7 @@ if os.environ.get("BENCH_PEERS_WORKLOAD") == "io-async":
 
 @job(max_attempts=1)
 def peers_django(seq: int) -> None:
-    """The Django-shaped job (performance.md item 71): one ORM insert, one ORM read."""
+    """The Django-shaped job: one ORM insert, one ORM read."""
     from benchmarks.peers.models import django_job_body
 
     django_job_body(seq)

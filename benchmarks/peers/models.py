@@ -1,4 +1,4 @@
-"""The Django-shaped job's table (performance.md item 71), in every Django-based system's database.
+"""The Django-shaped job's table, in every Django-based system's database.
 
 The app has no migrations on purpose: ``migrate --run-syncdb`` creates this one table in each
 system's fresh database, and the project's migration numbering stays the library's.

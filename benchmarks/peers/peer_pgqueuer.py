@@ -13,7 +13,7 @@ process start-up and drain mode's exit wait are not counted. Log aggregation is 
 (``log_aggregation_interval=timedelta(0)``) so those rows stay to be read; it would otherwise run
 every 30 s, i.e. not inside a drain of a few seconds anyway.
 
-The I/O-bound workloads (``--workload io-sync`` / ``io-async``, performance.md item 70) run at
+The I/O-bound workloads (``--workload io-sync`` / ``io-async``) run at
 ``--concurrency C``: ``max_concurrent_tasks=C`` (its hard cap on the jobs a worker holds) with
 ``batch_size=C/2`` (it requires the cap to be at least twice the batch). PgQueuer takes async
 entrypoints only; its documented way to a blocking body is ``await asyncio.to_thread(...)``, and

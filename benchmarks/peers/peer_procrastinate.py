@@ -9,7 +9,7 @@ default), the psycopg connector with its default pool. Bulk enqueue uses ``batch
 Drain jobs/s comes from Procrastinate's own event table: the first ``started`` event to the last
 ``succeeded`` one (database clock), so process start-up and exit are not counted.
 
-The I/O-bound workloads (``--workload io-sync`` / ``io-async``, performance.md item 70) run at
+The I/O-bound workloads (``--workload io-sync`` / ``io-async``) run at
 ``--concurrency C`` like the others. Procrastinate runs a synchronous task in the event loop's
 default executor (``asgiref``'s ``sync_to_async``); that executor is sized to C threads here, so
 the blocking bodies get the same C.

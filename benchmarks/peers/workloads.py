@@ -1,5 +1,5 @@
 """The peer benchmark beyond the no-op drain: Celery's pools, I/O-bound and Django-shaped jobs,
-and ours at its default flags (performance.md items 69-72).
+and ours at its default flags.
 
 ``measure_*`` run the phases (through ``__main__``'s runner) and store their figures in the
 results; ``render_*`` turn the stored figures into the report's lines. Every figure is a median of

@@ -6,7 +6,7 @@
 Drains ``--jobs`` queued no-op jobs with one ``runjobworker --burst`` process, once with each pool
 per thread count and pass, the two interleaved (pass by pass, the order alternating), and prints
 the medians, the spread and the worker's CPU per job. PostgreSQL database ``BENCH_PG_NAME``
-(default ``ultjobs_bench``) is dropped and created. See docs/performance.md item 26.
+(default ``ultjobs_bench``) is dropped and created.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``ExecutorPool``'s interface on ``concurrent.futures.ThreadPoolExecutor``: the candidate the
-hand-written pool (``django_ultjobs/worker/pool.py``) is measured against (performance.md, item
-26). Benchmark-only: ``benchmarks.pool_ab.worker`` swaps it in for one worker process.
+hand-written pool (``django_ultjobs/worker/pool.py``) is measured against.
+Benchmark-only: ``benchmarks.pool_ab.worker`` swaps it in for one worker process.
 
 The free count the claim loop reads is a counter under a condition: a ``BoundedSemaphore``
 would bound the runs handed over just as well, but cannot say how many permits are left, which

@@ -6,8 +6,8 @@ held by its job's row) and its tables' finish-time indexes (``ultjobs_attempt_fi
 tables hold (rule 80 (bounded-charts)): at most ``MAX_ATTEMPTS_READ`` attempts of each table are
 counted (``MAX_NAMED_ATTEMPTS_READ`` on a job name's page) and ``MAX_RUNS_TIMED`` runs of each timed
 per page.
-When the window holds more, the chart covers its newest part and says from when
-(docs/performance.md, item 60, has the cost at a million rows). The oldest runnable job per
+When the window holds more, the chart covers its newest part and says from when, so a page
+reads as fast at a million rows as at a thousand. The oldest runnable job per
 queue comes from the live jobs (the claim's partial index).
 """
 
@@ -46,7 +46,7 @@ MAX_ATTEMPTS_READ = 50_000
 MAX_NAMED_ATTEMPTS_READ = 10_000
 #: Runs timed per page at most (each looks its job's name up, and all are sorted). p95 of the
 #: newest 5,000 runs is a steady figure; 20,000 cost 4x the time and crossed PostgreSQL's JIT
-#: threshold (half a second compiling; docs/performance.md, item 60).
+#: threshold (half a second compiling).
 MAX_RUNS_TIMED = 5_000
 #: Job names the duration chart shows, slowest p95 first; it says how many more there are.
 MAX_NAMES_SHOWN = 12
@@ -189,7 +189,7 @@ def _newest_cut(alias: str, since: datetime, cap: int, *outcomes: str) -> dateti
     One walk down each table's finish-time index, ``cap`` entries at most: the bound on what a
     chart reads, whatever the window holds; after the cut each table has at most ``cap`` (rule
     80). Not one walk down the attempts view: PostgreSQL keeps its filtered half over the jobs a
-    subquery, which it sorts whole instead of merging in index order (performance.md, item 88).
+    subquery, which it sorts whole instead of merging in index order.
     """
     rows = JobAttempt.objects.using(alias).filter(finished_at__gte=since)
     if outcomes:
@@ -212,7 +212,7 @@ def _with_job_name(attempts: QuerySet[AttemptRecord], name: str | None) -> Query
 
     A scalar subquery, one primary-key lookup per attempt read, and never a join: with a join,
     PostgreSQL's planner hashes the whole jobs table for 20,000 attempts (a million rows read,
-    1.4 s at a million jobs; docs/performance.md, item 60).
+    1.4 s at a million jobs).
     """
     job_name = Subquery(Job.objects.filter(id=OuterRef("job_id")).values("name")[:1])
     attempts = attempts.annotate(job_name=job_name)

@@ -140,8 +140,8 @@ class JobListMixin:
                            search_term: str) -> tuple[QuerySet[Job], bool]:
         """Search a job id (the primary key), else names containing the term, by index.
 
-        A substring search of the table (``name ILIKE '%term%'``) reads every row (the admin's
-        figures at a million jobs are in performance.md). The names are known, though: the
+        A substring search of the table (``name ILIKE '%term%'``) reads every row, which at a
+        million jobs takes seconds. The names are known, though: the
         registered jobs. So the term picks the registered names that contain it, and the rows
         are found by equality on the ``(name, status)`` index. A name no process registers
         (deploy skew) is found whole.

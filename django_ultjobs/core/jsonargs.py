@@ -29,7 +29,7 @@ _INT_BITS_SURELY_SHORT = 14_284
 
 
 #: One encoder for every call: ``json.dumps`` with options builds a new ``JSONEncoder`` each
-#: time, most of what encoding a job's ``None`` result cost (performance.md item 28). Encoding
+#: time, most of what encoding a job's ``None`` result cost. Encoding
 #: keeps no state between calls, so threads share it.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 

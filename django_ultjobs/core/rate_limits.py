@@ -16,7 +16,7 @@ The tolerance is what lets a start that came late (the claim that takes it was t
 the moment it could start: a busy host, a slow statement) not lose that time for good: a
 lateness up to the tolerance (100 ms at 50/s) is made up; beyond it, the long-run rate falls
 short of N by the excess. With 1 + N // 20 (5 %, 40 ms at 50/s) four worker processes on a
-loaded two-core host fell 12-17 % short (performance.md, item 32).
+loaded two-core host fell 12-17 % short.
 """
 
 from __future__ import annotations

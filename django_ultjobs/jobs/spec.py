@@ -33,9 +33,8 @@ MAX_BOUND_SHAPES = 64
 
 
 # Made once per call of a bulk enqueue, so slotted but not frozen, as NewJob: frozen, its
-# three fields were set through object.__setattr__, 1.2 us of the 2.1 a call() cost
-# (performance.md, item 94). Nothing mutates it. (Never hashable either way: its kwargs are a
-# dict.)
+# three fields were set through object.__setattr__, over half of what a call() cost. Nothing
+# mutates it. (Never hashable either way: its kwargs are a dict.)
 @dataclass(slots=True)
 class JobCall:
     """One call of a job, ready to be enqueued (alone or with others in ``bulk_enqueue``)."""
@@ -47,8 +46,8 @@ class JobCall:
     def new_job(self, traceparent: str, tracestate: str, actor: str) -> NewJob:
         """The row this call becomes, as the store inserts it (``enqueue.CheckedCall``)."""
         spec, args, kwargs = self.spec, self.args, self.kwargs
-        # Positional, in NewJob's field order: with keywords the record alone cost 1.05 us, 0.40
-        # without, once per call of a bulk enqueue (performance.md, item 94).
+        # Positional, in NewJob's field order: by keyword the record cost more than twice as
+        # much to build, once per call of a bulk enqueue.
         return NewJob(
             spec.name, spec.queue, spec.priority, list(args), dict(kwargs), spec.max_attempts,
             spec.delay, spec.run_at, traceparent, tracestate, actor,
@@ -260,7 +259,7 @@ class JobSpec:
         # Whether a call binds depends on how many positional arguments it has and the names
         # of its keyword ones, never on their values: a shape that bound once binds again, so
         # it is not bound again (``Signature.bind`` was half of what ``call()`` cost a bulk
-        # enqueue; performance.md, item 94). A shape that fails is bound every time, for its
+        # enqueue). A shape that fails is bound every time, for its
         # message.
         shape = _shape(args, kwargs)
         if shape in self._bound_shapes:

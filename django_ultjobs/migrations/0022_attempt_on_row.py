@@ -1,5 +1,5 @@
 """The attempt a job's own row holds, and the one view every reader reads attempts through
-(rule 97 (attempt-on-row); docs/performance.md, items 87-88).
+(rule 97 (attempt-on-row)).
 
 ``Job.attempt_on_row`` has a constant database default, so on PostgreSQL adding it changes only
 the catalog: no rewrite of the jobs table, no long exclusive lock. Its partial index is built

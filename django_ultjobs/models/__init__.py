@@ -168,7 +168,7 @@ class Job(models.Model):
             ),
             # The claim of a capped kind (concurrency=N): its runnable rows in priority order,
             # so the claim takes the first free-slots of them instead of sorting every queued
-            # run of the kind (performance.md item 28).
+            # run of the kind.
             models.Index(
                 "name",
                 models.F("priority").desc(),
@@ -197,8 +197,8 @@ class Job(models.Model):
             # The attempts the rows hold (rule 97 (attempt-on-row)), newest first: the charts read
             # them through the attempts view, a bounded number from the newest
             # (rule 80 (bounded-charts)). Without it the view's half over the jobs was a scan and
-            # sort of every one in the window
-            # (performance.md, item 88); it costs a plain success one index entry, where its
+            # sort of every one in the window;
+            # it costs a plain success one index entry, where its
             # attempt row cost a heap row and three.
             models.Index("finished_at", name="ultjobs_job_attempt_on_row",
                          condition=models.Q(attempt_on_row=True)),
@@ -252,8 +252,7 @@ class JobAttempt(models.Model):
                          condition=models.Q(outcome="slot_lost")),
             # The admin's charts read the attempts of the last hour or day, newest first, and at
             # most a bounded number of them (rule 80 (bounded-charts)). Finish times only grow, so
-            # each settle adds at the index's right edge (docs/performance.md, item 61, has its
-            # cost).
+            # each settle adds at the index's right edge, the cheapest place to add to a b-tree.
             models.Index("finished_at", name="ultjobs_attempt_finished"),
         ]
 

@@ -163,7 +163,7 @@ def record_finished(runs: Iterable[tuple[str, str, str, float | None]]) -> None:
     ran)`` each (None: it did not run, e.g. parked or cancelled before it started).
 
     One ``add`` per distinct attributes of the batch, not one per run: each call into the SDK
-    costs microseconds (performance.md, item 51), and a settle batch is mostly one kind."""
+    costs microseconds, and a settle batch is mostly one kind."""
     inst = instruments()
     if inst is None:
         return

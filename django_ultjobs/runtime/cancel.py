@@ -24,7 +24,7 @@ class CancelScope:
     def __init__(self) -> None:
         # The event exists only once a body waits on the scope (ctx.sleep, a wait for an
         # event): most runs never do, and an Event per run (a Condition, two locks) is a
-        # cost every run would pay (performance.md item 28).
+        # cost every run would pay.
         self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._reason: JobCancelledError | None = None

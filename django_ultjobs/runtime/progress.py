@@ -25,7 +25,7 @@ from ..observability.logs import log_event
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two writes of one run's progress (performance.md, item 57).
+#: Seconds between two writes of one run's progress.
 INTERVAL = 1.0
 #: Characters of the message kept; a longer one is cut.
 MAX_MESSAGE = 200

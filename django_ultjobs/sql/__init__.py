@@ -2,8 +2,7 @@
 
 A query starts at a ``-- name: <name>`` line; the comment lines under it say what it does (they
 stay in the file: each query is sent as ``/* django_ultjobs:<name> */`` and its SQL, because
-psycopg re-parses every run of a statement longer than 4,096 characters; see
-docs/performance.md, item 17).
+psycopg re-parses every run of a statement longer than 4,096 characters).
 
 A ``-- fragment: <name>`` line starts a piece of SQL that several queries of the same file share;
 a query includes it with ``{fragment:<name>}``. Fragments are expanded before the macros, and do
@@ -104,8 +103,8 @@ def _without_comment_lines(sql: str) -> str:
     spans lines (a test holds that), or a line of it starting with ``--`` would be cut. The
     ``/* django_ultjobs:<name> */`` tag that replaces them names the statement in
     ``pg_stat_activity`` and the server's logs. Each line's indentation goes too: it is for the
-    same readers, and psycopg caches the parse only of statements up to 4,096 bytes
-    (performance.md, item 17), which the longest claim would pass with it.
+    same readers, and psycopg caches the parse only of statements up to 4,096 bytes,
+    which the longest claim would pass with it.
     """
     kept = (line.strip() for line in sql.splitlines() if not line.lstrip().startswith("--"))
     return "\n".join(line for line in kept if line)

@@ -96,7 +96,7 @@ RETURNING id;
 -- The row holding unique key (:name, :key), every column (read as a Job by the ORM's raw(),
 -- which maps columns by name): what enqueue() returns when the key is held
 -- (rule 66 (held-key-returns-holder)). By the unique index; the ORM's own query cost more to build
--- than to run (performance.md, item 45).
+-- than to run.
 SELECT * FROM django_ultjobs_job WHERE name = :name AND unique_key = :key LIMIT 1;
 
 -- name: claim_caps
@@ -640,8 +640,7 @@ RETURNING id, scheduled_for;
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
 -- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by
--- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader);
--- performance.md, item 50).
+-- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader)).
 SELECT queue, count(*), (julianday({now}) - julianday(min(visible_at))) * 86400.0
 FROM django_ultjobs_job
 WHERE {fragment:runnable}

@@ -333,8 +333,8 @@ class JobStore(SlotStore):
             prev_status, prev_worker, prev_claimed_at, due = prev
             redelivered = prev_status == "running"
             # Every field set by name on a bare instance: the dataclass __init__ taking 23
-            # keywords cost 1.7 us a job, 7 % of the worker's busy time in a no-op drain
-            # (docs/performance.md, item 80). A test holds that this equals the __init__'s.
+            # keywords cost a fourteenth of the worker's busy time in a no-op drain.
+            # A test holds that this equals the __init__'s.
             job = new(ClaimedJob)
             job.id, job.name, job.queue, job.priority = r[0], r[1], r[2], r[3]
             job.args, job.kwargs, job.undecodable = args, kwargs, undecodable
@@ -604,9 +604,9 @@ class JobStore(SlotStore):
 
     def _settlement_row(self, s: Settlement) -> dict[str, Any]:
         # One run of a JSON settle batch: SQLite's (PostgreSQL's settle takes one array per
-        # column instead, ``settle_arrays``, performance.md item 111). A key left out reads as
+        # column instead, ``settle_arrays``). A key left out reads as
         # NULL, as a JSON null does, and the query reads a missing wait_after and steps as 0 and
-        # []: a plain success sends half the text to encode, and to parse (item 79).
+        # []: a plain success sends half the text to encode, and to parse.
         row: dict[str, Any] = {
             "id": s.job_id,
             "token": s.token,

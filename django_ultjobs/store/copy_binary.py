@@ -1,8 +1,8 @@
 """The rows of a plain bulk enqueue (``copy_rows.plain``) in COPY's binary format.
 
-The server reads a binary field without parsing it: a row in it took 0.85 us less of the
+The server reads a binary field without parsing it: a row in it takes less of the
 server's time than the same row in text (three timestamps and the integers not parsed), and
-the server's insert is what a bulk enqueue by COPY waits for (performance.md, item 95). The
+the server's insert is what a bulk enqueue by COPY waits for. The
 values are those ``copy_rows.text_rows`` writes, column by column
 (rule 101 (bulk-shortcuts-same-outcome)).
 """

@@ -3,7 +3,7 @@
 COPY takes rows as data, never expressions, so what the INSERT of ``enqueue`` computes in SQL is
 computed here from the database's clock, read in the same transaction first (``enqueue_copy_ids``,
 which also takes the ids COPY cannot return): the same values, column by column
-(rule 95 (copy-writes-as-insert); performance.md, items 73 and 75).
+(rule 95 (copy-writes-as-insert)).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..core import jsonargs
 from .records import NewJob
 
 #: Jobs from which a bulk enqueue goes by COPY: below it the one-statement INSERT is as fast (two
-#: round trips against one; performance.md, item 75) and keeps ``bulk_enqueue()`` one statement
+#: round trips against one) and keeps ``bulk_enqueue()`` one statement
 #: (rule 41 (instrumented-statements)).
 COPY_MIN_JOBS = 100
 

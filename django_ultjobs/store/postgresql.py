@@ -105,8 +105,8 @@ class PostgresStore(JobStore):
         return [EnqueuedJob(id=r[0], visible_at=r[1], created_at=r[2], expires_at=r[3])]
 
     def enqueue_ids(self, jobs: Sequence[NewJob]) -> list[int]:
-        # By COPY, the ids as the first statement gave them: no EnqueuedJob per job, which
-        # was 0.9 us of a bulk enqueue's job after its rows were in (performance.md, item 94).
+        # By COPY, the ids as the first statement gave them: no EnqueuedJob per job, the
+        # largest cost left of a bulk enqueue's job once its rows were in.
         return self._copy(jobs)[1] if self._copies(jobs) else super().enqueue_ids(jobs)
 
     def _copy(self, jobs: Sequence[NewJob]) -> tuple[datetime, list[int]]:
@@ -123,7 +123,7 @@ class PostgresStore(JobStore):
             ids.sort()
             # A plain batch leaves to their defaults the columns every job of it does, and is
             # sent in binary: the server's insert is what the call waits for, and both take
-            # from it (performance.md, item 95).
+            # from it.
             if copy_rows.plain(jobs):
                 copy_rows.copy(cur, self.sql["enqueue_copy_plain"],
                                copy_binary.binary_rows(jobs, ids, now))
@@ -133,7 +133,7 @@ class PostgresStore(JobStore):
         return now, ids
 
     def _insert_unique(self, sent: Sequence[NewJob]) -> list[Any]:
-        # One job: its values as parameters, not a JSON array (performance.md, item 45).
+        # One job: its values as parameters, not a JSON array.
         if len(sent) != 1:
             return super()._insert_unique(sent)
         row = self._unique_row(sent[0])
@@ -150,8 +150,8 @@ class PostgresStore(JobStore):
         # patched that method, a debug toolbar, an APM agent, has wrapped it), with a server-side
         # binding cursor put inside in place of the ORM's, whatever Django's connection uses for the
         # ORM: the client-side cursor quoted every parameter (arrays, uuids) in Python on every
-        # claim
-        # (performance.md item 28). Prepared statements follow the site's own choice:
+        # claim.
+        # Prepared statements follow the site's own choice:
         # Django opens psycopg connections with prepare_threshold off (a transaction-mode pooler
         # older than PgBouncer 1.21 loses them), and OPTIONS["prepare_threshold"] turns them on
         # for these cursors (the ORM's client-side cursors never prepare unless
@@ -166,10 +166,10 @@ class PostgresStore(JobStore):
         # a prepared statement to its generic plan, planned without the parameters' values.
         # claim_capped's cannot see the cap names as constants and seq-scans and sorts every
         # live row (the claim without caps and the capped kinds' own claim, once as bad, are
-        # prepared since items 96-98, behind a fence that fixes their plans); event_find's walks the
+        # prepared, behind a fence that fixes their plans); event_find's walks the
         # events in id order instead of taking its name's index. Each is many times slower
-        # than planning afresh (docs/performance.md, items 19 and 23); a settle that extends an
-        # episode or waits on an event is the same (item 85). Django's wrapper passes no
+        # than planning afresh; a settle that extends an
+        # episode or waits on an event is the same. Django's wrapper passes no
         # options to the driver: the cursor inside it is told instead.
         driver = cur.cursor
         driver.prepare = False
@@ -270,7 +270,7 @@ class PostgresStore(JobStore):
             self._driver_times(cur)
             if name in _PREPARED_CLAIMS:
                 # Prepared as the site's connection prepares: its generic plan is its custom one
-                # at every queue size measured (performance.md, items 96-98).
+                # at every queue size measured.
                 cur.execute(claim_text(self.sql[name], request.limit, kinds=len(per_job)),
                             params)
             else:
@@ -286,8 +286,8 @@ class PostgresStore(JobStore):
 
     def _driver_times(self, cur: Any) -> None:
         # A claim returns two or three times per row, and Django's loader (a Python call and a
-        # datetime.replace per value) was the largest single cost of the claim loop: 1.2 us a
-        # value, 14 % of the worker's busy time in a no-op drain (performance.md, item 77).
+        # datetime.replace per value) was the largest single cost of the claim loop, a
+        # seventh of the worker's busy time in a no-op drain.
         # The driver's loader gives the very same datetimes when the session's time zone is
         # the one Django relabels with (UTC under USE_TZ, which Django sets on connecting).
         driver = cur.cursor
@@ -310,7 +310,7 @@ class PostgresStore(JobStore):
         # A run that extends a park's episode or waits on an event makes the settle read the
         # attempts or the events table, which a prepared settle's generic plan, made at its first
         # runs, would scan whole once it has grown: such batches (rare) are planned afresh; the
-        # rest never reach those reads (performance.md, item 85).
+        # rest never reach those reads.
         fresh = bool(waits) or any(s.extends is not None for s in settlements)
         with self.cursor() as cur:
             if not waits:
@@ -355,8 +355,7 @@ class PostgresStore(JobStore):
 
 
 #: The smallest inner limit of the claims' fence ("{bound}" in ``claim``, per queue, and in
-#: ``claim_capped_kinds``, per kind): generic plans were measured at limits 1-128 under it
-#: (performance.md, items 96-98).
+#: ``claim_capped_kinds``, per kind): generic plans were measured at limits 1-128 under it.
 CLAIM_BOUND = 128
 
 
@@ -388,8 +387,8 @@ _PREPARED_CLAIMS = frozenset({"claim", "claim_capped_kinds"})
 
 def _claim_query(caps: Mapping[str, int], per_key: Sequence[str], uncapped: bool) -> str:
     """The claim statement for these arguments: ``claim`` with no cap, ``claim_capped_kinds``
-    when only the capped kinds' own scans are due (none capped per key), else ``claim_capped``
-    (performance.md, item 89)."""
+    when only the capped kinds' own scans are due (none capped per key), else ``claim_capped``.
+    """
     if not caps:
         return "claim"
     return "claim_capped" if uncapped or per_key else "claim_capped_kinds"

@@ -12,9 +12,9 @@ from ..core.slot_keys import SLOT_KEY_PREFIX
 
 # Made once per job on the enqueue path, so slotted but not frozen, as ClaimedJob below: a
 # frozen dataclass sets each of its 19 fields through object.__setattr__, which was most of
-# what building one cost a bulk enqueue (docs/performance.md, item 84). Nothing mutates it.
-# JobCall.new_job builds it positionally (item 94): a field added or moved is added or moved
-# there too.
+# what building one cost a bulk enqueue. Nothing mutates it.
+# JobCall.new_job builds it positionally (by keyword cost twice as much): a field added or
+# moved is added or moved there too.
 @dataclass(slots=True)
 class NewJob:
     """A job to insert: everything enqueue knows before the database assigns an id."""
@@ -59,8 +59,8 @@ class EnqueuedJob:
 
 
 # The two records made once per job on the worker's hot path are slotted but not frozen: a frozen
-# dataclass sets each field through object.__setattr__, a cost the claim loop pays per job
-# (docs/performance.md, item 28). Nothing mutates them after construction.
+# dataclass sets each field through object.__setattr__, a cost the claim loop pays per job.
+# Nothing mutates them after construction.
 @dataclass(slots=True)
 class ClaimedJob:
     """One job this worker now holds under ``token`` until its lease lapses."""

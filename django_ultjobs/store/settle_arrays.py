@@ -1,11 +1,11 @@
 """A settle batch as PostgreSQL arrays, one per column, that the settle unnests side by side.
 
 The server reads an array of plain values in about half the CPU it spends reading the same
-values out of a JSON batch (performance.md, item 111). Each array is one text parameter in
+values out of a JSON batch. Each array is one text parameter in
 PostgreSQL's array input syntax, joined here in a few string operations: psycopg dumps a list
 element by element, which cost the worker more than the server saved. A column no run of the
 batch uses is sent as NULL, which ``unnest`` pads with NULLs, as a JSON batch reads a key left
-out (item 79).
+out.
 """
 
 from __future__ import annotations

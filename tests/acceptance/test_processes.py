@@ -205,10 +205,10 @@ def test_stopped_worker_late_settle_changes_nothing(
 @pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
 def test_three_workers_race_over_a_thousand_jobs(
         pg_alias: str, worker_processes: WorkerProcesses, prepared: bool) -> None:
-    """Rule 1 (a claimed job is invisible to every other claim) across processes: three worker
-    processes racing over 1,000 bulk-enqueued jobs (one claim statement each time, FOR UPDATE
-    SKIP LOCKED) run each exactly once: one RunLog row, one attempt, attempt 1. Again with
-    workers that prepare every statement at its first run (a site's
+    """Rule 1 (leased-claim), a claimed job invisible to every other claim, across processes:
+    three worker processes racing over 1,000 bulk-enqueued jobs (one claim statement each time,
+    FOR UPDATE SKIP LOCKED) run each exactly once: one RunLog row, one attempt, attempt 1. Again
+    with workers that prepare every statement at its first run (a site's
     OPTIONS["prepare_threshold"]) and run each on its generic plan, the plan a prepared
     statement may switch to after five runs."""
     fleet = Fleet(worker_processes, pg_alias)
@@ -348,7 +348,7 @@ def test_fleet_slots_hold_fleet_wide_while_workers_are_killed(
 
 def test_a_fleet_cap_holds_across_workers_on_generic_plans(
         pg_alias: str, worker_processes: WorkerProcesses) -> None:
-    """Rule 5 (fleet-cap) with the capped kinds' own claim prepared (performance.md item 98): three
+    """Rule 5 (fleet-cap) with the capped kinds' own claim prepared: three
     worker processes that prepare every statement at its first run and run it on its generic plan
     (a site's OPTIONS["prepare_threshold"] after five runs) drain 40 runs of a concurrency=2
     job, four threads each: every job runs once, at its first attempt, and at no instant do more

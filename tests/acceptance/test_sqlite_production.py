@@ -8,7 +8,6 @@ applies). The library's own transactions must not do that (rules 21 (sqlite-begi
 (django_ultjobs.W010) tells the site to fix with ``OPTIONS["transaction_mode"] = "IMMEDIATE"``, and
 the last test holds that the fix is enough.
 
-Failure counts measured before and after the fix are in docs/performance.md (SQLite).
 """
 
 from __future__ import annotations
@@ -203,9 +202,10 @@ def test_logged_in_enqueues_through_the_middleware_all_succeed_under_deferred_mo
 
 def test_a_callers_read_then_enqueue_needs_immediate_mode_and_the_check_says_so(
         worker_processes: WorkerProcesses, monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 21 (the caller's part): the library cannot change how a transaction it did not open
-    # began. Under the suite's deferred mode the check warns; with the fix its hint gives, the
-    # check is silent and none of the enqueues fails, with 2 worker processes writing meanwhile.
+    # rule 21 (sqlite-begins-as-writer), the caller's part: the library cannot change how a
+    # transaction it did not open began. Under the suite's deferred mode the check warns; with the
+    # fix its hint gives, the check is silent and none of the enqueues fails, with 2 worker
+    # processes writing meanwhile.
     assert "django_ultjobs.W010" in {m.id for m in check_settings()}
     start_workers(worker_processes, 2, env={"ULTJOBS_TEST_SQLITE_TRANSACTION_MODE": "IMMEDIATE"})
 

@@ -146,7 +146,7 @@ def test_caps_of_kinds_with_nothing_queued_change_nothing(cstore: JobStore) -> N
 
 def test_the_capped_kinds_alone_are_claimed_as_the_full_claim_would(cstore: JobStore) -> None:
     # With the other kinds' scan left out and no kind capped per key, the claim is a statement
-    # of its own (performance.md item 89): the same rows in the same order, each kind held to
+    # of its own: the same rows in the same order, each kind held to
     # its free slots (kept ones counted), the whole to the limit, paused queues left alone.
     enqueue(cstore, *(new_job("capped", priority=p) for p in (1, 5, 3)))
     enqueue(cstore, *(new_job("serial", priority=p) for p in (4, 2)))

@@ -114,7 +114,7 @@ def test_claimed_times_are_the_ones_django_reads(cstore: JobStore, clock: FakeCl
 
 def test_a_claimed_job_is_the_one_its_dataclass_init_builds(cstore: JobStore, clock: FakeClock
                                                              ) -> None:  # rule 1 (leased-claim)
-    # The claim sets each field of a bare ClaimedJob by name (performance.md, item 80): every
+    # The claim sets each field of a bare ClaimedJob by name: every
     # field must be set, to the value and type the dataclass's own __init__ would hold; fresh,
     # re-delivered and with arguments or without, and no two jobs sharing their argument lists.
     enqueue(cstore, new_job(), NewJob(name="add", queue="default", priority=5, args=[1, "a"],

@@ -1,7 +1,7 @@
 """A bulk enqueue big enough for COPY (PostgreSQL) writes what the INSERT writes
 (rule 95 (copy-writes-as-insert)).
 
-PostgreSQL's store sends a batch of ``COPY_MIN_JOBS`` or more by COPY (performance.md, item 73),
+PostgreSQL's store sends a batch of ``COPY_MIN_JOBS`` or more by COPY,
 every other batch (and SQLite's every batch) by INSERT: the rows, the ids, the transaction and
 the wake-ups must be the same either way, on both engines.
 """
@@ -119,7 +119,7 @@ def test_bulk_enqueue_returns_the_ids_enqueue_returns(cstore: JobStore, alias: s
 
 
 def test_a_batch_is_built_with_the_collector_off_and_leaves_it_as_it_was(alias: str) -> None:
-    # rule 101 (performance.md, item 94): the cyclic collector is off while a batch's calls are
+    # rule 101 (bulk-shortcuts-same-outcome): the cyclic collector is off while a batch's calls are
     # checked and built, and back on after, whatever happened; a site's own "off" is kept.
     seen: list[bool] = []
 

@@ -237,7 +237,8 @@ class _Propagator:
 def test_a_malformed_traceparent_is_dropped_not_stored(
         alias: str, monkeypatch: pytest.MonkeyPatch, headers: dict[str, str],
         kept: tuple[str, str]) -> None:
-    # rule 16 (and rule 14 (trace-never-fails): the worker would ignore it anyway)
+    # rule 16 (bad-input-refused), and rule 14 (trace-never-fails): the worker would ignore it
+    # anyway
     monkeypatch.setattr(tracing_module, "propagate", _Propagator(headers))
     job = add.enqueue(1, 2)
     stored = Job.objects.using(alias).values_list("traceparent", "tracestate").get(id=job.id)

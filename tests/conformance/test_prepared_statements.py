@@ -5,7 +5,7 @@ Django opens psycopg connections with ``prepare_threshold`` off; a site that set
 connection, ours included. claim_capped and event_find must stay out: a prepared statement
 may switch to its generic plan after five runs, and theirs ignore the values that make them fast
 (docs/deployment.md). The claim without caps and the capped kinds' own claim are prepared: their
-generic plans are their custom ones (performance.md, items 96-98), which tests below hold.
+generic plans are their custom ones, which tests below hold.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_the_queue_runs_on_generic_plans_and_never_prepares_claim_capped_or_even
     assert {"enqueue_one", "heartbeat", "settle", "slot_acquire", "slot_renew",
             "event_insert", "event_wake", "claim", "claim_capped_kinds"} <= prepared
     # Their generic plans ignore the values that make them fast (docs/deployment.md); the claim
-    # without caps and the capped kinds' own claim are prepared since performance.md items 96-98
+    # without caps and the capped kinds' own claim are prepared, their plans fixed by a fence
     # (their own tests below).
     assert not {"claim_capped", "event_find"} & prepared
 
@@ -161,8 +161,8 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _nodes(child)
 
 
-#: Queued rows for the prepared claim's test: where the generic plan of the claim before
-#: performance.md items 96-97 was costed far above its custom one.
+#: Queued rows for the prepared claim's test: where the generic plan of an unfenced claim was
+#: costed far above its custom one.
 CLAIM_BACKLOG = 40_000
 
 
@@ -178,7 +178,7 @@ PREPARED_CLAIMS = {
 @pytest.mark.parametrize("query", sorted(PREPARED_CLAIMS))
 def test_the_prepared_claim_runs_its_generic_plan_down_the_claim_index(
         pg_alias: str, query: str) -> None:
-    """Performance items 96-98: at 40,000 queued, PostgreSQL's own choice (plan_cache_mode auto)
+    """At 40,000 queued, PostgreSQL's own choice (plan_cache_mode auto)
     keeps the prepared claim's generic plan after its five custom ones (the claim before them was
     costed ten to a hundred times above its custom plan there and planned at every run), and that
     plan takes the first row down the claim index, reading a few pages, not the backlog. The
@@ -265,7 +265,7 @@ def test_a_prepared_claim_of_the_capped_kinds_takes_no_more_than_their_free_slot
 
 def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
         prepared_store: JobStore, pg_alias: str) -> None:
-    """Performance item 85: the generic plan a prepared settle keeps was made at its first runs,
+    """The generic plan a prepared settle keeps was made at its first runs,
     when the attempts table was small (a whole-table scan there is cheapest), and stays while the
     table grows by a row per settled run; the episode update must not run that scan for a batch
     that extends no episode."""
@@ -287,8 +287,7 @@ def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
     assert {r.status for r in Job.objects.using(pg_alias).filter(id__in=ids)} == {"succeeded"}
 
 
-#: Rows in the settle's plan test: under about 15,000 the settle read the whole table per batch
-#: (performance.md, item 107).
+#: Rows in the settle's plan test: under about 15,000 the settle read the whole table per batch.
 SMALL_TABLE = 3_000
 
 
@@ -321,7 +320,7 @@ def test_the_settle_reads_its_rows_by_primary_key_on_a_small_table(
         scans = [n["Node Type"] for n in _nodes(plan) if n.get("Relation Name") ==
                  "django_ultjobs_job" and n["Node Type"] != "ModifyTable"]
         assert scans and set(scans) == {"Index Scan"}, scans
-        # Nor a join that reads the batch again for each row (item 78's quadratic shape).
+        # Nor a join that reads the batch again for each row (quadratic in the batch's size).
         assert not [n for n in _nodes(plan) if n["Node Type"] == "CTE Scan"
                     and n.get("Actual Loops", 0) > 1], plan
         assert Job.objects.using(pg_alias).filter(status="succeeded").count() == \

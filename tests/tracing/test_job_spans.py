@@ -71,9 +71,9 @@ def test_outside_any_span_and_request_nothing_is_stored_and_the_process_enqueues
 
 
 def test_no_span_leaks_from_one_run_into_the_next_on_one_thread(alias: str, spans: Spans) -> None:
-    # rule 14 (trace-never-fails) with rule 13 (nothing a run set up outlives it): one executor
-    # thread runs four jobs back to back; those without a traceparent are each the root of a trace
-    # of their own.
+    # rule 14 (trace-never-fails) with rule 13 (nothing-leaks), nothing a run set up outlives it:
+    # one executor thread runs four jobs back to back; those without a traceparent are each the root
+    # of a trace of their own.
     first, second = jobs.noop.enqueue(), jobs.noop.enqueue()
     with _tracer().start_as_current_span("test.caller") as caller:
         traced = jobs.noop.enqueue()
@@ -115,8 +115,8 @@ def test_a_failing_job_records_the_exception_and_error_status(alias: str, spans:
 
 
 def test_a_row_whose_arguments_cannot_be_read_fails_on_its_span(alias: str, spans: Spans) -> None:
-    # rules 14 (trace-never-fails) and 15 (a row written by hand): the run fails before the body,
-    # and the span says why.
+    # rules 14 (trace-never-fails) and 15 (undecodable-row-fails-alone), a row written by hand: the
+    # run fails before the body, and the span says why.
     job = jobs.noop.enqueue()
     Job.objects.using(alias).filter(pk=job.id).update(args={"not": "a list"})
     with running_worker(alias):

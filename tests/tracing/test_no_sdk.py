@@ -135,7 +135,7 @@ print(json.dumps({
 
 def test_without_an_sdk_runs_look_the_providers_up_once_per_claim(tmp_path: Path) -> None:
     # Until a provider is set the API reads an environment variable at every lookup, a fifth of
-    # a no-op run's Python (performance.md, item 102): the worker looks both providers up once
+    # a no-op run's Python: the worker looks both providers up once
     # for each claim's runs, and no run on an executor thread or the async lane looks again.
     _, report = run_script(LOOKUPS_SCRIPT, tmp_path)
     assert report["statuses"] == ["succeeded"] and report["runs"] == 96

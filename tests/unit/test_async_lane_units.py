@@ -59,7 +59,7 @@ def test_a_full_lane_is_not_claimed_for() -> None:
 
 @pytest.mark.parametrize("value", [0, -1, MAX_ASYNC_CONCURRENCY + 1, 2.5, True])
 def test_a_bad_async_concurrency_is_refused(value: object) -> None:
-    # rule 85 (and rule 18 (start-mistake-named): one line naming the flag)
+    # rule 85 (one-event-loop), and rule 18 (start-mistake-named): one line naming the flag
     with pytest.raises(JobConfigurationError, match="--async-concurrency must be a whole number"):
         WorkerOptions(async_concurrency=value)  # type: ignore[arg-type]
     assert WorkerOptions(async_concurrency=MAX_ASYNC_CONCURRENCY).async_concurrency == \
@@ -123,7 +123,7 @@ def test_a_stuck_await_is_cancelled_from_another_thread() -> None:
 
 
 def test_after_an_empty_async_claim_one_claim_serves_both_lanes() -> None:
-    # rule 87 (and performance.md item 64): at most the free threads in all, which are no more
+    # rule 87 (no-claim-beyond-free-places): at most the free threads in all, which are no more
     # than the free async places, so neither lane can be over-claimed; the async kinds keep a
     # cap of their own.
     [plan] = claim_plans(free_sync=4, free_async=100, caps={"a2": 1, "s": 2},

@@ -84,7 +84,7 @@ class _CountingSignature:
 
 
 def test_a_shape_is_bound_once_per_spec() -> None:
-    # rule 101 (performance.md, item 94): what bulk enqueue of many calls of one shape saves.
+    # rule 101 (bulk-shortcuts-same-outcome): what bulk enqueue of many calls of one shape saves.
     spec = JobSpec(func=_body, name="shapes_once")
     counting = _CountingSignature(spec.signature)
     spec.__dict__["signature"] = counting

@@ -87,7 +87,7 @@ def test_a_row_that_cannot_be_decoded_comes_back_with_why_and_the_others_decoded
 ])
 def test_rows_without_arguments_decode_as_the_one_at_a_time_path_decodes_them(
         rows: list[tuple]) -> None:
-    # Rows whose texts are "[]" and "{}" skip the reader (performance.md, item 80): the same
+    # Rows whose texts are "[]" and "{}" skip the reader: the same
     # answer as decoding each row on its own, and lists and dicts of their own per row.
     got = decode_arguments(rows, 1)
     assert got == [_decode_one(a, k) for _, a, k in rows]

@@ -94,7 +94,7 @@ def case(options: dict[str, Any]) -> str:
 @pytest.mark.parametrize(("options", "says"), REFUSED, ids=[case(o) for o, _ in REFUSED])
 def test_an_option_its_column_cannot_hold_is_refused_at_declaration_by_name(
         options: dict[str, Any], says: str) -> None:
-    # rule 16 (rule 54 (bad-flow-option-refused) for concurrency and rate_limit)
+    # rule 16 (bad-input-refused); rule 54 (bad-flow-option-refused) for concurrency and rate_limit
     with pytest.raises(JobOptionError) as refused:
         job(name="unholdable", **options)(body)
     assert isinstance(refused.value, JobConfigurationError | ValueError)

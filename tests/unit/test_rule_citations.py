@@ -32,7 +32,9 @@ JOIN = r"(?:,|,? and| or| to)\s+(?:(?:#:?|--)\s+)?"
 #: "rule 4 (fenced-settle)", "rules 3 (a) and 4 (b)", "rules 5 (a) to 9 (b)".
 NAMED = re.compile(rf"\b[Rr]ules? (\d+ \({NAME}\)(?:{JOIN}\d+ \({NAME}\))*)")
 #: A number cited without its name: "rule 7", "rules 5-9", or one more number after a named one.
-BARE = re.compile(rf"\b[Rr]ules? \d+(?!\d| \()|\d \({NAME}\){JOIN}\d+(?!\d| \()")
+UNNAMED = rf"\d+(?!\d| \({NAME}\))"
+BARE = re.compile(rf"\b[Rr]ules? {UNNAMED}"
+                  rf"|\b[Rr]ules? \d+ \({NAME}\)(?:{JOIN}\d+ \({NAME}\))*{JOIN}{UNNAMED}")
 #: Every number a bare phrase names: "rule 7", "rules 5-9", "rules 3 and 4", "rules 30, 31".
 NUMBERS = re.compile(r"\b[Rr]ules? (\d+(?:(?:, | and |-|\u2013| to )\d+)*)")
 
@@ -117,7 +119,9 @@ def test_citations_are_read_whole() -> None:
     assert _named(text) == [(5, "fleet-cap"), (7, "slot-fenced"), (12, "parked"), (30, "a"),
                             (31, "b"), (40, "c")]
     assert _bare("x.py", text) == []
-    assert _bare("x.py", "rule 7, rules 3 (a) and 4; rules 5-9") == ["rule 7", "3 (a) and 4",
-                                                                     "rules 5"]
+    assert _bare("x.py", "rule 7, rules 3 (a) and 4; rules 5-9") == ["rule 7",
+                                                                     "rules 3 (a) and 4", "rules 5"]
+    assert _bare("x.py", "rule 101 (performance.md, item 94)") == ["rule 101"]
+    assert _bare("x.py", "SQLSTATE classes 08 (connection), 53 (disk full)") == []
     assert _bare("x.md", "## Caps (rules 5-9)\nrule 12 (parked)") == []
     assert _numbers("rules 5-7, rule 12 and rules 30, 31 and 40") == {5, 6, 7, 12, 30, 31, 40}

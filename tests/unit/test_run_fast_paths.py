@@ -1,4 +1,4 @@
-"""The per-run shortcuts of ``run_job`` (performance.md, item 81) give what the long way gives:
+"""The per-run shortcuts of ``run_job`` give what the long way gives:
 a body's ``None`` is stored as the encoder stores it, under the same size bound
 (rule 31 (bounded-outcomes)), and a run without a tracer provider gets the invalid span without its
 attributes being made."""

@@ -1,4 +1,4 @@
-"""The claim loop's batch lookup of ``RunsInFlight`` (performance.md, item 82) finds each run's
+"""The claim loop's batch lookup of ``RunsInFlight`` finds each run's
 older runs of its job; a slotted ``Run`` still settles once and can be watched going
 (rule 13 (nothing-leaks))."""
 

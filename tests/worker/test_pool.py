@@ -175,7 +175,7 @@ def test_runs_behind_short_bodies_get_more_threads_as_they_wait(
 
 def test_a_gil_bound_process_adds_no_thread_to_threads_taking_short_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # performance.md item 100: 200 runs of 50 us of Python handed over together (each lets the
+    # 200 short runs of pure Python handed over together (each lets the
     # GIL go at its end, so the watch looks at its pace), in a process using one CPU (bound by
     # the GIL). The thread woken for them keeps taking them; more threads would wait for the
     # same GIL and only switch it more. Before, the watch doubled the threads every millisecond
@@ -211,7 +211,7 @@ class CountingCondition(threading.Condition):
 
 
 def test_a_lone_run_for_an_idle_thread_leaves_the_stall_watch_asleep() -> None:
-    # performance.md item 93: an idle pickup wakes the thread that runs it, nothing else.
+    # An idle pickup wakes the thread that runs it, nothing else: a wake-up is its latency.
     done = threading.Event()
     pool = ExecutorPool(4, lambda run: done.set())  # type: ignore[arg-type, misc]
     watch = pool._watch = CountingCondition(pool._lock)  # type: ignore[assignment]

@@ -102,7 +102,7 @@ def test_cancel_requested_answer_cancels_with_cancel_requested() -> None:
 
 def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops_renewal(
         caplog: pytest.LogCaptureFixture) -> None:
-    # rule 2 (for slots), rules 7 (fenced-slot-renewal) and 8 (lost-slot-cancels).
+    # rule 2 (heartbeat-retried) for slots, rules 7 (fenced-slot-renewal) and 8 (lost-slot-cancels).
     caplog.set_level(logging.INFO, logger="django_ultjobs")
     ticker, store, slot_store, registry = make_ticker()
     run = Run(job=claimed(7, "capped"), spec=get_job("capped"))

@@ -156,7 +156,7 @@ def test_heartbeat_that_raises_is_not_a_lost_lease(alias: str, go: Path,
 
 def test_slot_renewal_that_raises_is_not_a_lost_slot(alias: str, go: Path,
                                                      info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 2 (the same reasoning for the slot), rule 7 (fenced-slot-renewal)
+    # rule 2 (heartbeat-retried), the same reasoning for the slot; rule 7 (fenced-slot-renewal)
     failures = 5
 
     class BlippingRenewal(engine_store(alias)):  # type: ignore[misc,valid-type]
@@ -214,7 +214,7 @@ def test_lost_lease_cancels_the_run_and_its_late_settle_changes_nothing(
 
 
 def test_cancel_requested_from_outside_cancels_the_run(alias: str, go: Path) -> None:
-    # rule 3 (a job cancelled from outside stops at the next heartbeat)
+    # rule 3 (lost-lease-cancels): a job cancelled from outside stops at the next heartbeat
     job = block_until.enqueue(str(go))
     with running_worker(alias, **FAST) as worker:
         run = running_run(worker, job.id)
@@ -257,7 +257,8 @@ class RecordingRenewals:
 @pytest.mark.parametrize("how", ["taken", "lapsed", "deleted"])
 def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
         alias: str, go: Path, how: str, info_logs: pytest.LogCaptureFixture) -> None:
-    # rule 8 (and rule 7 (fenced-slot-renewal): a lapsed slot answers "no" and never revives itself)
+    # rule 8 (lost-slot-cancels), and rule 7 (fenced-slot-renewal): a lapsed slot answers "no" and
+    # never revives itself)
     store_cls = type("RecordingStore", (RecordingRenewals, engine_store(alias)), {})
     store = store_cls(alias)
     job = worker_serial_block_until.enqueue(str(go))
@@ -1021,7 +1022,7 @@ def _claim_sizes(alias: str, **options: Any) -> list[int]:
 @pytest.mark.parametrize("threads", [9, 16])
 def test_a_drain_bound_by_its_cap_claims_a_cap_of_runs_at_a_time(alias: str, threads: int) -> None:
     # rule 98 (freed-place-wakes-claim)
-    # performance.md item 90: with more threads than slots, a claim takes every free slot and
+    # With more threads than slots, a claim takes every free slot and
     # is not full against the threads. The next one went out at once, while the runs it had
     # just started still held every slot (an empty claim), or at the first slot passed on (a
     # claim of one run): a claim statement in two for nothing. It waits (2 ms at most) for the
@@ -1037,7 +1038,7 @@ def test_a_drain_bound_by_its_cap_claims_a_cap_of_runs_at_a_time(alias: str, thr
 
 def test_a_thread_that_frees_up_wakes_a_claim_loop_of_two_lanes(alias: str) -> None:
     # rule 98 (freed-place-wakes-claim)
-    # performance.md item 91: with an async kind registered (tests.testapp.jobs has several) the
+    # With an async kind registered (tests.testapp.jobs has several) the
     # claim loop waits for either lane. Its one thread ran the first job, whose settle cannot be
     # written (an outage): nothing but that settle or the poll interval (30 s) told the loop
     # that the thread was free for the second.
@@ -1095,8 +1096,8 @@ def test_an_async_place_freed_while_a_round_starts_is_claimed_by_that_round() ->
     # The round read the lanes (no async place free), then cleared its wake-up before the
     # claim. A place the async lane freed in between set the wake-up that clear dropped, and
     # the round, seeing no async room, claimed nothing for that lane and waited for the next
-    # place to free: with runs that end together, a whole body's time (performance.md
-    # item 99). The round reads the lanes after the clear.
+    # place to free: with runs that end together, a whole body's time.
+    # The round reads the lanes after the clear.
     worker = WorkerProcess(WorkerOptions(threads=1, async_concurrency=2, listen=False,
                                          poll_interval=0.01))
     plans: list[dict[str, Any]] = []
