@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name='job',
             index=models.Index(
-                'queue', 'status', 'visible_at', include=('name',),
+                'queue', 'status', 'visible_at', 'name',
                 condition=models.Q(status__in=['queued', 'running', 'waiting']),
                 name='ultjobs_job_live',
             ),

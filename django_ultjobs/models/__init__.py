@@ -179,13 +179,14 @@ class Job(models.Model):
             ),
             # The live rows by queue, status and due time: every count of the stats view and the
             # admin's summary is one range of it, stopped at a cap, and a queue's longest-due
-            # job is its first entry (rule 120 (bounded-live-stats)). The name rides along
-            # (PostgreSQL: INCLUDE), so telling held-back kinds apart reads no table row.
+            # job is its first entry (rule 120 (bounded-live-stats)). The name rides along as a
+            # last key column (SQLite has no INCLUDE), so telling held-back kinds apart reads no
+            # table row.
             models.Index(
                 "queue",
                 "status",
                 "visible_at",
-                include=["name"],
+                "name",
                 name="ultjobs_job_live",
                 condition=models.Q(status__in=["queued", "running", "waiting"]),
             ),
