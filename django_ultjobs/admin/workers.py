@@ -99,7 +99,7 @@ def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
     """Judge a worker by its own timings: running, late, silent, or stopped.
 
     By the worker's own ``--visibility-timeout``, not this process's setting: a worker started
-    with 120 s is healthy 50 s after a tick, and one started with 10 s has lost its leases 26 s
+    with 120 s is healthy 50 s after a heartbeat, and one started with 10 s has lost its leases 26 s
     after its last one. Rows from before the timings were kept fall back to the setting.
     """
     if worker.stopped_at is not None:

@@ -442,7 +442,7 @@ chosen AS (
           false AS others_left, NULL::text AS slot_key;
 
 -- name: heartbeat
--- Push the lease of every run this worker holds in one statement per tick, fenced on each run's
+-- Push the lease of every run this worker holds in one statement, fenced on each run's
 -- claim token. A run missing from the result is an explicit "no" (rule 2 (heartbeat-retried)):
 -- another claim owns the row, or it is gone. Rows are locked in id order so this cannot deadlock
 -- with a settle batch.
@@ -900,7 +900,7 @@ WHERE id = %(id)s::text;
 
 -- name: cancel_reasons
 -- The reasons of the cancel requests a heartbeat just found (rule 59 (cancel-reason-kept)). Read
--- only then, so the heartbeat of every tick returns no more than it did.
+-- only then, so every other heartbeat returns no more than it did.
 SELECT id, cancel_reason FROM django_ultjobs_job WHERE id = ANY (%(ids)s::bigint[]);
 
 -- name: worker_overrunning

@@ -541,7 +541,7 @@ WHERE id = :id;
 
 -- name: cancel_reasons
 -- The reasons of the cancel requests a heartbeat just found (rule 59 (cancel-reason-kept)). Read
--- only then, so the heartbeat of every tick returns no more than it did.
+-- only then, so every other heartbeat returns no more than it did.
 SELECT id, cancel_reason FROM django_ultjobs_job WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: worker_overrunning

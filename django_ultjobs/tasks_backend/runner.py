@@ -41,7 +41,7 @@ from .compat import task_started as task_started_signal
 from .results import Attempt, history, load_attempts
 from .task_class import UltJobsTaskContext, as_enqueued
 
-#: Cancellations after which the job goes back to the queue: the task has not finished.
+#: Cancellations after which the job is handed back: the task has not finished.
 _HANDED_BACK = (JobSlotLostError, WorkerShutdownError, LeaseLostError)
 
 
@@ -189,7 +189,7 @@ def _ends_task(ctx: JobContext, retry_on: tuple[type[BaseException], ...]) -> bo
     """Whether the exception ending this run makes the task FAILED (no retry, no hand-back).
 
     Mirrors the worker's executor: a run cancelled by a lost slot, a lost lease or a shutdown
-    goes back to the queue; a cancel request, ``NonRetryable`` and an exception outside the
+    is handed back; a cancel request, ``NonRetryable`` and an exception outside the
     task's ``retry_on`` end the task; a timeout and any other exception are retried while
     attempts remain.
     """

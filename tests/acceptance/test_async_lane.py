@@ -159,7 +159,7 @@ def test_a_killed_workers_async_jobs_are_redelivered(
 def test_a_draining_worker_cancels_its_stuck_async_bodies_and_hands_them_back(
         alias: str, worker_processes: WorkerProcesses) -> None:
     # rule 88 (async-drain): SIGTERM, the grace period, then Task.cancel: the stuck bodies unwind at
-    # once and their jobs go back to the queue unburned; nothing waits out --cancel-wait (30 s here)
+    # once and their jobs are handed back unburned; nothing waits out --cancel-wait (30 s here)
     # nor hands a job back on a dead worker's schedule (abandonment).
     ids = async_stuck.bulk_enqueue([(3600.0,)] * 5)
     fleet = Fleet(worker_processes, alias)

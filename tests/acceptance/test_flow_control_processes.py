@@ -39,7 +39,7 @@ def test_per_key_caps_hold_fleet_wide_while_workers_are_killed(
     and replaced. Every job succeeds, and at no instant do two runs of one customer overlap;
     runs of different customers do (the cap is per key, not per job).
 
-    A run stamps its start after its slot was taken and its end before the slot is given back
+    A run stamps its start after its slot was taken and its end before the slot is released
     (per-key slots go back only once the settle is written); a run killed mid-body has its
     interval closed at the kill time, read from the database right after the process was
     reaped, while its slot stays held until its TTL. So a per-key cap that held shows no

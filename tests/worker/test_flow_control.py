@@ -38,7 +38,7 @@ def test_a_cap_per_key_holds_per_key_and_keys_run_side_by_side(alias: str) -> No
     # Per-key slots went back with their settles (rule 51 (per-key-slot)): none is kept between
     # runs.
     wait_until(lambda: not Slot.objects.using(alias).exists(), timeout=5,
-               message="per-key slots to be given back")
+               message="per-key slots to be released")
 
 
 def test_a_rate_limit_spaces_starts_without_burning_attempts(alias: str) -> None:

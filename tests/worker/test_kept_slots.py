@@ -106,7 +106,7 @@ def test_lost_and_abandoned_runs_slots_are_not_kept() -> None:
 def test_a_kept_slot_not_confirmed_lately_is_never_handed_to_a_run() -> None:
     # Renewals failing (a database blip) for half the TTL: the slot may lapse before the next
     # renewal, and another worker may take it. A new run gets a fresh slot instead, and the old
-    # one is given back (fenced on holder: a no-op if it lapsed and was taken).
+    # one is released (fenced on holder: a no-op if it lapsed and was taken).
     slots, slot_store, clock = make()
     run = capped_run(1)
     slots.acquire_group([run])
@@ -131,7 +131,7 @@ def test_the_ticker_renews_kept_slots_and_drops_one_that_lapsed() -> None:
     slot_store.renewed = {(a.slot.key, a.slot.slot, a.slot.holder)}
     slots.renew()
     assert slot_store.renew_calls == [[a.slot, b.slot]]
-    # ... and one it answered "no" for is gone: never renewed, handed on or given back again.
+    # ... and one it answered "no" for is gone: never renewed, handed on or released again.
     assert slots.offer(CAPS) == {"capped": 1}
     slots.renew()
     assert slot_store.renew_calls[-1] == [a.slot]
@@ -161,7 +161,7 @@ def test_a_failed_acquire_keeps_the_kept_slots() -> None:
 
 def test_a_slot_kept_while_the_claim_loop_cannot_claim_goes_back_after_a_while() -> None:
     # rule 6 (slot-renewed): every thread busy with long jobs, or the completer behind: no claim
-    # offers the slot, so it is given back once kept for longer than the loop's poll interval.
+    # offers the slot, so it is released once kept for longer than the loop's poll interval.
     slots, slot_store, clock = make()
     run = capped_run(1)
     slots.acquire_group([run])
@@ -286,7 +286,7 @@ def test_kept_slots_above_a_lowered_cap_go_back() -> None:  # rule 5 (fleet-cap)
 # rule 6 (slot-renewed)
 def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:
     # The ticker renews the slots of the runs in its registry, which a run joins only when its
-    # body starts; a kept slot (up to half a TTL old) handed over just before a tick must not
+    # body starts; a kept slot (up to half a TTL old) handed over just before a heartbeat must not
     # miss that tick's renewal.
     slots, slot_store, _ = make()
     first = capped_run(1)
@@ -320,7 +320,7 @@ def test_a_job_claimed_again_never_shares_its_old_slot_with_the_run_it_passed_to
     slots.renew()
     rows.down = False
     assert slots.offer(CAPS) == {}
-    again = capped_run(1, "serial")  # job 1's retry, claimed before the next tick
+    again = capped_run(1, "serial")  # job 1's retry, claimed before the next heartbeat
     assert slots.acquire_group([again]) == []
     assert again.slot is not None and again.slot.holder == first.slot.holder
     assert second.slot_lost and isinstance(second.scope.reason, JobSlotLostError)

@@ -82,6 +82,6 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
     worker._dispatch([claimed("00000000-0000-0000-0000-00000000000b")])
     assert older.scope.cancelled
     assert older.slot_lost
-    # Neither kept for a next run nor given back when its settle is written.
+    # Neither kept for a next run nor released when its settle is written.
     worker.slots.keep([older])
     assert worker.slots.kept == 0

@@ -155,7 +155,7 @@ def test_a_per_key_slot_of_an_async_body_is_released_off_its_event_loop() -> Non
 # rule 90 (slot-passes-on-return)
 def test_an_abandoned_body_keeps_its_slot_from_everyone_until_its_ttl() -> None:
     # A drain gave up on a body that ignores its cancellation: it may still be executing, so its
-    # slot is neither kept nor given back, and no longer renewed.
+    # slot is neither kept nor released, and no longer renewed.
     slots, slot_store, store, done, _ = setup()
     run = serial_run(1)
     slots.acquire_group([run])

@@ -53,7 +53,7 @@ def events(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, Any]]:
 
 def test_failing_heartbeat_is_not_a_lost_lease_only_an_explicit_no_is(
         caplog: pytest.LogCaptureFixture) -> None:
-    # rule 2 (heartbeat-retried): an exception is retried on the next tick;
+    # rule 2 (heartbeat-retried): an exception is retried at the next heartbeat;
     # rule 3 (lost-lease-cancels): an absent row cancels.
     caplog.set_level(logging.INFO, logger="django_ultjobs")
     ticker, store, _, registry = make_ticker()
@@ -63,7 +63,7 @@ def test_failing_heartbeat_is_not_a_lost_lease_only_an_explicit_no_is(
     store.answer = OperationalError("server closed the connection unexpectedly")
     for _ in range(5):
         ticker.tick()
-    assert len(store.heartbeats) == 5, "every tick must retry the heartbeat"
+    assert len(store.heartbeats) == 5, "every heartbeat must be tried again"
     assert not run.scope.cancelled
     assert len(events(caplog, "jobs.worker.heartbeat-failed")) == 5
     assert events(caplog, "jobs.worker.lease-lost") == []
@@ -139,7 +139,7 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
     assert all(hold not in call for call in slot_store.renew_calls[calls:])
     assert len(events(caplog, "jobs.worker.slot-lost")) == 1
 
-    # ... and a lost slot is neither kept for a next run nor given back (it may be somebody
+    # ... and a lost slot is neither kept for a next run nor released (it may be somebody
     # else's row now).
     ticker.slots.keep([run])
     assert ticker.slots.kept == 0

@@ -318,7 +318,7 @@ def test_lost_slot_cancels_records_and_requeues_without_burning_an_attempt(
 def test_release_that_raises_is_logged_and_the_job_still_succeeds(
         alias: str, info_logs: pytest.LogCaptureFixture) -> None:
     # rule 9 (slot-held-while-body-runs): a settled run's slot is kept for the next run of its kind
-    # and given back when the next claim brings none; a give-back that raises is logged and
+    # and released when the next claim brings none; a release that raises is logged and
     # swallowed, the slot left to lapse on its TTL, and the worker goes on claiming.
     class BrokenRelease(engine_store(alias)):  # type: ignore[misc,valid-type]
         def release_many(self, held: Sequence[SlotHold]) -> None:
@@ -370,7 +370,7 @@ def test_a_worker_passes_its_slot_from_run_to_run_and_gives_it_back_when_the_kin
         wait_until(lambda: Job.objects.using(alias).filter(
             id__in=ids, status="succeeded").count() == 6, message="six serial runs")
         wait_until(lambda: not Slot.objects.using(alias).exists(),
-                   message="the slot given back while the worker runs on")
+                   message="the slot released while the worker runs on")
     assert len(store.acquires) == 1, store.acquires
     assert [len(r) for r in store.releases] == [1]
     slots = set(AttemptRecord.objects.using(alias).filter(job_id__in=ids)
@@ -402,7 +402,7 @@ def test_a_kept_slot_goes_back_while_every_thread_is_busy(alias: str, tmp_path: 
             wait_until(lambda: row(alias, s).status == "succeeded", message="the serial run")
             wait_until(lambda: row(alias, b).status == "running", message="B running")
             wait_until(lambda: not Slot.objects.using(alias).exists(),
-                       message="the kept slot given back while both threads are busy")
+                       message="the kept slot released while both threads are busy")
             assert store.slot_store.acquire("job:serial", 1, 3.0, "other:1") is not None
             assert row(alias, b).status == "running"
             go.touch()
@@ -425,7 +425,7 @@ def test_a_draining_worker_gives_back_the_slot_of_a_run_that_settles_meanwhile(
             worker.request_stop()
             wait_until(lambda: row(alias, short).status == "succeeded", message="the short run")
             wait_until(lambda: leases.count() == 1,
-                       message="the short run's slot given back while the long one drains")
+                       message="the short run's slot released while the long one drains")
             assert row(alias, long).status == "running"
             go.touch()
         assert not leases.exists()
