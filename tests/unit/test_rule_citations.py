@@ -106,6 +106,15 @@ def test_no_rule_is_cited_by_its_number_alone() -> None:
     assert bare == {}
 
 
+def test_user_pages_say_what_holds_in_words() -> None:
+    # A user reads what holds, not a number to look up: only the rulebook and the maintainer's
+    # page cite rules; the other pages link the rulebook's section instead.
+    rulebooks = {Path(page).name for page, _ in RULEBOOKS}
+    cited = {page.name: NUMBERS.findall(page.read_text()) for page in (ROOT / "docs").glob("*.md")
+             if page.name not in rulebooks}
+    assert {name: found for name, found in cited.items() if found} == {}
+
+
 def test_every_number_cited_is_a_rule() -> None:
     rules = dict(_rulebook())
     unknown = {path: sorted(found) for path, text in _citing()
