@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import gc
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from functools import cache
 from typing import Any, Protocol
 
@@ -32,8 +29,8 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
     """The row just inserted, as a query would have loaded it (what the enqueue statement wrote
     and returned, every other column at its default).
 
-    Built the way a query builds rows (``from_db``, positional), a third of the cost of the
-    keyword ``Job(...)`` (performance.md item 28).
+    Built the way a query builds rows (``from_db``, positional), which costs far less than
+    the keyword ``Job(...)`` that runs every field's descriptor.
     """
     values = {
         **_column_defaults(),
@@ -68,13 +65,12 @@ def bulk_enqueue(calls: Iterable[CheckedCall]) -> list[int]:
     already in the table, or an earlier call of the same batch) writes nothing and gives that
     job's id (rule 68).
     """
-    with _collector_paused():
-        calls = list(calls)
-        if not calls:
-            return []
-        trace = capture_trace_context()
-        actor = current_actor()
-        news = [c.new_job(*trace, actor) for c in calls]
+    calls = list(calls)
+    if not calls:
+        return []
+    trace = capture_trace_context()
+    actor = current_actor()
+    news = [c.new_job(*trace, actor) for c in calls]
     store = get_store()
     with store.tables_required():
         if all(new.unique_key is None for new in news):
@@ -87,44 +83,6 @@ def bulk_enqueue(calls: Iterable[CheckedCall]) -> list[int]:
     record_enqueued(((new.name, new.queue) for new, p in zip(news, placed, strict=True)
                      if p.created), store.alias)
     return [p.id for p in placed]
-
-
-class _CollectorPause:
-    """Python's cyclic garbage collector off while any thread builds a batch's records, if it
-    was on when the first of them began.
-
-    Each call leaves a JobCall, a NewJob and a list alive until the batch is written, and the
-    collector, set off by those allocations, walked them and the rest of the heap again and again:
-    1.5 us of a bulk enqueue's 11.5 a job (performance.md, item 94). Nothing is lost: what
-    became garbage meanwhile is collected once it is back on. Batches of several threads at
-    once share one pause (counted), so the first one's end does not turn the collector on under
-    the others; the last one's end turns it on only if a batch turned it off and it is still off.
-    A site that turns it off itself while a batch is built has it turned on again at that
-    batch's end (rule 101)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._paused = False
-
-    @contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            self._depth += 1
-            if self._depth == 1 and gc.isenabled():
-                gc.disable()
-                self._paused = True
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._depth -= 1
-                if self._depth == 0 and self._paused:
-                    self._paused = False
-                    gc.enable()
-
-
-_collector_paused = _CollectorPause()
 
 
 def enqueue_one(job_call: CheckedCall) -> tuple[Job, bool]:

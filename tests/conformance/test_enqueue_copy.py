@@ -8,9 +8,7 @@ the wake-ups must be the same either way, on both engines.
 
 from __future__ import annotations
 
-import gc
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -116,32 +114,6 @@ def test_bulk_enqueue_returns_the_ids_enqueue_returns(cstore: JobStore, alias: s
         assert len(ids) == count and ids == sorted(ids)
         assert list(Job.objects.using(alias).filter(id__in=ids).order_by("id")
                     .values_list("id", flat=True)) == ids
-
-
-def test_a_batch_is_built_with_the_collector_off_and_leaves_it_as_it_was(alias: str) -> None:
-    # rule 101 (bulk-shortcuts-same-outcome): the cyclic collector is off while a batch's calls are
-    # checked and built, and back on after, whatever happened; a site's own "off" is kept.
-    seen: list[bool] = []
-
-    def calls(count: int, bad: bool = False) -> Iterator[tuple[Any, ...]]:
-        for i in range(count):
-            seen.append(gc.isenabled())
-            yield (i, i)
-        if bad:
-            yield (1,)
-
-    add.bulk_enqueue(calls(COPY_MIN_JOBS))
-    assert seen and not any(seen) and gc.isenabled()
-    with pytest.raises(JobArgumentError):
-        add.bulk_enqueue(calls(3, bad=True))
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        add.bulk_enqueue(calls(3))
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-    assert Job.objects.using(alias).count() == COPY_MIN_JOBS + 3
 
 
 def test_a_copied_batch_returns_what_it_wrote(cstore: JobStore, alias: str) -> None:
@@ -277,27 +249,3 @@ def test_with_use_tz_off_a_large_batch_keeps_the_insert(pg_alias: str) -> None:
         ids = noop.bulk_enqueue([()] * COPY_MIN_JOBS)
     assert len(ids) == COPY_MIN_JOBS
     assert [_TAG.search(q["sql"]).group(1) for q in ctx.captured_queries] == ["enqueue"]
-
-
-def test_batches_of_two_threads_share_one_collector_pause() -> None:
-    # rule 101 (bulk-shortcuts-same-outcome): the first batch to end does not turn the collector on
-    # under another thread's batch still building; the last one's end does.
-    from django_ultjobs.jobs.enqueue import _collector_paused
-
-    assert gc.isenabled()
-    first_in, first_out = threading.Event(), threading.Event()
-    during_second: list[bool] = []
-
-    def first() -> None:
-        with _collector_paused():
-            first_in.set()
-            first_out.wait(5)
-
-    thread = threading.Thread(target=first)
-    thread.start()
-    first_in.wait(5)
-    with _collector_paused():
-        first_out.set()
-        thread.join(5)
-        during_second.append(gc.isenabled())
-    assert during_second == [False] and gc.isenabled()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import sys
 from argparse import ArgumentParser
 from typing import Any
@@ -22,24 +21,6 @@ from django_ultjobs.observability.logs import (
 )
 from django_ultjobs.worker.options import MAX_ASYNC_CONCURRENCY, MAX_THREADS, WorkerOptions
 from django_ultjobs.worker.worker import WorkerProcess
-
-
-def tune_the_process() -> None:
-    """Process-wide settings for a process that is the worker's own (``manage.py runjobworker``).
-
-    Not applied when the command is called from code (``call_command``, a test, the demo): the
-    process is then someone else's, and both would outlive the call.
-    """
-    # Hand the GIL over every 1 ms instead of 5 ms, so a thread woken by a notification or a
-    # finished run is not kept waiting behind another thread's bytecode (performance.md item 28).
-    sys.setswitchinterval(0.001)
-    # Take everything loaded so far (Django, the apps, every jobs module, the worker) out of the
-    # cyclic collector's full collections: it lives as long as the process, yet each full
-    # collection walked all of it with the GIL held, every thread stalled meanwhile
-    # (performance.md item 28). Collected first, so no garbage is frozen along; what the worker
-    # allocates from here on is collected as usual.
-    gc.collect()
-    gc.freeze()
 
 
 class Command(BaseCommand):
@@ -150,9 +131,8 @@ class Command(BaseCommand):
         )
         worker = WorkerProcess(worker_options)
         if self.owns_the_process:
-            worker.check()  # refused before anything process-wide changes (rule 10)
+            worker.check()  # refused before the console log is set up (rule 10)
             self._set_up_logging(options)
-            tune_the_process()
         code = worker.run()
         if code:
             # --exit-on-overrun fired (rule 56): the jobs are drained, the status tells the
