@@ -91,7 +91,9 @@ def main(argv: list[str]) -> None:
     workloads = [w for w in args.workloads.split(",") if w]
     figures: dict[str, dict[str, dict[str, list[float]]]] = {
         w: {t: {"jobs_per_s": [], "bulk": []} for t in trees} for w in workloads}
-    dbs = {t: f"ultjobs_peers_ab_{t}" for t in trees}
+    # Engineers sharing one server each drain databases of their own.
+    suffix = os.environ.get("ULTJOBS_TEST_DB_SUFFIX", "")
+    dbs = {t: f"ultjobs_peers_ab_{t}{suffix}" for t in trees}
     for t, tree in trees.items():
         phase(tree, args.python, dbs[t], "setup")
     try:
