@@ -18,7 +18,7 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 
-from django_ultjobs.worker import worker as worker_module  # noqa: E402
+from django_ultjobs.worker import dispatch  # noqa: E402
 
 from .executor_pool import ExecutorPool  # noqa: E402
 
@@ -26,7 +26,7 @@ from .executor_pool import ExecutorPool  # noqa: E402
 def main() -> None:
     pool, cpu_file, *flags = sys.argv[1:]
     if pool == "executor":
-        worker_module.ExecutorPool = ExecutorPool  # type: ignore[misc]
+        dispatch.ExecutorPool = ExecutorPool  # type: ignore[misc]
     elif pool != "ours":
         raise SystemExit(f"unknown pool {pool!r}")
     before = os.times()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..jobs.registry import registered_jobs
+from ..jobs.registry import registered_jobs, registry_generation
 from ..observability.logs import log_event
 from ..store import JobStore
 from .options import WorkerOptions
@@ -39,15 +39,32 @@ class WorkerRow:
         #: When the row first said this process started (the database's clock), which a row
         #: written again keeps; None until the first registration.
         self.started_at: datetime | None = None
+        #: The registry generation whose job names the row lists (-1: none written yet).
+        self.jobs_generation = -1
 
     def register(self, in_flight: int = 0) -> None:
         """Write the whole row: every column the admin and ``ultjobs stats`` read."""
         options = self.options
+        generation = registry_generation()  # read first: a job registered meanwhile is told next
         self.started_at = self.store.worker_upsert(
             self.worker_id, self.hostname, self.pid, options.threads, options.queues,
             visibility_timeout=options.visibility_timeout,
             heartbeat_interval=options.heartbeat_interval, jobs=list(registered_jobs()),
             in_flight=in_flight, overrunning=self.overrunning(), started_at=self.started_at)
+        self.jobs_generation = generation
+
+    def record_jobs(self, generation: int) -> None:
+        """Tell the admin which job names this worker knows, when that changed since the row
+        said so last (a task resolved on its first claim): it flags queued jobs nobody knows.
+        A write that fails is logged and tried again at the next call."""
+        if generation == self.jobs_generation:
+            return
+        try:
+            self.store.worker_jobs(self.worker_id, list(registered_jobs()))
+            self.jobs_generation = generation
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
+                      worker_id=self.worker_id, error=repr(exc))
 
     def touch(self, in_flight: int) -> None:
         """Mark the row seen now (one statement); write it again whole if it is gone."""

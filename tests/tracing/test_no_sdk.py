@@ -88,7 +88,7 @@ import opentelemetry.metrics as otel_metrics
 import opentelemetry.trace as otel_trace
 from django_ultjobs import job
 from django_ultjobs.models import Job
-from django_ultjobs.worker.worker import WorkerProcess
+from django_ultjobs.worker.dispatch import Dispatcher
 from tests.tracing import jobs
 
 
@@ -112,7 +112,7 @@ def counted(kind, lookup):
     return wrapper
 
 
-def dispatch(self, claimed, _real=WorkerProcess._dispatch):
+def dispatch(self, claimed, _real=Dispatcher.dispatch):
     claims[0] += 1
     return _real(self, claimed)
 
@@ -122,7 +122,7 @@ for _ in range(48):
     async_noop.enqueue()
 otel_trace.get_tracer_provider = counted("tracer", otel_trace.get_tracer_provider)
 otel_metrics.get_meter_provider = counted("meter", otel_metrics.get_meter_provider)
-WorkerProcess._dispatch = dispatch
+Dispatcher.dispatch = dispatch
 call_command("runjobworker", database="default", burst=True, threads=8, poll_interval=0.01)
 print(json.dumps({
     "statuses": sorted(set(Job.objects.values_list("status", flat=True))),

@@ -79,7 +79,7 @@ def test_a_reclaimed_jobs_old_run_gives_up_its_slot(alias: str) -> None:
                 slot=SlotHold(key="job:capped", slot=0, holder=holder,
                               expires_at=timezone.now()))
     worker.runs.add(older)
-    worker._dispatch([claimed("00000000-0000-0000-0000-00000000000b")])
+    worker.dispatcher.dispatch([claimed("00000000-0000-0000-0000-00000000000b")])
     assert older.scope.cancelled
     assert older.slot_lost
     # Neither kept for a next run nor released when its settle is written.

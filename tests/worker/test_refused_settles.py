@@ -24,7 +24,7 @@ from django.test.utils import override_settings
 
 from django_ultjobs.models import AttemptRecord, Job
 from django_ultjobs.store import Settlement
-from django_ultjobs.worker import worker as worker_module
+from django_ultjobs.worker import claim_loop
 from django_ultjobs.worker.completer import MAX_BATCH_BYTES
 from tests.conftest import WorkerProcesses, engine_store, events, running_worker, wait_until
 from tests.doubles import settle_outage_store
@@ -86,7 +86,7 @@ def test_the_default_bound_is_four_mebibytes(pg_alias: str) -> None:
 
 def test_claiming_stops_when_unsettled_outcomes_hold_too_many_bytes(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker_module, "MAX_UNSETTLED_BYTES", 50_000)
+    monkeypatch.setattr(claim_loop, "MAX_UNSETTLED_BYTES", 50_000)
     outage = threading.Event()
     outage.set()
 

@@ -37,8 +37,9 @@ from django_ultjobs.jobs import registry as job_registry
 from django_ultjobs.management.commands.runjobworker import Command
 from django_ultjobs.models import AttemptRecord, Job, Slot, Worker
 from django_ultjobs.store import NewJob, Settlement, SlotHold, get_store
-from django_ultjobs.worker import worker as worker_module
+from django_ultjobs.worker import claim_loop, dispatch
 from django_ultjobs.worker.fleet_slots import FleetSlots
+from django_ultjobs.worker.loop_state import LoopState
 from django_ultjobs.worker.options import WorkerOptions
 from django_ultjobs.worker.runs import Run
 from django_ultjobs.worker.worker import WorkerProcess
@@ -531,7 +532,7 @@ def test_unknown_job_is_parked_for_thirty_seconds_without_counting_an_attempt(
 def started_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Ids of the runs the worker put under its ticker (``run_job``'s ``on_started``)."""
     ids: list[int] = []
-    real = worker_module.run_job
+    real = dispatch.run_job
 
     def spy(run: Run, *, on_started: Callable[[], None], **kwargs: Any) -> Settlement:
         job_id = run.id
@@ -542,7 +543,7 @@ def started_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
         return real(run, on_started=on_started_spy, **kwargs)
 
-    monkeypatch.setattr(worker_module, "run_job", spy)
+    monkeypatch.setattr(dispatch, "run_job", spy)
     return ids
 
 
@@ -600,14 +601,14 @@ def test_nothing_of_a_run_is_held_after_it(alias: str, monkeypatch: pytest.Monke
     # rule 13 (nothing-leaks), part c: the context, the run and its cancel scope are gone once the
     # settle is written
     run_refs: list[weakref.ref[Any]] = []
-    real = worker_module.run_job
+    real = dispatch.run_job
 
     def spy(run: Run, **kwargs: Any) -> Settlement:
         run_refs.append(weakref.ref(run))
         run_refs.append(weakref.ref(run.scope._lock))  # the scope itself has __slots__
         return real(run, **kwargs)
 
-    monkeypatch.setattr(worker_module, "run_job", spy)
+    monkeypatch.setattr(dispatch, "run_job", spy)
     testjobs.WORKER_CTX_REFS.clear()
     with running_worker(alias, threads=2, **FAST) as worker:
         ids = [worker_weakref_probe.enqueue().id for _ in range(3)]
@@ -956,7 +957,7 @@ def test_claiming_stops_while_the_completer_cannot_write(
     # Nothing leaks (rule 13 (nothing-leaks)): finished runs waiting for their settle are bounded,
     # so a completer that falls behind slows the claim loop down instead of growing the worker's
     # memory (and its heartbeat statement) with every job it goes on claiming.
-    monkeypatch.setattr(worker_module, "MAX_UNSETTLED", 5)
+    monkeypatch.setattr(claim_loop, "MAX_UNSETTLED", 5)
     outage = threading.Event()
     outage.set()
 
@@ -1047,7 +1048,7 @@ def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> N
     first = Run(job=claimed(1, "capped"), spec=job_registry.get_job("capped"))
     assert worker.slots.acquire_group([first]) == []
     worker.slots.keep([first])
-    loop = worker_module._LoopState(batch=1, caps={"capped": 2},
+    loop = LoopState(batch=1, caps={"capped": 2},
                                     async_names=frozenset({"async_add"}),
                                     free_sync=1, free_async=1)
     kept = worker.slots.offer(loop.caps)
@@ -1061,7 +1062,7 @@ def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> N
         return answer
 
     worker.store.claim = claim  # type: ignore[method-assign]
-    got = worker._claim(loop, 2, uncapped=True, kept=kept)
+    got = worker.claims.claim(loop, 2, uncapped=True, kept=kept)
     assert got is not None and [job.id for job in got] == [2]
     assert slot_store.released == [] and worker.slots.kept == 1
     second = Run(job=got[0], spec=job_registry.get_job("capped"))
@@ -1087,10 +1088,10 @@ def test_an_async_place_freed_while_a_round_starts_is_claimed_by_that_round() ->
     worker.store.claim = claim  # type: ignore[method-assign]
     # What _room read a moment ago: the thread free, both async places held. Both have freed
     # since (the lane is idle), waking the loop before the round cleared that wake-up.
-    loop = worker_module._LoopState(batch=1, async_names=frozenset({"async_add"}),
+    loop = LoopState(batch=1, async_names=frozenset({"async_add"}),
                                     free_sync=1, free_async=0,
                                     others_checked_at=time.monotonic() + 60)
-    worker._claim_round(loop, 1)
+    worker.claims.round(loop, 1)
     assert [(p["limit"], p["uncapped"], p["caps"]) for p in plans] == [
         (2, False, {"async_add": 2})]
 
