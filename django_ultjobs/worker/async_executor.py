@@ -30,14 +30,14 @@ from ..runtime.steps import Suspend
 from ..signals import job_finished, job_started
 from ..store import JobStore, Settlement
 from .executor import (
-    _exception_settlement,
-    _flush_progress,
-    _result_json,
-    _send_finished,
-    _span_attributes,
-    _success_settlement,
-    _suspended_settlement,
+    exception_settlement,
+    flush_progress,
+    result_as_json,
+    send_finished,
+    span_attributes,
     start_run,
+    success_settlement,
+    suspended_settlement,
 )
 from .runs import Run
 from .telemetry import Telemetry, telemetry_now
@@ -53,7 +53,7 @@ async def arun_job(run: Run, *, store: JobStore, worker_id: str,
     job, spec = run.job, run.spec
     assert spec is not None
     seen = telemetry if telemetry is not None else telemetry_now()
-    with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
+    with job_span_of(job.name, lambda: span_attributes(job), job.traceparent,
                      job.tracestate, traced=seen.traced) as span:
         started = start_run(run, span, store=store, worker_id=worker_id, on_started=on_started,
                             instruments=seen.instruments)
@@ -76,19 +76,19 @@ async def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
                             kwargs=kwargs)
         with acting_as(f"job:{job.id}"):
             result = await _cancellable(run, spec.func(*call_args, **kwargs))
-        result_json = _result_json(job.name, result)
+        result_json = result_as_json(job.name, result)
     except Suspend as suspend:
-        settlement = _suspended_settlement(run, span, suspend)
+        settlement = suspended_settlement(run, span, suspend)
     except BaseException as exc:  # CancelledError too: the cancel reason decides the outcome
         exception = exc
-        settlement = _exception_settlement(run, span, exc)
+        settlement = exception_settlement(run, span, exc)
     else:
-        settlement = _success_settlement(run, span, result_json)
+        settlement = success_settlement(run, span, result_json)
     run.duration = time.monotonic() - started
     if ctx.progress is not None and ctx.progress.has_pending:
-        await off_loop(_flush_progress, run, ctx)
+        await off_loop(flush_progress, run, ctx)
     if job_finished.receivers:
-        await off_loop(_send_finished, run, ctx, args, kwargs, settlement, exception)
+        await off_loop(send_finished, run, ctx, args, kwargs, settlement, exception)
     return settlement
 
 

@@ -92,19 +92,35 @@ def unstorable_settlement(run: Run, refused: Settlement, reason: str) -> Settlem
                   f"{refused.status}/{refused.outcome}; the database refused to write that)")
     log_event(logger, logging.ERROR, "jobs.worker.outcome-unstorable", job_id=run.id,
               job=run.job.name, attempt=run.job.attempt, error=reason)
-    return _retry_or_fail(run, error, steps_run=refused.steps_run,
-                          steps_replayed=refused.steps_replayed)
+    return retry_or_fail(run, error, steps_run=refused.steps_run,
+                         steps_replayed=refused.steps_replayed)
 
 
-def _retry_or_fail(run: Run, error: str, **fields: Any) -> Settlement:
-    """A failed attempt under the job's own retry policy: queued again after its backoff while
-    attempts remain, failed for good after the last (or when the job is not registered here)."""
+def retry_or_fail(run: Run, error: str, *, cause: BaseException | None = None,
+                  retried_as: str = AttemptOutcome.RETRYING, failed_as: str | None = None,
+                  at_least: float = 0.0, shown: str | None = None, **fields: Any) -> Settlement:
+    """A failed attempt under the job's own retry policy, the one place that decides it: queued
+    again as ``retried_as`` after its backoff (``at_least`` seconds at the soonest) while
+    attempts remain and the policy retries ``cause`` (rule 57); else failed for good as
+    ``failed_as`` (None: as the policy's refusal says, or ``failed``), as is a job not
+    registered here. ``shown``: the error as the log line shows it; None: the caller logs."""
     job, spec = run.job, run.spec
-    if spec is not None and job.attempt < job.max_attempts:
-        delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
-        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay,
-                              error=error, **fields)
-    return settlement_for(run, JobStatus.FAILED, AttemptOutcome.FAILED, error=error, **fields)
+    refused = (None if spec is None or cause is None
+               else not_retried_outcome(spec.retry_on, cause))
+    if spec is not None and refused is None and job.attempt < job.max_attempts:
+        delay = max(backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff),
+                    at_least)
+        if shown is not None:
+            also = {} if retried_as == AttemptOutcome.RETRYING else {"outcome": retried_as}
+            log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id,
+                      job=job.name, attempt=job.attempt, max_attempts=job.max_attempts,
+                      delay=round(delay, 3), **also, error=shown)
+        return settlement_for(run, JobStatus.QUEUED, retried_as, delay=delay, error=error,
+                              **fields)
+    outcome = failed_as or refused or AttemptOutcome.FAILED
+    if shown is None:
+        return settlement_for(run, JobStatus.FAILED, outcome, error=error, **fields)
+    return _failed(run, error, outcome)
 
 
 def settlement_before_run(run: Run, episode: ParkEpisode | None = None) -> Settlement | None:
@@ -211,7 +227,7 @@ def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
-def _span_attributes(job: ClaimedJob) -> dict[str, Any]:
+def span_attributes(job: ClaimedJob) -> dict[str, Any]:
     """The attributes of every ``job.<name>`` span: the job's own, then messaging semconv."""
     attributes: dict[str, Any] = {
         "job.name": job.name,
@@ -233,7 +249,7 @@ def _unstarted_span(run: Run, outcome: str, event: str, event_attributes: dict[s
     """A ``job.<name>`` span for a claim settled without running its body (parked, cancelled
     before it started, given up): the trace shows why the job did not run."""
     job = run.job
-    with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
+    with job_span_of(job.name, lambda: span_attributes(job), job.traceparent,
                      job.tracestate) as span:
         span.add_event(event, event_attributes)
         span.set_attribute("job.outcome", outcome)
@@ -279,7 +295,7 @@ def failed_by_worker(run: Run, exc: BaseException) -> Settlement:
     error = _trim("".join(traceback.format_exception(exc)))
     log_event(logger, logging.ERROR, "jobs.worker.run-crashed", job_id=run.id, job=run.job.name,
               attempt=run.job.attempt, error=describe(exc))
-    return _retry_or_fail(run, error)
+    return retry_or_fail(run, error)
 
 
 def abandonment(run: Run, visibility_timeout: float) -> Settlement:
@@ -314,7 +330,7 @@ def run_job(run: Run, *, store: JobStore, worker_id: str, on_started: Callable[[
     job, spec = run.job, run.spec
     assert spec is not None
     seen = telemetry if telemetry is not None else telemetry_now()
-    with job_span_of(job.name, lambda: _span_attributes(job), job.traceparent,
+    with job_span_of(job.name, lambda: span_attributes(job), job.traceparent,
                      job.tracestate, traced=seen.traced) as span:
         started = start_run(run, span, store=store, worker_id=worker_id, on_started=on_started,
                             instruments=seen.instruments)
@@ -373,31 +389,31 @@ def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
     try:
         # Inside the try: a receiver that could not set the run's context up fails the attempt
         # as the body would, rather than let the body run in the wrong one (rule 72).
-        if job_started.receivers:  # (send() with none: 0.3 us a run, performance.md item 103)
+        if job_started.receivers:  # send() with no receivers still costs every run
             job_started.send(sender=spec, context=ctx, args=args, kwargs=kwargs)
         with acting_as(f"job:{job.id}"):
             if spec.is_coroutine:
                 result = asyncio.run(spec.func(*call_args, **kwargs))
             else:
                 result = spec.func(*call_args, **kwargs)
-        result_json = _result_json(job.name, result)
+        result_json = result_as_json(job.name, result)
     except Suspend as suspend:
-        settlement = _suspended_settlement(run, span, suspend)
+        settlement = suspended_settlement(run, span, suspend)
     except BaseException as exc:  # a job's sys.exit() must not kill the worker thread
         exception = exc
-        settlement = _exception_settlement(run, span, exc)
+        settlement = exception_settlement(run, span, exc)
     else:
-        settlement = _success_settlement(run, span, result_json)
+        settlement = success_settlement(run, span, result_json)
     run.duration = time.monotonic() - started
-    _flush_progress(run, ctx)
-    _send_finished(run, ctx, args, kwargs, settlement, exception)
+    flush_progress(run, ctx)
+    send_finished(run, ctx, args, kwargs, settlement, exception)
     return settlement
 
 
-def _result_json(job_name: str, result: Any) -> str:
+def result_as_json(job_name: str, result: Any) -> str:
     """The body's return value as stored JSON; raises as the body would for one that is not
     JSON or too large (rule 31). ``None`` (most bodies return nothing) is "null" without the
-    checker and the encoder (performance.md, item 81)."""
+    checker and the encoder, which most runs would otherwise pay for nothing."""
     if result is None:
         result_json = "null"
     else:
@@ -407,7 +423,7 @@ def _result_json(job_name: str, result: Any) -> str:
     return result_json
 
 
-def _flush_progress(run: Run, ctx: JobContext) -> None:
+def flush_progress(run: Run, ctx: JobContext) -> None:
     """Write the progress the throttle held back (rule 79), before the settle ends the run's
     claim; a failed write is logged and changes nothing: the outcome is decided."""
     if ctx.progress is None:
@@ -419,7 +435,7 @@ def _flush_progress(run: Run, ctx: JobContext) -> None:
                   error=describe(exc))
 
 
-def _send_finished(run: Run, ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
+def send_finished(run: Run, ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
                    settlement: Settlement, exception: BaseException | None) -> None:
     """Send ``job_finished``; a receiver's error is logged and changes nothing (rule 72): the
     outcome is decided, and a teardown that failed must not turn a success into a retry."""
@@ -436,7 +452,7 @@ def _send_finished(run: Run, ctx: JobContext, args: list[Any], kwargs: dict[str,
                       error=describe(reply))
 
 
-def _suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:
+def suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:
     """Not an error: the job waits without holding this thread, and its next run replays up to
     here. Waking does not burn an attempt."""
     job = run.job
@@ -449,7 +465,7 @@ def _suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:
                           wait_match=suspend.wait_match, wait_after=suspend.wait_after)
 
 
-def _success_settlement(run: Run, span: Span, result_json: str) -> Settlement:
+def success_settlement(run: Run, span: Span, result_json: str) -> Settlement:
     """The settlement of a body that returned ``result_json``."""
     reason = run.scope.reason
     if reason is not None and isinstance(reason, JobSlotLostError | JobTimeoutError):
@@ -480,7 +496,7 @@ def _bad(what: str, value: Any) -> Any:
                     f"{'array' if what == 'args' else 'object'}; the row was written by hand?")
 
 
-def _exception_settlement(run: Run, span: Span, exc: BaseException) -> Settlement:
+def exception_settlement(run: Run, span: Span, exc: BaseException) -> Settlement:
     reason = run.scope.reason
     if reason is not None:
         # The body unwound because the run was cancelled: the cause decides what happens next,
@@ -493,20 +509,9 @@ def _exception_settlement(run: Run, span: Span, exc: BaseException) -> Settlemen
     _record_exception(span, exc)
     span.set_status(Status(StatusCode.ERROR, describe(exc)))
     error = _trim("".join(traceback.format_exception(exc)))
-    job, spec = run.job, run.spec
-    assert spec is not None
-    refused = not_retried_outcome(spec.retry_on, exc)
-    if refused is None and job.attempt < job.max_attempts:
-        delay = backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff)
-        span.set_attribute("job.outcome", AttemptOutcome.RETRYING)
-        log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id, job=job.name,
-                  attempt=job.attempt, max_attempts=job.max_attempts, delay=round(delay, 3),
-                  error=describe(exc))
-        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.RETRYING, delay=delay,
-                              error=error)
-    outcome = refused or AttemptOutcome.FAILED
-    span.set_attribute("job.outcome", outcome)
-    return _failed(run, error, outcome)
+    settlement = retry_or_fail(run, error, cause=exc, shown=describe(exc))
+    span.set_attribute("job.outcome", settlement.outcome or AttemptOutcome.FAILED)
+    return settlement
 
 
 def not_retried_outcome(retry_on: tuple[type[BaseException], ...], exc: BaseException
@@ -534,17 +539,8 @@ def timed_out_settlement(run: Run, reason: JobTimeoutError, *, at_least: float =
     """The settlement of a run cancelled by its timeout: outcome ``timed_out``, and the job's
     retry policy (attempts, backoff, ``retry_on``) decides between a retry and ``failed``
     (rule 55). ``at_least``: the soonest the retry may start (an abandoned body may still run)."""
-    job, spec = run.job, run.spec
-    if (spec is not None and job.attempt < job.max_attempts
-            and not_retried_outcome(spec.retry_on, reason) is None):
-        delay = max(backoff_delay(job.attempt, base=spec.backoff, cap=spec.max_backoff),
-                    at_least)
-        log_event(logger, logging.WARNING, "jobs.worker.retrying", job_id=job.id, job=job.name,
-                  attempt=job.attempt, max_attempts=job.max_attempts, delay=round(delay, 3),
-                  outcome=AttemptOutcome.TIMED_OUT, error=str(reason))
-        return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.TIMED_OUT, delay=delay,
-                              error=str(reason))
-    return _failed(run, str(reason), AttemptOutcome.TIMED_OUT)
+    return retry_or_fail(run, str(reason), cause=reason, retried_as=AttemptOutcome.TIMED_OUT,
+                         failed_as=AttemptOutcome.TIMED_OUT, at_least=at_least, shown=str(reason))
 
 
 def _cancel_settlement(run: Run, reason: JobCancelledError) -> Settlement:

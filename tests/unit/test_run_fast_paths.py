@@ -13,7 +13,7 @@ from django_ultjobs.core import jsonargs
 from django_ultjobs.exceptions import JobResultTooLargeError
 from django_ultjobs.observability import tracing
 from django_ultjobs.observability.tracing import job_span_of, tracing_enabled
-from django_ultjobs.worker.executor import _result_json, check_result_size
+from django_ultjobs.worker.executor import check_result_size, result_as_json
 
 
 def _the_long_way(result: object) -> str:
@@ -25,7 +25,7 @@ def _the_long_way(result: object) -> str:
 
 @pytest.mark.parametrize("result", [None, 0, "", [], {}, {"a": [1, None]}])
 def test_a_result_is_stored_as_the_checker_and_encoder_store_it(result: object) -> None:
-    assert _result_json("j", result) == _the_long_way(result)
+    assert result_as_json("j", result) == _the_long_way(result)
 
 
 # rule 31 (bounded-outcomes)
@@ -33,7 +33,7 @@ def test_a_result_is_stored_as_the_checker_and_encoder_store_it(result: object) 
 def test_none_is_held_to_the_result_bound_like_any_result(limit: int) -> None:
     with override_settings(ULTJOBS={"MAX_RESULT_BYTES": limit}):
         outcomes = []
-        for way in (_the_long_way, lambda r: _result_json("j", r)):
+        for way in (_the_long_way, lambda r: result_as_json("j", r)):
             try:
                 outcomes.append(way(None))
             except JobResultTooLargeError as exc:
@@ -44,7 +44,7 @@ def test_none_is_held_to_the_result_bound_like_any_result(limit: int) -> None:
 
 def test_a_result_that_is_not_json_still_fails_the_run() -> None:
     with pytest.raises(TypeError) as fast:
-        _result_json("j", {1, 2})
+        result_as_json("j", {1, 2})
     with pytest.raises(TypeError) as slow:
         _the_long_way({1, 2})
     assert str(fast.value) == str(slow.value)
