@@ -65,12 +65,13 @@ def bulk_enqueue(calls: Iterable[CheckedCall]) -> list[int]:
     already in the table, or an earlier call of the same batch) writes nothing and gives that
     job's id (rule 68).
     """
-    calls = list(calls)
-    if not calls:
-        return []
     trace = capture_trace_context()
     actor = current_actor()
+    # Each call becomes its record as it comes, and is dropped then: a batch keeps one object
+    # alive per job, not two, for the cyclic collector to walk while the batch is built.
     news = [c.new_job(*trace, actor) for c in calls]
+    if not news:
+        return []
     store = get_store()
     with store.tables_required():
         if all(new.unique_key is None for new in news):
