@@ -20,9 +20,9 @@ With no ``async def`` job registered this is the one claim of before, unchanged.
 free a round would cost two statements; so once a claim of the async kinds alone found none, the
 rounds of the next poll interval (until an enqueue notification, or a round that claimed an async
 job) make ONE claim for both lanes, no larger than the free threads, which are no more than the
-free async places (``_async_share``; performance.md item 64). The sync claim's scan of the
+free async places (``_async_share``). The sync claim's scan of the
 "uncapped" kinds walks past queued async rows: the claim loop leaves it out for a poll interval
-after it found nothing, as it does beside capped kinds (performance.md item 6).
+after it found nothing, as it does beside capped kinds.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _async_share(free_sync: int, free_async: int, caps: Mapping[str, int],
     """ONE claim for both lanes, when the last claim of the async kinds alone found none: at
     most the free threads in all, so at most that many of either lane, and no more than the
     free async places either (there are at least as many). A worker draining sync jobs with an
-    async kind registered then pays one statement a round, not two (performance.md item 64),
+    async kind registered then pays one statement a round, not two,
     and an async job enqueued meanwhile is still claimed at the next round, by its kind's scan.
     """
     share = {name: caps.get(name, free_async) for name in async_names}

@@ -8,7 +8,7 @@ A worker KEEPS the slot of a run whose body has returned (its outcome queued for
 its settle not necessarily written: rule 90), for the next run of the same kind it claims, and
 gives it back to the fleet only when its next claim brought no run to use it. Taking
 a slot for every run and handing it back with every settle wrote two slot rows per job, a
-large share of a capped drain's cost (see performance.md item 24); a kept slot costs nothing until
+large share of a capped drain's cost; a kept slot costs nothing until
 its kind runs dry.
 The cap still holds: a slot is held by one run at a time, from its claim until its body has
 returned, and between runs by the worker alone; a run that is settling holds its job, not a slot.
@@ -100,8 +100,7 @@ class FleetSlots:
         new ones in one statement; return the runs that got none (the caller hands them back).
 
         A job without ``concurrency`` never touches the slot table (rule 5). One statement per
-        kind per claim, not per run: a round trip per run was most of a capped drain's cost
-        (see performance.md item 2).
+        kind per claim, not per run: a round trip per run was most of a capped drain's cost.
         """
         if not runs:
             return []

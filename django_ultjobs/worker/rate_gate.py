@@ -7,8 +7,7 @@ will have a start for it, so it neither spins the claim loop nor stands in front
 
 The gate also remembers, per job limited as a whole, when its bucket has a start again, and
 the claim asks for no more runs of it than its burst until then none at all: a backlog of a
-limited job otherwise filled every claim, to hand all but one of the runs straight back
-(performance.md, item 31).
+limited job otherwise filled every claim, to hand all but one of the runs straight back.
 """
 
 from __future__ import annotations

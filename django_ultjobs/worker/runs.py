@@ -17,7 +17,7 @@ _SETTLING = threading.Lock()
 
 
 # Slotted (a weak reference slot kept: rule 13's tests watch runs go), and its settle lock
-# shared: building a Run was 0.92 us a job, now 0.62 (docs/performance.md, item 82).
+# shared: one is built per claimed job, so it allocates no lock and no __dict__ of its own.
 @dataclass(eq=False, slots=True, weakref_slot=True)
 class Run:
     """One claimed job in this worker, from claim until its settle has been written."""
@@ -42,7 +42,7 @@ class Run:
     started_at: float | None = None
     thread: str = ""
     #: ``started_at`` + the run's timeout, or None: read by the ticker at every wake-up, so
-    #: worked out once (docs/performance.md, item 35).
+    #: worked out once.
     deadline: float | None = None
     #: Seconds the body ran, once it has (None for a run settled without running its body).
     duration: float | None = None

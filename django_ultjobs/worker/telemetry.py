@@ -2,8 +2,8 @@
 
 Until a provider is set, the OpenTelemetry API looks its environment variable up on every
 ``get_tracer_provider()`` and ``get_meter_provider()`` (``OTEL_PYTHON_TRACER_PROVIDER``,
-``OTEL_PYTHON_METER_PROVIDER``), about 1 µs each: a fifth of a no-op run's own Python on a site
-without an SDK (performance.md, item 102). A worker looks both up when a claim's runs start,
+``OTEL_PYTHON_METER_PROVIDER``): a large share of a short run's own Python on a site without an
+SDK. A worker looks both up when a claim's runs start,
 not in every run, so a provider set while it runs is used from its next claim on.
 """
 
