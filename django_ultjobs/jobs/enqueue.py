@@ -63,7 +63,7 @@ def bulk_enqueue(calls: Iterable[CheckedCall]) -> list[int]:
     Returns the ids in the order of ``calls``. Every call is checked before anything is
     written, so one bad argument writes no row at all. A call whose unique key a job holds (one
     already in the table, or an earlier call of the same batch) writes nothing and gives that
-    job's id (rule 68).
+    job's id (rule 68 (bulk-unique-in-order)).
     """
     trace = capture_trace_context()
     actor = current_actor()
@@ -88,7 +88,7 @@ def bulk_enqueue(calls: Iterable[CheckedCall]) -> list[int]:
 
 def enqueue_one(job_call: CheckedCall) -> tuple[Job, bool]:
     """Queue one checked call inside the caller's transaction; return its row, and whether it
-    is new (False: the job holding the call's unique key, rule 66)."""
+    is new (False: the job holding the call's unique key, rule 66 (held-key-returns-holder))."""
     new = job_call.new_job(*capture_trace_context(), current_actor())
     store = get_store()
     with store.tables_required():
@@ -101,7 +101,8 @@ def enqueue_one(job_call: CheckedCall) -> tuple[Job, bool]:
 
 def _enqueue_keyed(store: JobStore, new: NewJob) -> tuple[Job, bool]:
     """Insert ``new`` unless a job holds its key; else return that job, read in a new statement
-    (rule 66). A holder gone before it is read (taken over, pruned) is another round."""
+    (rule 66 (held-key-returns-holder)). A holder gone before it is read (taken over, pruned) is
+    another round."""
     for _ in range(unique.MAX_ROUNDS):
         (row,) = store.enqueue_unique([new])
         if row is not None:

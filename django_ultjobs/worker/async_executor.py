@@ -1,4 +1,5 @@
-"""The executor of an ``async def`` body: ``run_job`` for the worker's event loop (rule 85).
+"""The executor of an ``async def`` body: ``run_job`` for the worker's event loop
+(rule 85 (one-event-loop)).
 
 It turns what happens into a ``Settlement`` exactly as ``run_job`` does, with the executor's own
 helpers (same outcomes, retry policy and spans), and writes no SQL. What differs:
@@ -6,7 +7,7 @@ helpers (same outcomes, retry policy and spans), and writes no SQL. What differs
 * the body runs as a task of its own on the worker's one event loop, never ``asyncio.run``;
 * its cancellation cancels that task (``Task.cancel``, scheduled with
   ``loop.call_soon_threadsafe``), so a body stuck in ``await asyncio.sleep(3600)`` unwinds at
-  once, and the run's cancel reason decides the outcome as for a sync run (rule 86);
+  once, and the run's cancel reason decides the outcome as for a sync run (rule 86 (async-cancel));
 * what must not run on the loop runs on a thread: the run hooks (their receivers may use the
   ORM, which refuses to run inside an event loop; the context variables they set still reach
   the body, as ``sync_to_async`` carries them back) and the progress the throttle held back.
@@ -64,7 +65,7 @@ async def arun_job(run: Run, *, store: JobStore, worker_id: str,
 
 async def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
                     kwargs: dict[str, Any]) -> Settlement:
-    """Run the body between the run hooks (rule 72) and return how it ended."""
+    """Run the body between the run hooks (rule 72 (paired-run-hooks)) and return how it ended."""
     job, spec = run.job, run.spec
     assert spec is not None
     call_args = [ctx, *args] if spec.takes_context else args
@@ -111,13 +112,13 @@ async def _cancellable(run: Run, body: Awaitable[T]) -> T:
     try:
         return await task
     finally:
-        # The scope outlives the run in nothing it holds (rule 13).
+        # The scope outlives the run in nothing it holds (rule 13 (nothing-leaks)).
         run.scope.set_canceller(None)
 
 
 async def off_loop(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``func`` on a thread, its context variables carried back, the connections it opened
-    closed after (every thread closes its own, rule 13)."""
+    closed after (every thread closes its own, rule 13 (nothing-leaks))."""
     def call() -> Any:
         try:
             return func(*args, **kwargs)

@@ -1,5 +1,6 @@
 """The async lane: ONE event loop per worker process, on a thread of its own, for every
-``async def`` body (``@job`` functions and Django Tasks async tasks alike; rule 85).
+``async def`` body (``@job`` functions and Django Tasks async tasks alike;
+rule 85 (one-event-loop)).
 
 ``asyncio.run`` on an executor thread per run capped a process's async runs at ``--threads``
 and paid a loop's start-up per run. Here a run is a task on the one loop, and ``size``
@@ -102,7 +103,8 @@ class AsyncLane:
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             loop.close()
-            # Every thread the worker starts closes its connections when it ends (rule 13).
+            # Every thread the worker starts closes its connections when it ends
+            # (rule 13 (nothing-leaks)).
             connections.close_all()
 
     def _start_tasks(self, runs: list[Run]) -> None:
@@ -122,7 +124,8 @@ class AsyncLane:
             log_event(logger, logging.ERROR, "jobs.worker.executor-error", job_id=run.id,
                       error=repr(exc), seconds=round(time.monotonic() - started, 3))
         finally:
-            run = None  # type: ignore[assignment]  # hold nothing of a finished run (rule 13)
+            # type: ignore[assignment]  # hold nothing of a finished run (rule 13 (nothing-leaks))
+            run = None
             self._finished()
 
     def _finished(self) -> None:

@@ -1,11 +1,11 @@
 """How one claim round is split between the two lanes, so no claimed job waits for a place.
 
 A worker runs sync bodies on its threads (``--threads``) and ``async def`` bodies on its event
-loop (``--async-concurrency``; rule 85). A claim statement takes the runnable jobs in order
-whatever their kind, so one claim sized by the sum of the free places could bring back more sync
-jobs than free threads (or more async jobs than free places): those would wait, claimed and not
-started, with no heartbeat yet and their wait unbounded (rule 87 forbids it). Handing them back
-would spin: the same rows come first again at the next claim.
+loop (``--async-concurrency``; rule 85 (one-event-loop)). A claim statement takes the runnable jobs
+in order whatever their kind, so one claim sized by the sum of the free places could bring back more
+sync jobs than free threads (or more async jobs than free places): those would wait, claimed and not
+started, with no heartbeat yet and their wait unbounded (rule 87 (no-claim-beyond-free-places)
+forbids it). Handing them back would spin: the same rows come first again at the next claim.
 
 So the lanes are claimed apart, with what the claim statement already offers (``caps``, a
 per-kind "take at most N", as the rate gate uses it):
@@ -14,7 +14,7 @@ per-kind "take at most N", as the rate gate uses it):
   the free places (its fleet cap if it has one), the whole claim at most the free places: the
   kinds' own ordered index scans, which walk past no other kind's rows;
 * threads free: one claim of every other kind (unknown names included: they are parked without a
-  place, rule 12), the async kinds given a cap of 0, at most the free threads.
+  place, rule 12 (unknown-job-parked)), the async kinds given a cap of 0, at most the free threads.
 
 With no ``async def`` job registered this is the one claim of before, unchanged. With both lanes
 free a round would cost two statements; so once a claim of the async kinds alone found none, the

@@ -32,7 +32,8 @@ logger = logging.getLogger("django_ultjobs.worker")
 #: Finished runs whose settles are not written yet, beyond which the claim loop stops claiming:
 #: a completer that falls behind must slow claiming down, not let unsettled runs pile up.
 MAX_UNSETTLED = 1000
-#: ...and beyond this many bytes of their outcomes (results, errors) held in memory (rule 31).
+#: ...and beyond this many bytes of their outcomes (results, errors) held in memory
+#: (rule 31 (bounded-outcomes)).
 MAX_UNSETTLED_BYTES = 128 * 1024 * 1024
 
 
@@ -74,7 +75,7 @@ class ClaimLoop:
 
     def _unsettled_full(self) -> bool:
         """Whether the outcomes waiting for the completer are too many, or too big, to claim
-        more runs: memory stays bounded however large the results (rule 31)."""
+        more runs: memory stays bounded however large the results (rule 31 (bounded-outcomes))."""
         return (self.completer.pending >= MAX_UNSETTLED
                 or self.completer.pending_bytes >= MAX_UNSETTLED_BYTES)
 
@@ -119,9 +120,9 @@ class ClaimLoop:
         self.row.record_jobs(loop.generation)
 
     def room(self, loop: LoopState) -> int:
-        """How many runs to claim now: the free threads (and free async places, rule 87); 0,
-        after a wait, when no place is free or the outcomes waiting for the completer are too
-        many or too big (rule 31)."""
+        """How many runs to claim now: the free threads (and free async places,
+        rule 87 (no-claim-beyond-free-places)); 0, after a wait, when no place is free or the
+        outcomes waiting for the completer are too many or too big (rule 31 (bounded-outcomes))."""
         if loop.async_names:
             free = self._lanes_room(loop)
         else:

@@ -3,13 +3,14 @@
 Every extra per-job transaction roughly halves throughput, so outcomes queue here and are written
 many to a statement. The runs stay in flight (their leases heartbeated) until their settle
 is written, so a slow or retrying completer never lets a finished job be re-delivered; their fleet
-slots pass on at submit, when the body has returned (rule 90), so the batching holds none. A
-settle the database refuses (the token no longer owns the row) changes nothing and is logged
-(rule 4).
+slots pass on at submit, when the body has returned (rule 90 (slot-passes-on-return)), so the
+batching holds none. A settle the database refuses (the token no longer owns the row) changes
+nothing and is logged (rule 4 (fenced-settle)).
 
-A batch the database refuses for its values (rule 30) is split in halves until the row it refuses
-is alone; that run is settled as a failure saying why, and every other row is written as usual.
-An outage (rule 2's database blip) is different: the batch waits and is written again whole.
+A batch the database refuses for its values (rule 30 (refused-outcome-no-wedge)) is split in halves
+until the row it refuses is alone; that run is settled as a failure saying why, and every other row
+is written as usual. An outage (rule 2 (heartbeat-retried)'s database blip) is different: the batch
+waits and is written again whole.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ logger = logging.getLogger("django_ultjobs.worker")
 #: A settle batch holds at most this many runs, and this many bytes of outcome (results and
 #: errors) beyond its first run: a batch is held in memory three times over while it is encoded
 #: and sent, PostgreSQL refuses a parameter over 1 GB (an array of them too), and SQLite's batch
-#: is one JSON value (rule 31).
+#: is one JSON value (rule 31 (bounded-outcomes)).
 _MAX_BATCH = 500
 MAX_BATCH_BYTES = 32 * 1024 * 1024
 
@@ -49,9 +50,11 @@ class Pending:
     settlement: Settlement
     size: int
     #: A write of it failed in a way that may have committed (the connection died before the
-    #: reply): a later write that finds the row no longer held asks whether it landed (rule 32).
+    #: reply): a later write that finds the row no longer held asks whether it landed
+    #: (rule 32 (landed-never-stale)).
     uncertain: bool = False
-    #: How often the database refused its outcome and it was replaced (rule 30).
+    #: How often the database refused its outcome and it was replaced
+    #: (rule 30 (refused-outcome-no-wedge)).
     refused: int = 0
 
 
@@ -77,8 +80,8 @@ class Completer:
         self._stopping = threading.Event()
         self._abandon_at: float | None = None
         self._thread = threading.Thread(target=self._loop, name="ultjobs-completer", daemon=True)
-        #: Outcomes written, and settles the database refused as stale (rule 4): reported when
-        #: the worker stops (``jobs.worker.stopped``).
+        #: Outcomes written, and settles the database refused as stale (rule 4 (fenced-settle)):
+        #: reported when the worker stops (``jobs.worker.stopped``).
         self.settled = 0
         self.stale = 0
         #: How many outcomes the database refused to store, each settled as a failure instead.
@@ -92,7 +95,7 @@ class Completer:
 
         From here on a heartbeat "no" cannot cancel the run. The run is (or stays) registered,
         so its lease is renewed until the settle is written, however long a database outage
-        makes that take; its slot passes on now (rule 90).
+        makes that take; its slot passes on now (rule 90 (slot-passes-on-return)).
         """
         if not run.start_settling():
             return False
@@ -100,9 +103,10 @@ class Completer:
         # then left to lapse); a body that finished first hands its slot on as usual.
         run.abandoned = abandoned
         self.runs.add(run)
-        # The body is over: its slot passes on now, not after the settle (rules 9 and 90). The
-        # cap bounds bodies executing; a batch of settles must not hold slots. The run keeps
-        # its job lease (heartbeated) until the settle is written.
+        # The body is over: its slot passes on now, not after the settle
+        # (rules 9 (slot-held-while-body-runs) and 90 (slot-passes-on-return)). The cap bounds
+        # bodies executing; a batch of settles must not hold slots. The run keeps its job lease
+        # (heartbeated) until the settle is written.
         if run.slot is not None:
             self.slots.keep([run])
             if self.on_written is not None:
@@ -149,7 +153,7 @@ class Completer:
                         continue
                 later = self._fill(batch, later)
                 # The slots these runs passed on at submit that go back to the fleet: released
-                # now, before their settles are written (rule 90).
+                # now, before their settles are written (rule 90 (slot-passes-on-return)).
                 self.slots.release_returned()
                 batch = self._write(batch)
                 if not batch:
@@ -171,7 +175,7 @@ class Completer:
 
         Two runs of one job in this worker (it claimed its own job again after the lease lapsed)
         must not share a statement: the settle matches the batch to rows by id, so a stale
-        outcome could otherwise be applied under the newer run's token (rule 4)."""
+        outcome could otherwise be applied under the newer run's token (rule 4 (fenced-settle))."""
         ids = {item.run.id for item in batch}
         size = sum(item.size for item in batch)
         deferred: list[Pending] = []
@@ -184,7 +188,7 @@ class Completer:
                 except queue.Empty:
                     break
             if batch and size + item.size > MAX_BATCH_BYTES:
-                # Full by bytes (rule 31): it leads the next batch.
+                # Full by bytes (rule 31 (bounded-outcomes)): it leads the next batch.
                 deferred.insert(0, item)
                 break
             if item.run.id in ids:
@@ -205,7 +209,8 @@ class Completer:
                 return self._split(batch, exc)
             # Never drop an outcome: the runs stay registered (their leases alive) and the batch
             # is written again with backoff. It may have committed all the same (the connection
-            # died before the reply): the next write will not find those rows held (rule 32).
+            # died before the reply): the next write will not find those rows held
+            # (rule 32 (landed-never-stale)).
             for item in batch:
                 item.uncertain = True
             log_event(logger, logging.WARNING, "jobs.worker.settle-failed",
@@ -217,7 +222,8 @@ class Completer:
 
     def _split(self, batch: list[Pending], exc: BaseException) -> list[Pending]:
         """Write a batch the database refused for its values, in halves, until the refused row
-        is alone (rule 30): one bad outcome costs the others a few statements, not their runs."""
+        is alone (rule 30 (refused-outcome-no-wedge)): one bad outcome costs the others a few
+        statements, not their runs."""
         if len(batch) == 1:
             return self._replace(batch[0], exc)
         log_event(logger, logging.DEBUG, "jobs.worker.settle-split", worker_id=self.worker_id,
@@ -260,7 +266,8 @@ class Completer:
     def _report(self, batch: list[Pending], applied: set[int]) -> None:
         unsure = [item for item in batch if item.uncertain and item.run.id not in applied]
         landed = self._landed(unsure) if unsure else set()
-        # Asked once a batch: with no SDK configured nothing is collected (rule 70).
+        # Asked once a batch: with no SDK configured nothing is collected
+        # (rule 70 (no-sdk-no-metrics)).
         finished: list[tuple[str, str, str, float | None]] | None = (
             [] if metrics.enabled() else None)
         say_settled = logs_event(logger, logging.INFO, "jobs.worker.settled")
@@ -279,14 +286,16 @@ class Completer:
                               **({} if run.id in applied
                                  else {"note": "written before a lost reply"}))
             elif item.uncertain and (landed is None or settlement.outcome is None):
-                # Rule 32: written before the connection died, or stale; nothing tells which
+                # Rule 32 (landed-never-stale): written before the connection died, or stale;
+                # nothing tells which
                 # (no attempt row to look for, or the look failed). Not a warning either way.
                 log_event(logger, logging.INFO, "jobs.worker.settle-unconfirmed",
                           worker_id=self.worker_id, job_id=run.id, job=run.job.name,
                           attempt=settlement.attempt_no, outcome=settlement.outcome)
             else:
-                # Rule 4: this worker's token no longer owns the row (its lease lapsed and the
-                # job was re-delivered, or it was cancelled). The late result changes nothing.
+                # Rule 4 (fenced-settle): this worker's token no longer owns the row (its lease
+                # lapsed and the job was re-delivered, or it was cancelled). The late result changes
+                # nothing.
                 self.stale += 1
                 log_event(logger, logging.WARNING, "jobs.worker.settle-stale",
                           worker_id=self.worker_id, job_id=run.id, job=run.job.name,
@@ -295,8 +304,8 @@ class Completer:
             metrics.record_finished(finished)
 
     def _landed(self, unsure: list[Pending]) -> set[int] | None:
-        """Which of ``unsure`` an earlier, unanswered write did settle (rule 32); None when the
-        database could not say."""
+        """Which of ``unsure`` an earlier, unanswered write did settle
+        (rule 32 (landed-never-stale)); None when the database could not say."""
         try:
             return self.store.settle_landed([item.settlement for item in unsure], self.worker_id)
         except Exception as exc:
@@ -312,8 +321,8 @@ class Completer:
         self._finish(batch)
 
     def _finish(self, items: list[Pending]) -> None:
-        # The runs' slots passed on at submit (rule 90): a settle, written or given up, only
-        # lets the job lease go.
+        # The runs' slots passed on at submit (rule 90 (slot-passes-on-return)): a settle, written
+        # or given up, only lets the job lease go.
         self.runs.remove_many([item.run for item in items])
         with self._lock:
             self._pending -= len(items)

@@ -1,11 +1,12 @@
 """Run timeouts: cancel a run still executing past its timeout, report a body that ignores it.
 
 Python cannot kill a thread. A run past its ``timeout`` is cancelled through its signal with
-``JobTimeoutError`` (rule 55), like any other cancellation; a body that never looks at the signal
-runs on. Once it has ignored the timeout for ``grace`` seconds more it is *overrunning*: logged as
-``jobs.worker.run-overrunning`` with its job and thread, listed on the worker's row for the admin,
-and, with ``runjobworker --exit-on-overrun``, the worker drains and exits non-zero so its
-supervisor starts a fresh process: the only way to stop such a body (rule 56).
+``JobTimeoutError`` (rule 55 (timeout-cancels)), like any other cancellation; a body that never
+looks at the signal runs on. Once it has ignored the timeout for ``grace`` seconds more it is
+*overrunning*: logged as ``jobs.worker.run-overrunning`` with its job and thread, listed on the
+worker's row for the admin, and, with ``runjobworker --exit-on-overrun``, the worker drains and
+exits non-zero so its supervisor starts a fresh process: the only way to stop such a body
+(rule 56 (overrun-reported)).
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ class Dispatcher:
         self.completer = completer
         self.rates = rates
         self.pool = ExecutorPool(options.threads, self._execute, on_free=on_free)
-        #: ``async def`` bodies run on one event loop, apart from the threads (rule 85).
+        #: ``async def`` bodies run on one event loop, apart from the threads
+        #: (rule 85 (one-event-loop)).
         self.async_lane = AsyncLane(options.async_concurrency, self._execute_async,
                                     on_free=on_free)
         self._executing: set[Run] = set()
@@ -102,10 +103,10 @@ class Dispatcher:
         return len(starting)
 
     def _fit_lanes(self, runs: list[Run]) -> list[Run]:
-        """The runs each lane has a place for (rule 87); the others go back to the queue at
-        once, attempts not burned. The claim was split by lane, so only a kind that became
-        known during it can be one too many here: a Django task resolved on its first claim,
-        claimed among the sync kinds, that turns out ``async def``."""
+        """The runs each lane has a place for (rule 87 (no-claim-beyond-free-places)); the others go
+        back to the queue at once, attempts not burned. The claim was split by lane, so only a kind
+        that became known during it can be one too many here: a Django task resolved on its first
+        claim, claimed among the sync kinds, that turns out ``async def``."""
         places = {False: self.pool.free(), True: self.async_lane.free()}
         fitting: list[Run] = []
         for run in runs:
@@ -118,8 +119,9 @@ class Dispatcher:
         return fitting
 
     def _gate_rates(self, runs: list[Run]) -> list[Run]:
-        """The runs whose rate limits let them start now (rule 52); the others go back to the
-        queue until their bucket has a start for them, attempts not burned (rule 53)."""
+        """The runs whose rate limits let them start now (rule 52 (fleet-rate-limit)); the others go
+        back to the queue until their bucket has a start for them, attempts not burned
+        (rule 53 (rate-wait-unburned))."""
         starting, waiting = self.rates.gate(runs)
         for run, delay in waiting:
             self.completer.submit(run, over_limit_settlement(run, delay))
@@ -130,9 +132,9 @@ class Dispatcher:
 
     def _take_slots(self, runs: list[Run]) -> list[Run]:
         """The runs that got the fleet slots their caps need: per capped job, one statement for
-        each job's runs (not one per run); per key, one statement for all keys (rule 50). The
-        others go back to the queue at once, attempts not burned; the next claim skips a kind
-        or key while its slots are all held, so this cannot spin."""
+        each job's runs (not one per run); per key, one statement for all keys
+        (rule 50 (per-key-cap)). The others go back to the queue at once, attempts not burned; the
+        next claim skips a kind or key while its slots are all held, so this cannot spin."""
         capped: dict[str, list[Run]] = {}
         keyed: list[Run] = []
         for run in runs:
@@ -151,8 +153,9 @@ class Dispatcher:
         return [run for run in runs if id(run) not in refused]
 
     def _park_episodes(self, unknown: list[Run]) -> dict[int, ParkEpisode]:
-        """The park episodes the claimed jobs no one here knows are in (rule 12), in one
-        statement; none when it fails (each is then parked as a new episode, one row more)."""
+        """The park episodes the claimed jobs no one here knows are in
+        (rule 12 (unknown-job-parked)), in one statement; none when it fails (each is then parked as
+        a new episode, one row more)."""
         if not unknown:
             return {}
         try:
@@ -229,7 +232,7 @@ class Dispatcher:
 
     async def _execute_async(self, run: Run) -> None:
         """Run one ``async def`` job on the async lane's loop and hand its outcome to the
-        completer: ``_execute`` for the loop (rule 85)."""
+        completer: ``_execute`` for the loop (rule 85 (one-event-loop))."""
         try:
             try:
                 settlement = await arun_job(run, store=self.store, worker_id=self.worker_id,
@@ -264,7 +267,8 @@ class Dispatcher:
 
 
 def _is_async(run: Run) -> bool:
-    """Whether ``run`` goes to the async lane: its body is ``async def`` (rule 85)."""
+    """Whether ``run`` goes to the async lane: its body is ``async def``
+    (rule 85 (one-event-loop))."""
     return run.spec is not None and run.spec.is_coroutine
 
 

@@ -2,7 +2,7 @@
 
 It runs user code and writes no SQL; the completer writes what it returns. Everything that can
 raise before the body (looking up the job, checking the arguments, building the context) happens
-before ``on_started`` puts the run under the ticker (rule 13).
+before ``on_started`` puts the run under the ticker (rule 13 (nothing-leaks)).
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from .telemetry import Telemetry, telemetry_now
 
 logger = logging.getLogger("django_ultjobs.worker")
 
-#: How the error of an unknown job's park begins: the park episodes are found by it (rule 12).
+#: How the error of an unknown job's park begins: the park episodes are found by it
+#: (rule 12 (unknown-job-parked)).
 UNKNOWN_JOB_PREFIX = "no job registered as "
 #: What the first park of an episode logs beside the name: where a worker looks for jobs.
 UNKNOWN_JOB_HINT = ("this worker has no such job: declare it in an installed app's jobs.py (or "
@@ -74,8 +75,9 @@ def settlement_for(run: Run, status: str, outcome: str | None, **fields: Any) ->
 
 
 def check_result_size(job_name: str, result_json: str) -> None:
-    """Refuse a result over ``ULTJOBS["MAX_RESULT_BYTES"]`` before any SQL (rule 31): raised in
-    the body's place, so the attempt fails and is retried like any error of the job's."""
+    """Refuse a result over ``ULTJOBS["MAX_RESULT_BYTES"]`` before any SQL
+    (rule 31 (bounded-outcomes)): raised in the body's place, so the attempt fails and is retried
+    like any error of the job's."""
     limit = get_settings().MAX_RESULT_BYTES
     # The encoder escapes everything outside ASCII, so characters are bytes.
     if len(result_json) > limit:
@@ -86,8 +88,9 @@ def check_result_size(job_name: str, result_json: str) -> None:
 
 
 def unstorable_settlement(run: Run, refused: Settlement, reason: str) -> Settlement:
-    """The settlement of a run whose outcome the database refused to store (rule 30): a failed
-    attempt saying why, retried by the job's own policy, keeping what was true of the run."""
+    """The settlement of a run whose outcome the database refused to store
+    (rule 30 (refused-outcome-no-wedge)): a failed attempt saying why, retried by the job's own
+    policy, keeping what was true of the run."""
     error = _trim(f"the outcome could not be stored: {reason}\n(the run ended "
                   f"{refused.status}/{refused.outcome}; the database refused to write that)")
     log_event(logger, logging.ERROR, "jobs.worker.outcome-unstorable", job_id=run.id,
@@ -101,8 +104,8 @@ def retry_or_fail(run: Run, error: str, *, cause: BaseException | None = None,
                   at_least: float = 0.0, shown: str | None = None, **fields: Any) -> Settlement:
     """A failed attempt under the job's own retry policy, the one place that decides it: queued
     again as ``retried_as`` after its backoff (``at_least`` seconds at the soonest) while
-    attempts remain and the policy retries ``cause`` (rule 57); else failed for good as
-    ``failed_as`` (None: as the policy's refusal says, or ``failed``), as is a job not
+    attempts remain and the policy retries ``cause`` (rule 57 (retry-on-only)); else failed for good
+    as ``failed_as`` (None: as the policy's refusal says, or ``failed``), as is a job not
     registered here. ``shown``: the error as the log line shows it; None: the caller logs."""
     job, spec = run.job, run.spec
     refused = (None if spec is None or cause is None
@@ -154,7 +157,8 @@ def settlement_before_run(run: Run, episode: ParkEpisode | None = None) -> Settl
 
 
 def is_expired(job: ClaimedJob) -> bool:
-    """Whether ``job`` reached a worker after its expiry before its body ever started (rule 58).
+    """Whether ``job`` reached a worker after its expiry before its body ever started
+    (rule 58 (expired-never-runs)).
 
     Both times are the database's (the claim's ``now`` and the enqueue's ``now + expires_in``).
     Only a claim that would start the job's first run counts: a retry (attempt 2 on) or a
@@ -167,7 +171,7 @@ def is_expired(job: ClaimedJob) -> bool:
 
 def _expired(run: Run) -> Settlement:
     """The settlement of a job claimed after its expiry: ``cancelled``, outcome ``expired``,
-    its body never run (rule 58)."""
+    its body never run (rule 58 (expired-never-runs))."""
     job = run.job
     error = (f"expired: not started by {job.expires_at.isoformat()} (its expires_in), so it "
              "was never run")
@@ -180,8 +184,8 @@ def _expired(run: Run) -> Settlement:
 
 
 def unknown_job_settlement(run: Run, episode: ParkEpisode | None) -> Settlement:
-    """The settlement that parks a job no worker here knows (rule 12), or fails it once its
-    parking has lasted ``ULTJOBS["UNKNOWN_JOB_TIMEOUT"]``.
+    """The settlement that parks a job no worker here knows (rule 12 (unknown-job-parked)), or fails
+    it once its parking has lasted ``ULTJOBS["UNKNOWN_JOB_TIMEOUT"]``.
 
     Parked, no attempt is burned: almost always a deploy skew, and the job may be registered by
     the worker next to this one. One attempt row stands for a whole episode of parks (its
@@ -264,7 +268,8 @@ def slot_unavailable_settlement(run: Run) -> Settlement:
 
 
 def _undecodable(run: Run, problem: str) -> Settlement:
-    """The failure of a job whose stored arguments cannot be decoded, not run (rule 15).
+    """The failure of a job whose stored arguments cannot be decoded, not run
+    (rule 15 (undecodable-row-fails-alone)).
 
     No retry: the same bytes would fail the same way on every attempt (and on every worker of
     this version). The attempt is recorded, so the admin shows when and where it failed.
@@ -303,9 +308,9 @@ def abandonment(run: Run, visibility_timeout: float) -> Settlement:
     after a visibility timeout, as if this worker had died: the body may still run until the
     process exits.
 
-    A run that had timed out is settled as a timeout instead (rule 56), its attempt burned and
-    its retry after the visibility timeout at the earliest: handed back unburned, a body that
-    always overruns would come back for ever, and take a worker down each time under
+    A run that had timed out is settled as a timeout instead (rule 56 (overrun-reported)), its
+    attempt burned and its retry after the visibility timeout at the earliest: handed back unburned,
+    a body that always overruns would come back for ever, and take a worker down each time under
     ``--exit-on-overrun``."""
     reason = run.scope.reason
     if isinstance(reason, JobTimeoutError):
@@ -380,7 +385,7 @@ def prepare_run(run: Run, span: Span, *, store: JobStore, worker_id: str
 
 def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
               kwargs: dict[str, Any]) -> Settlement:
-    """Run the body between the run hooks (rule 72) and return how it ended."""
+    """Run the body between the run hooks (rule 72 (paired-run-hooks)) and return how it ended."""
     job, spec = run.job, run.spec
     assert spec is not None
     call_args = [ctx, *args] if spec.takes_context else args
@@ -388,7 +393,8 @@ def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
     started = time.monotonic()
     try:
         # Inside the try: a receiver that could not set the run's context up fails the attempt
-        # as the body would, rather than let the body run in the wrong one (rule 72).
+        # as the body would, rather than let the body run in the wrong one
+        # (rule 72 (paired-run-hooks)).
         if job_started.receivers:  # send() with no receivers still costs every run
             job_started.send(sender=spec, context=ctx, args=args, kwargs=kwargs)
         with acting_as(f"job:{job.id}"):
@@ -412,8 +418,8 @@ def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
 
 def result_as_json(job_name: str, result: Any) -> str:
     """The body's return value as stored JSON; raises as the body would for one that is not
-    JSON or too large (rule 31). ``None`` (most bodies return nothing) is "null" without the
-    checker and the encoder, which most runs would otherwise pay for nothing."""
+    JSON or too large (rule 31 (bounded-outcomes)). ``None`` (most bodies return nothing) is "null"
+    without the checker and the encoder, which most runs would otherwise pay for nothing."""
     if result is None:
         result_json = "null"
     else:
@@ -424,8 +430,9 @@ def result_as_json(job_name: str, result: Any) -> str:
 
 
 def flush_progress(run: Run, ctx: JobContext) -> None:
-    """Write the progress the throttle held back (rule 79), before the settle ends the run's
-    claim; a failed write is logged and changes nothing: the outcome is decided."""
+    """Write the progress the throttle held back (rule 79 (progress-throttled-fenced)), before the
+    settle ends the run's claim; a failed write is logged and changes nothing: the outcome is
+    decided."""
     if ctx.progress is None:
         return
     try:
@@ -437,8 +444,9 @@ def flush_progress(run: Run, ctx: JobContext) -> None:
 
 def send_finished(run: Run, ctx: JobContext, args: list[Any], kwargs: dict[str, Any],
                    settlement: Settlement, exception: BaseException | None) -> None:
-    """Send ``job_finished``; a receiver's error is logged and changes nothing (rule 72): the
-    outcome is decided, and a teardown that failed must not turn a success into a retry."""
+    """Send ``job_finished``; a receiver's error is logged and changes nothing
+    (rule 72 (paired-run-hooks)): the outcome is decided, and a teardown that failed must not turn a
+    success into a retry."""
     if not job_finished.receivers:
         return
     replies = job_finished.send_robust(
@@ -516,7 +524,8 @@ def exception_settlement(run: Run, span: Span, exc: BaseException) -> Settlement
 
 def not_retried_outcome(retry_on: tuple[type[BaseException], ...], exc: BaseException
                         ) -> str | None:
-    """The outcome of an exception the job's policy never retries, or None (rule 57).
+    """The outcome of an exception the job's policy never retries, or None
+    (rule 57 (retry-on-only)).
 
     ``NonRetryable`` fails the job at once whatever ``retry_on`` says: the body said so. Any
     other exception outside ``retry_on`` (default ``(Exception,)``) is not retried either."""
@@ -538,7 +547,8 @@ def timed_out_settlement(run: Run, reason: JobTimeoutError, *, at_least: float =
                          ) -> Settlement:
     """The settlement of a run cancelled by its timeout: outcome ``timed_out``, and the job's
     retry policy (attempts, backoff, ``retry_on``) decides between a retry and ``failed``
-    (rule 55). ``at_least``: the soonest the retry may start (an abandoned body may still run)."""
+    (rule 55 (timeout-cancels)). ``at_least``: the soonest the retry may start (an abandoned body
+    may still run)."""
     return retry_or_fail(run, str(reason), cause=reason, retried_as=AttemptOutcome.TIMED_OUT,
                          failed_as=AttemptOutcome.TIMED_OUT, at_least=at_least, shown=str(reason))
 
@@ -558,7 +568,8 @@ def _cancel_settlement(run: Run, reason: JobCancelledError) -> Settlement:
         return hand_back_settlement(run)
     if isinstance(reason, LeaseLostError):
         # Fenced like every settle: the token no longer owns the row, so this changes nothing
-        # and the completer logs it as stale (rule 4). The re-claimer records this attempt.
+        # and the completer logs it as stale (rule 4 (fenced-settle)). The re-claimer records this
+        # attempt.
         return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.LEASE_LOST, error=str(reason))
     return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.CANCELLED, error=str(reason))
 

@@ -1,13 +1,14 @@
-"""Fleet slots: ``@job(concurrency=N)`` held fleet-wide as slot rows (rules 5-9).
+"""Fleet slots: ``@job(concurrency=N)`` held fleet-wide as slot rows (rules 5 (fleet-cap) to
+9 (slot-held-while-body-runs)).
 
 Apart from the claim loop because its question is "may I start this one?"; which run holds which
 slot, and who gives it back, is bookkeeping of its own. A slot is taken at claim time and renewed
 on the heartbeat's tick (one clock for "I own the job" and "I own the slot").
 
 A worker KEEPS the slot of a run whose body has returned (its outcome queued for the completer,
-its settle not necessarily written: rule 90), for the next run of the same kind it claims, and
-gives it back to the fleet only when its next claim brought no run to use it. Taking
-a slot for every run and handing it back with every settle wrote two slot rows per job, a
+its settle not necessarily written: rule 90 (slot-passes-on-return)), for the next run of the same
+kind it claims, and gives it back to the fleet only when its next claim brought no run to use it.
+Taking a slot for every run and handing it back with every settle wrote two slot rows per job, a
 large share of a capped drain's cost; a kept slot costs nothing until
 its kind runs dry.
 The cap still holds: a slot is held by one run at a time, from its claim until its body has
@@ -99,8 +100,9 @@ class FleetSlots:
         """Give claimed runs of ONE capped job a slot each: a kept one first, else a new one, all
         new ones in one statement; return the runs that got none (the caller hands them back).
 
-        A job without ``concurrency`` never touches the slot table (rule 5). One statement per
-        kind per claim, not per run: a round trip per run was most of a capped drain's cost.
+        A job without ``concurrency`` never touches the slot table (rule 5 (fleet-cap)). One
+        statement per kind per claim, not per run: a round trip per run was most of a capped drain's
+        cost.
         """
         if not runs:
             return []
@@ -109,7 +111,8 @@ class FleetSlots:
             return []
         if self.store is None:
             # Unreachable through the worker, which refuses to start without a slot store
-            # (rule 10); kept as a guard so a cap can never silently hold per process.
+            # (rule 10 (cap-kept-or-refused)); kept as a guard so a cap can never silently hold per
+            # process.
             raise RuntimeError(f"job {spec.name!r} declares concurrency but has no slot store")
         reused, waiting = self._reuse_kept(spec.name, spec.concurrency, runs)
         if not waiting:
@@ -127,8 +130,9 @@ class FleetSlots:
         return missing
 
     def acquire_keyed(self, runs: Sequence[Run]) -> list[Run]:
-        """Give claimed runs of kinds capped per key (rule 50) a slot of their key each, every
-        key in ONE statement; return the runs that got none (the caller hands them back).
+        """Give claimed runs of kinds capped per key (rule 50 (per-key-cap)) a slot of their key
+        each, every key in ONE statement; return the runs that got none (the caller hands them
+        back).
 
         No kept slot is reused: per-key slots are never kept (see ``keep``)."""
         if not runs:
@@ -229,7 +233,8 @@ class FleetSlots:
 
     def keep(self, runs: Sequence[Run]) -> None:
         """Pass on the slots of runs whose bodies have returned (their outcomes queued for the
-        completer): kept for the next runs of their kinds, or, per key, given back (rule 90).
+        completer): kept for the next runs of their kinds, or, per key, given back
+        (rule 90 (slot-passes-on-return)).
 
         Called at submit, not after the settle: the cap bounds bodies executing, and a settle
         batch must not hold slots. The run keeps its job lease until its settle is written; a
@@ -259,9 +264,9 @@ class FleetSlots:
                     # running, so its slot is left to lapse on its TTL (never renewed again).
                     continue
                 if self._stopping or run.job.slot_key is not None:
-                    # A slot of a per-key cap goes straight back (rule 51): kept, it would make
-                    # its key look free to this worker alone, whose claims would then fill with
-                    # that key's backlog (one run each) while other keys wait.
+                    # A slot of a per-key cap goes straight back (rule 51 (per-key-slot)): kept, it
+                    # would make its key look free to this worker alone, whose claims would then
+                    # fill with that key's backlog (one run each) while other keys wait.
                     self._returned.append(hold)
                     continue
                 self._kept.append(_Kept(kind=run.job.name, hold=hold, kept_at=now))
@@ -270,7 +275,8 @@ class FleetSlots:
         """Release, in one statement, the slots ``keep`` passed back since the last call.
 
         Called by the completer's thread as soon as it takes the outcomes that passed them back,
-        before it writes their settles (rule 90: a settle batch holds no slot)."""
+        before it writes their settles (rule 90 (slot-passes-on-return): a settle batch holds no
+        slot)."""
         with self._lock:
             back, self._returned = self._returned, []
         self._release(back)
@@ -368,7 +374,7 @@ class FleetSlots:
             return len(self._kept)
 
     def _release(self, held: Sequence[SlotHold]) -> None:
-        """Hand slots back; never fails (rule 9).
+        """Hand slots back; never fails (rule 9 (slot-held-while-body-runs)).
 
         An error is logged and swallowed: the slot expires on its own TTL (it is no longer
         renewed), and bookkeeping must never stop the worker claiming.
@@ -389,8 +395,9 @@ class FleetSlots:
         """Renew every slot this worker holds, its runs' and the kept ones, in one statement; a
         slot missing from the answer is lost.
 
-        A renewal that RAISES is not a lost slot (rule 2's reasoning: there is a TTL behind it and
-        the tick gets several tries inside it), so the error is logged and the next tick retries.
+        A renewal that RAISES is not a lost slot (rule 2 (heartbeat-retried)'s reasoning: there is a
+        TTL behind it and the tick gets several tries inside it), so the error is logged and the
+        next tick retries.
         """
         with self._lock:
             busy = [(ident, run) for ident, run in self._busy.items() if not run.slot_lost]
@@ -416,9 +423,10 @@ class FleetSlots:
             for ident, run in busy:
                 if ident not in lost:
                     continue
-                # An explicit "no": another holder took the slot, or it lapsed (rule 7). Stop
-                # renewing it — extending a slot this worker no longer holds would push out
-                # somebody else's expiry — and cancel the run (rule 8).
+                # An explicit "no": another holder took the slot, or it lapsed
+                # (rule 7 (fenced-slot-renewal)). Stop renewing it — extending a slot this worker no
+                # longer holds would push out somebody else's expiry — and cancel the run
+                # (rule 8 (lost-slot-cancels)).
                 run.slot_lost = True
                 if self._busy.get(ident) is run:
                     del self._busy[ident]
@@ -430,8 +438,8 @@ class FleetSlots:
         self._cancel_lost(lost_runs)
 
     def _cancel_lost(self, runs: Sequence[Run]) -> None:
-        """Cancel runs whose slot is lost (rule 8); a run whose body is over has nothing to
-        cancel, and its slot is not kept."""
+        """Cancel runs whose slot is lost (rule 8 (lost-slot-cancels)); a run whose body is over has
+        nothing to cancel, and its slot is not kept."""
         for run in runs:
             if run.settling:
                 continue

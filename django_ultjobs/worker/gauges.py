@@ -2,10 +2,10 @@
 
 Every worker started with an SDK configured runs this thread; each interval it tries to hold
 the fleet slot ``ultjobs:gauges`` (limit 1, the same slots ``concurrency=`` uses, so it is held
-by one worker of the fleet at a time, rule 71) and, while it holds it, reads the gauges in two
-statements and publishes them on ``metrics.board``, where the SDK's reader finds them. A worker
-that does not hold it publishes nothing. A sampler that dies (SIGKILL) leaves its slot to lapse
-after three GAUGE_INTERVALs; one that stops hands it back at once.
+by one worker of the fleet at a time, rule 71 (gauges-one-reader)) and, while it holds it, reads the
+gauges in two statements and publishes them on ``metrics.board``, where the SDK's reader finds them.
+A worker that does not hold it publishes nothing. A sampler that dies (SIGKILL) leaves its slot to
+lapse after three GAUGE_INTERVALs; one that stops hands it back at once.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class GaugeSampler:
                     return
         finally:
             self._give_back()
-            # Every thread the worker starts closes its own connection (rule 13).
+            # Every thread the worker starts closes its own connection (rule 13 (nothing-leaks)).
             connections.close_all()
 
     def sample_once(self) -> bool:

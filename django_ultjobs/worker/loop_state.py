@@ -27,11 +27,12 @@ class LoopState:
     slot_caps: dict[str, int] = field(default_factory=dict)
     #: The kinds of ``slot_caps`` whose last claim took every slot free to them (``note_slots``).
     slot_bound: frozenset[str] = frozenset()
-    #: The kinds of ``caps`` capped per key (``concurrency_key``, rule 50).
+    #: The kinds of ``caps`` capped per key (``concurrency_key``, rule 50 (per-key-cap)).
     keyed: frozenset[str] = frozenset()
-    #: The rate-limited kinds (``rate_limit``, rule 52).
+    #: The rate-limited kinds (``rate_limit``, rule 52 (fleet-rate-limit)).
     rated: dict[str, JobSpec] = field(default_factory=dict)
-    #: The ``async def`` kinds, run on the async lane and claimed apart (rules 85, 87).
+    #: The ``async def`` kinds, run on the async lane and claimed apart (rules 85 (one-event-loop),
+    #: 87 (no-claim-beyond-free-places)).
     async_names: frozenset[str] = frozenset()
     #: The free threads and free async places ``ClaimLoop.room`` found this round.
     free_sync: int = 0

@@ -38,13 +38,15 @@ class WorkerOptions:
 
     queues: tuple[str, ...] = ("default",)
     threads: int = 4
-    #: ``async def`` bodies run at once on the process's event loop (rule 85); sync bodies are
-    #: bounded by ``threads`` apart from these.
+    #: ``async def`` bodies run at once on the process's event loop (rule 85 (one-event-loop)); sync
+    #: bodies are bounded by ``threads`` apart from these.
     async_concurrency: int = 100
-    #: Seconds a claimed job stays invisible without a heartbeat (rule 1); also the fleet slot
-    #: TTL, so a dead worker frees its slot on the schedule its job is re-delivered (rule 5).
+    #: Seconds a claimed job stays invisible without a heartbeat (rule 1 (leased-claim)); also the
+    #: fleet slot TTL, so a dead worker frees its slot on the schedule its job is re-delivered
+    #: (rule 5 (fleet-cap)).
     visibility_timeout: float = 30.0
-    #: Seconds between heartbeats; the timeout must leave several ticks (rule 2).
+    #: Seconds between heartbeats; the timeout must leave several ticks
+    #: (rule 2 (heartbeat-retried)).
     heartbeat_interval: float = 10.0
     #: Seconds an idle worker waits between claims when nothing wakes it sooner.
     poll_interval: float = 1.0
@@ -61,13 +63,15 @@ class WorkerOptions:
     #: On PostgreSQL, LISTEN for enqueues so an idle worker claims at once (polling remains).
     listen: bool = True
     #: Drain and exit ``EXIT_OVERRUN`` once a body ignores its timeout for ``cancel_wait``
-    #: seconds (rule 56): a supervisor then replaces the process, the only way to stop it.
+    #: seconds (rule 56 (overrun-reported)): a supervisor then replaces the process, the only way to
+    #: stop it.
     exit_on_overrun: bool = False
-    #: Enqueue the ticks of the periodic jobs this process knows (rule 60); ``--no-schedule``
-    #: leaves it to the other workers. A ``burst`` worker never does.
+    #: Enqueue the ticks of the periodic jobs this process knows (rule 60 (tick-once));
+    #: ``--no-schedule`` leaves it to the other workers. A ``burst`` worker never does.
     schedule: bool = True
     worker_id: str = field(default_factory=default_worker_id)
-    #: Runs to start before stopping to claim and exiting 0 once they finish (rule 76).
+    #: Runs to start before stopping to claim and exiting 0 once they finish
+    #: (rule 76 (recycle-at-bound)).
     max_jobs: int | None = None
     #: MiB of resident memory past which the worker stops claiming and exits 0 likewise.
     max_memory: float | None = None
@@ -95,7 +99,8 @@ class WorkerOptions:
             )
         if self.heartbeat_interval * 2 > self.visibility_timeout:
             # One missed tick must not cost the lease: a heartbeat that fails is retried on
-            # the next tick (rule 2), and that only helps if the timeout outlives it.
+            # the next tick (rule 2 (heartbeat-retried)), and that only helps if the timeout
+            # outlives it.
             raise JobConfigurationError(
                 f"--heartbeat-interval ({self.heartbeat_interval:g}s) must be at most half of "
                 f"--visibility-timeout ({self.visibility_timeout:g}s), so a failed heartbeat is "
@@ -108,7 +113,7 @@ class WorkerOptions:
 
     def _check_recycling(self) -> None:
         """Refuse a ``--max-jobs`` or ``--max-memory`` that could never be reached, or is
-        reached before the first run (rule 76)."""
+        reached before the first run (rule 76 (recycle-at-bound))."""
         jobs = self.max_jobs
         if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
                                  or jobs < 1):
@@ -144,7 +149,8 @@ class WorkerOptions:
 def _check_flag_text(flag: str, value: object, longest: int) -> None:
     """Refuse, by its flag, text the database cannot store or would cut, with the rule a job's
     queue is checked by: before the worker connects, a value its column refuses failed every
-    try of the start until ``--connect-timeout`` and was then blamed on the database (rule 18)."""
+    try of the start until ``--connect-timeout`` and was then blamed on the database
+    (rule 18 (start-mistake-named))."""
     problem = name_problem(value, longest)
     if problem is not None:
         too_long = isinstance(value, str) and len(value) > longest

@@ -7,7 +7,7 @@ claim loop never claims more than there are threads (no prefetch).
 
 Not ``concurrent.futures.ThreadPoolExecutor``: it holds the process's exit until every body
 returns (a body that ignores its cancellation would keep a stopped worker alive), and has no hook
-to close a thread's connections when it ends (rule 13).
+to close a thread's connections when it ends (rule 13 (nothing-leaks)).
 """
 
 from __future__ import annotations
@@ -145,11 +145,12 @@ class ExecutorPool:
                     log_event(logger, logging.ERROR, "jobs.worker.executor-error",
                               error=repr(exc))
                 finally:
-                    # Hold nothing of a finished run while idle (rule 13): the next wait may
-                    # last hours, and this local kept the Run, its cancel scope and its job's
-                    # arguments alive until then.
+                    # Hold nothing of a finished run while idle (rule 13 (nothing-leaks)): the next
+                    # wait may last hours, and this local kept the Run, its cancel scope and its
+                    # job's arguments alive until then.
                     del run
                     self._finished()
         finally:
-            # Every thread the worker starts closes its connections when it ends (rule 13).
+            # Every thread the worker starts closes its connections when it ends
+            # (rule 13 (nothing-leaks)).
             connections.close_all()

@@ -1,4 +1,5 @@
-"""The rate gate: which claimed runs of rate-limited jobs may start now (rules 52 and 53).
+"""The rate gate: which claimed runs of rate-limited jobs may start now (rules 52 (fleet-rate-limit)
+and 53 (rate-wait-unburned)).
 
 Apart from the claim loop because its question is "may this start yet?" and its answer comes
 from the database: one statement per claim takes the starts of every bucket the claim touched.
@@ -35,7 +36,7 @@ RETRY_AFTER_FAILED_TAKE = 1.0
 
 def over_limit_settlement(run: Run, delay: float) -> Settlement:
     """Hand ``run`` back, due in ``delay`` seconds, its attempt not burned and no attempt row
-    written: it never started (rule 53)."""
+    written: it never started (rule 53 (rate-wait-unburned))."""
     return settlement_for(run, JobStatus.QUEUED, None, attempt_delta=-1, delay=delay)
 
 
@@ -101,7 +102,7 @@ class RateGate:
     def until_due(self, wait: float) -> float:
         """``wait``, cut short to when the soonest run handed back over its limit, or the
         soonest bucket of a job limited as a whole, has a start again: a start nobody claims in
-        time is lost (rule 52)."""
+        time is lost (rule 52 (fleet-rate-limit))."""
         now = self._clock()
         with self._lock:
             while self._due and self._due[0] <= now:

@@ -2,7 +2,7 @@
 
 A worker that reached either bound stops claiming, lets its runs finish and exits 0, so the
 supervisor (systemd, Kubernetes) starts a fresh process before a slow leak takes the host
-(rule 76). Counting and measuring live here; the claim loop only asks.
+(rule 76 (recycle-at-bound)). Counting and measuring live here; the claim loop only asks.
 """
 
 from __future__ import annotations

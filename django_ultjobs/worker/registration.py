@@ -1,9 +1,10 @@
-"""This worker's row in the workers table: what operators see of the process (rule 106).
+"""This worker's row in the workers table: what operators see of the process
+(rule 106 (live-row-kept)).
 
 Written whole at start, touched at every tick of the ticker, and written whole again when a tick
 finds it gone: an operator deleted it, or a prune ran with a retention shorter than the worker's
 life. Without that, ``ultjobs stats`` and the admin's workers page lost a running worker for
-good, and a job page the "overrunning" flag its worker's row carries (rule 56).
+good, and a job page the "overrunning" flag its worker's row carries (rule 56 (overrun-reported)).
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ from ..store import ClaimedJob, SlotHold
 _SETTLING = threading.Lock()
 
 
-# Slotted (a weak reference slot kept: rule 13's tests watch runs go), and its settle lock
-# shared: one is built per claimed job, so it allocates no lock and no __dict__ of its own.
+# Slotted (a weak reference slot kept: rule 13 (nothing-leaks)'s tests watch runs go), and its
+# settle lock shared: one is built per claimed job, so it allocates no lock and no __dict__ of its
+# own.
 @dataclass(eq=False, slots=True, weakref_slot=True)
 class Run:
     """One claimed job in this worker, from claim until its settle has been written."""
@@ -29,16 +30,18 @@ class Run:
     #: Set once the run's outcome is handed to the completer: the body is over, so a heartbeat
     #: "no" can no longer cancel anything (and may just be the settle landing first).
     settling: bool = False
-    #: Set when a renewal answered "no": renewal stops (rule 8).
+    #: Set when a renewal answered "no": renewal stops (rule 8 (lost-slot-cancels)).
     slot_lost: bool = False
     #: The run's durable step history (steps it ran and replayed), once the body starts.
     ledger: StepLedger | None = None
     #: Set when a draining worker gave up on a body that ignored its cancellation: the job is
     #: handed back on the schedule of a dead worker and the slot is left to lapse, because the
-    #: body may still be running (rule 5 holds only if nobody else can start it meanwhile).
+    #: body may still be running (rule 5 (fleet-cap) holds only if nobody else can start it
+    #: meanwhile).
     abandoned: bool = False
     #: When the body started (``time.monotonic()``) and on which thread: its timeout runs from
-    #: then (rule 55), and an overrunning body is reported by its thread (rule 56).
+    #: then (rule 55 (timeout-cancels)), and an overrunning body is reported by its thread
+    #: (rule 56 (overrun-reported)).
     started_at: float | None = None
     thread: str = ""
     #: ``started_at`` + the run's timeout, or None: read by the ticker at every wake-up, so
@@ -53,8 +56,8 @@ class Run:
 
     @property
     def timeout(self) -> float | None:
-        """Seconds the body may run (rule 55): the row's, else the job's declared one (a row
-        enqueued before the job declared it), else None."""
+        """Seconds the body may run (rule 55 (timeout-cancels)): the row's, else the job's declared
+        one (a row enqueued before the job declared it), else None."""
         if self.job.timeout is not None:
             return self.job.timeout
         return self.spec.timeout if self.spec is not None else None

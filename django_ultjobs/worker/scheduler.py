@@ -2,17 +2,17 @@
 
 Every running worker has one (unless started with ``--no-schedule`` or ``--burst``), and none
 leads: each offers a tick's enqueue when the tick comes, and the database keeps the first and
-skips the rest (rule 60). So a tick is neither lost when a worker dies nor doubled when two run,
-and no election, lock or heartbeat is needed.
+skips the rest (rule 60 (tick-once)). So a tick is neither lost when a worker dies nor doubled when
+two run, and no election, lock or heartbeat is needed.
 
-The time is the database's (rule 102). Which ticks are due, which the catch-up policy keeps and
-where the shared cursor moves are decided by the tick statement on the database's clock; this
-thread only chooses *when* to ask, and what to offer: the ticks from its cursor to a little past
-its estimate of the database's clock. That estimate is the database's clock at its last answer
-plus the monotonic time since, so a step of this host's wall clock (an NTP correction) moves
-nothing, and an estimate wrong for any other reason costs an early or late question, never a
-tick: the statement keeps only what its own clock has reached, and this thread's cursor moves
-only as far as the database's.
+The time is the database's (rule 102 (database-clock-ticks)). Which ticks are due, which the
+catch-up policy keeps and where the shared cursor moves are decided by the tick statement on the
+database's clock; this thread only chooses *when* to ask, and what to offer: the ticks from its
+cursor to a little past its estimate of the database's clock. That estimate is the database's clock
+at its last answer plus the monotonic time since, so a step of this host's wall clock (an NTP
+correction) moves nothing, and an estimate wrong for any other reason costs an early or late
+question, never a tick: the statement keeps only what its own clock has reached, and this thread's
+cursor moves only as far as the database's.
 """
 
 from __future__ import annotations
@@ -47,12 +47,14 @@ KEEP_CONNECTION = 5.0
 #: Back-off after a failed statement (the database is down): doubling up to the last.
 RETRY_FIRST, RETRY_MAX = 0.5, 30.0
 #: Offers one tick statement makes: the second around the clock the first answered, for an
-#: estimate so far off that the first offer did not reach the database's clock (rule 102).
+#: estimate so far off that the first offer did not reach the database's clock
+#: (rule 102 (database-clock-ticks)).
 OFFERS = 2
 
 
 class Scheduler:
-    """Enqueue each due tick of every registered periodic job (rules 60-62, 102)."""
+    """Enqueue each due tick of every registered periodic job (rules 60 (tick-once) to
+    62 (catch-up-policy), 102 (database-clock-ticks))."""
 
     def __init__(self, *, store: JobStore, worker_id: str, clock: Clock | None = None) -> None:
         self.store = store
@@ -91,7 +93,7 @@ class Scheduler:
                     connections.close_all()
                 self._stop.wait(wait)
         finally:
-            # Every thread the worker starts closes its own connection (rule 13).
+            # Every thread the worker starts closes its own connection (rule 13 (nothing-leaks)).
             connections.close_all()
 
     def _step_safely(self) -> float:
@@ -127,7 +129,7 @@ class Scheduler:
     def now(self) -> datetime:
         """The database's clock as this worker reckons it (or the injected clock): its clock
         at the last answer plus the monotonic time since, never this host's wall clock, which
-        an NTP step may move by any amount between two answers (rule 102)."""
+        an NTP step may move by any amount between two answers (rule 102 (database-clock-ticks))."""
         if self.clock is not None:
             return self.clock()
         assert self._db_seen is not None, "now() before the first sync"
@@ -178,7 +180,8 @@ class Scheduler:
 
     def _offer(self, spec: JobSpec, around: datetime) -> TickAnswer:
         """Offer the ticks around ``around``; again around the database's answer when the
-        first offer did not reach its clock (rules 60-62, 102)."""
+        first offer did not reach its clock (rules 60 (tick-once) to 62 (catch-up-policy),
+        102 (database-clock-ticks))."""
         schedule = spec.schedule
         assert schedule is not None
         job = TickJob(name=spec.name, queue=spec.queue, priority=spec.priority,
@@ -202,7 +205,8 @@ class Scheduler:
             return
         self._move_cursor(spec.name, answer.cursor)
         if answer.paused:
-            # Rule 63: the ticks of a pause are skipped; a resumed schedule ticks from then.
+            # Rule 63 (fleet-wide-pause): the ticks of a pause are skipped; a resumed schedule ticks
+            # from then.
             self._move_cursor(spec.name, answer.now)
 
     def _record(self, spec: JobSpec, answer: TickAnswer) -> None:

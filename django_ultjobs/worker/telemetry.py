@@ -21,7 +21,8 @@ class Telemetry:
 
     #: Whether a tracer provider is installed: without one a run opens no span.
     traced: bool
-    #: The meter provider's instruments; None without an SDK, and nothing is recorded (rule 70).
+    #: The meter provider's instruments; None without an SDK, and nothing is recorded
+    #: (rule 70 (no-sdk-no-metrics)).
     instruments: metrics.Instruments | None
 
 

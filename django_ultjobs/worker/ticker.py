@@ -24,7 +24,8 @@ logger = logging.getLogger("django_ultjobs.worker")
 
 
 class Ticker:
-    """Heartbeat (rules 1-3), slot renewal (rules 6-8) and the worker row, every interval."""
+    """Heartbeat (rules 1 (leased-claim) to 3 (lost-lease-cancels)), slot renewal
+    (rules 6 (slot-renewed) to 8 (lost-slot-cancels)) and the worker row, every interval."""
 
     def __init__(self, *, store: JobStore, runs: RunsInFlight, slots: FleetSlots,
                  row: WorkerRow, visibility_timeout: float, interval: float,
@@ -33,8 +34,8 @@ class Ticker:
         self.runs = runs
         #: The worker's row, touched every tick and written again whole if it is gone.
         self.row = row
-        #: Run timeouts (rules 55, 56), checked first at every tick: a slow heartbeat must not
-        #: hold a timeout back.
+        #: Run timeouts (rules 55 (timeout-cancels), 56 (overrun-reported)), checked first at every
+        #: tick: a slow heartbeat must not hold a timeout back.
         self.deadlines = deadlines
         self.slots = slots
         self.worker_id = row.worker_id
@@ -60,13 +61,14 @@ class Ticker:
                 elif self.deadlines is not None:
                     self.deadlines.check(self.runs.snapshot())
         finally:
-            # Every thread the worker starts closes its own connection (rule 13).
+            # Every thread the worker starts closes its own connection (rule 13 (nothing-leaks)).
             connections.close_all()
 
     def _wait(self, next_tick: float) -> float:
         """Seconds until the next tick, or until the next timeout falls due before it: a run
-        is cancelled at its timeout, not up to a heartbeat interval later (rule 55). A run
-        that starts during the wait is seen at its end, within one interval."""
+        is cancelled at its timeout, not up to a heartbeat interval later
+        (rule 55 (timeout-cancels)). A run that starts during the wait is seen at its end, within
+        one interval."""
         due = next_tick
         if self.deadlines is not None:
             deadline = self.deadlines.next_due(self.runs.snapshot())
@@ -95,8 +97,8 @@ class Ticker:
             alive = self.store.heartbeat([(r.id, r.job.token) for r in runs],
                                          self.visibility_timeout)
         except Exception as exc:
-            # A heartbeat that fails is not a lost lease (rule 2): a database blip is retried on
-            # the next tick, and the timeout leaves several.
+            # A heartbeat that fails is not a lost lease (rule 2 (heartbeat-retried)): a database
+            # blip is retried on the next tick, and the timeout leaves several.
             log_event(logger, logging.WARNING, "jobs.worker.heartbeat-failed",
                       worker_id=self.worker_id, runs=len(runs), error=repr(exc))
             return
@@ -117,7 +119,8 @@ class Ticker:
                           worker_id=self.worker_id, job_id=run.id, attempt=run.job.attempt)
 
     def _cancel_requested(self, runs: list[Run]) -> None:
-        """Cancel ``runs``, whose jobs were asked to stop, with the reason given (rule 59).
+        """Cancel ``runs``, whose jobs were asked to stop, with the reason given
+        (rule 59 (cancel-reason-kept)).
 
         The reasons are read in one statement, only when some cancel was found: the heartbeat
         of every other tick returns no more than the flag. A read that fails cancels the runs

@@ -50,8 +50,8 @@ from .ticker import Ticker
 
 logger = logging.getLogger("django_ultjobs.worker")
 
-#: The exit status of a worker stopped by ``--exit-on-overrun`` (rule 56): not 0, which a
-#: supervisor reads as "done", nor 1, which ``runjobworker`` uses for a mistake at start.
+#: The exit status of a worker stopped by ``--exit-on-overrun`` (rule 56 (overrun-reported)): not 0,
+#: which a supervisor reads as "done", nor 1, which ``runjobworker`` uses for a mistake at start.
 EXIT_OVERRUN = 3
 #: Seconds between a starting worker's tries for its database: doubling from the first, at most
 #: the second (a database back from a restart is used within that long).
@@ -96,13 +96,14 @@ class WorkerProcess:
                      worker_id=self.worker_id)
             if self.store.vendor == "postgresql" and options.listen else None
         )
-        # Every worker may enqueue a tick, none leads (rule 60); a burst worker drains and
-        # exits, so it schedules nothing.
+        # Every worker may enqueue a tick, none leads (rule 60 (tick-once)); a burst worker drains
+        # and exits, so it schedules nothing.
         self.scheduler = (
             Scheduler(store=self.store, worker_id=self.worker_id, clock=clock)
             if options.schedule and not options.burst else None
         )
-        #: The gauge sampler, started with the other threads when metrics are on (rule 71).
+        #: The gauge sampler, started with the other threads when metrics are on
+        #: (rule 71 (gauges-one-reader)).
         self.gauges: GaugeSampler | None = None
         # Whether SIGINT and SIGTERM are this worker's (a second one forces the stop).
         self._signals_installed = False
@@ -113,8 +114,8 @@ class WorkerProcess:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Refuse promises that would do nothing (rule 10), and a gauge interval that would
-        spin the sampler (django_ultjobs.E050)."""
+        """Refuse promises that would do nothing (rule 10 (cap-kept-or-refused)), and a gauge
+        interval that would spin the sampler (django_ultjobs.E050)."""
         interval = get_settings().GAUGE_INTERVAL
         if metrics.enabled() and not is_seconds(interval, MAX_SECONDS):
             raise JobConfigurationError(
@@ -145,9 +146,9 @@ class WorkerProcess:
 
     def _overran(self) -> None:
         """``--exit-on-overrun``: a body ignores its timeout, and only the process exit can stop
-        it (rule 56). Drain as on SIGTERM, then exit ``EXIT_OVERRUN`` so the supervisor starts a
-        fresh process. The other runs get the grace period; the overrunning one is settled as
-        timed out and retried, after the visibility timeout, by another process."""
+        it (rule 56 (overrun-reported)). Drain as on SIGTERM, then exit ``EXIT_OVERRUN`` so the
+        supervisor starts a fresh process. The other runs get the grace period; the overrunning one
+        is settled as timed out and retried, after the visibility timeout, by another process."""
         if self.exit_code:
             return
         self.exit_code = EXIT_OVERRUN
@@ -263,8 +264,8 @@ class WorkerProcess:
 
     def _finish_runs_unless_stopped(self) -> None:
         """A recycling worker lets every run finish, however long: nothing asked it to stop,
-        and cancelling a run would hand its job back for nothing (rule 76). A SIGTERM meanwhile
-        starts the usual grace period from then on."""
+        and cancelling a run would hand its job back for nothing (rule 76 (recycle-at-bound)). A
+        SIGTERM meanwhile starts the usual grace period from then on."""
         if self.dispatcher.busy():
             log_event(logger, logging.INFO, "jobs.worker.draining", worker_id=self.worker_id,
                       in_flight=self.dispatcher.busy(), reason=self.recycler.reason,
@@ -278,7 +279,7 @@ class WorkerProcess:
         """Let the runs finish within ``grace`` seconds. Not the ones that timed out: they were
         cancelled already and get ``cancel_wait`` like every cancelled run, not the grace period
         too (a body overrunning its timeout would hold ``--exit-on-overrun`` up for all of it,
-        and finish meanwhile: rule 56)."""
+        and finish meanwhile: rule 56 (overrun-reported))."""
         deadline = time.monotonic() + grace
         report_at = time.monotonic() + REPORT_INTERVAL
         while self.dispatcher.busy() > self._timed_out_executing() and not self._forced.is_set():
@@ -301,7 +302,8 @@ class WorkerProcess:
         return now + REPORT_INTERVAL
 
     def _timed_out_executing(self) -> int:
-        """How many bodies still executing were cancelled by their timeout (rule 55)."""
+        """How many bodies still executing were cancelled by their timeout
+        (rule 55 (timeout-cancels))."""
         return sum(isinstance(run.scope.reason, JobTimeoutError)
                    for run in self.dispatcher.executing())
 
@@ -353,7 +355,7 @@ class WorkerProcess:
     def _start_threads(self) -> None:
         """Start the pool, ticker, completer and listener; if the system refuses a thread, stop
         what started and mark this worker's row stopped, which would otherwise show as a
-        silent worker for ever (rule 17)."""
+        silent worker for ever (rule 17 (failed-start-leaves-no-row))."""
         # The pool stops even the part of it that started before a thread was refused.
         stops: list[Callable[[], None]] = [lambda: self.pool.stop(timeout=0.5)]
         parts: list[tuple[Callable[[], None], Callable[[], None]]] = [
@@ -384,8 +386,9 @@ class WorkerProcess:
 
     def _gauge_sampler(self) -> GaugeSampler | None:
         """The gauge sampler of this worker, or None: with no SDK configured nothing samples
-        (rule 70), a ``--burst`` worker leaves sampling to the long-lived ones, and a store
-        without fleet slots could not keep it to one worker of the fleet (rule 71)."""
+        (rule 70 (no-sdk-no-metrics)), a ``--burst`` worker leaves sampling to the long-lived ones,
+        and a store without fleet slots could not keep it to one worker of the fleet
+        (rule 71 (gauges-one-reader))."""
         slot_store = self.store.slot_store
         if self.options.burst or slot_store is None or not metrics.enabled():
             return None
@@ -394,7 +397,8 @@ class WorkerProcess:
 
     def _mark_stopped(self) -> None:
         """Mark this worker's row stopped (a start that failed after registering), or log why
-        not: the row must not read as a worker gone silent (rule 17)."""
+        not: the row must not read as a worker gone silent
+        (rule 17 (failed-start-leaves-no-row))."""
         try:
             self.store.worker_stop(self.worker_id)
         except Exception as exc:

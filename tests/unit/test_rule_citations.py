@@ -20,11 +20,6 @@ RULEBOOKS = (("docs/guarantees.md", "## Every rule at a glance"),
 CITING = (("django_ultjobs", "*.py"), ("django_ultjobs", "*.sql"), ("django_ultjobs", "*.html"),
           ("tests", "*.py"), ("benchmarks", "*.py"), ("docs", "*.md"), ("example_project", "*.py"),
           (".", "README.md"))
-#: Being rewritten on another branch, whose comments still cite rules by number alone: these may
-#: cite a bare number (it must still be a rule) until that rewrite lands.
-PENDING = ("django_ultjobs/worker/", "django_ultjobs/jobs/enqueue.py",
-           "django_ultjobs/management/commands/runjobworker.py")
-
 NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"
 #: Between two numbers of one citation ("rules 3 (a) and 4 (b)", "rules 5 (a) to 9 (b)"), a line
 #: break and a comment's marker allowed.
@@ -102,7 +97,7 @@ def test_every_named_citation_matches_the_rulebook() -> None:
 
 def test_no_rule_is_cited_by_its_number_alone() -> None:
     bare = {path: found for path, text in _citing()
-            if not path.startswith(PENDING) and (found := _bare(path, text))}
+            if (found := _bare(path, text))}
     assert bare == {}
 
 

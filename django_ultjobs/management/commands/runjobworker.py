@@ -98,7 +98,7 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             # A bad flag, a database the jobs cannot run on, an unmigrated database, a job that
             # promises what the store cannot keep: what is wrong and what to do is the whole
-            # message, one line (rule 18).
+            # message, one line (rule 18 (start-mistake-named)).
             raise CommandError(one_line(exc)) from exc
         except DatabaseUnavailableError as exc:
             raise CommandError(str(exc)) from exc
@@ -131,12 +131,13 @@ class Command(BaseCommand):
         )
         worker = WorkerProcess(worker_options)
         if self.owns_the_process:
-            worker.check()  # refused before the console log is set up (rule 10)
+            # refused before the console log is set up (rule 10 (cap-kept-or-refused))
+            worker.check()
             self._set_up_logging(options)
         code = worker.run()
         if code:
-            # --exit-on-overrun fired (rule 56): the jobs are drained, the status tells the
-            # supervisor to replace this process. Said in one line, never a traceback.
+            # --exit-on-overrun fired (rule 56 (overrun-reported)): the jobs are drained, the status
+            # tells the supervisor to replace this process. Said in one line, never a traceback.
             raise CommandError("stopped by --exit-on-overrun: a job's body ignored its timeout; "
                                "exiting for a fresh process", returncode=code)
 
