@@ -36,10 +36,9 @@ class ExecutorPool:
         #: Called once after ``call_on_free``, by the next run to finish (see there).
         self._on_free = on_free
         self._call_on_free = False
-        # Reentrant: the worker's signal handler runs on the main thread, which may be inside
-        # one of these methods when the signal arrives.
+        # Reentrant: the worker's signal handler may run on the main thread inside one of these
+        # methods. Executor threads wait on _work; the claim loop and the drain on _freed.
         self._lock = threading.RLock()
-        # Executor threads wait on _work; the claim loop and the drain wait on _freed.
         self._work = threading.Condition(self._lock)
         self._freed = threading.Condition(self._lock)
         self._pending: deque[Run] = deque()
@@ -57,15 +56,10 @@ class ExecutorPool:
     @property
     def busy(self) -> int:
         """Runs handed over and not finished (queued or executing)."""
-        with self._lock:
-            return self._busy
+        return self._busy  # one read of an int: no lock needed
 
     def free(self) -> int:
-        with self._lock:
-            return self.size - self._busy
-
-    def submit(self, run: Run) -> None:
-        self.submit_many((run,))
+        return self.size - self._busy
 
     def submit_many(self, runs: Iterable[Run]) -> None:
         """Hand runs to the pool; the caller claimed no more than ``free()`` of them."""

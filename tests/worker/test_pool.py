@@ -120,7 +120,7 @@ def test_lone_runs_handed_over_one_at_a_time_all_start_behind_blocking_ones() ->
         for _ in range(50):
             runs = [Blocking(f"run{i}") for i in range(4)]
             for run in runs:
-                pool.submit(run)  # type: ignore[arg-type]
+                pool.submit_many([run])  # type: ignore[list-item]
             for run in runs:
                 assert run.started.wait(2), f"{run.name} never started"
             for run in runs:
