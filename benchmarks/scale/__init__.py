@@ -19,13 +19,13 @@ measurements alternate between the two in pairs, so drift on a shared machine fa
 2. with ``--queued`` live jobs added to both (and a backlog of a tenth of it before ANALYZE,
    as a new site meets it): the admin's app index, jobs list (unfiltered, by status, by name),
    a job's page and the workers page as a logged-in superuser (Django's test client), the
-   ``ultjobs stats`` and ``ultjobs list`` commands, and the statements a stats view would run;
+   ``ultjobs stats`` and ``ultjobs list`` commands, and the stats view (its bearer token);
    the slowest statements of each explained (``EXPLAIN (ANALYZE, BUFFERS)``, in ``--plans``);
 3. ``prunejobs`` of ``--prune-rows`` finished jobs in HIST while drains run beside it: its
    time, the waits of every backend (``benchmarks.scale.locks``), the drains' jobs/s beside it
    against alone; then ``--cycles`` fill-and-prune cycles with the table and index sizes after
    each (VACUUM between them, as autovacuum would: this server runs with it off);
-4. the same admin pages on SQLite at ``--sqlite-queued`` queued jobs.
+4. the same admin pages and the stats view on SQLite at ``--sqlite-queued`` queued jobs.
 
 Each figure is printed against its target (met or missed), the targets gathered at the end.
 Not a test: the full run takes about 40 minutes on two shared cores, most of it writing and

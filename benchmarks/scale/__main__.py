@@ -154,8 +154,8 @@ class Bench:
         args = ["--repeat", str(self.args.repeat), "--paths", paths]
         r = self.child(db, "read-paths", *args, *(["--explain"] if explain else []))
         log(f"{label}: " + ", ".join(f"{p['name']} {p['median_ms']:.0f} ms"
-                                     for p in r["paths"][:2])
-            + (f", stats exact {r['stats_exact_ms']:.0f} ms" if "stats_exact_ms" in r else ""))
+                                     for p in r["paths"]
+                                     if p["name"] in report.TARGETS_MS))
         if explain:
             self.plans.append(report.plans_text(label, r))
         return r

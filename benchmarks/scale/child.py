@@ -12,7 +12,6 @@ import argparse
 import io
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -62,7 +61,7 @@ from django.db import connection, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
 
 from benchmarks.peers import common  # noqa: E402
-from benchmarks.scale import fill, locks, pages, stats_view  # noqa: E402
+from benchmarks.scale import fill, locks, pages  # noqa: E402
 
 #: The job tables a phase cleans up after itself, children first.
 JOB_TABLES = ("django_ultjobs_jobattempt", "django_ultjobs_jobstep", "django_ultjobs_job")
@@ -196,7 +195,7 @@ def single() -> dict[str, Any]:
 
 
 def read_paths() -> dict[str, Any]:
-    """The admin pages, the CLI and the stats view's statements, timed (and explained)."""
+    """The admin pages, the CLI and the stats view, timed (and explained)."""
     setup_test_environment()
     pages.register_jobs()
     wanted = ARGS.paths.split(",")
@@ -205,18 +204,9 @@ def read_paths() -> dict[str, Any]:
         timed += pages.time_admin(ARGS.repeat, ARGS.explain)
     if "cli" in wanted:
         timed += pages.time_cli(ARGS.repeat, ARGS.explain)
-    result: dict[str, Any] = {"paths": pages.dump(timed), "live": live_counts()}
-    if "stats" in wanted and connection.vendor == "postgresql":
-        fill.heartbeat()
-        for mode in ("exact", "capped"):
-            stats_view.read(mode)  # warm
-            runs = [stats_view.timed_read(mode) for _ in range(ARGS.repeat)]
-            result[f"stats_{mode}_ms"] = statistics.median(runs)
-            result[f"stats_{mode}_runs"] = [round(r, 2) for r in runs]
-            result[f"stats_{mode}"] = stats_view.read(mode)
-            if ARGS.explain:
-                result[f"stats_{mode}_plans"] = stats_view.explain(mode)
-    return result
+    if "stats" in wanted:
+        timed += pages.time_stats(ARGS.repeat, ARGS.explain)
+    return {"paths": pages.dump(timed), "live": live_counts()}
 
 
 def live_counts() -> dict[str, int]:
@@ -301,11 +291,13 @@ def sqlite() -> dict[str, Any]:
     added = fill.fill_queued_sqlite(ARGS.rows)
     result: dict[str, Any] = {"jobs": added, "fill_s": time.perf_counter() - started}
     result["before_analyze"] = pages.dump(pages.time_admin(ARGS.repeat, False)
-                                          + pages.time_cli(ARGS.repeat, False))
+                                          + pages.time_cli(ARGS.repeat, False)
+                                          + pages.time_stats(ARGS.repeat, False))
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
     result["after_analyze"] = pages.dump(pages.time_admin(ARGS.repeat, True)
-                                         + pages.time_cli(ARGS.repeat, True))
+                                         + pages.time_cli(ARGS.repeat, True)
+                                         + pages.time_stats(ARGS.repeat, True))
     result["size_bytes"] = Path(connection.settings_dict["NAME"]).stat().st_size
     return result
 

@@ -1,6 +1,6 @@
 """The operator's read paths, timed: admin pages through Django's test client as a logged-in
-superuser, the ``ultjobs`` CLI's ``stats`` and ``list``, and the statements a stats view would
-run, each with the statements it ran and the slowest of them explained.
+superuser, the ``ultjobs`` CLI's ``stats`` and ``list``, and the stats view as an autoscaler
+reads it, each with the statements it ran and the slowest of them explained.
 """
 
 from __future__ import annotations
@@ -145,6 +145,29 @@ def time_admin(repeat: int, explain: bool) -> list[Timed]:
         for timed in results:
             explain_slowest(timed)
     return results
+
+
+def time_stats(repeat: int, explain: bool) -> list[Timed]:
+    """Time the stats view (``django_ultjobs.urls``) as an autoscaler reads it: the bearer
+    token, no session."""
+    from django.conf import settings
+    from django.test import Client
+
+    from benchmarks.scale.report import STATS_PATH
+
+    token = settings.ULTJOBS["STATS_TOKEN"]
+    client = Client(headers={"Authorization": f"Bearer {token}"})
+    heartbeat()
+
+    def get() -> None:
+        response = client.get("/jobs/stats/")
+        if response.status_code != 200:
+            raise RuntimeError(f"/jobs/stats/ answered {response.status_code}")
+
+    timed = time_call(STATS_PATH, get, repeat)
+    if explain:
+        explain_slowest(timed)
+    return [timed]
 
 
 def time_cli(repeat: int, explain: bool) -> list[Timed]:

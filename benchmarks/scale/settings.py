@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from benchmarks.peers.settings import *  # noqa: F403
-from benchmarks.peers.settings import DATABASES, INSTALLED_APPS
+from benchmarks.peers.settings import DATABASES, INSTALLED_APPS, ULTJOBS
 
 INSTALLED_APPS = [
     "django.contrib.admin", "django.contrib.auth", "django.contrib.sessions",
@@ -24,6 +24,8 @@ if os.environ.get("BENCH_SCALE_SQLITE"):
                     "init_command": "PRAGMA journal_mode=WAL;"},
     }
 ALLOWED_HOSTS = ["testserver"]
+# The stats view, read with its bearer token as an autoscaler reads it.
+ULTJOBS = {**ULTJOBS, "STATS_TOKEN": "benchmarks-scale-stats-token"}
 ROOT_URLCONF = "benchmarks.scale.urls"
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

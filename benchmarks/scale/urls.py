@@ -1,6 +1,6 @@
-"""The admin, as a site mounts it."""
+"""The admin and the stats view, as a site mounts them."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+urlpatterns = [path("admin/", admin.site.urls), path("jobs/", include("django_ultjobs.urls"))]
