@@ -3,9 +3,10 @@
 
 Per queue: jobs runnable now, scheduled for later, running, runnable but held back by a full
 concurrency cap or a spent rate limit, waiting for an event or a sleep, how long the longest-due
-job has been due, whether the queue is paused; plus the workers alive. Counts are exact up to
-``COUNT_CAP``; past it they read ``COUNT_CAP + 1`` ("more than") and name themselves in
-``more_than``. Three statements, whatever the tables hold.
+job has been due, whether the queue is paused; plus the workers alive. Each count reads at most
+``COUNT_CAP + 1`` rows: the due jobs as a window of the longest-due ones, split by whether their
+kind is held back. A count that filled its window is a lower bound ("at least") and names itself
+in ``more_than``. Three statements, whatever the tables hold.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from .models import JobStatus, Worker
 from .store import get_store
 from .store.live import LiveRow, blocking, live_rows
 
-#: Counted exactly up to this many, per figure; past it a figure says "more than".
-COUNT_CAP = 10_000
+#: Rows read per figure, less one: past it a figure is "at least" what was read. An autoscaler
+#: needs to know there are many, not how many: at a million queued jobs, a cap of 10,000 cost the
+#: view four times its 50 ms budget (docs/deployment.md).
+COUNT_CAP = 1_000
 
 
 @dataclass(frozen=True)
 class QueueFigures:
-    """One queue's live jobs, each count exact up to ``COUNT_CAP``."""
+    """One queue's live jobs, each count exact unless named in ``more_than``."""
 
     queue: str
     #: Due now (queued, a lapsed lease to re-deliver, or woken) and free to start.
@@ -46,7 +49,7 @@ class QueueFigures:
     #: Seconds the longest-due live job has been due (held back or not); None when none is due.
     oldest_runnable_age: float | None = None
     paused: bool = False
-    #: The counts above that stopped at the cap: there are more than ``COUNT_CAP``.
+    #: The counts above read from a full window: there are at least that many.
     more_than: list[str] = field(default_factory=list)
 
 
@@ -65,7 +68,7 @@ def held_back_names(held: dict[str, int], spent: set[str]) -> list[str]:
     return sorted(names)
 
 
-def _queue_figures(queue: str, rows: Iterable[LiveRow], limit: int) -> QueueFigures:
+def _queue_figures(queue: str, rows: Iterable[LiveRow]) -> QueueFigures:
     """One queue's figures from its rows (one per live status)."""
     sums = {"runnable": 0, "scheduled": 0, "running": 0, "waiting_on_limit": 0,
             "waiting_event": 0}
@@ -75,18 +78,18 @@ def _queue_figures(queue: str, rows: Iterable[LiveRow], limit: int) -> QueueFigu
     oldest = None
     paused = False
     for row in rows:
-        for figure, count in (("runnable", row.due), ("waiting_on_limit", row.held_back),
-                              (later[JobStatus(row.status)], row.later)):
+        for figure, count, lower_bound in (
+                ("runnable", row.due, row.due_capped),
+                ("waiting_on_limit", row.held_back, row.due_capped),
+                (later[JobStatus(row.status)], row.later, row.later_capped)):
             sums[figure] += count
-            if count >= limit:
+            if lower_bound:
                 capped.add(figure)
         if row.oldest_due_at is not None:
             age = max(0.0, (row.now - row.oldest_due_at).total_seconds())
             oldest = age if oldest is None else max(oldest, age)
         paused = row.paused
-    capped |= {figure for figure, count in sums.items() if count >= limit}
-    shown = {figure: min(count, limit) for figure, count in sums.items()}
-    return QueueFigures(queue, **shown, oldest_runnable_age=oldest, paused=paused,
+    return QueueFigures(queue, **sums, oldest_runnable_age=oldest, paused=paused,
                         more_than=sorted(capped))
 
 
@@ -95,11 +98,10 @@ def queue_figures(alias: str, also: Iterable[str] = ()) -> list[QueueFigures]:
     0 when they have neither), in name order, in two statements."""
     store = get_store(alias)
     held, spent = blocking(store)
-    limit = COUNT_CAP + 1
     by_queue: dict[str, list[LiveRow]] = {queue: [] for queue in also}
-    for row in live_rows(store, held_back_names(held, spent), limit):
+    for row in live_rows(store, held_back_names(held, spent), COUNT_CAP + 1):
         by_queue.setdefault(row.queue, []).append(row)
-    return [_queue_figures(queue, rows, limit) for queue, rows in sorted(by_queue.items())]
+    return [_queue_figures(queue, rows) for queue, rows in sorted(by_queue.items())]
 
 
 @dataclass(frozen=True)

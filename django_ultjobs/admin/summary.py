@@ -1,9 +1,10 @@
 """The summary on the jobs app's admin index: what an operator looks at first.
 
 Cheap by construction, because the index is the page everybody opens: live jobs (queued,
-running, waiting) are counted exactly through the claim's partial index, which holds only them;
+running, waiting) are counted through the live index, each figure a range of it stopped at a cap
+(rule 120 (bounded-live-stats)), so a backlog of millions costs what one of ten thousand does;
 finished jobs, the millions, are estimated by the planner on PostgreSQL and counted up to a cap
-elsewhere. Nothing here reads the whole jobs table.
+elsewhere. Nothing here reads the whole jobs table, nor every live row.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Min, Q
 from django.db.models.functions import Now
 
-from ..conf import get_settings
 from ..core.slot_keys import slot_key_for
 from ..jobs.registry import registered_jobs
 from ..models import (
@@ -25,10 +25,12 @@ from ..models import (
     JobStatus,
     QueuePause,
     Slot,
-    Worker,
 )
+from ..queue_stats import running_workers
+from ..store import get_store
+from ..store.live import LiveRow, live_names, live_rows
 from .display import duration, seconds_between
-from .paginator import EstimatedCountPaginator
+from .paginator import EXACT_UP_TO, EstimatedCountPaginator
 from .settling import settling_by_key
 
 
@@ -57,6 +59,14 @@ class QueueCounts:
     oldest_runnable_at: datetime | None = None
     #: Its pause, when paused (rule 75 (paused-queue)): no worker claims from it.
     pause: QueuePause | None = None
+    #: The figures above read from a full window: each is at least its count.
+    more_than: set[str] = field(default_factory=set)
+
+    @property
+    def cells(self) -> list[tuple[int, bool]]:
+        """The counts in the table's column order, each with whether it is "more than"."""
+        return [(getattr(self, f), f in self.more_than) for f in
+                ("runnable", "delayed", "in_flight", "lapsed", "waiting")]
 
     @property
     def paused(self) -> bool:
@@ -139,21 +149,6 @@ def slot_wait(alias: str, name: str, settling: dict[str, int] | None = None) -> 
     return SlotWait(key, spec.concurrency, held, settling.get(key, 0))
 
 
-def _running_workers(alias: str) -> list[object]:
-    """The job names each running worker knows (None from one that did not say); running: not
-    stopped and heard from within its own visibility timeout."""
-    # Each row is judged by its worker's own timeout (rows from before it was kept: by the
-    # setting), in Python: the arithmetic differs per engine, and the candidates are few (not
-    # stopped, seen in the last day).
-    default = get_settings().VISIBILITY_TIMEOUT
-    rows = (Worker.objects.using(alias)
-            .filter(stopped_at__isnull=True, last_seen_at__gte=Now() - timedelta(days=1))
-            .annotate(db_now=Now())
-            .values_list("last_seen_at", "visibility_timeout", "db_now", "jobs"))
-    return [jobs for seen, timeout, now, jobs in rows
-            if (seconds_between(seen, now) or 0.0) <= (timeout or default)]
-
-
 def live_queue_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts]]:
     """Count the live jobs by status, and by queue and where they stand (runnable, delayed, in
     flight, lapsed, waiting, since when runnable), in one grouped query over the live rows only
@@ -187,12 +182,61 @@ def live_queue_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts
     return by_status, dict(sorted(queues.items()))
 
 
-def _oldest_runnable(alias: str, settling: dict[str, int]) -> OldestRunnable | None:
-    """The live job due longest ago, how long it has waited, and whether for a fleet slot."""
-    oldest = (Job.objects.using(alias).filter(visible_at__lte=Now(), status__in=LIVE_STATUSES)
+#: Live jobs read per figure, less one: the lists' exact count (past it, a figure is "at least").
+LIVE_COUNT_CAP = EXACT_UP_TO
+
+#: Which figure of the summary a live row's counts go to: (status, due now or later).
+_FIGURE = {(JobStatus.QUEUED, True): "runnable", (JobStatus.QUEUED, False): "delayed",
+           (JobStatus.RUNNING, True): "lapsed", (JobStatus.RUNNING, False): "in_flight",
+           (JobStatus.WAITING, True): "runnable", (JobStatus.WAITING, False): "waiting"}
+
+
+def bounded_queue_counts(alias: str) -> tuple[list[StatusCount], dict[str, QueueCounts],
+                                              LiveRow | None]:
+    """The live jobs by status and by queue, every figure a range of the live index stopped at
+    ``LIVE_COUNT_CAP`` rows (rule 120 (bounded-live-stats)), in one statement; and the row of
+    the status and queue whose due job has waited longest."""
+    by_status = dict.fromkeys(LIVE_STATUSES, 0)
+    capped_status: set[str] = set()
+    queues: dict[str, QueueCounts] = {}
+    oldest: LiveRow | None = None
+    for row in live_rows(get_store(alias), (), LIVE_COUNT_CAP + 1):
+        counts = queues.setdefault(row.queue, QueueCounts(row.queue))
+        for due, count, lower_bound in ((True, row.due + row.held_back, row.due_capped),
+                                        (False, row.later, row.later_capped)):
+            figure = _FIGURE[(JobStatus(row.status), due)]
+            setattr(counts, figure, getattr(counts, figure) + count)
+            by_status[row.status] += count
+            if lower_bound:
+                counts.more_than.add(figure)
+                capped_status.add(row.status)
+        if row.oldest_due_at is None:
+            continue
+        if oldest is None or row.oldest_due_at < oldest.oldest_due_at:  # type: ignore[operator]
+            oldest = row
+        if row.status != JobStatus.RUNNING and (counts.oldest_runnable_at is None
+                                                or row.oldest_due_at < counts.oldest_runnable_at):
+            counts.oldest_runnable_at = row.oldest_due_at
+    paused = {p.queue: p for p in QueuePause.objects.using(alias).all()}
+    for queue, pause in paused.items():
+        queues.setdefault(queue, QueueCounts(queue)).pause = pause
+    # A sum with a part stopped at the cap is a lower bound: shown as "more than" it less one.
+    statuses = [StatusCount(s, n, lower_bound=s in capped_status) for s, n in by_status.items()]
+    return statuses, dict(sorted(queues.items())), oldest
+
+
+def _oldest_runnable(alias: str, row: LiveRow | None,
+                     settling: dict[str, int]) -> OldestRunnable | None:
+    """The live job due longest ago (the first entry of ``row``'s range of the live index), how
+    long it has waited, and whether for a fleet slot."""
+    if row is None:
+        return None
+    oldest = (Job.objects.using(alias)
+              .filter(status__in=LIVE_STATUSES, queue=row.queue, status=row.status,
+                      visible_at__lte=Now())
               .order_by("visible_at").annotate(db_now=Now())
               .values("id", "name", "visible_at", "db_now").first())
-    if oldest is None:
+    if oldest is None:  # claimed or finished since the counts were read
         return None
     waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
     return OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
@@ -200,9 +244,9 @@ def _oldest_runnable(alias: str, settling: dict[str, int]) -> OldestRunnable | N
 
 
 def jobs_summary(alias: str) -> Summary:
-    """Return the summary of the jobs in ``alias``, in a handful of index-backed queries."""
-    by_status, queues = live_queue_counts(alias)
-    statuses = [StatusCount(s, n) for s, n in by_status.items()]
+    """Return the summary of the jobs in ``alias``, in a handful of index-backed queries, each
+    reading a bounded number of rows."""
+    statuses, queues, oldest = bounded_queue_counts(alias)
     statuses += [_count_or_estimate(alias, s) for s in FINISHED_STATUSES]
 
     slots = Slot.objects.using(alias).aggregate(
@@ -212,13 +256,13 @@ def jobs_summary(alias: str) -> Summary:
     # (rule 97 (attempt-on-row)), and the table's partial index serves this count.
     lost = JobAttempt.objects.using(alias).filter(
         outcome="slot_lost", finished_at__gte=Now() - timedelta(hours=24)).count()
-    known = _running_workers(alias)
+    known = [worker.jobs for worker in running_workers(alias)]
     unknown = _unknown_job_names(alias, known)
     settling = settling_by_key(alias)
     return Summary(
         statuses=statuses,
         queues=list(queues.values()),
-        oldest_runnable=_oldest_runnable(alias, settling),
+        oldest_runnable=_oldest_runnable(alias, oldest, settling),
         in_flight=sum(q.in_flight for q in queues.values()),
         lapsed=sum(q.lapsed for q in queues.values()),
         slots_held=slots["held"] or 0,
@@ -242,8 +286,5 @@ def _unknown_job_names(alias: str, known_by_worker: list[object]) -> list[str]:
     if not known_by_worker or not all(isinstance(k, list) for k in known_by_worker):
         return []
     known: set[object] = set().union(*known_by_worker)  # type: ignore[arg-type]
-    # Distinct names of the live rows only: the claim's per-kind partial index holds them.
-    queued = (Job.objects.using(alias)
-              .filter(status__in=[JobStatus.QUEUED, JobStatus.WAITING])
-              .values_list("name", flat=True).order_by("name").distinct())
-    return [name for name in queued if name not in known]
+    # One probe of the per-kind claim index per name, however many jobs each has.
+    return [name for name in live_names(get_store(alias)) if name not in known]

@@ -18,7 +18,8 @@ status IN ('queued', 'running', 'waiting')
 -- fragment: active_queues
 -- The worker's queues that are not paused (rule 75 (paused-queue)), as a row source "q(queue)": one
 -- primary-key probe of the pause table per queue, inside the claim statement itself, so a pause
--- needs no second statement per round and holds from each worker's next claim.
+-- needs no second statement per round and holds from each worker's next claim (performance.md, item
+-- 55).
 (SELECT w.queue FROM unnest(%(queues)s::text[]) AS w(queue)
  WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
 
@@ -90,7 +91,7 @@ SELECT ins.id, ins.visible_at, ins.created_at, ins.expires_at
 FROM ins CROSS JOIN notified ORDER BY ins.id;
 
 -- name: enqueue_copy_ids
--- The first of a bulk enqueue's two statements by COPY: the
+-- The first of a bulk enqueue's two statements by COPY (performance.md, item 73): the
 -- database's clock ({now}, the transaction's start: the instant every statement of this
 -- transaction reads, so the rows get the times the INSERT of "enqueue" would give them), "count"
 -- ids from the table's own sequence (COPY returns none), and the notify of each queue that gets
@@ -120,7 +121,8 @@ FROM STDIN;
 -- The second statement for a batch whose every job has no timeout, no expiry, no slot key and
 -- no tags (copy_rows.plain), in binary (store/copy_binary.py): those columns, and claim_token,
 -- left to their defaults (NULL, NULL, '', '[]', NULL), which are the values "enqueue" writes
--- for such jobs; fewer values for the server to read per row, and none to parse.
+-- for such jobs; fewer values for the server to read per row, and none to parse
+-- (performance.md, item 95).
 COPY django_ultjobs_job
     (id, name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
@@ -129,8 +131,8 @@ FROM STDIN (FORMAT binary);
 
 -- name: enqueue_one
 -- One job, one plain INSERT: enqueue() is usually one call inside a view's transaction, and the
--- JSON-array form bulk enqueue needs costs it more than the rest of the call.
--- Idle workers of its queue are notified on commit when it is runnable now.
+-- JSON-array form bulk enqueue needs costs it more than the rest of the call (performance.md,
+-- item 3). Idle workers of its queue are notified on commit when it is runnable now.
 WITH ins AS (
     INSERT INTO django_ultjobs_job {fragment:job_columns}
     VALUES (%(name)s::text, %(queue)s::text, %(priority)s::int, %(args)s::jsonb,
@@ -175,7 +177,8 @@ WITH j AS (
 
 -- name: enqueue_unique_one
 -- enqueue_unique for one job, its values as parameters instead of a JSON array: the array form
--- cost a keyed enqueue() more than the rest of it (as it did the plain one).
+-- cost a keyed enqueue() more than the rest of it (as it did the plain one, performance.md,
+-- items 3 and 45).
 WITH j AS (
     SELECT %(name)s::text AS name, %(queue)s::text AS queue, %(priority)s::int AS priority,
            %(args)s::jsonb AS args, %(kwargs)s::jsonb AS kwargs,
@@ -198,7 +201,7 @@ released AS (
     -- Each key's holder by the unique index, one probe per key: a plain join on the keys let
     -- the planner hash every row of the table (a seq scan) or every finished one instead. The
     -- LIMIT keeps the planner from flattening the lateral probe into such a join (there is at
-    -- most one holder anyway).
+    -- most one holder anyway; performance.md, item 45).
     CROSS JOIN LATERAL (
         SELECT x.id FROM django_ultjobs_job AS x
         WHERE x.name = k.name AND x.unique_key = k.unique_key
@@ -256,7 +259,7 @@ RETURNING h.id;
 -- The row holding unique key (name, key), every column (read as a Job by the ORM's raw(),
 -- which maps columns by name): what enqueue() returns when the key is held
 -- (rule 66 (held-key-returns-holder)). By the unique index; the ORM's own query cost more to build
--- than to run.
+-- than to run (performance.md, item 45).
 SELECT * FROM django_ultjobs_job WHERE name = %(name)s::text AND unique_key = %(key)s::text LIMIT 1;
 
 -- name: claim
@@ -265,14 +268,15 @@ SELECT * FROM django_ultjobs_job WHERE name = %(name)s::text AND unique_key = %(
 -- when the statement commits. A running row whose lease lapsed is re-delivered and counts as an
 -- attempt (rule 1 (leased-claim)); a waiting row that woke does not. This is the claim of a worker
 -- with no capped kind registered; claim_capped (same columns) is the one with caps: planning and
--- running the caps' part would cost every claim its time even with no cap to apply.
+-- running the caps' part would cost every claim its time even with no cap to apply (performance.md,
+-- item 23).
 -- It may be prepared. Each queue's scan takes its first "limit" lockable rows through a fence
 -- whose inner limit is a constant, "{bound}" (the store writes the least of 128, 1024, 8192...
 -- at or above the limit, one text each): a limit the planner cannot see it estimates at a tenth
 -- of the rows, so the generic plan was costed ten to a hundred times above the custom one and
 -- PostgreSQL never chose it, planning every run afresh. The outer limit stops the pull, so no
 -- row past the limit is locked; no ORDER BY out there, or the fence would lock all "bound" rows
--- to sort them.
+-- to sort them (performance.md, items 96-97).
 WITH locked AS (
     SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
@@ -304,9 +308,9 @@ chosen AS (
 -- A running row whose lease lapsed is re-delivered and counts as an attempt
 -- (rule 1 (leased-claim)); a waiting row that woke does not. The capped names reach the uncapped
 -- scan as a constant array: a subquery there hides the row estimate from the planner and turns the
--- ordered index scan into a sort of every runnable row. "uncapped" false
--- leaves the uncapped scan out (a one-time filter): it walks past every queued run of a capped
--- kind, and the worker has just seen it find nothing. Each row also says
+-- ordered index scan into a sort of every runnable row (performance.md, item 28). "uncapped" false
+-- leaves the uncapped scan out (a one-time filter): it walks past every queued run of a capped kind
+-- (performance.md, item 6), and the worker has just seen it find nothing. Each row also says
 -- whether that scan locked rows the limit then cut ("others_left"): a claim filled with capped runs
 -- proves nothing about the other kinds unless this is false.
 -- A kind capped per key (key_names, @job(concurrency_key=...); rule 50 (per-key-cap)) is scanned
@@ -395,11 +399,11 @@ chosen AS (
 -- name: claim_capped_kinds
 -- claim_capped when it leaves the uncapped scan out and no kind is capped per key: the capped
 -- kinds' own scans alone, each limited to its free fleet slots. What a capped drain sends round
--- after round (the other kinds' scan is throttled, claim loop) and what
+-- after round (the other kinds' scan is throttled, claim loop; performance.md item 6) and what
 -- the async lane's claim is (rule 87 (no-claim-beyond-free-places)). claim_capped would take the
 -- same rows in the same order; the parts it carries for the other kinds and for per-key caps are
--- planned on every claim even when they read nothing, which doubled this claim's planning.
--- Same columns as claim_capped: others_left is false (no other kind was
+-- planned on every claim even when they read nothing, which doubled this claim's planning
+-- (performance.md, item 89). Same columns as claim_capped: others_left is false (no other kind was
 -- scanned), no slot key. It may be prepared, as claim is, for the same reason: each kind's scan
 -- takes its rows through a fence whose inner limit is the constant "{bound}" (the store writes the
 -- least of 128, 1024, 8192... at or above the limit), so the planner can cost the scan and keeps
@@ -409,7 +413,8 @@ chosen AS (
 -- kinds more rows than "limit" may be locked until the claim commits (chosen takes "limit" of
 -- them), as before the fence. "{kinds}" is how many kinds the arrays hold (the
 -- store writes it; the LIMIT cuts nothing): a function of parameters is estimated at ten rows,
--- which costed the generic plan at ten scans for one and kept PostgreSQL planning every claim.
+-- which costed the generic plan at ten scans for one and kept PostgreSQL planning every claim
+-- (performance.md, item 98).
 WITH caps AS MATERIALIZED (
     SELECT c.name,
            c.lim::bigint + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
@@ -449,7 +454,7 @@ chosen AS (
 WITH locked AS (
     -- One primary-key probe per run, in id order (a lateral lookup, so the plan cannot follow
     -- the table's statistics: a plain join can drive from the (name, status) index over every
-    -- running row, or filter the batch once per row).
+    -- running row, or filter the batch once per row; performance.md, items 1 and 4).
     SELECT l.id
     FROM (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
           ORDER BY h.id) AS h
@@ -474,7 +479,7 @@ RETURNING j.id, j.cancel_requested;
 -- between this check and the wait being visible to send_event).
 WITH c AS (
     -- One array per column, side by side (store/settle_arrays.py): the server reads them in
-    -- about half the CPU a JSON batch of the same runs took. A
+    -- about half the CPU a JSON batch of the same runs took (performance.md, item 111). A
     -- column sent as NULL reads as NULL in every run.
     SELECT * FROM unnest(
         %(id)s::bigint[], %(token)s::uuid[], %(status)s::text[], %(attempt_delta)s::int[],
@@ -492,7 +497,7 @@ locked AS (
     -- plan that cannot follow the table's statistics). Each held run keeps its batch row, so the
     -- writes below read it from here and from settled's RETURNING, never joining the batch
     -- again: a join estimated at one row ran as a nested loop over the whole batch per row,
-    -- quadratic in the batch.
+    -- quadratic in the batch (performance.md, item 78).
     SELECT h.*
     FROM (SELECT * FROM c ORDER BY c.id) AS h
     CROSS JOIN LATERAL (
@@ -542,8 +547,8 @@ settled AS (
     -- The ids again as an array: the rows are read by primary key whatever the table's size.
     -- Joined to the batch alone, estimated at 100 rows, a table of under about 15,000 rows was
     -- read whole per settle (a hash join over a sequential scan), planned so by the table's
-    -- statistics, generic plan and custom alike: nearly twice the server's CPU a run of the index
-    -- probe below, at 10,000 rows in 128-run batches.
+    -- statistics, generic plan and custom alike: 36.5 µs of the server's CPU a run against 20.5
+    -- at 10,000 rows in 128-run batches (performance.md, item 107).
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT x.id FROM locked AS x))
     RETURNING j.id, c.attempt_no, c.started_at, c.outcome, c.error, c.slot_key, c.slot,
               c.steps_run, c.steps_replayed, c.extends, j.attempt_on_row AS on_row
@@ -554,7 +559,8 @@ extended AS (
     -- batches). The EXISTS reads the batch alone, so it is one test before the join: a batch that
     -- extends none reads no attempt row, whatever plan the join got. A prepared settle keeps the
     -- generic plan made at its first runs, when the attempts table was small: a scan of the whole
-    -- table per settle once it has grown, unless nothing below this test runs.
+    -- table per settle once it has grown, unless nothing below this test runs (performance.md, item
+    -- 85).
     UPDATE django_ultjobs_jobattempt AS a
     SET claims = a.claims + 1, finished_at = {now}, worker_id = %(worker_id)s::text
     FROM settled AS s
@@ -998,7 +1004,8 @@ ORDER BY ins.scheduled_for;
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
 -- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by
--- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader)).
+-- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader);
+-- performance.md, item 50).
 SELECT queue, count(*), EXTRACT(EPOCH FROM ({now} - min(visible_at)))::float8
 FROM django_ultjobs_job
 WHERE {fragment:runnable}
@@ -1035,22 +1042,20 @@ WITH RECURSIVE found(queue) AS (
 )
 
 -- name: live_stats
--- Per queue and live status (docs/deployment.md, the stats view): jobs due now whose kind is
--- not held back, due ones whose kind is held back (:blocked, a full cap or a spent rate limit),
--- ones due later, the due time of the longest-due one, whether the queue is paused, and the
--- clock. Each count reads one range of the live index (ultjobs_job_live, covering the name) and
--- stops at :limit rows, so the work is bounded whatever the backlog
--- (rule 120 (bounded-live-stats)).
+-- Per queue and live status (docs/deployment.md, the stats view): the jobs due now and how many
+-- of them are of a kind not held back (:blocked: a full cap or a spent rate limit), the jobs due
+-- later, the due time of the longest-due one, whether the queue is paused, and the clock. The
+-- due ones are read as a window of the :limit longest-due (one range of the live index,
+-- ultjobs_job_live, the name carried in it), both counts of it in one integer: free * 2^20 +
+-- all; the later ones as a range stopped at :limit. So the work is bounded whatever the backlog
+-- (rule 120 (bounded-live-stats)); a window that is full holds a lower bound of each.
 {fragment:live_queues}
 SELECT q.queue, s.status,
-       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
-            WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
-              AND j.name <> ALL(%(blocked)s::text[]) LIMIT %(limit)s) AS c),
-       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
-            WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
-              AND j.name = ANY(%(blocked)s::text[]) LIMIT %(limit)s) AS c),
+       (SELECT count(*) + 1048576 * count(CASE WHEN d.name <> ALL(%(blocked)s::text[]) THEN 1 END)
+        FROM (SELECT j.name FROM django_ultjobs_job AS j
+              WHERE j.queue = q.queue AND j.status = s.status
+                AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              ORDER BY j.visible_at LIMIT %(limit)s) AS d),
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
               AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at > {now}
@@ -1072,3 +1077,20 @@ SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY 
 UNION ALL
 SELECT key, -1 FROM django_ultjobs_ratelimitbucket
 WHERE tat - tolerance > (EXTRACT(EPOCH FROM {now}) * 1000000)::bigint;
+
+-- name: live_names
+-- The names of the queued and waiting jobs, one probe of the per-kind claim index each however
+-- many jobs a name has (a skip scan; its order, priority included, is that index's alone, so no
+-- index over the finished rows is walked instead), for the admin's unknown-jobs line.
+WITH RECURSIVE found(name) AS (
+    SELECT (SELECT name FROM django_ultjobs_job
+            WHERE status IN ('queued', 'running', 'waiting') AND status <> 'running'
+            ORDER BY name, priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.name FROM django_ultjobs_job AS j
+            WHERE j.status IN ('queued', 'running', 'waiting') AND j.status <> 'running'
+              AND j.name > found.name
+            ORDER BY j.name, j.priority DESC LIMIT 1)
+    FROM found WHERE found.name IS NOT NULL
+)
+SELECT name FROM found WHERE name IS NOT NULL;

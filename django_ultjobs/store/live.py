@@ -3,22 +3,29 @@ summary's figures (rule 120 (bounded-live-stats)).
 
 Each count reads one range of the live index (``ultjobs_job_live``: queue, status, due time) and
 stops after ``limit`` rows, so a queue of a million jobs costs what one of ``limit`` does; a
-count that reached ``limit`` means "at least that many". Two statements: what holds runnable
+count read from a full range is a lower bound ("at least"). Two statements: what holds runnable
 jobs back (slots held, rate limits spent), and the counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from django.db import transaction
 
 from .base import JobStore
+
+#: How live_stats packs a window's two counts into one integer: free * PACKED + all.
+PACKED = 1 << 20
 
 
 @dataclass(frozen=True)
 class LiveRow:
-    """One queue's live jobs of one status, each count stopped at the statement's limit."""
+    """One queue's live jobs of one status, each count read from at most ``limit`` rows."""
 
     queue: str
     status: str
@@ -33,6 +40,10 @@ class LiveRow:
     paused: bool
     #: The database's clock when the statement ran.
     now: datetime
+    #: ``due`` and ``held_back`` are lower bounds: more jobs are due than were read.
+    due_capped: bool = False
+    #: ``later`` is a lower bound.
+    later_capped: bool = False
 
 
 def blocking(store: JobStore) -> tuple[dict[str, int], set[str]]:
@@ -49,15 +60,46 @@ def blocking(store: JobStore) -> tuple[dict[str, int], set[str]]:
     return held, spent
 
 
+@contextmanager
+def _no_jit(store: JobStore, cur: Any) -> Iterator[None]:
+    """PostgreSQL's JIT compiler off for the statements run inside, and back as it was after.
+
+    The planner costs every capped count as if it read its whole limit, so a few queues push
+    the statement past ``jit_above_cost``, and compiling it took a second where running it takes
+    milliseconds. SET LOCAL lasts until the end of the transaction: one of ours is committed,
+    in the caller's the setting is put back."""
+    if store.connection.vendor != "postgresql":
+        yield
+        return
+    callers = store.connection.in_atomic_block
+    with transaction.atomic(using=store.alias):
+        cur.execute("SELECT current_setting('jit'), set_config('jit', 'off', true)")
+        before = cur.fetchone()[0]
+        yield
+        if callers:
+            cur.execute("SELECT set_config('jit', %(before)s, true)", {"before": before})
+
+
 def live_rows(store: JobStore, blocked: Sequence[str], limit: int) -> list[LiveRow]:
     """Per queue with a live job or a pause, and per live status, its counts stopped at
     ``limit``; jobs named in ``blocked`` are counted as held back."""
     params = {"now": store.now_param(), "limit": limit,
               "blocked": store.queues_param(sorted(blocked))}
-    with store.cursor() as cur:
+    with store.cursor() as cur, _no_jit(store, cur):
         cur.execute(store.sql["live_stats"], params)
         rows = cur.fetchall()
-    return [LiveRow(queue, status, int(due), int(held_back), int(later),
-                    store.parse_time(oldest) if oldest is not None else None, bool(paused),
-                    store.parse_time(now))
-            for queue, status, due, held_back, later, oldest, paused, now in rows]
+    found = []
+    for queue, status, window, later, oldest, paused, now in rows:
+        free, due = divmod(int(window), PACKED)
+        found.append(LiveRow(queue, status, free, due - free, int(later),
+                             store.parse_time(oldest) if oldest is not None else None,
+                             bool(paused), store.parse_time(now), due >= limit,
+                             int(later) >= limit))
+    return found
+
+
+def live_names(store: JobStore) -> list[str]:
+    """The names of the queued and waiting jobs, in name order: one index probe per name."""
+    with store.cursor() as cur:
+        cur.execute(store.sql["live_names"], {})
+        return [name for (name,) in cur.fetchall()]

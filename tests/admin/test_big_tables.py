@@ -17,6 +17,7 @@ from django.db import connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_ultjobs.admin import summary
 from django_ultjobs.admin.paginator import EstimatedCountPaginator
 from django_ultjobs.models import Job
 from tests.admin.conftest import APP_INDEX, IN_FLIGHT, JOBS, client_for
@@ -81,7 +82,33 @@ def test_app_index_summary_counts_only_live_rows(alias: str, viewer, small_cap) 
     fill(alias)
     html, counts = counts_of_jobs(client_for(viewer), alias, APP_INDEX)
     for sql in counts:
-        # Either the grouped count of live rows (the claim's partial index), or a capped one.
-        assert "LIMIT" in sql.upper() or LIVE_ONLY.search(sql), sql
+        # A capped count; the settling runs' count reads running rows with a live lease alone.
+        assert "LIMIT" in sql.upper() or "\"status\" = 'running'" in sql, sql
     shown = re.search(r'data-status="succeeded"><a [^>]+>(.*?)</a>', html).group(1)
     assert ("≈ 30" in shown) if connections[alias].vendor == "postgresql" else ("&gt; 10" in shown)
+
+
+def test_app_index_summary_stops_each_live_count_at_the_cap(
+        alias: str, viewer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 120 (bounded-live-stats): a backlog past the cap is "more than", read as one
+    statement of capped ranges, never a count of every live row."""
+    monkeypatch.setattr(summary, "LIVE_COUNT_CAP", 5)
+    due = timezone.now() - timedelta(minutes=1)
+    Job.objects.using(alias).bulk_create(
+        [Job(name="add", visible_at=due) for _ in range(12)]
+        + [Job(name="add", status="running", visible_at=due + timedelta(hours=1))
+           for _ in range(2)])
+    with CaptureQueriesContext(connections[alias]) as captured:
+        html = client_for(viewer).get(APP_INDEX).content.decode()
+    statements = [q["sql"] for q in captured.captured_queries]
+    live = [sql for sql in statements if "django_ultjobs:live_stats" in sql]
+    assert len(live) == 1 and "LIMIT" in live[0]
+    grouped = [sql for sql in statements if COUNT_OF_JOBS.search(sql) and "GROUP BY" in sql
+               and "\"status\" = 'running'" not in sql]
+    assert grouped == []
+    queued = re.search(r'data-status="queued"><a [^>]+>(.*?)</a>', html).group(1)
+    running = re.search(r'data-status="running"><a [^>]+>(.*?)</a>', html).group(1)
+    assert "&gt; 5" in queued and running.strip() == "2"
+    row = re.search(r'<th scope="row"><a [^>]+>default</a></th>(.*?)</tr>', html, re.S).group(1)
+    cells = re.findall(r'<td class="num">(.*?)</td>', row)
+    assert "&gt; 5" in cells[0] and cells[2] == "2"

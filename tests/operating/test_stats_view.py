@@ -48,9 +48,9 @@ def add(alias: str, n: int = 1, *, due_in: float = -60.0, status: str = "queued"
 
 
 def test_each_figure_counts_its_own_jobs(jobs_in: str) -> None:
-    """Rule 120 (bounded-live-stats).
+    """Runnable, scheduled, running, held back, waiting, oldest age, paused.
 
-    runnable, scheduled, running, held back, waiting, oldest age, paused."""
+    Rule 120 (bounded-live-stats)."""
     alias = jobs_in
     add(alias, 3)                                        # runnable
     add(alias, 1, status="running", due_in=-5)           # a lapsed lease: runnable again
@@ -81,9 +81,9 @@ def test_each_figure_counts_its_own_jobs(jobs_in: str) -> None:
 
 
 def test_a_lapsed_slot_or_a_fresh_budget_holds_nothing_back(jobs_in: str) -> None:
-    """Rule 120 (bounded-live-stats).
+    """Only a full cap or a spent budget counts a job as held back.
 
-    only a full cap or a spent budget counts a job as held back."""
+    Rule 120 (bounded-live-stats)."""
     alias = jobs_in
     add(alias, 2, name="serial")
     add(alias, 1, name="rated_clocked")
@@ -97,23 +97,28 @@ def test_a_lapsed_slot_or_a_fresh_budget_holds_nothing_back(jobs_in: str) -> Non
 
 def test_counts_stop_at_the_cap_and_say_so(jobs_in: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rule 120 (bounded-live-stats).
+    """Past the cap a figure is what the cap's window read, at least, and named in more_than.
 
-    past the cap a count reads cap + 1 and is named in more_than."""
+    Rule 120 (bounded-live-stats)."""
     monkeypatch.setattr(queue_stats, "COUNT_CAP", 3)
-    add(jobs_in, 2)
-    add(jobs_in, 2, status="running", due_in=-1)  # runnable: 2 + 2, past the cap of 3
+    add(jobs_in, 5, due_in=-30)
+    add(jobs_in, 2, name="serial", due_in=-60)       # the longest due: in the window first
+    add(jobs_in, 2, status="running", due_in=-1)     # a window of its own, not full
     add(jobs_in, 9, due_in=60)
-    add(jobs_in, 3, status="running", due_in=60)  # exactly the cap
+    add(jobs_in, 3, status="running", due_in=60)     # exactly the cap: exact
+    Slot.objects.using(jobs_in).create(key=slot_key_for("serial"), slot=0, holder="w",
+                                       expires_at=timezone.now() + timedelta(minutes=5))
     default = stats(jobs_in)["queues"]["default"]
-    assert (default["runnable"], default["scheduled"], default["running"]) == (4, 4, 3)
-    assert default["more_than"] == ["runnable", "scheduled"]
+    # The queued window read the 4 longest due: 2 held back, 2 free; then 2 lapsed leases.
+    assert (default["runnable"], default["waiting_on_limit"]) == (4, 2)
+    assert (default["scheduled"], default["running"]) == (4, 3)
+    assert default["more_than"] == ["runnable", "scheduled", "waiting_on_limit"]
 
 
 def test_a_fixed_number_of_queries_whatever_the_tables_hold(jobs_in: str) -> None:
-    """Rule 120 (bounded-live-stats).
+    """The same statements for one queue as for many, few jobs or more.
 
-    the same statements for one queue as for many, few jobs or more."""
+    Rule 120 (bounded-live-stats)."""
     alias = jobs_in
     add(alias, 1)
 
@@ -127,14 +132,16 @@ def test_a_fixed_number_of_queries_whatever_the_tables_hold(jobs_in: str) -> Non
         add(alias, 20, queue=f"q{q}")
         add(alias, 5, queue=f"q{q}", due_in=60, name="serial")
     QueuePause.objects.using(alias).create(queue="q0")
-    assert statements() == few == 3
+    # Three statements; on PostgreSQL the counts run in a transaction of their own with the JIT
+    # compiler off (BEGIN, the setting, COMMIT).
+    assert statements() == few == (3 if connections[alias].vendor == "sqlite" else 6)
 
 
 def test_each_count_reads_the_live_index(jobs_in: str) -> None:
-    """Rule 120 (bounded-live-stats).
+    """The live counts are ranges of ultjobs_job_live, never the table, on a table
+    where most rows are finished (as the planner sees it after ANALYZE).
 
-    the live counts are ranges of ultjobs_job_live, never the table, on a table
-    where most rows are finished (as the planner sees it after ANALYZE)."""
+    Rule 120 (bounded-live-stats)."""
     alias = jobs_in
     for q in ("default", "mail", "reports"):
         add(alias, 300, queue=q)
@@ -162,7 +169,7 @@ def test_each_count_reads_the_live_index(jobs_in: str) -> None:
                  and re.search(r"\b(django_ultjobs_job|j)\b( |$)", line)]
     assert job_reads and all("ultjobs_job_live" in line or "ultjobs_job_claim" in line
                              for line in job_reads), "\n".join(plan)
-    assert sum("ultjobs_job_live" in line for line in job_reads) >= 4, "\n".join(plan)
+    assert sum("ultjobs_job_live" in line for line in job_reads) >= 3, "\n".join(plan)
 
 
 def test_workers_alive_are_the_ones_heard_from_in_time(jobs_in: str) -> None:
