@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -80,7 +81,8 @@ def explain_slowest(timed: Timed) -> None:
     on PostgreSQL, ``EXPLAIN QUERY PLAN`` on SQLite."""
     postgresql = connection.vendor == "postgresql"
     for _, sql in timed.slowest:
-        if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
+        # The package's named statements start with their tag, /* django_ultjobs:name */.
+        if not re.sub(r"^\s*/\*.*?\*/", "", sql).lstrip().upper().startswith(("SELECT", "WITH")):
             continue
         with connection.cursor() as cur:
             if postgresql:
