@@ -1094,3 +1094,25 @@ WITH RECURSIVE found(name) AS (
     FROM found WHERE found.name IS NOT NULL
 )
 SELECT name FROM found WHERE name IS NOT NULL;
+
+-- name: prune_batch
+-- One batch of the prune: up to :limit jobs that finished before :cutoff, oldest first (the
+-- finished-jobs index's range), deleted with their attempts and steps in ONE statement; answers
+-- how many jobs, how many attempts their rows held (rule 97 (attempt-on-row)), attempt rows and
+-- steps. A row another transaction holds (a retry, a unique key's release) is skipped, not
+-- waited for; queued, running and waiting rows are never in the range, so no claim, heartbeat
+-- or settle waits on the prune.
+WITH batch AS (
+    SELECT id FROM django_ultjobs_job
+    WHERE status IN ('succeeded', 'failed', 'cancelled') AND finished_at < %(cutoff)s
+    ORDER BY finished_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), attempts AS (
+    DELETE FROM django_ultjobs_jobattempt WHERE job_id IN (SELECT id FROM batch) RETURNING 1
+), steps AS (
+    DELETE FROM django_ultjobs_jobstep WHERE job_id IN (SELECT id FROM batch) RETURNING 1
+), jobs AS (
+    DELETE FROM django_ultjobs_job WHERE id IN (SELECT id FROM batch) RETURNING attempt_on_row
+)
+SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM jobs WHERE attempt_on_row),
+       (SELECT count(*) FROM attempts), (SELECT count(*) FROM steps);

@@ -723,3 +723,19 @@ WITH RECURSIVE found(name) AS (
     FROM found WHERE found.name IS NOT NULL
 )
 SELECT name FROM found WHERE name IS NOT NULL;
+
+-- name: prune_batch_ids
+-- PostgreSQL's prune_batch in four statements of one write transaction (SQLite has no DELETE in
+-- a WITH): the batch's ids and whether each row holds its attempt.
+SELECT id, attempt_on_row FROM django_ultjobs_job
+WHERE status IN ('succeeded', 'failed', 'cancelled') AND finished_at < :cutoff
+ORDER BY finished_at LIMIT :limit;
+
+-- name: prune_batch_attempts
+DELETE FROM django_ultjobs_jobattempt WHERE job_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_batch_steps
+DELETE FROM django_ultjobs_jobstep WHERE job_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_batch_jobs
+DELETE FROM django_ultjobs_job WHERE id IN (SELECT value FROM json_each(:ids));

@@ -1,7 +1,9 @@
 """Retention: delete finished jobs (with their attempts and steps), old events and dead workers.
 
 Deletes in batches, each its own short transaction, so pruning millions of rows never holds a
-long lock or a long transaction against the claim.
+long lock or a long transaction against the claim: on PostgreSQL one statement per batch
+(``prune_batch``: the jobs, their attempt rows and steps), on SQLite four in one write
+transaction. Only finished rows are touched, and a row another transaction holds is skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..models import (
     Worker,
 )
 from . import get_store
+from .base import JobStore
 
 
 @dataclass(frozen=True)
@@ -63,25 +66,72 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
             events=_old_events(using, cutoff).count(),
             workers=_dead_workers(using, cutoff).count(),
         )
+    store = get_store(using)
+    delete_batch = _delete_batch if _relations_known() else _delete_batch_by_orm
     jobs = attempts = steps = 0
     while True:
-        ids = list(finished.order_by("finished_at").values_list("id", flat=True)[:batch_size])
-        if not ids:
+        batch = delete_batch(store, cutoff, batch_size)
+        if not batch.jobs:
             break
-        with transaction.atomic(using=using):
-            # The attempts its rows hold go with the jobs (rule 97 (attempt-on-row)): counted, like
-            # the rows.
-            attempts += Job.objects.using(using).filter(id__in=ids, attempt_on_row=True).count()
-            attempts += JobAttempt.objects.using(using).filter(job_id__in=ids).delete()[0]
-            steps += JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
-            _, deleted = Job.objects.using(using).filter(id__in=ids).delete()
-            batch = deleted.get(Job._meta.label, 0)
-        jobs += batch
+        jobs, attempts, steps = (jobs + batch.jobs, attempts + batch.attempts,
+                                 steps + batch.steps)
         if on_batch is not None:
-            on_batch(batch)
+            on_batch(batch.jobs)
     events = _old_events(using, cutoff).delete()[0]
     workers = _dead_workers(using, cutoff).delete()[0]
     return Pruned(jobs=jobs, attempts=attempts, steps=steps, events=events, workers=workers)
+
+
+#: What refers to a job row, each as ``(model label, field name)``: the prune's statements
+#: delete the attempt rows and steps with their job, and the attempts view only reads.
+KNOWN_RELATIONS = {("django_ultjobs.JobAttempt", "job"), ("django_ultjobs.JobStep", "job"),
+                   ("django_ultjobs.AttemptRecord", "job")}
+
+
+def _relations_known() -> bool:
+    """Whether every model that refers to a job is one the prune's statements know."""
+    found = {(rel.related_model._meta.label, rel.field.name)
+             for rel in Job._meta.related_objects}
+    return found <= KNOWN_RELATIONS
+
+
+def _delete_batch(store: JobStore, cutoff: datetime, limit: int) -> Pruned:
+    """Delete one batch of finished jobs with their attempts and steps, in one short
+    transaction: one statement on PostgreSQL (``prune_batch``), four on SQLite."""
+    if "prune_batch" in store.sql:
+        with store.cursor() as cur:
+            cur.execute(store.sql["prune_batch"], {"cutoff": cutoff, "limit": limit})
+            jobs, on_row, attempts, steps = cur.fetchone()
+        return Pruned(jobs=jobs, attempts=on_row + attempts, steps=steps)
+    with store.write_transaction(), store.cursor() as cur:
+        cur.execute(store.sql["prune_batch_ids"],
+                    {"cutoff": store.format_time(cutoff), "limit": limit})
+        rows = cur.fetchall()
+        ids = store.ids_param([job_id for job_id, _ in rows])
+        cur.execute(store.sql["prune_batch_attempts"], {"ids": ids})
+        attempts = cur.rowcount
+        cur.execute(store.sql["prune_batch_steps"], {"ids": ids})
+        steps = cur.rowcount
+        cur.execute(store.sql["prune_batch_jobs"], {"ids": ids})
+        # The attempts its rows hold go with the jobs (rule 97 (attempt-on-row)): counted too.
+        on_row = sum(1 for _, held in rows if held)
+        return Pruned(jobs=cur.rowcount, attempts=on_row + attempts, steps=steps)
+
+
+def _delete_batch_by_orm(store: JobStore, cutoff: datetime, limit: int) -> Pruned:
+    """One batch through Django's deletion collector, for a table the statements do not know
+    refers to jobs (a model of the site's own): slower, but it follows every ``on_delete``."""
+    using = store.alias
+    ids = list(_finished_jobs(using, cutoff).order_by("finished_at")
+               .values_list("id", flat=True)[:limit])
+    if not ids:
+        return Pruned()
+    with transaction.atomic(using=using):
+        on_row = Job.objects.using(using).filter(id__in=ids, attempt_on_row=True).count()
+        attempts = JobAttempt.objects.using(using).filter(job_id__in=ids).delete()[0]
+        steps = JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
+        _, deleted = Job.objects.using(using).filter(id__in=ids).delete()
+    return Pruned(jobs=deleted.get(Job._meta.label, 0), attempts=on_row + attempts, steps=steps)
 
 
 def _finished_jobs(using: str, cutoff: datetime) -> QuerySet[Job]:

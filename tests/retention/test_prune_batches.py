@@ -1,0 +1,89 @@
+"""The prune's batches: one short statement each on PostgreSQL, the same counts on both
+engines, no wait on a row another transaction holds, and Django's collector for a model the
+statements do not know."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_ultjobs.models import Job, JobAttempt, JobStep
+from django_ultjobs.store import retention
+from django_ultjobs.store.retention import prune
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+def _finished(alias: str, n: int, days_ago: float = 30, **extra: object) -> list[int]:
+    """``n`` jobs finished ``days_ago``, each with an attempt row and a step; one in three
+    holds its attempt on its row instead (rule 97 (attempt-on-row))."""
+    at = timezone.now() - timedelta(days=days_ago)
+    jobs = Job.objects.using(alias).bulk_create(
+        Job(name="add", status="succeeded", finished_at=at, attempt_on_row=i % 3 == 0, **extra)
+        for i in range(n))
+    JobAttempt.objects.using(alias).bulk_create(
+        JobAttempt(job=j, attempt=1, outcome="succeeded") for j in jobs)
+    JobStep.objects.using(alias).bulk_create(JobStep(job=j, name="s", result=1) for j in jobs)
+    return [j.id for j in jobs]
+
+
+def test_batches_count_jobs_attempts_and_steps(alias: str) -> None:
+    _finished(alias, 7)
+    recent = _finished(alias, 2, days_ago=1)
+    advanced: list[int] = []
+    with CaptureQueriesContext(connections[alias]) as captured:
+        pruned = prune(older_than=timedelta(days=14), using=alias, batch_size=3,
+                       on_batch=advanced.append)
+    assert (pruned.jobs, pruned.attempts, pruned.steps) == (7, 7 + 3, 7)
+    assert advanced == [3, 3, 1]
+    assert sorted(Job.objects.using(alias).values_list("id", flat=True)) == recent
+    assert JobAttempt.objects.using(alias).count() == JobStep.objects.using(alias).count() == 2
+    if connections[alias].vendor == "postgresql":
+        # One statement per batch (jobs, attempts and steps together), and one that found none.
+        batches = [q for q in captured.captured_queries if "django_ultjobs:prune_batch" in q["sql"]]
+        assert len(batches) == 4
+
+
+def test_a_row_another_transaction_holds_is_skipped_not_waited_for(pg_alias: str) -> None:
+    """A retry or a unique key's release holding a finished row: the prune goes on without it."""
+    held = _finished(pg_alias, 4)[0]
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic(using=pg_alias):
+                Job.objects.using(pg_alias).select_for_update().get(id=held)
+                locked.set()
+                release.wait(30)
+        finally:
+            connections[pg_alias].close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        started = time.monotonic()
+        pruned = prune(older_than=timedelta(days=14), using=pg_alias, batch_size=2)
+        assert time.monotonic() - started < 10
+    finally:
+        release.set()
+        holder.join()
+    assert pruned.jobs == 3
+    assert list(Job.objects.using(pg_alias).values_list("id", flat=True)) == [held]
+
+
+def test_a_model_the_statements_do_not_know_goes_through_djangos_collector(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert retention._relations_known()  # the package's own models: the statements
+    monkeypatch.setattr(retention, "KNOWN_RELATIONS", set())
+    assert not retention._relations_known()
+    _finished(alias, 4)
+    pruned = prune(older_than=timedelta(days=14), using=alias, batch_size=3)
+    assert (pruned.jobs, pruned.attempts, pruned.steps) == (4, 4 + 2, 4)
+    assert not Job.objects.using(alias).exists()
