@@ -83,6 +83,11 @@ def explain_slowest(timed: Timed) -> None:
     for _, sql in timed.slowest:
         # The package's named statements start with their tag, /* django_ultjobs:name */.
         if not re.sub(r"^\s*/\*.*?\*/", "", sql).lstrip().upper().startswith(("SELECT", "WITH")):
+            timed.plans.append("(not a query: not explained)")
+            continue
+        if re.search(r"\$\d", sql):
+            # The log shows a named statement's placeholders, not the values it ran with.
+            timed.plans.append("(bound parameters: not explained)")
             continue
         with connection.cursor() as cur:
             if postgresql:
