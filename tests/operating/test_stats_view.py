@@ -22,11 +22,7 @@ from django_ultjobs.models import Job, QueuePause, RateLimitBucket, Slot, Worker
 from django_ultjobs.queue_stats import stats
 from django_ultjobs.store import get_store
 
-pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
-                                    available_apps=["django_ultjobs", "tests.testapp",
-                                                    "django.contrib.auth",
-                                                    "django.contrib.contenttypes",
-                                                    "django.contrib.sessions"])
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 URL = "/jobs/stats/"
 TOKEN = "s3cret-token-for-the-autoscaler"
