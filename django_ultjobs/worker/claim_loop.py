@@ -26,6 +26,7 @@ from .options import WorkerOptions
 from .rate_gate import RateGate
 from .recycle import Recycler
 from .registration import WorkerRow
+from .vitals import Vitals, outage_backoff
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -42,7 +43,8 @@ class ClaimLoop:
 
     def __init__(self, *, store: JobStore, options: WorkerOptions, dispatcher: Dispatcher,
                  slots: FleetSlots, completer: Completer, rates: RateGate, recycler: Recycler,
-                 row: WorkerRow, stopping: threading.Event) -> None:
+                 row: WorkerRow, stopping: threading.Event, vitals: Vitals | None = None
+                 ) -> None:
         self.store = store
         self.options = options
         self.worker_id = options.worker_id
@@ -55,6 +57,8 @@ class ClaimLoop:
         self.recycler = recycler
         self.row = row
         self._stopping = stopping
+        #: Told of each round, for the liveness probe (rule 121 (probe-alive)).
+        self.vitals = vitals
         self._wake = threading.Event()
         # Set by an enqueue notification: work of any kind may have arrived.
         self._notified = threading.Event()
@@ -86,7 +90,19 @@ class ClaimLoop:
         them in one statement per lane (``claim``), start them (``Dispatcher.dispatch``), then
         wait for a free place, a written settle or new work (``_after_empty_claim``)."""
         loop = LoopState(batch=max(1, self.options.threads // 2))
+        try:
+            self._rounds(loop)
+        finally:
+            if self.vitals is not None:
+                self.vitals.claims_done()
+
+    def _rounds(self, loop: LoopState) -> None:
         while not self._stopping.is_set():
+            if self.vitals is not None:
+                # The longest this round may wait: a poll interval, or the outage backoff
+                # should its claim fail.
+                self.vitals.claim_round(max(self.options.poll_interval,
+                                            outage_backoff(loop.failures + 1)))
             self._refresh_caps(loop)
             # Slots kept from settled runs that no claim has used for a poll interval: this loop
             # may be waiting for a free thread or for the completer, and other workers for them.
@@ -286,7 +302,7 @@ class ClaimLoop:
     def _claim_failed(self, loop: LoopState) -> float:
         """Count a failed claim; return the outage backoff."""
         loop.failures += 1
-        return min(30.0, 0.2 * 2 ** min(loop.failures, 8))
+        return outage_backoff(loop.failures)
 
     def _after_empty_claim(self, loop: LoopState, *, idle: bool, uncapped: bool) -> bool:
         """Wait for work after a claim that found none; False when a ``burst`` worker is done."""

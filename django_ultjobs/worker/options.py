@@ -75,6 +75,11 @@ class WorkerOptions:
     max_jobs: int | None = None
     #: MiB of resident memory past which the worker stops claiming and exits 0 likewise.
     max_memory: float | None = None
+    #: The port of the health probes (rules 121-123), None for no health server; 0 lets the
+    #: system pick a free one (logged when it listens).
+    health_port: int | None = None
+    #: The address the health server listens on.
+    health_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         self._check_seconds()
@@ -82,6 +87,7 @@ class WorkerOptions:
             raise JobConfigurationError("--queue needs at least one non-empty queue name")
         for queue in self.queues:
             _check_flag_text("--queue", queue, MAX_QUEUE)
+        self._check_health()
         _check_flag_text("--worker-id", self.worker_id, MAX_WORKER_ID)
         if not 1 <= self.threads <= MAX_THREADS:
             more = "; for more jobs at once, run more worker processes" if self.threads > 1 else ""
@@ -125,6 +131,20 @@ class WorkerOptions:
                                    or not is_finite(memory) or memory <= 0):
             raise JobConfigurationError(
                 f"--max-memory must be a number of MiB more than 0, not {shown(memory)}")
+
+    def _check_health(self) -> None:
+        """Refuse a health port that is not one (a port past 65535 fails the bind with a
+        message about something else) and an empty host, by their flags (rule 18)."""
+        port = self.health_port
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                 or not 0 <= port <= 65535):
+            raise JobConfigurationError(
+                f"--health-port must be a port number from 1 to 65535 (or 0: one the system "
+                f"picks), not {port!r}")
+        if not isinstance(self.health_host, str) or not self.health_host.strip():
+            raise JobConfigurationError(
+                f"--health-host must be an address to listen on, such as 127.0.0.1 or 0.0.0.0, "
+                f"not {self.health_host!r}")
 
     def _check_seconds(self) -> None:
         """Refuse a duration that is not a number, is infinite, or is past ``MAX_SECONDS``.

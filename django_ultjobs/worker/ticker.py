@@ -19,6 +19,7 @@ from .deadlines import Deadlines
 from .fleet_slots import FleetSlots
 from .registration import WorkerRow
 from .runs import Run, RunsInFlight
+from .vitals import Vitals
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -29,7 +30,7 @@ class Ticker:
 
     def __init__(self, *, store: JobStore, runs: RunsInFlight, slots: FleetSlots,
                  row: WorkerRow, visibility_timeout: float, interval: float,
-                 deadlines: Deadlines | None = None) -> None:
+                 deadlines: Deadlines | None = None, vitals: Vitals | None = None) -> None:
         self.store = store
         self.runs = runs
         #: The worker's row, touched every tick and written again whole if it is gone.
@@ -38,6 +39,9 @@ class Ticker:
         #: tick: a slow heartbeat must not hold a timeout back.
         self.deadlines = deadlines
         self.slots = slots
+        #: Told of each beat and whether the database answered it, for the probes (rules 121
+        #: (probe-alive) and 122 (probe-ready)).
+        self.vitals = vitals
         self.worker_id = row.worker_id
         self.visibility_timeout = visibility_timeout
         self.interval = interval
@@ -91,6 +95,11 @@ class Ticker:
         except Exception as exc:
             log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
                       worker_id=self.worker_id, error=repr(exc))
+            if self.vitals is not None:
+                self.vitals.beat(exc)
+            return
+        if self.vitals is not None:
+            self.vitals.beat()
 
     def _heartbeat(self, runs: list) -> None:
         try:

@@ -39,6 +39,7 @@ from .drain_report import REPORT_INTERVAL, STOP_NOW, describe_runs
 from .executor import abandonment
 from .fleet_slots import FleetSlots
 from .gauges import GaugeSampler
+from .health import HealthServer
 from .listener import Listener
 from .options import MAX_SECONDS, WorkerOptions
 from .rate_gate import RateGate
@@ -47,6 +48,7 @@ from .registration import WorkerRow
 from .runs import RunsInFlight
 from .scheduler import Scheduler
 from .ticker import Ticker
+from .vitals import Vitals
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -75,9 +77,12 @@ class WorkerProcess:
             on_overrun=self._overran if options.exit_on_overrun else None)
         self.row = WorkerRow(self.store, options,
                              overrunning=lambda: self.deadlines.overrunning)
+        #: What the health probes read (rules 121 (probe-alive) and 122 (probe-ready)).
+        self.vitals = Vitals(heartbeat_interval=options.heartbeat_interval)
         self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
                              row=self.row, visibility_timeout=options.visibility_timeout,
-                             interval=options.heartbeat_interval, deadlines=self.deadlines)
+                             interval=options.heartbeat_interval, deadlines=self.deadlines,
+                             vitals=self.vitals)
         self.completer = Completer(store=self.store, runs=self.runs, slots=self.slots,
                                    worker_id=self.worker_id, on_written=self.wake)
         self.rates = RateGate(self.store, self.worker_id)
@@ -90,7 +95,8 @@ class WorkerProcess:
         self._forced = threading.Event()
         self.claims = ClaimLoop(store=self.store, options=options, dispatcher=self.dispatcher,
                                 slots=self.slots, completer=self.completer, rates=self.rates,
-                                recycler=self.recycler, row=self.row, stopping=self._stopping)
+                                recycler=self.recycler, row=self.row, stopping=self._stopping,
+                                vitals=self.vitals)
         self.listener = (
             Listener(store=self.store, queues=options.queues, wake=self.notified,
                      worker_id=self.worker_id)
@@ -133,16 +139,37 @@ class WorkerProcess:
     def run(self, *, install_signals: bool = True) -> int:
         """Claim and run jobs until stopped (or, with ``burst``, until none is runnable)."""
         self.check()
+        # Listening before the start-up wait (readiness says "starting" meanwhile), and before
+        # the row is written: a port in use fails the start with nothing to undo.
+        health = self._health_server()
         # Before the start-up wait, so a SIGTERM during it stops the worker cleanly.
         restore = self._install_signals() if install_signals else None
         try:
+            if health is not None:
+                health.start()
             if self._start():
                 self._serve()
         finally:
             if restore is not None:
                 restore()
+            if health is not None:
+                health.stop()
             connections.close_all()
         return self.exit_code
+
+    def _health_server(self) -> HealthServer | None:
+        """The server of the probes (rules 121-123), listening; None without ``--health-port``."""
+        if self.options.health_port is None:
+            return None
+        vitals = self.vitals
+
+        def ready() -> str | None:
+            return vitals.not_ready(started=self.started.is_set(),
+                                    stopping=self._stopping.is_set())
+
+        return HealthServer({"/livez": vitals.not_alive, "/readyz": ready},
+                            host=self.options.health_host, port=self.options.health_port,
+                            worker_id=self.worker_id)
 
     def _overran(self) -> None:
         """``--exit-on-overrun``: a body ignores its timeout, and only the process exit can stop
@@ -331,6 +358,7 @@ class WorkerProcess:
                 # changes anything in it (the WAL switch).
                 self.row.register()
                 registered = True
+                self.vitals.registered()
                 self._prepare_database()
                 return True
             except (DatabaseError, InterfaceError) as exc:

@@ -91,6 +91,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-schedule", action="store_true",
                             help="Enqueue no ticks of periodic jobs; the other workers do "
                                  "(each tick is enqueued once whoever sends it).")
+        parser.add_argument("--health-port", type=whole_number, default=None, metavar="PORT",
+                            help="Serve GET /livez and /readyz on this port for a supervisor's "
+                                 "probes (docs/worker.md); 0 picks a free port, logged.")
+        parser.add_argument("--health-host", default="127.0.0.1", metavar="ADDRESS",
+                            help="Address the health probes listen on (default: %(default)s; "
+                                 "0.0.0.0 for a probe from outside the host or pod).")
         parser.add_argument("--database", default=None,
                             help="Database alias of the job tables (default: ULTJOBS DATABASE).")
         parser.add_argument("--worker-id", default=None,
@@ -143,6 +149,8 @@ class Command(BaseCommand):
             max_memory=options["max_memory"],
             exit_on_overrun=options["exit_on_overrun"],
             schedule=not options["no_schedule"],
+            health_port=options["health_port"],
+            health_host=options["health_host"],
             **extra,
         )
         worker = WorkerProcess(worker_options)
