@@ -75,8 +75,8 @@ class WorkerOptions:
     max_jobs: int | None = None
     #: MiB of resident memory past which the worker stops claiming and exits 0 likewise.
     max_memory: float | None = None
-    #: The port of the health probes (rules 121-123), None for no health server; 0 lets the
-    #: system pick a free one (logged when it listens).
+    #: The port of the health probes (rules 121 (probe-alive) to 123 (probes-only)), None for
+    #: none; 0 lets the system pick a free one (logged when it listens).
     health_port: int | None = None
     #: The address the health server listens on.
     health_host: str = "127.0.0.1"

@@ -108,6 +108,9 @@ class WorkerProcess:
             Scheduler(store=self.store, worker_id=self.worker_id, clock=clock)
             if options.schedule and not options.burst else None
         )
+        #: The probes' server while ``run`` runs with ``--health-port`` (its ``port`` the one
+        #: listened on).
+        self.health: HealthServer | None = None
         #: The gauge sampler, started with the other threads when metrics are on
         #: (rule 71 (gauges-one-reader)).
         self.gauges: GaugeSampler | None = None
@@ -141,7 +144,7 @@ class WorkerProcess:
         self.check()
         # Listening before the start-up wait (readiness says "starting" meanwhile), and before
         # the row is written: a port in use fails the start with nothing to undo.
-        health = self._health_server()
+        health = self.health = self._health_server()
         # Before the start-up wait, so a SIGTERM during it stops the worker cleanly.
         restore = self._install_signals() if install_signals else None
         try:
@@ -158,7 +161,8 @@ class WorkerProcess:
         return self.exit_code
 
     def _health_server(self) -> HealthServer | None:
-        """The server of the probes (rules 121-123), listening; None without ``--health-port``."""
+        """The probes' server (rules 121 (probe-alive) to 123 (probes-only)), listening; None
+        without ``--health-port``."""
         if self.options.health_port is None:
             return None
         vitals = self.vitals

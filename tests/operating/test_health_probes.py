@@ -1,8 +1,8 @@
 """The health probes of a real ``runjobworker --health-port`` process, on both engines: readiness
 from start-up to drain, liveness lost to a heartbeat or a claim loop blocked on a lock the test
-holds (a real outage, not a hook), and nothing served but the two probes (rules 121
-(probe-alive), 122 (probe-ready) and 123 (probes-only)). Every wait is on the process's answers,
-its output or its exit."""
+holds (a real outage, not a hook), and nothing served but the two probes
+(rules 121 (probe-alive), 122 (probe-ready) and 123 (probes-only)). Every wait is on the
+process's answers, its output or its exit."""
 
 from __future__ import annotations
 
