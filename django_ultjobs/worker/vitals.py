@@ -65,7 +65,7 @@ class Vitals:
             self.claims_ended = True
 
     def beat(self, error: BaseException | None = None) -> None:
-        """The ticker finished a tick; ``error`` is what its statement raised, if it did."""
+        """The ticker sent a heartbeat; ``error`` is what its statement raised, if it did."""
         with self._lock:
             self.beat_at = now = self.clock()
             if error is None:
@@ -79,14 +79,14 @@ class Vitals:
 
     @property
     def heartbeat_bound(self) -> float:
-        """Seconds without a beat before the heartbeat counts as stuck: a tick is due every
+        """Seconds without a beat before the heartbeat counts as stuck: one is due every
         interval, and a slow statement gets two more (a lease outlives two missed beats)."""
         return 3 * self.heartbeat_interval
 
     @property
     def database_bound(self) -> float:
         """Seconds without an answer before the database counts as gone: one interval to the
-        next tick, and one for its statement."""
+        next heartbeat, and one for its statement."""
         return 2 * self.heartbeat_interval
 
     def round_bound(self, allowance: float) -> float:
