@@ -1,5 +1,5 @@
-"""The worker's health server: ``GET /livez`` and ``GET /readyz`` and nothing else (rule 123
-(probes-only)).
+"""The worker's health server: ``GET /livez`` and ``GET /readyz`` and nothing else
+(rule 123 (probes-only)).
 
 The standard library's threading HTTP server on a daemon thread of the worker: a probe is a
 few field reads (``Vitals``), so a framework would add nothing but weight. It serves while the
@@ -116,7 +116,8 @@ class HealthServer:
 
 
 def _cannot_listen(host: str, port: int, exc: OSError) -> str:
-    """Why the health server cannot listen, in one line naming the flag to change (rule 18)."""
+    """Why the health server cannot listen, in one line naming the flag to change
+    (rule 18 (start-mistake-named))."""
     if exc.errno == errno.EADDRINUSE:
         return (f"--health-port {port}: {host}:{port} is in use by another process; choose "
                 "another port, or 0 for one the system picks")

@@ -134,7 +134,8 @@ class WorkerOptions:
 
     def _check_health(self) -> None:
         """Refuse a health port that is not one (a port past 65535 fails the bind with a
-        message about something else) and an empty host, by their flags (rule 18)."""
+        message about something else) and an empty host, by their flags
+        (rule 18 (start-mistake-named))."""
         port = self.health_port
         if port is not None and (isinstance(port, bool) or not isinstance(port, int)
                                  or not 0 <= port <= 65535):

@@ -39,8 +39,8 @@ class Ticker:
         #: tick: a slow heartbeat must not hold a timeout back.
         self.deadlines = deadlines
         self.slots = slots
-        #: Told of each beat and whether the database answered it, for the probes (rules 121
-        #: (probe-alive) and 122 (probe-ready)).
+        #: Told of each beat and whether the database answered it, for the probes
+        #: (rules 121 (probe-alive) and 122 (probe-ready)).
         self.vitals = vitals
         self.worker_id = row.worker_id
         self.visibility_timeout = visibility_timeout
