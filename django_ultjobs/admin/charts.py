@@ -38,6 +38,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..models import LIVE_STATUSES, AttemptOutcome, AttemptRecord, Job, JobAttempt
 from ..store import get_store
+from ..store.live import oldest_due
 
 #: Attempts counted per page at most: the counts of a busy day stop at the newest this many.
 MAX_ATTEMPTS_READ = 50_000
@@ -295,11 +296,16 @@ def queue_ages(alias: str, name: str | None, now: datetime) -> list[QueueAge]:
     """Return how long the oldest runnable job of each queue has waited, oldest first.
 
     Runnable as in the summary's "oldest runnable job": live and due (a lapsed running job is
-    due again, for re-delivery). One grouped query over the claim's partial index.
+    due again, for re-delivery). For every job, the first entry of each queue's ranges of the
+    live index (rule 120 (bounded-live-stats)); for one job name, one grouped query over the
+    claim's per-kind partial index.
     """
-    live = Job.objects.using(alias).filter(status__in=LIVE_STATUSES, visible_at__lte=Now())
-    if name is not None:
-        live = live.filter(name=name)
-    rows = live.values("queue").order_by().annotate(oldest=Min("visible_at"))
-    ages = [QueueAge(r["queue"], max(0.0, (now - r["oldest"]).total_seconds())) for r in rows]
+    if name is None:
+        oldest = oldest_due(get_store(alias))
+    else:
+        rows = (Job.objects.using(alias)
+                .filter(status__in=LIVE_STATUSES, visible_at__lte=Now(), name=name)
+                .values("queue").order_by().annotate(oldest=Min("visible_at")))
+        oldest = {r["queue"]: r["oldest"] for r in rows}
+    ages = [QueueAge(queue, max(0.0, (now - at).total_seconds())) for queue, at in oldest.items()]
     return sorted(ages, key=lambda a: (-a.seconds, a.queue))

@@ -1116,3 +1116,16 @@ WITH batch AS (
 )
 SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM jobs WHERE attempt_on_row),
        (SELECT count(*) FROM attempts), (SELECT count(*) FROM steps);
+
+-- name: live_oldest
+-- Per queue with a live job and per live status, when its longest-due job became due: the first
+-- entry of one range of the live index each, for the admin's queue-age chart
+-- (rule 120 (bounded-live-stats)).
+{fragment:live_queues}
+SELECT q.queue,
+       (SELECT j.visible_at FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+            ORDER BY j.visible_at LIMIT 1)
+FROM queues AS q
+CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;

@@ -739,3 +739,16 @@ DELETE FROM django_ultjobs_jobstep WHERE job_id IN (SELECT value FROM json_each(
 
 -- name: prune_batch_jobs
 DELETE FROM django_ultjobs_job WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: live_oldest
+-- Per queue with a live job and per live status, when its longest-due job became due: the first
+-- entry of one range of the live index each, for the admin's queue-age chart
+-- (rule 120 (bounded-live-stats)).
+{fragment:live_queues}
+SELECT q.queue,
+       (SELECT j.visible_at FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+            ORDER BY j.visible_at LIMIT 1)
+FROM queues AS q
+CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;

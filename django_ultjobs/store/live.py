@@ -103,3 +103,16 @@ def live_names(store: JobStore) -> list[str]:
     with store.cursor() as cur:
         cur.execute(store.sql["live_names"], {})
         return [name for (name,) in cur.fetchall()]
+
+
+def oldest_due(store: JobStore) -> dict[str, datetime]:
+    """When the longest-due live job of each queue became due (queues with none due left out):
+    three index probes per queue, however many jobs each holds."""
+    found: dict[str, datetime] = {}
+    with store.cursor() as cur:
+        cur.execute(store.sql["live_oldest"], {"now": store.now_param()})
+        for queue, due_at in cur.fetchall():
+            if due_at is not None:
+                at = store.parse_time(due_at)
+                found[queue] = min(at, found.get(queue, at))
+    return found

@@ -106,6 +106,10 @@ def test_app_index_summary_stops_each_live_count_at_the_cap(
     grouped = [sql for sql in statements if COUNT_OF_JOBS.search(sql) and "GROUP BY" in sql
                and "\"status\" = 'running'" not in sql]
     assert grouped == []
+    # The queue-age chart: the first entry of each queue's ranges, not a MIN over every due job.
+    assert not [sql for sql in statements if "MIN(" in sql.upper() and "GROUP BY" in sql
+                and '"django_ultjobs_job"' in sql]
+    assert any("django_ultjobs:live_oldest" in sql for sql in statements)
     queued = re.search(r'data-status="queued"><a [^>]+>(.*?)</a>', html).group(1)
     running = re.search(r'data-status="running"><a [^>]+>(.*?)</a>', html).group(1)
     assert "&gt; 5" in queued and running.strip() == "2"
