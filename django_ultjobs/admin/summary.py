@@ -30,7 +30,7 @@ from ..queue_stats import running_workers
 from ..store import get_store
 from ..store.live import LiveRow, live_names, live_rows
 from .display import duration, seconds_between
-from .paginator import EXACT_UP_TO, EstimatedCountPaginator
+from .paginator import EXACT_UP_TO, EstimatedCountPaginator, planner_estimate
 from .settling import settling_by_key
 
 
@@ -127,10 +127,19 @@ class Summary:
     unknown_jobs_more: int = 0
 
 
-def _count_or_estimate(alias: str, status: str) -> StatusCount:
-    # The changelist's paginator already knows how to count a big status cheaply.
-    paginator = EstimatedCountPaginator(
-        Job.objects.using(alias).filter(status=status).order_by("-id"), 1)
+#: Jobs in the table (the planner's estimate) past which a finished status is estimated even
+#: when few rows hold it: no index leads with the status, so counting a rare one (400 cancelled
+#: among a million) reads the whole table, 90-120 ms at 1.2 million rows.
+ESTIMATE_PAST = 10 * EXACT_UP_TO
+
+
+def _count_or_estimate(alias: str, status: str, table_rows: int | None) -> StatusCount:
+    """How many jobs finished in ``status``: the planner's estimate on a big table, else what
+    the changelist's paginator says (exact up to its cap)."""
+    jobs = Job.objects.using(alias).filter(status=status).order_by("-id")
+    if table_rows is not None and table_rows > ESTIMATE_PAST:
+        return StatusCount(status, planner_estimate(jobs) or 0, estimated=True)
+    paginator = EstimatedCountPaginator(jobs, 1)
     return StatusCount(status, paginator.count, paginator.estimated, paginator.lower_bound)
 
 
@@ -247,7 +256,8 @@ def jobs_summary(alias: str) -> Summary:
     """Return the summary of the jobs in ``alias``, in a handful of index-backed queries, each
     reading a bounded number of rows."""
     statuses, queues, oldest = bounded_queue_counts(alias)
-    statuses += [_count_or_estimate(alias, s) for s in FINISHED_STATUSES]
+    table_rows = planner_estimate(Job.objects.using(alias).all())
+    statuses += [_count_or_estimate(alias, s, table_rows) for s in FINISHED_STATUSES]
 
     slots = Slot.objects.using(alias).aggregate(
         held=Count("id", filter=Q(expires_at__gt=Now())),
