@@ -11,6 +11,7 @@ import pytest
 from django.db import OperationalError
 
 from django_ultjobs.exceptions import JobConfigurationError
+from django_ultjobs.worker.health import HealthServer
 from django_ultjobs.worker.options import WorkerOptions
 from django_ultjobs.worker.vitals import Vitals, outage_backoff
 from tests.conftest import running_worker
@@ -122,3 +123,10 @@ def test_the_server_stops_with_the_worker(alias: str) -> None:
     assert not {t for t in threading.enumerate() if t.name == "ultjobs-health"} - before
     with pytest.raises(ConnectionRefusedError):
         http.client.HTTPConnection("127.0.0.1", port, timeout=5).request("GET", "/livez")
+
+
+def test_an_address_not_of_this_machine_is_refused_by_its_flag() -> None:
+    """rule 123 (probes-only): 192.0.2.1 is a documentation address, never assigned."""
+    with pytest.raises(JobConfigurationError, match=r"^--health-host '192\.0\.2\.1': cannot "
+                       r"listen there \(.+\); give an address of this machine"):
+        HealthServer({"/livez": lambda: None}, host="192.0.2.1", port=0, worker_id="w")
