@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,6 +127,39 @@ def test_not_alive_while_the_claim_loop_is_blocked(
             reason
         assert probe(port, "/readyz")[0] == 503
     answers(port, "/livez", 200)
+
+
+def test_a_database_outage_makes_the_worker_unready_not_dead(
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:
+    """rules 121 (probe-alive) and 122 (probe-ready): the database refuses the worker's every
+    connection (its own connections cut, new ones refused): unready at the first failed
+    heartbeat, alive all along (each failure is a round, a beat), ready again once it is back."""
+    worker_processes.start(pg_alias, *FLAGS)
+    port = health_port(worker_processes)
+    answers(port, "/readyz", 200)
+    settings = connections[pg_alias].settings_dict
+    with connections[pg_alias].cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        (own,) = cur.fetchone()
+    name = settings["NAME"]
+    with psycopg.connect(dbname="postgres", host=settings["HOST"] or None,
+                         port=settings["PORT"] or None, user=settings["USER"] or None,
+                         password=settings["PASSWORD"] or None, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        try:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = %s AND pid <> %s", (name, own))
+            reason = answers(port, "/readyz", 503)
+            assert reason.startswith("database: the heartbeat failed "), reason
+            # Past every bound (heartbeat 1.5 s, claim round 0.9 s, then the backoff's).
+            until = time.monotonic() + 5.0
+            while time.monotonic() < until:
+                assert probe(port, "/livez") == (200, "ok\n")
+                time.sleep(0.1)
+        finally:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    answers(port, "/readyz", 200)
+    assert probe(port, "/livez") == (200, "ok\n")
 
 
 def test_not_ready_while_draining_and_gone_with_the_worker(
