@@ -8,17 +8,16 @@ result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"),
                      reason="the invoice run was started twice")
 result.cancelled, result.requested      # how many were cancelled now / asked to stop
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
-pause_queue("emails")                   # no worker claims from it; enqueue still works
-(rule 75 (paused-queue)) resume_queue("emails")                  # claimed again at once (LISTEN) or
-within a poll pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it is
-resumed ```
+pause_queue("emails")                   # no worker claims from it; enqueue still works (rule 75)
+resume_queue("emails")                  # claimed again at once (LISTEN) or within a poll
+pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it is resumed
+```
 
 Every change is one ``UPDATE`` fenced on the status it starts from, so an operation racing a
 worker (a claim, a settle) changes nothing the worker already moved on from. A running job is
 never written here beyond its ``cancel_requested`` flag: its worker still owns the row, and it
-cancels the run at its next heartbeat through the same signal as a lost lease
-(rule 3 (lost-lease-cancels)), then settles it ``cancelled`` itself under its claim token
-(rule 4 (fenced-settle)).
+cancels the run at its next heartbeat through the same signal as a lost lease (rule 3), then
+settles it ``cancelled`` itself under its claim token (rule 4).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from django.db import connections, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, Max, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
 from .conf import jobs_database
@@ -59,10 +58,12 @@ RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 #: Ids per statement: keeps a "select all 1,000,000" action under PostgreSQL's 65,535-parameter
 #: limit and every lock short, so the heartbeats it shares rows with wait milliseconds, not seconds.
 CHUNK = 500
+#: The largest ``chunk_size`` an operation takes: ten times that many ids would still fit one
+#: statement, and a transaction of more would hold its row locks for seconds.
+MAX_CHUNK = 10_000
 #: The largest id a job can have (the primary key is a 64-bit integer).
 BIGINT_MAX = 2**63 - 1
-#: The longest cancel reason kept (rule 59 (cancel-reason-kept)): it is written into logs and every
-#: cancelled attempt.
+#: The longest cancel reason kept (rule 59): it is written into logs and every cancelled attempt.
 MAX_CANCEL_REASON = 2000
 #: The longest job name (the ``name`` column's length).
 MAX_JOB_NAME = 200
@@ -79,6 +80,10 @@ class CancelResult:
     #: Running jobs now flagged ``cancel_requested``: their worker cancels them at its next
     #: heartbeat (or, if that worker is gone, the worker the job is re-delivered to does).
     requested_ids: tuple[int, ...] = ()
+    #: Jobs gone through but left alone for their status (finished, or running and asked already).
+    skipped: int = 0
+    #: Ids given that no job has (ids only: a queryset names no missing job).
+    missing_ids: tuple[int, ...] = ()
 
     @property
     def cancelled(self) -> int:
@@ -94,8 +99,7 @@ class CancelResult:
 @dataclass(frozen=True)
 class RetryResult:
     """What ``retry_jobs`` did: the ids of the failed or cancelled jobs queued again, and the
-    ones left alone because another job holds the unique key they held
-    (rule 107 (retry-takes-key-back))."""
+    ones left alone because another job holds the unique key they held (rule 107)."""
 
     retried_ids: tuple[int, ...] = ()
     #: Jobs not retried: a later enqueue took their key over and another job holds it now;
@@ -103,6 +107,10 @@ class RetryResult:
     refused: tuple[KeyHeld, ...] = ()
     #: Jobs retried without their key, beside its holder (``keyless=True`` only).
     keyless_ids: tuple[int, ...] = ()
+    #: Jobs gone through but left alone for their status (not failed or cancelled).
+    skipped: int = 0
+    #: Ids given that no job has (ids only: a queryset names no missing job).
+    missing_ids: tuple[int, ...] = ()
 
     @property
     def retried(self) -> int:
@@ -111,55 +119,78 @@ class RetryResult:
 
 
 def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
-                progress: Progress | None = None, by: str = "",
-                reason: str = "") -> CancelResult:
+                progress: Progress | None = None, by: str = "", reason: str = "",
+                chunk_size: int = CHUNK, dry_run: bool = False) -> CancelResult:
     """Cancel queued or waiting jobs now and ask running ones to stop; return what changed.
 
     ``jobs`` is a queryset of jobs or an iterable of job ids. Jobs in any other status (finished
-    ones, running ones already asked) are left alone and not counted. ``using`` is the jobs
-    database; it defaults to ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on.
-    ``progress`` is called after each chunk of ``CHUNK`` ids (see ``Progress``). ``by`` goes
-    to the ``jobs.operations.cancelled`` log line.
+    ones, running ones already asked) are left alone and counted as ``skipped``; ids no job has
+    are returned as ``missing_ids``. ``using`` is the jobs database; it defaults to
+    ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on. The jobs are gone through
+    in id order, ``chunk_size`` ids per transaction (rule 113); a queryset is read a chunk at a
+    time, and only its jobs that existed when the call began are touched. ``progress`` is called
+    after each chunk (see ``Progress``). ``by`` goes to the ``jobs.operations.cancelled`` log
+    line. ``dry_run=True`` changes nothing and logs nothing: it returns what would change now.
 
-    ``reason`` says why (rule 59 (cancel-reason-kept)): it is stored on each job
-    (``Job.cancel_reason``, shown in the admin), logged, written into the cancelled attempt's error
-    and the ``last_error`` of the jobs cancelled now, and a running body reads it as
-    ``ctx.cancel_reason``. At most ``MAX_CANCEL_REASON`` characters of text.
+    ``reason`` says why (rule 59): it is stored on each job (``Job.cancel_reason``, shown in the
+    admin), logged, written into the cancelled attempt's error and the ``last_error`` of the jobs
+    cancelled now, and a running body reads it as ``ctx.cancel_reason``. At most
+    ``MAX_CANCEL_REASON`` characters of text.
     """
     reason = _checked_reason(reason)
+    size = _checked_chunk_size(chunk_size)
     alias = using or jobs_database()
-    error = {"last_error": f"cancelled by {by or 'an operator'}: {reason}"} if reason else {}
     cancelled: list[int] = []
     requested: list[int] = []
-    live = (*CANCEL_NOW, JobStatus.RUNNING)
-    for chunk in _chunks(_candidate_ids(jobs, alias, live), progress):
-        with transaction.atomic(using=alias):
-            ids = _lock(alias, chunk, Q(status__in=CANCEL_NOW))
-            # Fenced on the status again, though the lock already holds it: the fence is what
-            # the operation means, and it stays true if the locking ever changes.
-            Job.objects.using(alias).filter(id__in=ids, status__in=CANCEL_NOW).update(
-                status=JobStatus.CANCELLED, cancel_requested=True, claim_token=None,
-                cancel_reason=reason, finished_at=Now(), updated_at=Now(), **error,
-            )
-            cancelled.extend(ids)
-        with transaction.atomic(using=alias):
-            # A job claimed since the statement above is running now, and is caught here.
-            running = Q(status=JobStatus.RUNNING, cancel_requested=False)
-            ids = _lock(alias, chunk, running)
-            Job.objects.using(alias).filter(running, id__in=ids).update(
-                cancel_requested=True, cancel_reason=reason, updated_at=Now())
-            requested.extend(ids)
-    if cancelled or requested:
+    missing: list[int] = []
+    seen = 0
+    for chunk in _chunks(jobs, alias, (*CANCEL_NOW, JobStatus.RUNNING), size, progress):
+        seen += len(chunk)
+        found = _statuses(alias, chunk) if dry_run or not isinstance(jobs, QuerySet) else {}
+        if not isinstance(jobs, QuerySet):
+            missing.extend(job_id for job_id in chunk if job_id not in found)
+        if dry_run:
+            cancelled.extend(i for i, (status, _) in found.items() if status in CANCEL_NOW)
+            requested.extend(i for i, (status, asked) in found.items()
+                             if status == JobStatus.RUNNING and not asked)
+            continue
+        now, asked = _cancel_chunk(alias, chunk, reason, by)
+        cancelled.extend(now)
+        requested.extend(asked)
+    if (cancelled or requested) and not dry_run:
         log_event(logger, logging.INFO, "jobs.operations.cancelled", by=by, database=alias,
                   cancelled=len(cancelled), requested=len(requested), reason=reason,
                   job_ids=",".join(map(str, (cancelled + requested)[:LOGGED_IDS])))
-    return CancelResult(tuple(cancelled), tuple(requested))
+    return CancelResult(tuple(cancelled), tuple(requested),
+                        seen - len(cancelled) - len(requested) - len(missing), tuple(missing))
+
+
+def _cancel_chunk(alias: str, chunk: list[int], reason: str, by: str) -> tuple[list[int],
+                                                                                list[int]]:
+    """Cancel the queued and waiting jobs of ``chunk`` and flag its running ones, in two short
+    transactions; return the ids of each."""
+    error = {"last_error": f"cancelled by {by or 'an operator'}: {reason}"} if reason else {}
+    with transaction.atomic(using=alias):
+        cancelled = _lock(alias, chunk, Q(status__in=CANCEL_NOW))
+        # Fenced on the status again, though the lock already holds it: the fence is what
+        # the operation means, and it stays true if the locking ever changes.
+        Job.objects.using(alias).filter(id__in=cancelled, status__in=CANCEL_NOW).update(
+            status=JobStatus.CANCELLED, cancel_requested=True, claim_token=None,
+            cancel_reason=reason, finished_at=Now(), updated_at=Now(), **error,
+        )
+    with transaction.atomic(using=alias):
+        # A job claimed since the statement above is running now, and is caught here.
+        running = Q(status=JobStatus.RUNNING, cancel_requested=False)
+        requested = _lock(alias, chunk, running)
+        Job.objects.using(alias).filter(running, id__in=requested).update(
+            cancel_requested=True, cancel_reason=reason, updated_at=Now())
+    return cancelled, requested
 
 
 def _checked_reason(reason: object) -> str:
     """``reason`` as stored: text of at most ``MAX_CANCEL_REASON`` characters, refused by name
     before any SQL otherwise, as is one with a NUL or a lone surrogate, which no text column of
-    both engines keeps alike (rule 16 (bad-input-refused))."""
+    both engines keeps alike (rule 16)."""
     if not isinstance(reason, str):
         raise JobOptionError(f"cancel_jobs(): reason must be text, not {reason!r}")
     if len(reason) > MAX_CANCEL_REASON:
@@ -171,52 +202,56 @@ def _checked_reason(reason: object) -> str:
     return reason.strip()
 
 
+def _checked_chunk_size(size: object) -> int:
+    """``size`` if it is a whole number from 1 to ``MAX_CHUNK``; refused before any SQL."""
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_CHUNK:
+        raise OperationInputError(
+            f"chunk_size is a whole number from 1 to {MAX_CHUNK:,}, not {size!r}")
+    return size
+
+
 def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
-               progress: Progress | None = None, by: str = "",
-               keyless: bool = False) -> RetryResult:
+               progress: Progress | None = None, by: str = "", keyless: bool = False,
+               chunk_size: int = CHUNK, dry_run: bool = False) -> RetryResult:
     """Queue failed or cancelled jobs again, runnable now, with one more attempt allowed.
 
     ``max_attempts`` becomes ``max(max_attempts, attempt + 1)``: a job that used all its attempts
     gets exactly one more, and one that still had some keeps them. Steps it completed before stay
     memoised, so the new run replays them instead of running them twice. Jobs in other statuses
-    are left alone and not counted. ``progress`` and ``by`` as for ``cancel_jobs``.
+    are left alone and counted as ``skipped``. ``progress``, ``by``, ``chunk_size``, ``dry_run``
+    and ``missing_ids`` as for ``cancel_jobs``.
 
     A job whose unique key a later enqueue took over gets it back when an enqueue of the key
     could take it now (no job holds it, or its holder expired); when another job holds it, the
     job is not retried and ``RetryResult.refused`` names that job: two runs of one key must not
-    run at once (rule 107 (retry-takes-key-back)). ``keyless=True`` retries it anyway, without its
-    key, beside the holder (``RetryResult.keyless_ids``).
+    run at once (rule 107). ``keyless=True`` retries it anyway, without its key, beside the
+    holder (``RetryResult.keyless_ids``). A dry run does not look at keys: it counts such a job
+    as retried.
     """
+    size = _checked_chunk_size(chunk_size)
     alias = using or jobs_database()
     retried: list[int] = []
     refused: list[KeyHeld] = []
     keyless_ids: list[int] = []
-    for chunk in _chunks(_candidate_ids(jobs, alias, RETRYABLE), progress):
-        with transaction.atomic(using=alias):
-            ids = _lock(alias, chunk, Q(status__in=RETRYABLE))
-            # In the transaction that locked the rows and queues them: a holder that appears
-            # after this check finds the key taken back and returns this job
-            # (rule 66 (held-key-returns-holder)).
-            held = take_keys_back(alias, ids)
-            if keyless:
-                keyless_ids.extend(held)
-            else:
-                refused.extend(held.values())
-                ids = [job_id for job_id in ids if job_id not in held]
-            Job.objects.using(alias).filter(id__in=ids, status__in=RETRYABLE).update(
-                status=JobStatus.QUEUED,
-                visible_at=Now(),
-                max_attempts=Greatest(F("max_attempts"), F("attempt") + 1),
-                cancel_requested=False,
-                cancel_reason="",
-                claim_token=None,
-                finished_at=None,
-                updated_at=Now(),
-            )
-            get_store(alias).notify(list(
-                Job.objects.using(alias).filter(id__in=ids).values_list("queue", flat=True)
-                .distinct()))
-            retried.extend(ids)
+    missing: list[int] = []
+    seen = 0
+    for chunk in _chunks(jobs, alias, RETRYABLE, size, progress):
+        seen += len(chunk)
+        found = _statuses(alias, chunk) if dry_run or not isinstance(jobs, QuerySet) else {}
+        if not isinstance(jobs, QuerySet):
+            missing.extend(job_id for job_id in chunk if job_id not in found)
+        if dry_run:
+            retried.extend(i for i, (status, _) in found.items() if status in RETRYABLE)
+            continue
+        ids, held = _retry_chunk(alias, chunk, keyless)
+        retried.extend(ids)
+        if keyless:
+            keyless_ids.extend(held)
+        else:
+            refused.extend(held.values())
+    skipped = seen - len(retried) - len(refused) - len(missing)
+    if dry_run:
+        return RetryResult(tuple(retried), skipped=skipped, missing_ids=tuple(missing))
     keys: dict[str, object] = {}
     if refused:
         keys = {"refused": len(refused), "held": "; ".join(map(str, refused[:LOGGED_IDS]))}
@@ -224,7 +259,35 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
         keys["keyless"] = ",".join(map(str, keyless_ids[:LOGGED_IDS]))
     log_event(logger, logging.INFO, "jobs.operations.retried", by=by, retried=len(retried),
               database=alias, **keys)
-    return RetryResult(tuple(retried), tuple(refused), tuple(keyless_ids))
+    return RetryResult(tuple(retried), tuple(refused), tuple(keyless_ids), skipped,
+                       tuple(missing))
+
+
+def _retry_chunk(alias: str, chunk: list[int], keyless: bool) -> tuple[list[int],
+                                                                        dict[int, KeyHeld]]:
+    """Queue the failed and cancelled jobs of ``chunk`` again in one transaction; return their
+    ids, and the jobs whose key another job holds (retried too if ``keyless``)."""
+    with transaction.atomic(using=alias):
+        ids = _lock(alias, chunk, Q(status__in=RETRYABLE))
+        # In the transaction that locked the rows and queues them: a holder that appears
+        # after this check finds the key taken back and returns this job (rule 66).
+        held = take_keys_back(alias, ids)
+        if not keyless:
+            ids = [job_id for job_id in ids if job_id not in held]
+        Job.objects.using(alias).filter(id__in=ids, status__in=RETRYABLE).update(
+            status=JobStatus.QUEUED,
+            visible_at=Now(),
+            max_attempts=Greatest(F("max_attempts"), F("attempt") + 1),
+            cancel_requested=False,
+            cancel_reason="",
+            claim_token=None,
+            finished_at=None,
+            updated_at=Now(),
+        )
+        get_store(alias).notify(list(
+            Job.objects.using(alias).filter(id__in=ids).values_list("queue", flat=True)
+            .distinct()))
+    return ids, held
 
 
 # -- pausing queues -------------------------------------------------------------------------------
@@ -234,9 +297,8 @@ def pause_queue(name: str, *, reason: str = "", by: str = "", using: str | None 
     """Pause queue ``name`` fleet-wide; return False if it was paused already.
 
     Every worker stops claiming from it at its next claim (within one poll interval when idle);
-    runs in flight finish as usual, and enqueue still adds jobs to it (rule 75 (paused-queue)).
-    ``by`` says who paused it (the admin and the command line pass ``admin:<user>`` and
-    ``cli:<user>``).
+    runs in flight finish as usual, and enqueue still adds jobs to it (rule 75). ``by`` says who
+    paused it (the admin and the command line pass ``admin:<user>`` and ``cli:<user>``).
     """
     name = check_queue_name(name)
     reason = _check_text("reason", reason)
@@ -317,10 +379,10 @@ def check_queue_name(name: object) -> str:
 def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
                     using: str | None = None) -> tuple[str, ...]:
     """Pause periodic jobs fleet-wide: no worker enqueues their ticks until they are resumed
-    (rule 63 (fleet-wide-pause)). Jobs already enqueued still run. Returns the names paused now
-    (those already paused are left alone and not counted)."""
+    (rule 63). Jobs already enqueued still run. Returns the names paused now (those already
+    paused are left alone and not counted)."""
     alias = using or jobs_database()
-    # Begun as the writer on SQLite: it reads, then writes (rule 21 (sqlite-begins-as-writer)).
+    # Begun as the writer on SQLite: it reads, then writes (rule 21).
     with get_store(alias).write_transaction():
         rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=False)
         paused = tuple(sorted(rows.values_list("name", flat=True)))
@@ -334,8 +396,7 @@ def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
 def resume_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
                      using: str | None = None) -> tuple[str, ...]:
     """Resume paused periodic jobs from now on: the ticks that passed while they were paused
-    are not caught up (rule 63 (fleet-wide-pause)), whatever their ``catch_up``. Returns the names
-    resumed now."""
+    are not caught up (rule 63), whatever their ``catch_up``. Returns the names resumed now."""
     alias = using or jobs_database()
     with get_store(alias).write_transaction():
         rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=True)
@@ -353,24 +414,49 @@ def _names(names: QuerySet[JobSchedule] | Iterable[str]) -> list[str]:
     return [str(name) for name in names]
 
 
-def _candidate_ids(jobs: QuerySet[Job] | Iterable[int], alias: str,
-                   statuses: Sequence[str]) -> list[int]:
-    """The ids of ``jobs`` whose status may change; a queryset is read on the jobs database."""
+def _chunks(jobs: QuerySet[Job] | Iterable[int], alias: str, statuses: Sequence[str],
+            size: int, progress: Progress | None) -> Iterator[list[int]]:
+    """The ids to go through, ``size`` at a time in id order; ``progress`` hears of each chunk
+    once its statements are done.
+
+    A queryset is narrowed to ``statuses`` (a "select all" over a million finished rows reads
+    only the few that can change, through the partial indexes on live and failed rows) and read
+    a chunk at a time after the last id seen, up to the highest id it had when the walk began:
+    no list of a million ids in memory, no read held open across the chunks, and jobs enqueued
+    meanwhile are left alone.
+    """
     if isinstance(jobs, QuerySet):
-        # Narrowed by status first: "select all" over a million finished rows reads only the
-        # few that can change, through the partial indexes on live and failed rows.
-        return list(jobs.using(alias).filter(status__in=statuses).order_by("id")
-                    .values_list("id", flat=True))
-    return sorted({int(job_id) for job_id in jobs})
-
-
-def _chunks(ids: list[int], progress: Progress | None = None) -> Iterator[list[int]]:
-    """``ids`` by ``CHUNK``; ``progress`` hears of each chunk once its statements are done."""
-    total = len(ids)
-    for start in range(0, total, CHUNK):
-        yield ids[start:start + CHUNK]
+        rows = jobs.using(alias).filter(status__in=statuses).order_by()
+        bounds = rows.aggregate(total=Count("id"), top=Max("id"))
+        total = bounds["total"]
+        pages: Iterator[list[int]] = _pages(rows.filter(id__lte=bounds["top"] or 0), size)
+    else:
+        ids = sorted({int(job_id) for job_id in jobs})
+        total = len(ids)
+        pages = (ids[start:start + size] for start in range(0, total, size))
+    done = 0
+    for chunk in pages:
+        yield chunk
+        done += len(chunk)
         if progress is not None:
-            progress(min(start + CHUNK, total), total)
+            progress(done, max(total, done))
+
+
+def _pages(rows: QuerySet[Job], size: int) -> Iterator[list[int]]:
+    """The ids of ``rows`` in id order, ``size`` at a time, each page one short read."""
+    last = 0
+    while True:
+        page = list(rows.filter(id__gt=last).order_by("id").values_list("id", flat=True)[:size])
+        if not page:
+            return
+        yield page
+        last = page[-1]
+
+
+def _statuses(alias: str, ids: list[int]) -> dict[int, tuple[str, bool]]:
+    """The status and ``cancel_requested`` of each job of ``ids`` there is, by id."""
+    return {job_id: (status, asked) for job_id, status, asked in Job.objects.using(alias)
+            .filter(id__in=ids).values_list("id", "status", "cancel_requested")}
 
 
 def _lock(alias: str, ids: list[int], condition: Q) -> list[int]:
