@@ -8,21 +8,17 @@ the claim's partial index and the last hour's failures through the finished inde
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
-from django.utils.dateparse import parse_datetime
 from django.utils.html import strip_tags
 
-from ..admin.display import seconds_between
+from ..admin.display import exception_line, seconds_between
 from ..admin.summary import live_queue_counts
 from ..admin.workers import worker_state
-from ..core.tags import tagged
-from ..exceptions import OperationInputError
 from ..models import Job, JobStatus, JobStep, Worker
 from ..store import get_store
 from ..store.attempts import history
@@ -31,54 +27,13 @@ from ..store.attempts import history
 LIST_FIELDS = ("id", "name", "queue", "status", "priority", "attempt", "max_attempts",
                "worker_id", "created_at", "visible_at", "finished_at", "last_error", "tags",
                "progress")
-#: ``--since 90s``, ``15m``, ``2h``, ``7d``, ``1w``.
-#: ASCII digits only: ``\d`` would read Arabic-Indic digits as a span too.
-_SPAN = re.compile(r"^\s*(?P<n>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>s|m|h|d|w)\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_since(text: str, now: datetime) -> datetime:
-    """The moment ``--since`` names: a span back from ``now`` (``15m``, ``2h``, ``7d``) or an
-    ISO 8601 time (UTC unless it says otherwise); refused in one line otherwise."""
-    match = _SPAN.match(text)
-    if match:
-        seconds = float(match["n"]) * _UNIT_SECONDS[match["unit"]]
-        if seconds > 100 * 365 * 86400:
-            raise OperationInputError(f"--since {text!r} reaches back more than 100 years")
-        return now - timedelta(seconds=seconds)
-    try:
-        moment = parse_datetime(text.strip())
-    except ValueError:
-        moment = None
-    if moment is None:
-        raise OperationInputError(
-            f"--since takes a span back from now (90s, 15m, 2h, 7d, 1w) or an ISO 8601 time "
-            f"(2026-12-04T09:30), not {text!r}")
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def filtered_jobs(alias: str, *, statuses: list[str] | None = None,
-                  queues: list[str] | None = None, names: list[str] | None = None,
-                  since: datetime | None = None, since_field: str = "created_at",
-                  tags: list[str] | None = None) -> QuerySet[Job]:
-    """The jobs matching every filter given (carrying every tag of ``tags``), newest first."""
-    jobs = Job.objects.using(alias).order_by("-id")
-    if statuses:
-        jobs = jobs.filter(status__in=statuses)
-    if queues:
-        jobs = jobs.filter(queue__in=queues)
-    if names:
-        jobs = jobs.filter(name__in=names)
-    if since is not None:
-        jobs = jobs.filter(**{f"{since_field}__gte": since})
-    for tag in tags or ():
-        jobs = tagged(jobs, tag)
-    return jobs
-
-
 def job_rows(jobs: QuerySet[Job], limit: int) -> list[dict[str, Any]]:
-    """The first ``limit`` jobs as listing rows (no arguments or results: they may be big)."""
-    return list(jobs.values(*LIST_FIELDS)[:limit])
+    """The first ``limit`` jobs as listing rows (no arguments or results: they may be big), each
+    with its error's exception line (``exception``), as the admin shows it."""
+    rows = list(jobs.values(*LIST_FIELDS)[:limit])
+    for row in rows:
+        row["exception"] = exception_line(row["last_error"])
+    return rows
 
 
 def job_detail(alias: str, job_id: int) -> dict[str, Any] | None:
@@ -86,10 +41,13 @@ def job_detail(alias: str, job_id: int) -> dict[str, Any] | None:
     job = Job.objects.using(alias).filter(id=job_id).values().first()
     if job is None:
         return None
+    job["exception"] = exception_line(job["last_error"])
     job["attempts"] = list(
         history(job_id, using=alias).order_by("attempt", "id").values(
             "attempt", "outcome", "worker_id", "started_at", "finished_at", "claims", "error",
             "slot_key", "slot"))
+    for attempt in job["attempts"]:
+        attempt["exception"] = exception_line(attempt["error"])
     job["steps"] = list(
         JobStep.objects.using(alias).filter(job_id=job_id).order_by("id").values(
             "name", "status", "attempt", "created_at", "completed_at", "wait_until"))
@@ -146,13 +104,22 @@ def queue_stats(alias: str) -> list[QueueStats]:
 
 
 def worker_stats(alias: str) -> list[WorkerStats]:
-    """Per worker not stopped, or stopped within the last hour: state, runs, last heartbeat."""
-    rows = (Worker.objects.using(alias)
-            .filter(Q(stopped_at__isnull=True, last_seen_at__gte=Now() - timedelta(days=1))
-                    | Q(stopped_at__gte=Now() - timedelta(hours=1)))
-            .annotate(db_now=Now()).order_by("id"))
+    """Per worker not stopped, or stopped within the last hour: state, runs, last heartbeat.
+
+    A worker's runs are the running jobs it claimed, counted from the jobs table: a run counts
+    from its claim, not from the worker's next heartbeat, which is when its row's ``in_flight``
+    catches up (the admin's in-flight page counts the same rows).
+    """
+    rows = list(Worker.objects.using(alias)
+                .filter(Q(stopped_at__isnull=True, last_seen_at__gte=Now() - timedelta(days=1))
+                        | Q(stopped_at__gte=Now() - timedelta(hours=1)))
+                .annotate(db_now=Now()).order_by("id"))
+    runs = dict(Job.objects.using(alias)
+                .filter(status=JobStatus.RUNNING, worker_id__in=[w.id for w in rows])
+                .values("worker_id").order_by().annotate(n=Count("id"))
+                .values_list("worker_id", "n"))
     return [WorkerStats(worker_id=w.id, state=strip_tags(str(worker_state(w, w.db_now))),
-                        runs=w.in_flight if w.stopped_at is None else 0,
+                        runs=runs.get(w.id, 0),
                         last_heartbeat_age=seconds_between(w.last_seen_at, w.db_now),
                         queues=[str(q) for q in w.queues or ()])
             for w in rows]

@@ -17,7 +17,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, connections
 
 from django_ultjobs.conf import get_settings
-from django_ultjobs.core.tags import check_tags
 from django_ultjobs.exceptions import JobOptionError, OperationInputError
 from django_ultjobs.jobs.unique import KeyHeld
 from django_ultjobs.management.arguments import job_id, whole_number
@@ -25,20 +24,33 @@ from django_ultjobs.management.messages import one_line, unknown_alias, unmigrat
 from django_ultjobs.management.progress import Progress
 from django_ultjobs.management.reports import (
     as_dict,
-    filtered_jobs,
     job_detail,
     job_rows,
-    parse_since,
     queue_stats,
     worker_stats,
 )
+from django_ultjobs.management.selection import (
+    JOB,
+    OLDER_THAN,
+    QUEUE,
+    TAG,
+    Filter,
+    add_filters,
+    given,
+    select,
+    since_filter,
+    status_filter,
+)
+from django_ultjobs.management.summary import cancel_summary, missing_error, retry_summary
 from django_ultjobs.management.tables import as_json, table
 from django_ultjobs.models import JobStatus
 from django_ultjobs.operations import (
+    CANCEL_NOW,
+    CHUNK,
+    MAX_CHUNK,
+    RETRYABLE,
     cancel_jobs,
     check_job_ids,
-    check_job_name,
-    check_queue_name,
     pause_queue,
     paused_queues,
     resume_queue,
@@ -48,6 +60,15 @@ from django_ultjobs.store import get_store
 
 #: The most rows ``list`` prints; past it, narrow the filters.
 MAX_LIMIT = 10_000
+#: The filters of each subcommand; a new filter is one more entry (selection.Filter).
+LIST_FILTERS: tuple[Filter, ...] = (
+    status_filter(JobStatus.values, "the"), QUEUE, JOB,
+    since_filter("created_at", "enqueued"), OLDER_THAN, TAG)
+CANCEL_FILTERS: tuple[Filter, ...] = (
+    status_filter([*CANCEL_NOW, JobStatus.RUNNING], "the live"), QUEUE, JOB, OLDER_THAN, TAG)
+RETRY_FILTERS: tuple[Filter, ...] = (
+    status_filter(RETRYABLE, "the finished"), QUEUE, JOB,
+    since_filter("finished_at", "that finished"), OLDER_THAN, TAG)
 
 
 def _actor() -> str:
@@ -56,11 +77,6 @@ def _actor() -> str:
         return f"cli:{getpass.getuser()}"
     except (KeyError, OSError):  # no login name (a container with no passwd entry)
         return "cli"
-
-
-def _job_names(names: list[str] | None) -> list[str]:
-    """The ``--job`` names given, each refused in one line before any SQL if no job has it."""
-    return [check_job_name(name) for name in names or ()]
 
 
 def _follow(bar: Progress) -> Callable[[int, int], None]:
@@ -89,7 +105,7 @@ class Command(BaseCommand):
         show.add_argument("--json", action="store_true", help="Print JSON instead of text.")
         cancel = sub.add_parser("cancel", help="Cancel queued or waiting jobs now; ask running "
                                                "ones to stop at their next heartbeat.")
-        cancel.add_argument("ids", type=job_id, nargs="+", metavar="ID", help="Job ids.")
+        self._add_bulk(cancel, CANCEL_FILTERS)
         cancel.add_argument("--reason", default="",
                             help="Why: logged, and kept as the error of the jobs cancelled now.")
         self._add_retry(sub.add_parser(
@@ -109,28 +125,30 @@ class Command(BaseCommand):
 
     @staticmethod
     def _add_list(parser: ArgumentParser) -> None:
-        parser.add_argument("--status", action="append", choices=JobStatus.values,
-                            help="Only jobs in this status (repeat for several).")
-        parser.add_argument("--queue", action="append", help="Only this queue (repeatable).")
-        parser.add_argument("--job", action="append", help="Only this job name (repeatable).")
-        parser.add_argument("--since", help="Only jobs enqueued since: 90s, 15m, 2h, 7d, 1w, "
-                                            "or an ISO 8601 time.")
-        parser.add_argument("--tag", action="append",
-                            help="Only jobs tagged so (repeat: jobs carrying every one).")
+        add_filters(parser, LIST_FILTERS)
         parser.add_argument("--limit", type=whole_number, default=50,
                             help=f"Rows to print, 1 to {MAX_LIMIT:,} (default: %(default)s).")
         parser.add_argument("--json", action="store_true", help="Print JSON instead of text.")
 
     @staticmethod
-    def _add_retry(parser: ArgumentParser) -> None:
-        parser.add_argument("ids", type=job_id, nargs="*", metavar="ID", help="Job ids.")
+    def _add_bulk(parser: ArgumentParser, filters: tuple[Filter, ...]) -> None:
+        """The ids, filters and flags ``cancel`` and ``retry`` share."""
+        parser.add_argument("ids", type=job_id, nargs="*", metavar="ID",
+                            help="Job ids (or filters instead, or --all).")
+        add_filters(parser, filters)
+        parser.add_argument("--all", action="store_true",
+                            help="Every job the action can change, with no ids and no filter.")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="Count what would change; change nothing.")
+        parser.add_argument("--chunk-size", type=whole_number, default=CHUNK,
+                            help=f"Jobs per transaction, 1 to {MAX_CHUNK:,} "
+                                 "(default: %(default)s).")
+
+    @classmethod
+    def _add_retry(cls, parser: ArgumentParser) -> None:
+        cls._add_bulk(parser, RETRY_FILTERS)
         parser.add_argument("--failed", action="store_true",
-                            help="Every failed job (narrowed by --job and --since) instead of "
-                                 "ids.")
-        parser.add_argument("--job", action="append",
-                            help="With --failed: only this job name (repeatable).")
-        parser.add_argument("--since", help="With --failed: only jobs that failed since (90s, "
-                                             "15m, 2h, 7d, 1w, or an ISO 8601 time).")
+                            help="Only failed jobs: the same as --status failed.")
         parser.add_argument("--keyless", action="store_true",
                             help="Retry a job whose unique key another job holds now anyway, "
                                  "without its key, beside that job (two runs of one key may "
@@ -159,16 +177,7 @@ class Command(BaseCommand):
         limit = options["limit"]
         if not 1 <= limit <= MAX_LIMIT:
             raise CommandError(f"--limit must be from 1 to {MAX_LIMIT}, not {limit}")
-        since = options["since"]
-        tags = options["tag"] or []
-        if tags:
-            check_tags("", tags, subject="--tag")
-        queues = [check_queue_name(queue) for queue in options["queue"] or ()]
-        names = _job_names(options["job"])
-        jobs = filtered_jobs(
-            alias, statuses=options["status"], queues=queues, names=names,
-            since=parse_since(since, get_store(alias).db_now()) if since else None, tags=tags)
-        rows = job_rows(jobs, limit)
+        rows = job_rows(select(alias, options, LIST_FILTERS), limit)
         if options["json"]:
             self.stdout.write(as_json(rows))
             return
@@ -178,7 +187,7 @@ class Command(BaseCommand):
         self.stdout.write(table(
             ["id", "name", "queue", "status", "attempt", "enqueued", "finished", "error"],
             [[r["id"], r["name"], r["queue"], r["status"], f"{r['attempt']}/{r['max_attempts']}",
-              r["created_at"], r["finished_at"], r["last_error"] or None] for r in rows]))
+              r["created_at"], r["finished_at"], r["exception"] or None] for r in rows]))
 
     def _show(self, alias: str, options: dict[str, Any]) -> None:
         job_id = check_job_ids([options["id"]])[0]
@@ -189,18 +198,21 @@ class Command(BaseCommand):
             self.stdout.write(as_json(job))
             return
         attempts, steps, error = job.pop("attempts"), job.pop("steps"), job.pop("last_error")
+        exception = job.pop("exception")
         self.stdout.write(table(["field", "value"], [[k, v] for k, v in job.items()]))
         if attempts:
             self.stdout.write("\nattempts:\n" + table(
                 ["attempt", "outcome", "worker", "started", "finished", "error"],
                 [[a["attempt"], a["outcome"], a["worker_id"], a["started_at"], a["finished_at"],
-                  a["error"] or None] for a in attempts]))
+                  a["exception"] or None] for a in attempts]))
         if steps:
             self.stdout.write("\nsteps:\n" + table(
                 ["step", "status", "attempt", "completed"],
                 [[s["name"], s["status"], s["attempt"], s["completed_at"]] for s in steps]))
         if error:
-            self.stdout.write(f"\nlast error:\n{error}")
+            self.stdout.write(f"\nlast error: {exception}")
+            if error.strip() != exception:
+                self.stdout.write(f"\n{error}")
 
     def _stats(self, alias: str, options: dict[str, Any]) -> None:
         queues, workers = queue_stats(alias), worker_stats(alias)
@@ -223,44 +235,66 @@ class Command(BaseCommand):
     # -- acting ---------------------------------------------------------------------------------
 
     def _cancel(self, alias: str, options: dict[str, Any]) -> None:
-        ids = check_job_ids(options["ids"])
+        selection = self._selection(alias, options, CANCEL_FILTERS, "cancel")
         with Progress("cancel", unit="job", stream=self.stderr) as bar:
-            result = cancel_jobs(ids, using=alias, progress=_follow(bar), by=_actor(),
-                                 reason=options["reason"])
-        self.stdout.write(
-            f"cancelled {result.cancelled} queued or waiting job(s); asked {result.requested} "
-            f"running job(s) to stop at their worker's next heartbeat ({bar.summary()})")
-        self._skipped(len(set(ids)) - result.cancelled - result.requested,
-                      "only queued, waiting or running jobs can be cancelled, a running one once")
+            result = cancel_jobs(selection, using=alias, progress=_follow(bar), by=_actor(),
+                                 reason=options["reason"], chunk_size=options["chunk_size"],
+                                 dry_run=options["dry_run"])
+        out, notes = cancel_summary(result, dry_run=options["dry_run"], took=bar.summary())
+        self._report(out, notes, result.missing_ids)
 
     def _retry(self, alias: str, options: dict[str, Any]) -> None:
-        if options["failed"] == bool(options["ids"]):
-            raise CommandError("retry takes job ids or --failed, not both and not neither")
-        if not options["failed"] and (options["job"] or options["since"]):
-            raise CommandError("--job and --since narrow --failed; with ids, pass only the ids")
         if options["failed"]:
-            since = options["since"]
-            selection: Any = filtered_jobs(
-                alias, statuses=[JobStatus.FAILED], names=_job_names(options["job"]),
-                since=parse_since(since, get_store(alias).db_now()) if since else None,
-                since_field="finished_at")
-            asked = None
-        else:
-            selection = check_job_ids(options["ids"])
-            asked = len(set(selection))
+            if options["ids"]:
+                raise CommandError("retry takes job ids or filters, not both: drop the ids or "
+                                   "--failed")
+            if options["status"]:
+                raise CommandError("--failed is --status failed: give one of them")
+            options = {**options, "status": ["failed"]}
+        selection = self._selection(alias, options, RETRY_FILTERS, "retry")
         with Progress("retry", unit="job", stream=self.stderr) as bar:
             result = retry_jobs(selection, using=alias, progress=_follow(bar), by=_actor(),
-                                keyless=options["keyless"])
-        self.stdout.write(f"queued {result.retried} job(s) again, runnable now "
-                          f"({bar.summary()})")
-        if result.keyless_ids:
-            self.stderr.write(f"retried {len(result.keyless_ids)} job(s) without their unique "
-                              "key, beside the job that holds it: "
-                              + ", ".join(map(str, result.keyless_ids[:20])))
-        if asked is not None:
-            self._skipped(asked - result.retried - len(result.refused),
-                          "only failed or cancelled jobs can be retried")
-        self._refused(result.refused)
+                                keyless=options["keyless"], chunk_size=options["chunk_size"],
+                                dry_run=options["dry_run"])
+        out, notes = retry_summary(result, dry_run=options["dry_run"], took=bar.summary())
+        self._report(out, notes, result.missing_ids, result.refused)
+
+    @staticmethod
+    def _selection(alias: str, options: dict[str, Any], filters: tuple[Filter, ...],
+                   action: str) -> Any:
+        """The job ids given, or the jobs the filters (or ``--all``) select; refused in one
+        line before any SQL when the ids and filters are both given, or none is."""
+        chunk_size = options["chunk_size"]
+        if not 1 <= chunk_size <= MAX_CHUNK:
+            raise CommandError(f"--chunk-size must be from 1 to {MAX_CHUNK:,}, not {chunk_size}")
+        flags = given(options, filters)
+        if options["ids"] and (flags or options["all"]):
+            raise CommandError(f"{action} takes job ids or filters, not both: drop the ids or "
+                               f"{' '.join(flags) or '--all'}")
+        if options["all"] and flags:
+            raise CommandError(f"--all is every job {action} can change: give it alone, or "
+                               f"{' '.join(flags)} without it")
+        if options["ids"]:
+            return check_job_ids(options["ids"])
+        if not flags and not options["all"]:
+            raise CommandError(
+                f"{action} takes job ids, filters ({', '.join(f.flag for f in filters)}), or "
+                f"--all for every job it can change; none given")
+        return select(alias, options, filters)
+
+    def _report(self, out: str, notes: list[str], missing: tuple[int, ...],
+                refused: tuple[KeyHeld, ...] = ()) -> None:
+        """The summary on stdout, what was left alone on stderr; then fail naming the jobs
+        refused (exit 1), else the ids that name no job (exit 3)."""
+        self.stdout.write(out)
+        for note in notes:
+            self.stderr.write(note)
+        if refused:
+            if missing:
+                self.stderr.write(missing_error(missing))
+            self._refused(refused)
+        if missing:
+            raise CommandError(missing_error(missing), returncode=3)
 
     def _refused(self, refused: tuple[KeyHeld, ...]) -> None:
         """Fail with the jobs whose key another job holds, one line each
@@ -290,7 +324,3 @@ class Command(BaseCommand):
             self.stdout.write(f"resumed queue {queue!r}: workers claim from it again")
         else:
             self.stdout.write(f"queue {queue!r} was not paused")
-
-    def _skipped(self, count: int, why: str) -> None:
-        if count > 0:
-            self.stderr.write(f"skipped {count} job(s): {why}")
