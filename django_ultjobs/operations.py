@@ -8,7 +8,7 @@ result = cancel_jobs(Job.objects.filter(name="send_invoice", status="queued"),
                      reason="the invoice run was started twice")
 result.cancelled, result.requested      # how many were cancelled now / asked to stop
 retry_jobs([41, 42]).retried            # failed or cancelled jobs back in the queue, runnable now
-pause_queue("emails")                   # no worker claims from it; enqueue still works (rule 75)
+pause_queue("emails")                   # no worker claims; enqueue works (rule 75 (paused-queue))
 resume_queue("emails")                  # claimed again at once (LISTEN) or within a poll
 pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it is resumed
 ```
@@ -16,8 +16,9 @@ pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it 
 Every change is one ``UPDATE`` fenced on the status it starts from, so an operation racing a
 worker (a claim, a settle) changes nothing the worker already moved on from. A running job is
 never written here beyond its ``cancel_requested`` flag: its worker still owns the row, and it
-cancels the run at its next heartbeat through the same signal as a lost lease (rule 3), then
-settles it ``cancelled`` itself under its claim token (rule 4).
+cancels the run at its next heartbeat through the same signal as a lost lease
+(rule 3 (lost-lease-cancels)), then settles it ``cancelled`` itself under its claim token
+(rule 4 (fenced-settle)).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ CHUNK = 500
 MAX_CHUNK = 10_000
 #: The largest id a job can have (the primary key is a 64-bit integer).
 BIGINT_MAX = 2**63 - 1
-#: The longest cancel reason kept (rule 59): it is written into logs and every cancelled attempt.
+#: The longest cancel reason kept (rule 59 (cancel-reason-kept)): it is written into logs and every
+#: cancelled attempt.
 MAX_CANCEL_REASON = 2000
 #: The longest job name (the ``name`` column's length).
 MAX_JOB_NAME = 200
@@ -99,7 +101,8 @@ class CancelResult:
 @dataclass(frozen=True)
 class RetryResult:
     """What ``retry_jobs`` did: the ids of the failed or cancelled jobs queued again, and the
-    ones left alone because another job holds the unique key they held (rule 107)."""
+    ones left alone because another job holds the unique key they held
+    (rule 107 (retry-takes-key-back))."""
 
     retried_ids: tuple[int, ...] = ()
     #: Jobs not retried: a later enqueue took their key over and another job holds it now;
@@ -127,15 +130,16 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
     ones, running ones already asked) are left alone and counted as ``skipped``; ids no job has
     are returned as ``missing_ids``. ``using`` is the jobs database; it defaults to
     ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on. The jobs are gone through
-    in id order, ``chunk_size`` ids per transaction (rule 113); a queryset is read a chunk at a
-    time, and only its jobs that existed when the call began are touched. ``progress`` is called
-    after each chunk (see ``Progress``). ``by`` goes to the ``jobs.operations.cancelled`` log
-    line. ``dry_run=True`` changes nothing and logs nothing: it returns what would change now.
+    in id order, ``chunk_size`` ids per transaction (rule 113 (bulk-cli-in-chunks)); a queryset
+    is read a chunk at a time, and only its jobs that existed when the call began are touched.
+    ``progress`` is called after each chunk (see ``Progress``). ``by`` goes to the
+    ``jobs.operations.cancelled`` log line. ``dry_run=True`` changes nothing and logs nothing: it
+    returns what would change now.
 
-    ``reason`` says why (rule 59): it is stored on each job (``Job.cancel_reason``, shown in the
-    admin), logged, written into the cancelled attempt's error and the ``last_error`` of the jobs
-    cancelled now, and a running body reads it as ``ctx.cancel_reason``. At most
-    ``MAX_CANCEL_REASON`` characters of text.
+    ``reason`` says why (rule 59 (cancel-reason-kept)): it is stored on each job
+    (``Job.cancel_reason``, shown in the admin), logged, written into the cancelled attempt's error
+    and the ``last_error`` of the jobs cancelled now, and a running body reads it as
+    ``ctx.cancel_reason``. At most ``MAX_CANCEL_REASON`` characters of text.
     """
     reason = _checked_reason(reason)
     size = _checked_chunk_size(chunk_size)
@@ -190,7 +194,7 @@ def _cancel_chunk(alias: str, chunk: list[int], reason: str, by: str) -> tuple[l
 def _checked_reason(reason: object) -> str:
     """``reason`` as stored: text of at most ``MAX_CANCEL_REASON`` characters, refused by name
     before any SQL otherwise, as is one with a NUL or a lone surrogate, which no text column of
-    both engines keeps alike (rule 16)."""
+    both engines keeps alike (rule 16 (bad-input-refused))."""
     if not isinstance(reason, str):
         raise JobOptionError(f"cancel_jobs(): reason must be text, not {reason!r}")
     if len(reason) > MAX_CANCEL_REASON:
@@ -224,9 +228,9 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
     A job whose unique key a later enqueue took over gets it back when an enqueue of the key
     could take it now (no job holds it, or its holder expired); when another job holds it, the
     job is not retried and ``RetryResult.refused`` names that job: two runs of one key must not
-    run at once (rule 107). ``keyless=True`` retries it anyway, without its key, beside the
-    holder (``RetryResult.keyless_ids``). A dry run does not look at keys: it counts such a job
-    as retried.
+    run at once (rule 107 (retry-takes-key-back)). ``keyless=True`` retries it anyway, without its
+    key, beside the holder (``RetryResult.keyless_ids``). A dry run does not look at keys: it
+    counts such a job as retried.
     """
     size = _checked_chunk_size(chunk_size)
     alias = using or jobs_database()
@@ -270,7 +274,8 @@ def _retry_chunk(alias: str, chunk: list[int], keyless: bool) -> tuple[list[int]
     with transaction.atomic(using=alias):
         ids = _lock(alias, chunk, Q(status__in=RETRYABLE))
         # In the transaction that locked the rows and queues them: a holder that appears
-        # after this check finds the key taken back and returns this job (rule 66).
+        # after this check finds the key taken back and returns this job
+        # (rule 66 (held-key-returns-holder)).
         held = take_keys_back(alias, ids)
         if not keyless:
             ids = [job_id for job_id in ids if job_id not in held]
@@ -297,8 +302,9 @@ def pause_queue(name: str, *, reason: str = "", by: str = "", using: str | None 
     """Pause queue ``name`` fleet-wide; return False if it was paused already.
 
     Every worker stops claiming from it at its next claim (within one poll interval when idle);
-    runs in flight finish as usual, and enqueue still adds jobs to it (rule 75). ``by`` says who
-    paused it (the admin and the command line pass ``admin:<user>`` and ``cli:<user>``).
+    runs in flight finish as usual, and enqueue still adds jobs to it (rule 75 (paused-queue)).
+    ``by`` says who paused it (the admin and the command line pass ``admin:<user>`` and
+    ``cli:<user>``).
     """
     name = check_queue_name(name)
     reason = _check_text("reason", reason)
@@ -379,10 +385,10 @@ def check_queue_name(name: object) -> str:
 def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
                     using: str | None = None) -> tuple[str, ...]:
     """Pause periodic jobs fleet-wide: no worker enqueues their ticks until they are resumed
-    (rule 63). Jobs already enqueued still run. Returns the names paused now (those already
-    paused are left alone and not counted)."""
+    (rule 63 (fleet-wide-pause)). Jobs already enqueued still run. Returns the names paused now
+    (those already paused are left alone and not counted)."""
     alias = using or jobs_database()
-    # Begun as the writer on SQLite: it reads, then writes (rule 21).
+    # Begun as the writer on SQLite: it reads, then writes (rule 21 (sqlite-begins-as-writer)).
     with get_store(alias).write_transaction():
         rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=False)
         paused = tuple(sorted(rows.values_list("name", flat=True)))
@@ -396,7 +402,8 @@ def pause_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
 def resume_schedules(names: QuerySet[JobSchedule] | Iterable[str], *,
                      using: str | None = None) -> tuple[str, ...]:
     """Resume paused periodic jobs from now on: the ticks that passed while they were paused
-    are not caught up (rule 63), whatever their ``catch_up``. Returns the names resumed now."""
+    are not caught up (rule 63 (fleet-wide-pause)), whatever their ``catch_up``. Returns the names
+    resumed now."""
     alias = using or jobs_database()
     with get_store(alias).write_transaction():
         rows = JobSchedule.objects.using(alias).filter(name__in=_names(names), paused=True)

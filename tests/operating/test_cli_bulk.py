@@ -1,7 +1,8 @@
-"""``manage.py ultjobs cancel`` and ``retry`` over many jobs, on SQLite and PostgreSQL (rule 113):
-filters that combine with AND, ``--dry-run``, ``--all``, a summary of counts (never one line per
-job), ids that name no job said apart from jobs skipped for their status (exit 3), and the work
-done a chunk per transaction, each committed before the next begins."""
+"""``manage.py ultjobs cancel`` and ``retry`` over many jobs, on SQLite and PostgreSQL
+(rule 113 (bulk-cli-in-chunks)): filters that combine with AND, ``--dry-run``, ``--all``, a
+summary of counts (never one line per job), ids that name no job said apart from jobs skipped
+for their status (exit 3), and the work done a chunk per transaction, each committed before the
+next begins."""
 
 from __future__ import annotations
 
