@@ -130,7 +130,7 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
     ones, running ones already asked) are left alone and counted as ``skipped``; ids no job has
     are returned as ``missing_ids``. ``using`` is the jobs database; it defaults to
     ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on. The jobs are gone through
-    in id order, ``chunk_size`` ids per transaction (rule 113 (bulk-cli-in-chunks)); a queryset
+    in id order, ``chunk_size`` ids per transaction (rule 125 (bulk-cli-in-chunks)); a queryset
     is read a chunk at a time, and only its jobs that existed when the call began are touched.
     ``progress`` is called after each chunk (see ``Progress``). ``by`` goes to the
     ``jobs.operations.cancelled`` log line. ``dry_run=True`` changes nothing and logs nothing: it

@@ -1,5 +1,5 @@
 """``manage.py ultjobs cancel`` and ``retry`` over many jobs, on SQLite and PostgreSQL
-(rule 113 (bulk-cli-in-chunks)): filters that combine with AND, ``--dry-run``, ``--all``, a
+(rule 125 (bulk-cli-in-chunks)): filters that combine with AND, ``--dry-run``, ``--all``, a
 summary of counts (never one line per job), ids that name no job said apart from jobs skipped
 for their status (exit 3), and the work done a chunk per transaction, each committed before the
 next begins."""

@@ -1,5 +1,5 @@
 """``ultjobs stats`` beside a real ``runjobworker``, on SQLite and PostgreSQL: a worker's runs
-count from their start, not from its next heartbeat (rule 113 (bulk-cli-in-chunks))."""
+count from their start, not from its next heartbeat (rule 125 (bulk-cli-in-chunks))."""
 
 from __future__ import annotations
 
