@@ -24,11 +24,12 @@ cancels the run at its next heartbeat through the same signal as a lost lease
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from django.db import connections, transaction
-from django.db.models import Count, F, Max, Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Greatest, Now
 
 from .conf import jobs_database
@@ -62,6 +63,8 @@ CHUNK = 500
 #: The largest ``chunk_size`` an operation takes: ten times that many ids would still fit one
 #: statement, and a transaction of more would hold its row locks for seconds.
 MAX_CHUNK = 10_000
+#: Ids fetched per round trip while a selection's ids are read.
+READ_CHUNK = 10_000
 #: The largest id a job can have (the primary key is a 64-bit integer).
 BIGINT_MAX = 2**63 - 1
 #: The longest cancel reason kept (rule 59 (cancel-reason-kept)): it is written into logs and every
@@ -130,8 +133,8 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
     ones, running ones already asked) are left alone and counted as ``skipped``; ids no job has
     are returned as ``missing_ids``. ``using`` is the jobs database; it defaults to
     ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on. The jobs are gone through
-    in id order, ``chunk_size`` ids per transaction (rule 125 (bulk-cli-in-chunks)); a queryset
-    is read a chunk at a time, and only its jobs that existed when the call began are touched.
+    in id order, ``chunk_size`` ids per transaction (rule 125 (bulk-cli-in-chunks)); a queryset's
+    ids are read once, first, so only its jobs that existed when the call began are touched.
     ``progress`` is called after each chunk (see ``Progress``). ``by`` goes to the
     ``jobs.operations.cancelled`` log line. ``dry_run=True`` changes nothing and logs nothing: it
     returns what would change now.
@@ -427,37 +430,21 @@ def _chunks(jobs: QuerySet[Job] | Iterable[int], alias: str, statuses: Sequence[
     once its statements are done.
 
     A queryset is narrowed to ``statuses`` (a "select all" over a million finished rows reads
-    only the few that can change, through the partial indexes on live and failed rows) and read
-    a chunk at a time after the last id seen, up to the highest id it had when the walk began:
-    no list of a million ids in memory, no read held open across the chunks, and jobs enqueued
-    meanwhile are left alone.
+    only the few that can change, through the partial indexes on live and failed rows) and its
+    ids read once, in one statement, before any is written: a walk that read a page per chunk
+    would search the partial index again for every page. They are kept 8 bytes each (a million
+    ids, 8 MB), and jobs enqueued after that read are left alone.
     """
     if isinstance(jobs, QuerySet):
-        rows = jobs.using(alias).filter(status__in=statuses).order_by()
-        bounds = rows.aggregate(total=Count("id"), top=Max("id"))
-        total = bounds["total"]
-        pages: Iterator[list[int]] = _pages(rows.filter(id__lte=bounds["top"] or 0), size)
+        ids = array("q", jobs.using(alias).filter(status__in=statuses).order_by("id")
+                    .values_list("id", flat=True).iterator(chunk_size=READ_CHUNK))
     else:
-        ids = sorted({int(job_id) for job_id in jobs})
-        total = len(ids)
-        pages = (ids[start:start + size] for start in range(0, total, size))
-    done = 0
-    for chunk in pages:
-        yield chunk
-        done += len(chunk)
+        ids = array("q", sorted({int(job_id) for job_id in jobs}))
+    total = len(ids)
+    for start in range(0, total, size):
+        yield ids[start:start + size].tolist()
         if progress is not None:
-            progress(done, max(total, done))
-
-
-def _pages(rows: QuerySet[Job], size: int) -> Iterator[list[int]]:
-    """The ids of ``rows`` in id order, ``size`` at a time, each page one short read."""
-    last = 0
-    while True:
-        page = list(rows.filter(id__gt=last).order_by("id").values_list("id", flat=True)[:size])
-        if not page:
-            return
-        yield page
-        last = page[-1]
+            progress(min(start + size, total), total)
 
 
 def _statuses(alias: str, ids: list[int]) -> dict[int, tuple[str, bool]]:
