@@ -56,10 +56,11 @@ def parse_span(text: str, flag: str) -> timedelta:
     match = _SPAN.match(text)
     if match is None:
         raise OperationInputError(f"{flag} takes a span of time ({SPANS}), not {text!r}")
-    span = timedelta(seconds=float(match["n"]) * _UNIT_SECONDS[match["unit"]])
-    if span > MAX_SPAN:
+    seconds = float(match["n"]) * _UNIT_SECONDS[match["unit"]]
+    # Compared before timedelta() is built: a span past its range would overflow, not refuse.
+    if seconds > MAX_SPAN.total_seconds():
         raise OperationInputError(f"{flag} {text!r} reaches back more than 100 years")
-    return span
+    return timedelta(seconds=seconds)
 
 
 def parse_since(text: str) -> timedelta | datetime:
@@ -75,7 +76,13 @@ def parse_since(text: str) -> timedelta | datetime:
         raise OperationInputError(
             f"--since takes a span back from now ({SPANS}) or an ISO 8601 time "
             f"(2026-12-04T09:30), not {text!r}")
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        # SQLite's adapter converts to UTC and would raise where PostgreSQL compares as given.
+        raise OperationInputError(f"--since {text!r} is out of range once read as UTC") from None
+    return moment
 
 
 def _moment(value: timedelta | datetime) -> Any:

@@ -16,6 +16,8 @@ from django.core.management.base import CommandError
 from django.db import connections
 from django.utils import timezone
 
+from django_ultjobs.exceptions import OperationInputError
+from django_ultjobs.management.selection import parse_span
 from django_ultjobs.models import Job
 from django_ultjobs.operations import cancel_jobs
 from tests.operating.test_command_line_input import command
@@ -194,3 +196,24 @@ def test_each_chunk_is_committed_before_the_next_begins(alias: str) -> None:
     # transaction spans two chunks.
     assert seen == [(n, n) for n in range(100, 10_001, 100)]
     assert statuses(alias)[late[0]] == "queued"
+
+
+def test_a_span_past_timedeltas_range_is_refused_not_an_overflow() -> None:
+    """Bad input is refused in one line (rule 16 (bad-input-refused)): the span is compared
+    with its bound before a timedelta that would overflow is built."""
+    with pytest.raises(OperationInputError, match="more than 100 years"):
+        parse_span("99999999999999d", "--older-than")
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_cancel_older_than_a_huge_span_is_a_command_error(alias: str) -> None:
+    with pytest.raises(CommandError, match="more than 100 years"):
+        call_command("ultjobs", "cancel", "--older-than", "99999999999999d",
+                     "--database", alias, stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_since_a_time_out_of_range_in_utc_is_refused_alike_on_both_engines(alias: str) -> None:
+    with pytest.raises(CommandError, match="out of range once read as UTC"):
+        call_command("ultjobs", "list", "--since", "0001-01-01T00:00+01:00",
+                     "--database", alias, stdout=io.StringIO(), stderr=io.StringIO())
