@@ -80,7 +80,7 @@ def _queue_figures(queue: str, rows: Iterable[LiveRow]) -> QueueFigures:
     for row in rows:
         for figure, count, lower_bound in (
                 ("runnable", row.due, row.due_capped),
-                ("waiting_on_limit", row.held_back, row.due_capped),
+                ("waiting_on_limit", row.held_back, row.held_capped),
                 (later[JobStatus(row.status)], row.later, row.later_capped)):
             sums[figure] += count
             if lower_bound:

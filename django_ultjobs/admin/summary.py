@@ -211,7 +211,8 @@ def bounded_queue_counts(alias: str) -> tuple[list[StatusCount], dict[str, Queue
     oldest: LiveRow | None = None
     for row in live_rows(get_store(alias), (), LIVE_COUNT_CAP + 1):
         counts = queues.setdefault(row.queue, QueueCounts(row.queue))
-        for due, count, lower_bound in ((True, row.due + row.held_back, row.due_capped),
+        for due, count, lower_bound in ((True, row.due + row.held_back,
+                                         row.due_capped or row.held_capped),
                                         (False, row.later, row.later_capped)):
             figure = _FIGURE[(JobStatus(row.status), due)]
             setattr(counts, figure, getattr(counts, figure) + count)

@@ -1042,20 +1042,26 @@ WITH RECURSIVE found(queue) AS (
 )
 
 -- name: live_stats
--- Per queue and live status (docs/deployment.md, the stats view): the jobs due now and how many
--- of them are of a kind not held back (:blocked: a full cap or a spent rate limit), the jobs due
--- later, the due time of the longest-due one, whether the queue is paused, and the clock. The
--- due ones are read as a window of the :limit longest-due (one range of the live index,
--- ultjobs_job_live, the name carried in it), both counts of it in one integer: free * 2^20 +
--- all; the later ones as a range stopped at :limit. So the work is bounded whatever the backlog
--- (rule 120 (bounded-live-stats)); a window that is full holds a lower bound of each.
+-- Per queue and live status (docs/deployment.md, the stats view): the jobs due now of a kind
+-- not held back (:blocked: a full cap or a spent rate limit), those of a held-back kind, the
+-- jobs due later, the due time of the longest-due one, whether the queue is paused, and the
+-- clock. Each count is a range of the live index (ultjobs_job_live, the name carried in it)
+-- stopped at :limit, so the work is bounded whatever the backlog
+-- (rule 120 (bounded-live-stats)). The free count skips held-back entries rather than stopping
+-- at them, or a backlog of held-back jobs would hide the free ones due after it.
 {fragment:live_queues}
 SELECT q.queue, s.status,
-       (SELECT count(*) + 1048576 * count(CASE WHEN d.name <> ALL(%(blocked)s::text[]) THEN 1 END)
-        FROM (SELECT j.name FROM django_ultjobs_job AS j
-              WHERE j.queue = q.queue AND j.status = s.status
-                AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
-              ORDER BY j.visible_at LIMIT %(limit)s) AS d),
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.name <> ALL(%(blocked)s::text[])
+            LIMIT %(limit)s) AS d),
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE cardinality(%(blocked)s::text[]) > 0
+              AND j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.name = ANY(%(blocked)s::text[])
+            LIMIT %(limit)s) AS h),
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
               AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at > {now}

@@ -681,11 +681,17 @@ WITH RECURSIVE found(queue) AS (
 -- names.
 {fragment:live_queues}
 SELECT q.queue, s.status,
-       (SELECT count(*) + 1048576 * count(CASE WHEN d.name NOT IN (SELECT value FROM json_each(:blocked)) THEN 1 END)
-        FROM (SELECT j.name FROM django_ultjobs_job AS j
-              WHERE j.queue = q.queue AND j.status = s.status
-                AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
-              ORDER BY j.visible_at LIMIT :limit) AS d),
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.name NOT IN (SELECT value FROM json_each(:blocked))
+            LIMIT :limit) AS d),
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE json_array_length(:blocked) > 0
+              AND j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.name IN (SELECT value FROM json_each(:blocked))
+            LIMIT :limit) AS h),
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
               AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at > {now}

@@ -19,9 +19,6 @@ from django.db import transaction
 
 from .base import JobStore
 
-#: How live_stats packs a window's two counts into one integer: free * PACKED + all.
-PACKED = 1 << 20
-
 
 @dataclass(frozen=True)
 class LiveRow:
@@ -40,8 +37,10 @@ class LiveRow:
     paused: bool
     #: The database's clock when the statement ran.
     now: datetime
-    #: ``due`` and ``held_back`` are lower bounds: more jobs are due than were read.
+    #: ``due`` is a lower bound: more free jobs are due than were read.
     due_capped: bool = False
+    #: ``held_back`` is a lower bound.
+    held_capped: bool = False
     #: ``later`` is a lower bound.
     later_capped: bool = False
 
@@ -89,12 +88,11 @@ def live_rows(store: JobStore, blocked: Sequence[str], limit: int) -> list[LiveR
         cur.execute(store.sql["live_stats"], params)
         rows = cur.fetchall()
     found = []
-    for queue, status, window, later, oldest, paused, now in rows:
-        free, due = divmod(int(window), PACKED)
-        found.append(LiveRow(queue, status, free, due - free, int(later),
+    for queue, status, free, held, later, oldest, paused, now in rows:
+        found.append(LiveRow(queue, status, int(free), int(held), int(later),
                              store.parse_time(oldest) if oldest is not None else None,
-                             bool(paused), store.parse_time(now), due >= limit,
-                             int(later) >= limit))
+                             bool(paused), store.parse_time(now), int(free) >= limit,
+                             int(held) >= limit, int(later) >= limit))
     return found
 
 

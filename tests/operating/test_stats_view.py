@@ -105,10 +105,11 @@ def test_counts_stop_at_the_cap_and_say_so(jobs_in: str,
     Slot.objects.using(jobs_in).create(key=slot_key_for("serial"), slot=0, holder="w",
                                        expires_at=timezone.now() + timedelta(minutes=5))
     default = stats(jobs_in)["queues"]["default"]
-    # The queued window read the 4 longest due: 2 held back, 2 free; then 2 lapsed leases.
-    assert (default["runnable"], default["waiting_on_limit"]) == (4, 2)
+    # The free queued window read 4 of 5 (a lower bound), plus 2 lapsed leases; the held-back
+    # window read both serial jobs, all there are: exact.
+    assert (default["runnable"], default["waiting_on_limit"]) == (6, 2)
     assert (default["scheduled"], default["running"]) == (4, 3)
-    assert default["more_than"] == ["runnable", "scheduled", "waiting_on_limit"]
+    assert default["more_than"] == ["runnable", "scheduled"]
 
 
 def test_a_fixed_number_of_queries_whatever_the_tables_hold(jobs_in: str) -> None:
@@ -264,3 +265,38 @@ def test_a_bad_stats_token_is_a_check_error(token: object) -> None:
 def test_a_good_stats_token_passes_the_check(token: object) -> None:
     with override_settings(ULTJOBS={"STATS_TOKEN": token}):
         assert not [m for m in check_settings() if m.id == "django_ultjobs.E060"]
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_free_jobs_due_after_a_full_window_of_held_back_ones_are_counted(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 120 (bounded-live-stats): more held-back jobs due first than the cap never hide
+    the free ones due after them (an autoscaler would read 0 and scale the workers away)."""
+    monkeypatch.setattr(queue_stats, "COUNT_CAP", 3)
+    now = get_store(alias).db_now()
+    Job.objects.using(alias).bulk_create(
+        [Job(name="serial", queue="default", status="queued",
+             visible_at=now - timedelta(hours=1)) for _ in range(4)]
+        + [Job(name="add", queue="default", status="queued",
+               visible_at=now - timedelta(seconds=30)) for _ in range(2)])
+    Slot.objects.using(alias).create(key=slot_key_for("serial"), slot=0, holder="w",
+                                     expires_at=timezone.now() + timedelta(minutes=5))
+    with override_settings(ULTJOBS={"DATABASE": alias}):
+        default = stats(alias)["queues"]["default"]
+    assert default["runnable"] == 2, default
+    assert default["waiting_on_limit"] == 4, default
+    assert default["more_than"] == ["waiting_on_limit"], default
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_a_window_of_free_jobs_alone_marks_only_runnable_as_a_lower_bound(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(queue_stats, "COUNT_CAP", 3)
+    now = get_store(alias).db_now()
+    Job.objects.using(alias).bulk_create(
+        [Job(name="add", queue="default", status="queued", visible_at=now - timedelta(seconds=30))
+         for _ in range(5)])
+    with override_settings(ULTJOBS={"DATABASE": alias}):
+        default = stats(alias)["queues"]["default"]
+    assert (default["runnable"], default["waiting_on_limit"]) == (4, 0), default
+    assert default["more_than"] == ["runnable"], default
