@@ -16,9 +16,9 @@ pause_schedules(["refresh_rates"])      # no worker enqueues its ticks until it 
 Every change is one ``UPDATE`` fenced on the status it starts from, so an operation racing a
 worker (a claim, a settle) changes nothing the worker already moved on from. A running job is
 never written here beyond its ``cancel_requested`` flag: its worker still owns the row, and it
-cancels the run at its next heartbeat through the same signal as a lost lease
-(rule 3 (lost-lease-cancels)), then settles it ``cancelled`` itself under its claim token
-(rule 4 (fenced-settle)).
+cancels the run through the same signal as a lost lease (rule 3 (lost-lease-cancels)) — at once
+on PostgreSQL, which notifies it on commit, at its next heartbeat on SQLite — then settles it
+``cancelled`` itself under its claim token (rule 4 (fenced-settle)).
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ class CancelResult:
 
     #: Queued or waiting jobs, now ``cancelled``.
     cancelled_ids: tuple[int, ...] = ()
-    #: Running jobs now flagged ``cancel_requested``: their worker cancels them at its next
-    #: heartbeat (or, if that worker is gone, the worker the job is re-delivered to does).
+    #: Running jobs now flagged ``cancel_requested``: their worker cancels them at once on
+    #: PostgreSQL (a notification), at its next heartbeat on SQLite or if the notification is
+    #: missed (or, if that worker is gone, the worker the job is re-delivered to does).
     requested_ids: tuple[int, ...] = ()
     #: Jobs gone through but left alone for their status (finished, or running and asked already).
     skipped: int = 0
@@ -191,6 +192,9 @@ def _cancel_chunk(alias: str, chunk: list[int], reason: str, by: str) -> tuple[l
         requested = _lock(alias, chunk, running)
         Job.objects.using(alias).filter(running, id__in=requested).update(
             cancel_requested=True, cancel_reason=reason, updated_at=Now())
+        # Their workers hear of it on commit (PostgreSQL), not at their next heartbeat
+        # (rule 133 (cancel-reaches-body)).
+        get_store(alias).notify_cancel(requested)
     return cancelled, requested
 
 

@@ -712,8 +712,16 @@ RETURNING id, wait_until;
 SELECT count(pg_notify('django_ultjobs', q)) FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: listen
--- Subscribe the listener's own session to enqueue notifications.
-LISTEN django_ultjobs;
+-- Subscribe the listener's own session to enqueue notifications and to cancel requests.
+LISTEN django_ultjobs; LISTEN django_ultjobs_cancel;
+
+-- name: notify_cancel
+-- Tell the workers holding these running jobs, when the surrounding transaction commits, that
+-- they were asked to stop: each looks at once instead of at its next heartbeat (rule 59 (cancel-reason-kept)). The
+-- payload is the worker's id; a worker that misses it finds the request at its heartbeat.
+SELECT count(pg_notify('django_ultjobs_cancel', w.worker_id))
+FROM (SELECT DISTINCT worker_id FROM django_ultjobs_job
+      WHERE id = ANY (%(ids)s::bigint[]) AND status = 'running' AND worker_id <> '') AS w;
 
 -- name: db_now
 -- The database's clock (durable sleeps and wait timeouts are judged by it).

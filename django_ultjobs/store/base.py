@@ -535,6 +535,13 @@ class JobStore(SlotStore):
             with self.cursor() as cur:
                 cur.execute(self.sql["notify"], {"queues": sorted(set(queues))})
 
+    def notify_cancel(self, job_ids: Sequence[int]) -> None:
+        """Tell the workers running ``job_ids`` on commit that they were asked to stop
+        (PostgreSQL; elsewhere the heartbeat finds the request)."""
+        if "notify_cancel" in self.sql and job_ids:
+            with self.cursor() as cur:
+                cur.execute(self.sql["notify_cancel"], {"ids": self.ids_param(job_ids)})
+
     def gauge_rows(self) -> tuple[list[tuple[str, int, float]], list[tuple[str, int]]]:
         """What the gauges show, in two statements: per queue ``(queue, runnable jobs, seconds
         the oldest has been due)``, and per key ``(key, fleet slots held)``."""

@@ -26,6 +26,7 @@ from ..store import ClaimedJob, JobStore, LostAttempt, ParkEpisode
 from .async_executor import arun_job
 from .async_lane import AsyncLane
 from .completer import Completer
+from .deadlines import Deadlines
 from .executor import (
     UNKNOWN_JOB_PREFIX,
     failed_by_worker,
@@ -48,13 +49,16 @@ class Dispatcher:
 
     def __init__(self, *, store: JobStore, options: WorkerOptions, runs: RunsInFlight,
                  slots: FleetSlots, completer: Completer, rates: RateGate,
-                 on_free: Callable[[], None]) -> None:
+                 on_free: Callable[[], None], deadlines: Deadlines) -> None:
         self.store = store
         self.worker_id = options.worker_id
         self.runs = runs
         self.slots = slots
         self.completer = completer
         self.rates = rates
+        #: The timer that cancels each run at its deadline (rule 130 (timeout-on-time)): told
+        #: when a body starts and when its outcome goes to the completer.
+        self.deadlines = deadlines
         self.pool = ExecutorPool(options.threads, self._execute, on_free=on_free)
         #: ``async def`` bodies run on one event loop, apart from the threads
         #: (rule 85 (one-event-loop)).
@@ -226,6 +230,7 @@ class Dispatcher:
                 _note_opened()
             self.completer.submit(run, settlement)
         finally:
+            self.deadlines.forget(run)
             with self._executing_lock:
                 self._executing.discard(run)
             _reset_connections()
@@ -242,6 +247,7 @@ class Dispatcher:
                 settlement = failed_by_worker(run, exc)
             self.completer.submit(run, settlement)
         finally:
+            self.deadlines.forget(run)
             with self._executing_lock:
                 self._executing.discard(run)
 
@@ -259,6 +265,7 @@ class Dispatcher:
         """The body starts now: its timeout runs from here, and the ticker keeps it alive."""
         run.mark_started()
         self.runs.add(run)
+        self.deadlines.watch(run)
 
     def executing(self) -> list[Run]:
         """The runs whose bodies are executing now (a snapshot)."""

@@ -38,6 +38,7 @@ from ..runtime.progress import JobProgress
 from ..runtime.steps import StepLedger, Suspend
 from ..signals import job_finished, job_started
 from ..store import ClaimedJob, JobStore, ParkEpisode, Settlement
+from .deadlines import body_over
 from .runs import Run
 from .telemetry import Telemetry, telemetry_now
 
@@ -463,6 +464,7 @@ def send_finished(run: Run, ctx: JobContext, args: list[Any], kwargs: dict[str, 
 def suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:
     """Not an error: the job waits without holding this thread, and its next run replays up to
     here. Waking does not burn an attempt."""
+    run.over = True
     job = run.job
     span.add_event("job.suspended", {"reason": suspend.reason})
     span.set_attribute("job.outcome", AttemptOutcome.SUSPENDED)
@@ -475,7 +477,7 @@ def suspended_settlement(run: Run, span: Span, suspend: Suspend) -> Settlement:
 
 def success_settlement(run: Run, span: Span, result_json: str) -> Settlement:
     """The settlement of a body that returned ``result_json``."""
-    reason = run.scope.reason
+    reason = body_over(run)
     if reason is not None and isinstance(reason, JobSlotLostError | JobTimeoutError):
         # The body ignored the cancellation and finished: its result stands (the job
         # succeeded), but the attempt is recorded as slot_lost or timed_out so the admin shows
@@ -505,7 +507,7 @@ def _bad(what: str, value: Any) -> Any:
 
 
 def exception_settlement(run: Run, span: Span, exc: BaseException) -> Settlement:
-    reason = run.scope.reason
+    reason = body_over(run)
     if reason is not None:
         # The body unwound because the run was cancelled: the cause decides what happens next,
         # not the exception the unwinding happened to raise.

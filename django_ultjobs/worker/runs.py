@@ -44,9 +44,13 @@ class Run:
     #: (rule 56 (overrun-reported)).
     started_at: float | None = None
     thread: str = ""
-    #: ``started_at`` + the run's timeout, or None: read by the ticker at every wake-up, so
-    #: worked out once.
+    #: ``started_at`` + the run's timeout, or None: the moment the worker's timer cancels the
+    #: run (``deadlines.py``), worked out once.
     deadline: float | None = None
+    #: Set as the body returns or raises (``deadlines.body_over``): a body no longer executing
+    #: is neither timed out by the timer nor reported as overrunning
+    #: (rules 132 (timeout-recorded), 131 (overrun-from-delivery)).
+    over: bool = False
     #: Seconds the body ran, once it has (None for a run settled without running its body).
     duration: float | None = None
 

@@ -1,7 +1,10 @@
 """The ticker: one thread that keeps every run's lease and slot alive, one statement each a tick.
 
 One heartbeat statement per worker per tick covers all its runs, and one renewal statement all
-its slots: a worker with 64 runs costs the database two statements per tick, not 128.
+its slots: a worker with 64 runs costs the database two statements per tick, not 128. The
+heartbeat also finds the cancel requests of the runs (rule 59 (cancel-reason-kept)); on
+PostgreSQL a notification (``listener.py``) makes it look at once instead of at the next tick
+(rule 133 (cancel-reaches-body)).
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ class Ticker:
         self.runs = runs
         #: The worker's row, touched every tick and written again whole if it is gone.
         self.row = row
-        #: Run timeouts (rules 55 (timeout-cancels), 56 (overrun-reported)), checked first at every
-        #: tick: a slow heartbeat must not hold a timeout back.
+        #: Run timeouts have a timer of their own (rule 130 (timeout-on-time)); the ticker
+        #: writes the runs it finds overrunning to the worker's row (rule 56 (overrun-reported)),
+        #: at once when asked (``overrunning_changed``) and again at every tick if that write
+        #: failed.
         self.deadlines = deadlines
         self.slots = slots
         #: Told of each beat and whether the database answered it, for the probes
@@ -45,46 +50,68 @@ class Ticker:
         self.worker_id = row.worker_id
         self.visibility_timeout = visibility_timeout
         self.interval = interval
-        self._stop = threading.Event()
+        self._stopping = False
+        # Ends the wait for the next tick early: to stop, to look for cancel requests now, or to
+        # write the overrunning runs now. What to do is in the flags below, set before it.
+        self._wake = threading.Event()
+        self._cancels_asked = False
+        self._overrunning_asked = False
         self._thread = threading.Thread(target=self._loop, name="ultjobs-ticker", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping = True
+        self._wake.set()
         self._thread.join()
+
+    def check_cancels(self) -> None:
+        """Look for cancel requests of the runs in flight now, not at the next tick: a notice
+        from the listener that one of this worker's runs was asked to stop
+        (rule 133 (cancel-reaches-body))."""
+        self._cancels_asked = True
+        self._wake.set()
+
+    def overrunning_changed(self) -> None:
+        """Write the overrunning runs to the worker's row now (the timer found one, or one
+        ended)."""
+        self._overrunning_asked = True
+        self._wake.set()
 
     def _loop(self) -> None:
         try:
             next_tick = time.monotonic() + self.interval
-            while not self._stop.wait(self._wait(next_tick)):
+            while True:
+                self._wake.wait(max(0.0, next_tick - time.monotonic()))
+                # Cleared before the flags are read: a flag set from here on sets it again.
+                self._wake.clear()
+                if self._stopping:
+                    return
                 if time.monotonic() >= next_tick:
+                    self._cancels_asked = self._overrunning_asked = False
                     self.tick()
                     next_tick = time.monotonic() + self.interval
-                elif self.deadlines is not None:
-                    self.deadlines.check(self.runs.snapshot())
+                    continue
+                if self._cancels_asked:
+                    self._cancels_asked = False
+                    # The heartbeat answers whether each run was asked to stop, fenced on its
+                    # token; it renews the leases too, which does no harm.
+                    runs = self.runs.snapshot()
+                    if runs:
+                        self._heartbeat(runs)
+                if self._overrunning_asked and self.deadlines is not None:
+                    self._overrunning_asked = False
+                    self.deadlines.write()
         finally:
             # Every thread the worker starts closes its own connection (rule 13 (nothing-leaks)).
             connections.close_all()
-
-    def _wait(self, next_tick: float) -> float:
-        """Seconds until the next tick, or until the next timeout falls due before it: a run
-        is cancelled at its timeout, not up to a heartbeat interval later
-        (rule 55 (timeout-cancels)). A run that starts during the wait is seen at its end, within
-        one interval."""
-        due = next_tick
-        if self.deadlines is not None:
-            deadline = self.deadlines.next_due(self.runs.snapshot())
-            if deadline is not None:
-                due = min(due, deadline)
-        return max(0.0, due - time.monotonic())
 
     def tick(self) -> None:
         """Renew every lease and slot once; public so tests can tick without waiting."""
         runs = self.runs.snapshot()
         if self.deadlines is not None:
-            self.deadlines.check(runs)
+            self.deadlines.write()
         if runs:
             self._heartbeat(runs)
         # Every slot the worker holds: its runs' (one not under the ticker yet included) and the

@@ -74,7 +74,8 @@ class WorkerProcess:
         self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
         self.deadlines = Deadlines(
             store=self.store, worker_id=self.worker_id, grace=options.cancel_wait,
-            on_overrun=self._overran if options.exit_on_overrun else None)
+            on_overrun=self._overran if options.exit_on_overrun else None,
+            on_change=lambda: self.ticker.overrunning_changed())
         self.row = WorkerRow(self.store, options,
                              overrunning=lambda: self.deadlines.overrunning)
         #: What the health probes read (rules 121 (probe-alive) and 122 (probe-ready)).
@@ -88,7 +89,8 @@ class WorkerProcess:
         self.rates = RateGate(self.store, self.worker_id)
         self.dispatcher = Dispatcher(store=self.store, options=options, runs=self.runs,
                                      slots=self.slots, completer=self.completer,
-                                     rates=self.rates, on_free=self.wake)
+                                     rates=self.rates, on_free=self.wake,
+                                     deadlines=self.deadlines)
         self.pool = self.dispatcher.pool
         self.async_lane = self.dispatcher.async_lane
         self._stopping = threading.Event()
@@ -99,7 +101,7 @@ class WorkerProcess:
                                 vitals=self.vitals)
         self.listener = (
             Listener(store=self.store, queues=options.queues, wake=self.notified,
-                     worker_id=self.worker_id)
+                     worker_id=self.worker_id, cancels=self.ticker.check_cancels)
             if self.store.vendor == "postgresql" and options.listen else None
         )
         # Every worker may enqueue a tick, none leads (rule 60 (tick-once)); a burst worker drains
@@ -269,6 +271,7 @@ class WorkerProcess:
                           note="the body ignored its cancellation; handed back after the "
                                "visibility timeout, and the process exit stops it")
         self.completer.stop(timeout=max(10.0, self.options.heartbeat_interval))
+        self.deadlines.stop()
         self.ticker.stop()
         if self.gauges is not None:
             self.gauges.stop()
@@ -391,6 +394,7 @@ class WorkerProcess:
         # The pool stops even the part of it that started before a thread was refused.
         stops: list[Callable[[], None]] = [lambda: self.pool.stop(timeout=0.5)]
         parts: list[tuple[Callable[[], None], Callable[[], None]]] = [
+            (self.deadlines.start, self.deadlines.stop),
             (self.ticker.start, self.ticker.stop),
             (self.completer.start, lambda: self.completer.stop(timeout=0.0)),
         ]

@@ -163,8 +163,10 @@ def _db_now_sql(alias: str) -> str:
     return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
 
-def _clocked_run(ctx: JobContext, label: str, seconds: float, path: str) -> int:
-    """Log the start, take ``seconds`` (and wait for ``path``), log the end; cooperative.
+def _clocked_run(ctx: JobContext, label: str, seconds: float, path: str,
+                 every: float = 0.005) -> int:
+    """Log the start, take ``seconds`` (and wait for ``path``), log the end; cooperative, looking
+    at its cancellation every ``every`` seconds.
 
     A run that unwinds (cancelled: lost lease, lost slot, drain) still stamps its end, labelled
     ``<label>:unwound``, so a test can tell it from a run that finished its body.
@@ -187,7 +189,7 @@ def _clocked_run(ctx: JobContext, label: str, seconds: float, path: str) -> int:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline or (path and not Path(path).exists()):
             ctx.raise_if_cancelled()
-            time.sleep(0.005)
+            time.sleep(every)
         ended_as = label
     finally:
         with connections[alias].cursor() as cur:
@@ -198,9 +200,9 @@ def _clocked_run(ctx: JobContext, label: str, seconds: float, path: str) -> int:
 
 @job(takes_context=True, max_attempts=5, backoff=0.0)
 def clocked(ctx: JobContext, label: str = "clocked", seconds: float = 0.0,
-            path: str = "") -> int:
+            path: str = "", every: float = 0.005) -> int:
     """A run logged in the jobs database on its clock (see ``_clocked_run``)."""
-    return _clocked_run(ctx, label, seconds, path)
+    return _clocked_run(ctx, label, seconds, path, every)
 
 
 @job(takes_context=True, concurrency=2, max_attempts=20, backoff=0.0)
