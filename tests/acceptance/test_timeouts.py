@@ -38,9 +38,12 @@ pytestmark = [
 
 #: A worker whose heartbeat is the default's: a timeout or a cancel must not wait for it.
 SLOW_BEAT = ("--heartbeat-interval", "10", "--visibility-timeout", "30")
-#: How late a cooperative body checking every 5 ms may unwind after its deadline
-#: (rule 130 (timeout-on-time)).
+#: How late the timer may deliver a run's cancel after its deadline, and a cooperative body
+#: checking every 5 ms unwind (rule 130 (timeout-on-time)).
 ON_TIME = 0.1
+#: What the body's end stamp may add: it is written after the body unwound, by a statement that
+#: may wait its turn (SQLite has one writer, and the settles of the runs beside it write too).
+STAMP = 0.1
 
 
 def db_now(alias: str) -> datetime:
@@ -82,7 +85,7 @@ def test_a_timeout_cancels_a_cooperative_body_within_one_heartbeat_interval(
     for run in RunLog.objects.using(alias).filter(job_id=job.id):
         ran = (run.ended_at - run.started_at).total_seconds()
         assert run.label == "t:unwound"
-        assert 1.0 - 0.05 <= ran <= 1.0 + ON_TIME, ran
+        assert 1.0 - 0.05 <= ran <= 1.0 + ON_TIME + STAMP, ran
 
 
 def test_retry_on_non_retryable_and_expiry_end_in_their_states(
@@ -184,10 +187,11 @@ def test_a_timeout_fires_within_100_ms_whatever_the_heartbeat_interval(
         assert attempts(alias, job.id) == [(1, "timed_out", a)]
         ((label, ran),) = _ran(alias, job.id)
         assert label == "d:unwound"
-        assert 1.0 - 0.05 <= ran <= 1.0 + ON_TIME, ran
+        assert 1.0 - 0.05 <= ran <= 1.0 + ON_TIME + STAMP, (ran, worker_processes.logs())
     timed_out = fleet.events("jobs.worker.timed-out", worker_id=a)
     assert sorted(int(e["job_id"]) for e in timed_out) == sorted(j.id for j in jobs)
-    assert all(e["seen"] == "by the timer" and float(e["late"]) < ON_TIME for e in timed_out)
+    assert all(e["seen"] == "by the timer" and float(e["late"]) < ON_TIME
+               for e in timed_out), timed_out
     assert not fleet.events("jobs.worker.run-overrunning")
 
 
