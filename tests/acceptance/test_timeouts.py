@@ -25,7 +25,7 @@ from django_ultjobs.models import Worker as WorkerRow
 from django_ultjobs.operations import cancel_jobs
 from django_ultjobs.worker.worker import EXIT_OVERRUN
 from tests.conftest import WorkerProcesses, wait_until
-from tests.testapp.jobs import clocked, overrunning, picky
+from tests.testapp.jobs import async_stuck, async_stuck_timeout, clocked, overrunning, picky
 from tests.testapp.models import RunLog
 
 from .fleet import Fleet
@@ -269,3 +269,29 @@ def test_a_cancel_request_reaches_the_running_body_within_a_second(
         assert (log.ended_at - asked).total_seconds() <= within, (log.ended_at, asked)
         assert attempts(alias, job_id) == [(1, "cancelled", a)]
         assert reason in job_row(alias, job_id).last_error
+
+
+def test_async_bodies_get_their_deadline_and_a_cancel_request_as_sync_ones(
+        alias: str, worker_processes: WorkerProcesses) -> None:
+    """rules 130 (timeout-on-time) and 133 (cancel-reaches-body) on the async lane, at a 10 s
+    heartbeat: a body stuck in ``await asyncio.sleep(3600)`` with a 0.5 s timeout gets its cancel
+    under 100 ms past its deadline and ends ``timed_out``; another one, asked to stop, ends
+    ``cancelled`` within 1.5 s of the request on PostgreSQL (the request within 1 s, then its
+    settle), at the heartbeat on SQLite (1 s here)."""
+    pg = alias == "postgres"
+    beat = SLOW_BEAT if pg else ("--heartbeat-interval", "1", "--visibility-timeout", "30")
+    fleet = Fleet(worker_processes, alias)
+    a = fleet.start("A", "--async-concurrency", "4", *beat)
+    fleet.wait_registered(a)
+    timed = async_stuck_timeout.enqueue()
+    stuck = async_stuck.enqueue()
+    fleet.wait(lambda: _status(alias, timed.id) == "failed"
+               and _status(alias, stuck.id) == "running", 20, "the timed run to time out")
+    assert attempts(alias, timed.id) == [(1, "timed_out", a)]
+    ((event,),) = [fleet.events("jobs.worker.timed-out", job_id=timed.id)]
+    assert event["seen"] == "by the timer" and float(event["late"]) < ON_TIME, event
+    asked = time.monotonic()
+    cancel_jobs([stuck.id], reason="stop it")
+    fleet.wait(lambda: _status(alias, stuck.id) == "cancelled", 20, "the stuck run to stop")
+    assert time.monotonic() - asked <= (1.5 if pg else 1.0 + 0.8)
+    assert attempts(alias, stuck.id) == [(1, "cancelled", a)]
