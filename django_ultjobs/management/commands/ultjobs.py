@@ -104,7 +104,8 @@ class Command(BaseCommand):
         show.add_argument("id", type=job_id, help="The job's id.")
         show.add_argument("--json", action="store_true", help="Print JSON instead of text.")
         cancel = sub.add_parser("cancel", help="Cancel queued or waiting jobs now; ask running "
-                                               "ones to stop at their next heartbeat.")
+                                               "ones to stop (within a second on PostgreSQL, "
+                                               "at their worker's next heartbeat on SQLite).")
         self._add_bulk(cancel, CANCEL_FILTERS)
         cancel.add_argument("--reason", default="",
                             help="Why: logged, and kept as the error of the jobs cancelled now.")
