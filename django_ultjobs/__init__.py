@@ -32,16 +32,20 @@ from .exceptions import (
     UniqueKeyContendedError,
     UnknownJobError,
     WorkerShutdownError,
+    WorkflowError,
 )
 
 if TYPE_CHECKING:
+    from .jobs.batches import Batch
     from .jobs.enqueue import bulk_enqueue
     from .jobs.registry import job
     from .jobs.spec import JobCall, JobSpec
+    from .jobs.workflows import Workflow, chain
     from .runtime.context import JobContext
     from .runtime.events import send_event
 
 __all__ = [
+    "Batch",
     "CancelRequestedError",
     "EventTimeoutError",
     "JobArgumentError",
@@ -62,7 +66,10 @@ __all__ = [
     "UniqueKeyContendedError",
     "UnknownJobError",
     "WorkerShutdownError",
+    "Workflow",
+    "WorkflowError",
     "bulk_enqueue",
+    "chain",
     "job",
     "send_event",
 ]
@@ -70,6 +77,9 @@ __all__ = [
 # These import the models, so they are loaded on first use rather than at import time:
 # `import django_ultjobs` must work in settings.py and before the app registry is ready.
 _LAZY = {
+    "Batch": "jobs.batches",
+    "Workflow": "jobs.workflows",
+    "chain": "jobs.workflows",
     "job": "jobs.registry",
     "bulk_enqueue": "jobs.enqueue",
     "JobSpec": "jobs.spec",

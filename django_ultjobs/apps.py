@@ -18,4 +18,7 @@ class UltJobsConfig(AppConfig):
         # the web process that enqueues it and in the worker that runs it alike.
         autodiscover_modules("jobs")
         from . import checks  # noqa: F401  (registers the system checks)
-        from .jobs import periodic  # noqa: F401  (registers the built-in prune job)
+        from .jobs import (
+            periodic,  # noqa: F401  (registers the built-in prune job)
+            waiting,  # noqa: F401  (how job.wait() waits)
+        )

@@ -55,6 +55,12 @@ class OperationInputError(UltJobsError, ValueError):
     name no job can have, a job id that is not a whole number. Raised before any SQL."""
 
 
+class WorkflowError(UltJobsError, ValueError):
+    """A workflow, chain or batch was given something it cannot keep (not a job's ``.call()``,
+    an unknown ``when=``, a dependency from another workflow, a keyed job); the message names
+    it. Raised before any SQL (docs/workflows.md)."""
+
+
 class UniqueKeyContendedError(UltJobsError):
     """A keyed enqueue found the job holding its key gone before it could read it, 20 times in a
     row (taken over or pruned each time by other enqueues; rule 66 (held-key-returns-holder)). Never

@@ -35,11 +35,14 @@ from django.db.models.functions import Greatest, Now
 from .conf import jobs_database
 from .core.jsonargs import is_unicode
 from .exceptions import JobOptionError, OperationInputError
+from .jobs.batches import Batch
 from .jobs.options import MAX_QUEUE
 from .jobs.unique import KeyHeld, take_keys_back
-from .models import Job, JobSchedule, JobStatus, QueuePause
+from .jobs.workflows import WorkflowRun
+from .models import Batch as BatchRow
+from .models import Job, JobSchedule, JobStatus, QueuePause, Workflow
 from .observability.logs import log_event
-from .store import get_store
+from .store import dependencies, get_store
 
 __all__ = ["CancelResult", "RetryResult", "cancel_jobs", "check_job_ids", "check_job_name",
            "check_queue_name",
@@ -54,7 +57,10 @@ Progress = Callable[[int, int], None]
 
 #: Statuses cancelled at once: no worker holds such a job, so nobody else writes its row. A
 #: waiting job is parked on an event or a durable sleep and holds no thread either.
-CANCEL_NOW = (JobStatus.QUEUED, JobStatus.WAITING)
+CANCEL_NOW = (JobStatus.QUEUED, JobStatus.WAITING, JobStatus.PENDING)
+#: What cancelling a batch or a workflow cancels (rule 115 (group-cancel)): its members that
+#: may run without waiting for others; what waits follows its ``when``.
+GROUP_CANCEL = (JobStatus.QUEUED, JobStatus.WAITING, JobStatus.RUNNING)
 #: Statuses a retry starts from.
 RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 #: Ids per statement: keeps a "select all 1,000,000" action under PostgreSQL's 65,535-parameter
@@ -125,12 +131,15 @@ class RetryResult:
         return len(self.retried_ids)
 
 
-def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
+def cancel_jobs(jobs: QuerySet[Job] | Iterable[int] | Batch | BatchRow | WorkflowRun | Workflow,
+                *, using: str | None = None,
                 progress: Progress | None = None, by: str = "", reason: str = "",
                 chunk_size: int = CHUNK, dry_run: bool = False) -> CancelResult:
     """Cancel queued or waiting jobs now and ask running ones to stop; return what changed.
 
-    ``jobs`` is a queryset of jobs or an iterable of job ids. Jobs in any other status (finished
+    ``jobs`` is a queryset of jobs, an iterable of job ids, or a batch or workflow (``Batch``,
+    ``WorkflowRun`` or their model rows): then its members that do not wait for others
+    (rule 115 (group-cancel)). Jobs in any other status (finished
     ones, running ones already asked) are left alone and counted as ``skipped``; ids no job has
     are returned as ``missing_ids``. ``using`` is the jobs database; it defaults to
     ``ULTJOBS["DATABASE"]``, whatever alias a queryset was built on. The jobs are gone through
@@ -148,6 +157,9 @@ def cancel_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None
     reason = _checked_reason(reason)
     size = _checked_chunk_size(chunk_size)
     alias = using or jobs_database()
+    group = _group(jobs, alias)
+    if group is not None:
+        jobs = group
     cancelled: list[int] = []
     requested: list[int] = []
     missing: list[int] = []
@@ -186,6 +198,12 @@ def _cancel_chunk(alias: str, chunk: list[int], reason: str, by: str) -> tuple[l
             status=JobStatus.CANCELLED, cancel_requested=True, claim_token=None,
             cancel_reason=reason, finished_at=Now(), updated_at=Now(), **error,
         )
+        store = get_store(alias)
+        with store.cursor() as cur:
+            # Their dependents, released or cancelled in this transaction
+            # (rule 110 (released-in-settle)).
+            dependencies.release(store, cur, _with_dependents(alias, cancelled))
+            dependencies.notify_finished(store, cur, cancelled)
     with transaction.atomic(using=alias):
         # A job claimed since the statement above is running now, and is caught here.
         running = Q(status=JobStatus.RUNNING, cancel_requested=False)
@@ -274,6 +292,23 @@ def retry_jobs(jobs: QuerySet[Job] | Iterable[int], *, using: str | None = None,
                        tuple(missing))
 
 
+def _with_dependents(alias: str, ids: list[int]) -> list[int]:
+    """Those of ``ids`` whose finish some pending job counts (rule 110 (released-in-settle))."""
+    if not ids:
+        return []
+    return list(Job.objects.using(alias).filter(id__in=ids, has_dependents=True)
+                .order_by("id").values_list("id", flat=True))
+
+
+def _group(jobs: object, alias: str) -> QuerySet[Job] | None:
+    """The members of ``jobs`` that do not wait, when it is a batch or a workflow."""
+    if isinstance(jobs, (Batch, BatchRow)):
+        return Job.objects.using(alias).filter(batch_id=jobs.id, status__in=GROUP_CANCEL)
+    if isinstance(jobs, (WorkflowRun, Workflow)):
+        return Job.objects.using(alias).filter(workflow_id=jobs.id, status__in=GROUP_CANCEL)
+    return None
+
+
 def _retry_chunk(alias: str, chunk: list[int], keyless: bool) -> tuple[list[int],
                                                                         dict[int, KeyHeld]]:
     """Queue the failed and cancelled jobs of ``chunk`` again in one transaction; return their
@@ -286,6 +321,9 @@ def _retry_chunk(alias: str, chunk: list[int], keyless: bool) -> tuple[list[int]
         held = take_keys_back(alias, ids)
         if not keyless:
             ids = [job_id for job_id in ids if job_id not in held]
+        # Read before the update: a retried job no longer counts as finished
+        # (rule 114 (retry-takes-finish-back)).
+        taken_back = _with_dependents(alias, ids)
         Job.objects.using(alias).filter(id__in=ids, status__in=RETRYABLE).update(
             status=JobStatus.QUEUED,
             visible_at=Now(),
@@ -296,6 +334,8 @@ def _retry_chunk(alias: str, chunk: list[int], keyless: bool) -> tuple[list[int]
             finished_at=None,
             updated_at=Now(),
         )
+        with get_store(alias).cursor() as cur:
+            dependencies.unfinish(get_store(alias), cur, taken_back)
         get_store(alias).notify(list(
             Job.objects.using(alias).filter(id__in=ids).values_list("queue", flat=True)
             .distinct()))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
 from typing import Any, Protocol
 
@@ -25,6 +27,33 @@ class CheckedCall(Protocol):
         ...
 
 
+#: The ids of the jobs enqueued while a ``Batch`` block is open in this context: its members.
+#: None outside a block (and while a block enqueues what is not a member).
+_members: ContextVar[list[int] | None] = ContextVar("ultjobs_batch_members", default=None)
+
+
+@contextmanager
+def members_into(ids: list[int] | None) -> Iterator[None]:
+    """Append the id of every job this context enqueues (and creates) to ``ids`` until the block
+    ends; None: enqueue what follows as no batch's member."""
+    token = _members.set(ids)
+    try:
+        yield
+    finally:
+        _members.reset(token)
+
+
+def collecting() -> bool:
+    """Whether a ``Batch`` block collects this context's enqueues."""
+    return _members.get() is not None
+
+
+def _collect(ids: Iterable[int]) -> None:
+    members = _members.get()
+    if members is not None:
+        members.extend(ids)
+
+
 def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
     """The row just inserted, as a query would have loaded it (what the enqueue statement wrote
     and returned, every other column at its default).
@@ -43,6 +72,8 @@ def _as_loaded(new: NewJob, row: EnqueuedJob, alias: str) -> Job:
         "unique_key": new.unique_key, "unique_for": new.unique_for,
         "timeout": new.timeout, "expires_at": row.expires_at, "cancel_reason": "",
         "tags": list(new.tags), "progress": None, "attempt_on_row": False,
+        "has_dependents": False, "deps_total": 0, "deps_done": 0, "deps_failed": 0,
+        "depends_when": "",
     }
     return Job.from_db(alias, None, [values[f.attname] for f in Job._meta.concrete_fields])
 
@@ -77,9 +108,11 @@ def bulk_enqueue(calls: Iterable[CheckedCall]) -> list[int]:
         if all(new.unique_key is None for new in news):
             ids = store.enqueue_ids(news)
             record_enqueued(((new.name, new.queue) for new in news), store.alias)
+            _collect(ids)
             return ids
         placed = unique.place(news, store.enqueue_unique, unique.holders_of(store.alias),
                               lambda row: row.id)
+    _collect(p.id for p in placed if p.created)
     # Only the calls that made a row were enqueued; one answered by its key's holder was not.
     record_enqueued(((new.name, new.queue) for new, p in zip(news, placed, strict=True)
                      if p.created), store.alias)
@@ -96,6 +129,7 @@ def enqueue_one(job_call: CheckedCall) -> tuple[Job, bool]:
             return _enqueue_keyed(store, new)
         (row,) = store.enqueue([new])
     record_enqueued(((new.name, new.queue),), store.alias)
+    _collect((row.id,))
     return _as_loaded(new, row, store.alias), True
 
 
@@ -107,6 +141,7 @@ def _enqueue_keyed(store: JobStore, new: NewJob) -> tuple[Job, bool]:
         (row,) = store.enqueue_unique([new])
         if row is not None:
             record_enqueued(((new.name, new.queue),), store.alias)
+            _collect((row.id,))
             return _as_loaded(new, row, store.alias), True
         found = list(Job.objects.using(store.alias).raw(
             store.sql["unique_holder"], {"name": new.name, "key": new.unique_key}))

@@ -8,18 +8,26 @@ run; migrations import both, so what an old migration builds never changes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.db import models
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from ..core.slot_keys import MAX_SLOT_KEY
 from . import attempt_view
+from .workflows import Batch as Batch
+from .workflows import Workflow as Workflow
 
 
 class JobStatus(models.TextChoices):
     QUEUED = "queued", _("queued")
     RUNNING = "running", _("running")
     WAITING = "waiting", _("waiting")
+    #: Waits for its dependencies (a workflow node, a batch's callback): never claimed, holds
+    #: no slot, and becomes queued or cancelled in the settle of its last dependency (rule 110).
+    PENDING = "pending", _("pending")
     SUCCEEDED = "succeeded", _("succeeded")
     FAILED = "failed", _("failed")
     CANCELLED = "cancelled", _("cancelled")
@@ -27,6 +35,8 @@ class JobStatus(models.TextChoices):
 
 #: Statuses a worker may still claim (a running row whose lease lapsed is re-delivered).
 LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.WAITING)
+#: Statuses of a job not finished for good: it may still run (a pending one, once released).
+UNFINISHED_STATUSES = (*LIVE_STATUSES, JobStatus.PENDING)
 #: Statuses a job never leaves on its own.
 FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
@@ -53,6 +63,11 @@ class AttemptOutcome(models.TextChoices):
     #: Claimed after its expiry before it ever started: cancelled, never run
     #: (rule 58 (expired-never-runs)).
     EXPIRED = "expired", _("expired")
+
+
+#: How ``Job.wait`` and ``Job.wait_async`` wait: set by ``jobs.waiting`` (a layer above the
+#: models, which the app loads when it is ready).
+waiters: dict[str, Callable[..., Any]] = {}
 
 
 class Job(models.Model):
@@ -138,6 +153,44 @@ class Job(models.Model):
     #: row holds ran in; None when it held no slot, or the row holds no attempt
     #: (rule 97 (attempt-on-row)).
     attempt_slot = models.IntegerField(null=True, editable=False)
+    # -- dependencies (docs/workflows.md; rules 110-118). Plain jobs keep every one at its
+    # default, and the settle of a job whose has_dependents is false reads none of them.
+    #: The batch this job is a member of (``Batch``), or None.
+    batch = models.ForeignKey("Batch", null=True, blank=True, editable=False,
+                              on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+                              related_name="members")
+    #: The batch this job is a callback of (on_success, on_failure or on_finish), or None.
+    callback_of = models.ForeignKey("Batch", null=True, blank=True, editable=False,
+                                    on_delete=models.DO_NOTHING, db_constraint=False,
+                                    db_index=False, related_name="callbacks")
+    #: The workflow this job is a node of, or None.
+    workflow = models.ForeignKey("Workflow", null=True, blank=True, editable=False,
+                                 on_delete=models.DO_NOTHING, db_constraint=False,
+                                 db_index=False, related_name="nodes")
+    #: The ids of the jobs this one waits for, in the order given to ``after=``; None for a
+    #: job with no dependencies in a workflow (a batch's callback counts its batch's members).
+    depends_on = models.JSONField(null=True, blank=True, editable=False)
+    #: The ids of the workflow nodes that wait for this job; None for none.
+    dependents = models.JSONField(null=True, blank=True, editable=False)
+    #: Some job counts this one's finish (a node in ``dependents``, a callback of its batch):
+    #: its settle then releases them (rule 110).
+    has_dependents = models.BooleanField(default=False, db_default=False, editable=False)
+    #: How many dependencies this job waits for, how many finished for good, and how many of
+    #: those did not succeed; exact whatever this job's own status (rule 113).
+    deps_total = models.IntegerField(default=0, db_default=0, editable=False)
+    deps_done = models.IntegerField(default=0, db_default=0, editable=False)
+    deps_failed = models.IntegerField(default=0, db_default=0, editable=False)
+    #: When it runs: "succeeded", "failed" or "finished" (``Workflow.add(when=...)``); "" for a
+    #: job with no dependencies.
+    depends_when = models.CharField(max_length=16, blank=True, default="", db_default="",
+                                    editable=False)
+    #: The dependency whose finish cancelled this job (rule 112); None for any other cancel.
+    #: A retry of that dependency brings this job back to pending (rule 114).
+    cancelled_by = models.BigIntegerField(null=True, blank=True, editable=False)
+    #: What this job's finish notifies, when someone may wait for it (rule 116): its batch's
+    #: key ("b12"), its workflow's ("w7"), or its own ("j812", set by ``job.wait()``); None for
+    #: a job nobody waits for, whose settle then notifies nothing.
+    wait_key = models.CharField(max_length=40, null=True, blank=True, editable=False)
 
     class Meta:
         constraints = [
@@ -209,10 +262,31 @@ class Job(models.Model):
                 name="ultjobs_job_waiting",
                 condition=models.Q(status="waiting"),
             ),
+            # Partial, so plain jobs cost these nothing: a batch's unfinished members (what
+            # batch.wait() and the admin look for), its callbacks, a workflow's nodes.
+            models.Index("batch", name="ultjobs_job_batch_open",
+                         condition=models.Q(batch__isnull=False,
+                                            status__in=["queued", "running", "waiting",
+                                                        "pending"])),
+            models.Index("batch", "id", name="ultjobs_job_batch",
+                         condition=models.Q(batch__isnull=False)),
+            models.Index("callback_of", name="ultjobs_job_callback_of",
+                         condition=models.Q(callback_of__isnull=False)),
+            models.Index("workflow", "id", name="ultjobs_job_workflow",
+                         condition=models.Q(workflow__isnull=False)),
         ]
 
     def __str__(self) -> str:
         return f"{self.name}#{self.pk} ({self.status})"
+
+    def wait(self, timeout: float | None = None) -> Job:
+        """Block until this job finished for good and return its row read afresh; raise
+        ``TimeoutError`` past ``timeout`` seconds (rule 116; docs/workflows.md)."""
+        return waiters["wait"](self, timeout)
+
+    async def wait_async(self, timeout: float | None = None) -> Job:
+        """``wait`` for async code."""
+        return await waiters["wait_async"](self, timeout)
 
 
 class JobAttempt(models.Model):

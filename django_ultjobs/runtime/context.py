@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from ..conf import jobs_database
 from ..exceptions import CancelRequestedError, JobCancelledError
+from ..jobs.batches import batch_results
+from ..jobs.workflows import dependency_results
+from ..models import Batch, Job
 from .cancel import CancelScope
 from .progress import JobProgress
 from .steps import StepLedger
@@ -86,6 +90,28 @@ class JobContext:
         if self.progress is None:
             raise RuntimeError("aset_progress needs the context of a run a worker claimed")
         await self.progress.aset(done, total, message)
+
+    # -- dependencies (docs/workflows.md) ---------------------------------------------------------
+
+    def dependency_results(self) -> Any:
+        """What this job's dependencies returned (None for one that did not succeed): for a
+        workflow node, a list in the order given to ``after=``; for a batch's callback, the
+        members' results in enqueue order, as an iterator that reads them in chunks."""
+        alias = jobs_database()
+        batch_id = Job.objects.using(alias).filter(pk=self.job_id).values_list(
+            "callback_of_id", flat=True).first()
+        if batch_id is not None:
+            return batch_results(batch_id, alias)
+        return dependency_results(self.job_id, alias)
+
+    @property
+    def batch(self) -> Batch | None:
+        """The batch this job is a callback (or else a member) of, or None."""
+        alias = jobs_database()
+        ids = Job.objects.using(alias).filter(pk=self.job_id).values_list(
+            "callback_of_id", "batch_id").first()
+        batch_id = ids and (ids[0] or ids[1])
+        return Batch.objects.using(alias).filter(pk=batch_id).first() if batch_id else None
 
     def raise_if_cancelled(self) -> None:
         """Raise the cancellation (a ``JobCancelledError``) if this run has been cancelled."""

@@ -503,6 +503,11 @@ locked AS (
     CROSS JOIN LATERAL (
         SELECT j.id FROM django_ultjobs_job AS j
         WHERE j.id = h.id AND j.claim_token = h.token AND j.status = 'running'
+          -- A run that finishes a job with dependents is settled in a transaction that
+          -- releases them (rule 110): left out here, the store sends it again with
+          -- "dependents" true. Plain jobs pay this one column test.
+          AND (%(dependents)s::boolean OR NOT j.has_dependents
+               OR h.status IN ('queued', 'waiting'))
         FOR UPDATE
     ) AS l
 ),
@@ -551,7 +556,8 @@ settled AS (
     -- at 10,000 rows in 128-run batches (performance.md, item 107).
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT x.id FROM locked AS x))
     RETURNING j.id, c.attempt_no, c.started_at, c.outcome, c.error, c.slot_key, c.slot,
-              c.steps_run, c.steps_replayed, c.extends, j.attempt_on_row AS on_row
+              c.steps_run, c.steps_replayed, c.extends, j.attempt_on_row AS on_row,
+              j.finished_at, j.wait_key
 ),
 extended AS (
     -- A park continuing its episode (rule 12 (unknown-job-parked)) counts one more claim on the
@@ -584,7 +590,133 @@ recorded AS (
     WHERE s.outcome IS NOT NULL AND NOT s.on_row
       AND s.id NOT IN (SELECT x.job_id FROM extended AS x)
 )
-SELECT id FROM settled;
+SELECT s.id, {fragment:finished_notify}
+FROM settled AS s;
+
+-- fragment: finished_notify
+-- Wakes whoever waits (rule 116) for a row "s" (finished_at, wait_key) that just finished for
+-- good: its wait_key names its batch or workflow (set when it was placed), or the job itself
+-- (set by job.wait()). A settle of many members of one batch sends one notify (PostgreSQL folds
+-- equal payloads of a transaction); a job nobody waits for sends none. On commit only.
+CASE WHEN s.finished_at IS NOT NULL AND s.wait_key > ''
+     THEN pg_notify('django_ultjobs_finished', s.wait_key)::text END
+
+-- fragment: dependency_edges
+-- The dependents of the jobs in "src" (id, status, batch_id, dependents): each workflow node in
+-- its own row's "dependents", and each callback of a member's batch, with the dependency's id
+-- and status.
+SELECT d.value::bigint AS dependent, s.id AS dep, s.status
+FROM src AS s CROSS JOIN LATERAL jsonb_array_elements_text(s.dependents) AS d(value)
+UNION ALL
+SELECT cb.id, s.id, s.status
+FROM src AS s JOIN django_ultjobs_job AS cb ON cb.callback_of_id = s.batch_id
+WHERE s.batch_id IS NOT NULL
+
+-- name: release
+-- Count the jobs %(ids)s, which just finished for good, on every dependent, and release or
+-- cancel the pending dependents whose condition now holds or can no longer hold (rules 110-113),
+-- in the transaction of the settle (or cancel) that finished them. One row per dependent per
+-- statement however many of its dependencies finished in it (rule 113: a batch's callback is
+-- one hot row per settle batch). Counters are kept exact whatever the dependent's status, so a
+-- retry can take a finish back (unfinish). Each dependent is locked in id order, as the settle
+-- locks its runs, and judged on the row as locked (the latest committed counters), so two
+-- settles of a dependent's last two dependencies cannot both miss the last one. Returns each
+-- dependent, and whether it was cancelled with dependents of its own: the store sends those
+-- back here (the cascade, same transaction). Released queues and waiters are notified on commit.
+WITH src AS (
+    SELECT j.id, j.status, j.batch_id, j.dependents FROM django_ultjobs_job AS j
+    WHERE j.id = ANY (%(ids)s::bigint[]) AND j.status IN ('succeeded', 'failed', 'cancelled')
+),
+edges AS ({fragment:dependency_edges}),
+counted AS (
+    SELECT e.dependent, count(*)::int AS done,
+           (count(*) FILTER (WHERE e.status <> 'succeeded'))::int AS bad,
+           min(e.dep) FILTER (WHERE e.status = 'failed') AS first_failed,
+           min(e.dep) FILTER (WHERE e.status = 'cancelled') AS first_cancelled
+    FROM edges AS e GROUP BY e.dependent
+),
+locked AS (
+    SELECT c.*, CASE
+        WHEN l.status <> 'pending' THEN 'keep'
+        WHEN l.depends_when = 'succeeded' AND l.deps_failed + c.bad > 0 THEN 'cancel'
+        WHEN l.deps_done + c.done < l.deps_total THEN 'keep'
+        WHEN l.depends_when = 'failed' AND l.deps_failed + c.bad = 0 THEN 'cancel'
+        ELSE 'release' END AS verdict
+    FROM (SELECT * FROM counted ORDER BY dependent) AS c
+    CROSS JOIN LATERAL (
+        SELECT j.status, j.depends_when, j.deps_done, j.deps_failed, j.deps_total
+        FROM django_ultjobs_job AS j WHERE j.id = c.dependent
+        FOR UPDATE
+    ) AS l
+),
+changed AS (
+    UPDATE django_ultjobs_job AS j
+    SET deps_done = j.deps_done + c.done,
+        deps_failed = j.deps_failed + c.bad,
+        status = CASE c.verdict WHEN 'cancel' THEN 'cancelled' WHEN 'release' THEN 'queued'
+                 ELSE j.status END,
+        visible_at = CASE WHEN c.verdict = 'release' THEN {now} ELSE j.visible_at END,
+        cancelled_by = CASE WHEN c.verdict = 'cancel'
+                            THEN COALESCE(c.first_failed, c.first_cancelled)
+                            ELSE j.cancelled_by END,
+        cancel_reason = CASE WHEN c.verdict <> 'cancel' THEN j.cancel_reason
+                             WHEN c.first_failed IS NOT NULL
+                                 THEN 'dependency ' || c.first_failed || ' failed'
+                             WHEN c.first_cancelled IS NOT NULL
+                                 THEN 'dependency ' || c.first_cancelled || ' was cancelled'
+                             ELSE 'every dependency succeeded' END,
+        finished_at = CASE WHEN c.verdict = 'cancel' THEN {now} ELSE j.finished_at END,
+        updated_at = CASE WHEN c.verdict = 'keep' THEN j.updated_at ELSE {now} END
+    FROM locked AS c
+    WHERE j.id = c.dependent
+    RETURNING j.id, c.verdict, j.finished_at, j.has_dependents, j.queue, j.wait_key
+)
+SELECT s.id, s.verdict = 'cancel' AND s.has_dependents,
+       CASE WHEN s.verdict = 'release' THEN pg_notify('django_ultjobs', s.queue)::text END,
+       CASE WHEN s.verdict = 'cancel' THEN {fragment:finished_notify} END
+FROM changed AS s;
+
+-- name: unfinish
+-- Take back the finish of the jobs %(ids)s (a retry queued them again; each had failed or was
+-- cancelled, so each counted as a dependency that did not succeed): every dependent's counters
+-- lose them, and a dependent their finish cancelled comes back to pending when its condition
+-- can hold again (rule 114). Returns the dependents brought back that have dependents of their
+-- own: the store sends them here too (their own dependents counted them as cancelled).
+WITH src AS (
+    SELECT j.id, j.status, j.batch_id, j.dependents FROM django_ultjobs_job AS j
+    WHERE j.id = ANY (%(ids)s::bigint[])
+),
+edges AS ({fragment:dependency_edges}),
+counted AS (SELECT e.dependent, count(*)::int AS n FROM edges AS e GROUP BY e.dependent),
+locked AS (
+    SELECT c.*, (l.status = 'cancelled' AND l.cancelled_by IS NOT NULL
+                 AND l.deps_failed - c.n = 0) AS back
+    FROM (SELECT * FROM counted ORDER BY dependent) AS c
+    CROSS JOIN LATERAL (
+        SELECT j.status, j.cancelled_by, j.deps_failed
+        FROM django_ultjobs_job AS j WHERE j.id = c.dependent
+        FOR UPDATE
+    ) AS l
+),
+changed AS (
+    UPDATE django_ultjobs_job AS j
+    SET deps_done = j.deps_done - c.n,
+        deps_failed = j.deps_failed - c.n,
+        status = CASE WHEN c.back THEN 'pending' ELSE j.status END,
+        cancelled_by = CASE WHEN c.back THEN NULL ELSE j.cancelled_by END,
+        cancel_reason = CASE WHEN c.back THEN '' ELSE j.cancel_reason END,
+        finished_at = CASE WHEN c.back THEN NULL ELSE j.finished_at END,
+        updated_at = CASE WHEN c.back THEN {now} ELSE j.updated_at END
+    FROM locked AS c
+    WHERE j.id = c.dependent
+    RETURNING j.id, c.back, j.has_dependents
+)
+SELECT id, back AND has_dependents FROM changed;
+
+-- name: finished_notify
+-- Wake the waiters of jobs %(ids)s, just finished outside a settle (cancel_jobs), on commit.
+SELECT count({fragment:finished_notify})
+FROM django_ultjobs_job AS s WHERE s.id = ANY (%(ids)s::bigint[]);
 
 -- name: settle_landed
 -- Which settles of a batch this worker already wrote, though it never heard back (the connection
@@ -1143,3 +1275,22 @@ SELECT q.queue,
             ORDER BY j.visible_at LIMIT 1)
 FROM queues AS q
 CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;
+
+-- name: nodes_place
+-- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
+-- (docs/workflows.md): their group, the edges on both ends (depends_on, dependents: JSON text),
+-- their counters' total, their condition, whether their finish releases others, 'pending' for
+-- those that wait (rule 110), and the wait key their finish notifies (rule 116). One primary-key probe per job: the ids are given again as an
+-- array, or the join of a batch estimated at a hundred rows could read the whole table.
+UPDATE django_ultjobs_job AS j
+SET status = CASE WHEN n.pending THEN 'pending' ELSE j.status END,
+    deps_total = n.total, depends_when = n.condition, has_dependents = n.has_dependents,
+    workflow_id = n.workflow_id, batch_id = n.batch_id, callback_of_id = n.callback_of,
+    depends_on = n.depends_on::jsonb, dependents = n.dependents::jsonb,
+    wait_key = COALESCE('b' || COALESCE(n.batch_id, n.callback_of), 'w' || n.workflow_id)
+FROM unnest(%(ids)s::bigint[], %(pending)s::boolean[], %(totals)s::int[], %(whens)s::text[],
+            %(has_dependents)s::boolean[], %(workflows)s::bigint[], %(batches)s::bigint[],
+            %(callbacks)s::bigint[], %(depends_on)s::text[], %(dependents)s::text[])
+    AS n(id, pending, total, condition, has_dependents, workflow_id, batch_id, callback_of,
+         depends_on, dependents)
+WHERE j.id = n.id AND j.id = ANY (%(ids)s::bigint[]);

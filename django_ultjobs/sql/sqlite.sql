@@ -238,7 +238,97 @@ FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') A
              json_extract(value, '$.on_row') AS on_row
       FROM json_each(:batch)) AS c
 WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'running'
-RETURNING id;
+-- Whether the run finished for good a job whose dependents its transaction releases (rule 110).
+RETURNING id, has_dependents AND status IN ('succeeded', 'failed', 'cancelled');
+
+-- fragment: dependency_edges
+-- The dependents of the jobs in "src" (id, status, batch_id, dependents): each workflow node in
+-- its own row's "dependents", and each callback of a member's batch, with the dependency's id
+-- and status.
+SELECT d.value AS dependent, s.id AS dep, s.status
+FROM src AS s, json_each(s.dependents) AS d
+WHERE s.dependents IS NOT NULL
+UNION ALL
+SELECT cb.id, s.id, s.status
+FROM src AS s JOIN django_ultjobs_job AS cb ON cb.callback_of_id = s.batch_id
+WHERE s.batch_id IS NOT NULL
+
+-- name: release_judge
+-- What the finish of the jobs in :ids (JSON), just finished for good, does to each dependent
+-- (rules 110-113), judged inside the write transaction of the settle or cancel that finished
+-- them: how many of its dependencies finished and did not succeed, and its new status ('queued':
+-- released; 'cancelled', naming the dependency; NULL: it stays as it is), with whether it has
+-- dependents of its own. dependents_apply writes it; a cancelled one's dependents come next.
+WITH src AS (
+    SELECT j.id, j.status, j.batch_id, j.dependents FROM django_ultjobs_job AS j
+    WHERE j.id IN (SELECT value FROM json_each(:ids))
+      AND j.status IN ('succeeded', 'failed', 'cancelled')
+),
+edges AS ({fragment:dependency_edges}),
+counted AS (
+    SELECT e.dependent, count(*) AS done, sum(e.status <> 'succeeded') AS bad,
+           min(CASE WHEN e.status = 'failed' THEN e.dep END) AS first_failed,
+           min(CASE WHEN e.status = 'cancelled' THEN e.dep END) AS first_cancelled
+    FROM edges AS e GROUP BY e.dependent
+),
+judged AS (
+    SELECT c.*, l.has_dependents, CASE
+        WHEN l.status <> 'pending' THEN NULL
+        WHEN l.depends_when = 'succeeded' AND l.deps_failed + c.bad > 0 THEN 'cancelled'
+        WHEN l.deps_done + c.done < l.deps_total THEN NULL
+        WHEN l.depends_when = 'failed' AND l.deps_failed + c.bad = 0 THEN 'cancelled'
+        ELSE 'queued' END AS verdict
+    FROM counted AS c JOIN django_ultjobs_job AS l ON l.id = c.dependent
+)
+SELECT dependent, done, bad, verdict,
+       CASE WHEN verdict = 'cancelled' THEN COALESCE(first_failed, first_cancelled) END,
+       CASE WHEN verdict IS NOT 'cancelled' THEN ''
+            WHEN first_failed IS NOT NULL THEN 'dependency ' || first_failed || ' failed'
+            WHEN first_cancelled IS NOT NULL
+                THEN 'dependency ' || first_cancelled || ' was cancelled'
+            ELSE 'every dependency succeeded' END,
+       verdict = 'cancelled' AND has_dependents
+FROM judged ORDER BY dependent;
+
+-- name: unfinish_judge
+-- Take back the finish of the jobs in :ids (a retry queued them again; each had failed or was
+-- cancelled, so each counted as a dependency that did not succeed): every dependent loses them
+-- from its counters, and one their finish cancelled comes back to 'pending' when its condition
+-- can hold again (rule 114). Same columns as release_judge.
+WITH src AS (
+    SELECT j.id, j.status, j.batch_id, j.dependents FROM django_ultjobs_job AS j
+    WHERE j.id IN (SELECT value FROM json_each(:ids))
+),
+edges AS ({fragment:dependency_edges}),
+counted AS (SELECT e.dependent, count(*) AS n FROM edges AS e GROUP BY e.dependent),
+judged AS (
+    SELECT c.*, l.has_dependents,
+           CASE WHEN l.status = 'cancelled' AND l.cancelled_by IS NOT NULL
+                     AND l.deps_failed - c.n = 0 THEN 'pending' END AS verdict
+    FROM counted AS c JOIN django_ultjobs_job AS l ON l.id = c.dependent
+)
+SELECT dependent, -n, -n, verdict, NULL, '', verdict = 'pending' AND has_dependents
+FROM judged ORDER BY dependent;
+
+-- name: dependents_apply
+-- Write what release_judge or unfinish_judge decided (:rows, JSON [[id, done, bad, status,
+-- cancelled_by, reason], ...]): the counters always, the status when one is given ('queued'
+-- visible now, 'cancelled' finished now, 'pending' back from a cancel).
+UPDATE django_ultjobs_job AS j
+SET deps_done = j.deps_done + c.done,
+    deps_failed = j.deps_failed + c.bad,
+    status = COALESCE(c.status, j.status),
+    visible_at = CASE WHEN c.status = 'queued' THEN {now} ELSE j.visible_at END,
+    cancelled_by = CASE WHEN c.status IS NULL THEN j.cancelled_by ELSE c.culprit END,
+    cancel_reason = CASE WHEN c.status IS NULL THEN j.cancel_reason ELSE c.reason END,
+    finished_at = CASE WHEN c.status IS NULL THEN j.finished_at
+                       WHEN c.status = 'cancelled' THEN {now} END,
+    updated_at = CASE WHEN c.status IS NULL THEN j.updated_at ELSE {now} END
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS done,
+             json_extract(value, '$[2]') AS bad, json_extract(value, '$[3]') AS status,
+             json_extract(value, '$[4]') AS culprit, json_extract(value, '$[5]') AS reason
+      FROM json_each(:rows)) AS c
+WHERE j.id = c.id;
 
 -- name: settle_record
 -- The attempts of the runs settle applied (ids in :settled), from the same batch; not of a run
@@ -758,3 +848,23 @@ SELECT q.queue,
             ORDER BY j.visible_at LIMIT 1)
 FROM queues AS q
 CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;
+
+-- name: nodes_place
+-- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
+-- (docs/workflows.md): :rows is JSON [[id, pending, total, when, has_dependents, workflow,
+-- batch, callback_of, depends_on, dependents], ...]; 'pending' for those that wait (rule 110).
+-- Driven by the rows given, each job found by its primary key.
+UPDATE django_ultjobs_job AS j
+SET status = CASE WHEN n.pending THEN 'pending' ELSE j.status END,
+    deps_total = n.total, depends_when = n.condition, has_dependents = n.has_dependents,
+    workflow_id = n.workflow_id, batch_id = n.batch_id, callback_of_id = n.callback_of,
+    depends_on = n.depends_on, dependents = n.dependents,
+    wait_key = COALESCE('b' || COALESCE(n.batch_id, n.callback_of), 'w' || n.workflow_id)
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS pending,
+             json_extract(value, '$[2]') AS total, json_extract(value, '$[3]') AS condition,
+             json_extract(value, '$[4]') AS has_dependents,
+             json_extract(value, '$[5]') AS workflow_id, json_extract(value, '$[6]') AS batch_id,
+             json_extract(value, '$[7]') AS callback_of, json_extract(value, '$[8]') AS depends_on,
+             json_extract(value, '$[9]') AS dependents
+      FROM json_each(:rows)) AS n
+WHERE j.id = n.id;

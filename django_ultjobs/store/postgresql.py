@@ -16,8 +16,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg.pq import Format, TransactionStatus
 
 from ..core import jsonargs
-from . import copy_binary, copy_rows
+from . import copy_binary, copy_rows, dependencies
 from .base import JobStore, check_one_per_job
+from .dependencies import FINAL
 from .records import (
     ClaimBatch,
     ClaimRequest,
@@ -315,7 +316,8 @@ class PostgresStore(JobStore):
         with self.cursor() as cur:
             if not waits:
                 self._execute_settle(cur, params, fresh)
-                return {row[0] for row in cur.fetchall()}
+                settled = {row[0] for row in cur.fetchall()}
+                return settled | self._settle_dependencies(cur, settlements, settled, worker_id)
             # Runs going to wait on events: hold each event's lock across the check and the
             # write, so an event being sent right now is either seen here or sees the wait.
             with self.connection.connection.transaction():
@@ -330,12 +332,31 @@ class PostgresStore(JobStore):
                          if s.wait_event in busy else s for s in settlements],
                         self._json_time))
                 self._execute_settle(cur, params, fresh)
-                return {row[0] for row in cur.fetchall()}
+                settled = {row[0] for row in cur.fetchall()}
+            return settled | self._settle_dependencies(cur, settlements, settled, worker_id)
+
+    def _settle_dependencies(self, cur: Any, settlements: Sequence[Settlement],
+                             settled: set[int], worker_id: str) -> set[int]:
+        """Settle the runs the settle statement left out because they finish a job with
+        dependents, each with the release of those dependents in one transaction (rule 110).
+
+        Only runs that finish a job and were not settled are sent again: the plain batch pays
+        nothing, and a stale one (its token no longer holds the row) settles nothing here either.
+        """
+        again = [s for s in settlements if s.job_id not in settled and s.status in FINAL]
+        if not again:
+            return set()
+        params = {**self.settle_params(again, worker_id), "dependents": True}
+        with self.connection.connection.transaction():
+            self.execute_unprepared(cur, "settle", params)
+            finished = sorted(row[0] for row in cur.fetchall())
+            dependencies.release(self, cur, finished)
+        return set(finished)
 
     def settle_params(self, settlements: Sequence[Settlement], worker_id: str) -> dict[str, Any]:
         """The settle statement's parameters: the batch as one array per column."""
         return {**settle_arrays(settlements, self._json_time), "worker_id": worker_id,
-                "now": self.now_param()}
+                "now": self.now_param(), "dependents": False}
 
     def _execute_settle(self, cur: Any, params: Mapping[str, Any], fresh: bool) -> None:
         if fresh:

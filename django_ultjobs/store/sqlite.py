@@ -18,6 +18,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..core.rate_limits import gcra_take
+from . import dependencies
 from .base import JobStore, check_one_per_job, dumps_batch
 from .records import (
     ClaimBatch,
@@ -293,7 +294,10 @@ class SQLiteStore(JobStore):
         now = self.now_param()
         with self._write() as cur:
             cur.execute(self.sql["settle"], {"batch": batch, "now": now, "worker_id": worker_id})
-            settled = {row[0] for row in cur.fetchall()}
+            rows = cur.fetchall()
+            settled = {row[0] for row in rows}
+            # Dependents released in this write transaction (rule 110).
+            dependencies.release(self, cur, sorted(row[0] for row in rows if row[1]))
             if settled:
                 record = {"batch": batch, "settled": json.dumps(sorted(settled)),
                           "worker_id": worker_id, "now": now}

@@ -416,3 +416,26 @@ def connects(alias: str) -> None:
     from django.db import connections
 
     connections[alias].ensure_connection()
+
+
+@job(max_attempts=1)
+def wf_step(label: str, fail: bool = False, path: str = "") -> str:
+    """A workflow's node (tests/conformance/test_dependencies.py): appends its label to ``path``
+    (when given), fails when told to, else returns its label."""
+    if path:
+        with open(path, "a") as f:
+            f.write(label + "\n")
+    if fail:
+        raise NonRetryable(f"{label} was told to fail")
+    return label
+
+
+@job(takes_context=True, max_attempts=1)
+def wf_gather(ctx: JobContext, label: str = "gather", path: str = "") -> dict[str, object]:
+    """What its dependencies returned and its batch (ctx.dependency_results(), ctx.batch)."""
+    if path:
+        with open(path, "a") as f:
+            f.write(label + "\n")
+    batch = ctx.batch
+    return {"results": list(ctx.dependency_results()),
+            "batch": batch.pk if batch is not None else None}
