@@ -90,7 +90,8 @@ class Batch:
         return self._atomic.__exit__(kind, exc, tb)
 
     def _seal(self) -> None:
-        """Count the members, enqueue the callbacks as their dependents (rule 110)."""
+        """Count the members, enqueue the callbacks as their dependents
+        (rule 110 (released-in-settle))."""
         row = self._row()
         total = len(self.member_ids)
         BatchRow.objects.using(self.alias).filter(pk=row.pk).update(total=total)
@@ -126,7 +127,7 @@ class Batch:
 
     def wait(self, timeout: float | None = None) -> BatchRow:
         """Block until every member and every callback finished for good; return the batch's
-        row. Raises ``TimeoutError`` past ``timeout`` seconds (rule 116)."""
+        row. Raises ``TimeoutError`` past ``timeout`` seconds (rule 116 (wait-for-result))."""
         row = self._row()
         token = f"b{row.pk}"
         return waiting.wait_until(self.alias, lambda: row if self.finished() else None,

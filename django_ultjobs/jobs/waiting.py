@@ -1,5 +1,5 @@
 """Waiting for a result: ``job.wait()``, ``batch.wait()``, ``run.wait()`` and their async twins
-(rule 116).
+(rule 116 (wait-for-result)).
 
 On PostgreSQL the wait LISTENs on its own connection, in autocommit, and wakes on the notify a
 settle (or a cancel) sends when its transaction commits; it also looks again every
@@ -114,7 +114,8 @@ async def wait_job_async(job: Job, timeout: float | None = None) -> Job:
 
 
 def _closing(fn: Callable[..., T]) -> Callable[..., T]:
-    """``fn``, closing the calling thread's connections when it returns (rule 13)."""
+    """``fn``, closing the calling thread's connections when it returns
+    (rule 13 (nothing-leaks))."""
     def run(*args: Any) -> T:
         try:
             return fn(*args)

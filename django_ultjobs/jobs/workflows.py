@@ -102,7 +102,8 @@ class Workflow:
 
     def enqueue(self) -> WorkflowRun:
         """Enqueue every node in one transaction (the caller's, if one is open); the nodes that
-        wait are ``pending`` until their dependencies release them (rule 110)."""
+        wait are ``pending`` until their dependencies release them
+        (rule 110 (released-in-settle))."""
         if self.run is not None:
             raise WorkflowError("Workflow.enqueue(): this workflow was enqueued already")
         if not self.nodes:
@@ -164,7 +165,7 @@ class WorkflowRun:
 
     def wait(self, timeout: float | None = None) -> list[Job]:
         """Block until every job of the workflow finished for good; return them (``jobs()``).
-        Raises ``TimeoutError`` past ``timeout`` seconds (rule 116)."""
+        Raises ``TimeoutError`` past ``timeout`` seconds (rule 116 (wait-for-result))."""
         token = f"w{self.id}"
         waiting.wait_until(self.alias, lambda: self.jobs() if self.finished() else None,
                            lambda payload: payload == token, timeout,

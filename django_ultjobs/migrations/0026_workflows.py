@@ -1,4 +1,4 @@
-"""Workflows, batches and job dependencies (docs/workflows.md, rules 110-118).
+"""Workflows, batches and job dependencies (docs/workflows.md, rules 110 (released-in-settle) to 118 (bad-graph-refused)).
 
 Two new tables, and new columns on the jobs table, each nullable or with a constant default: on
 PostgreSQL a change of the catalog alone, no rewrite of the table. The indexes come in 0027,

@@ -26,7 +26,8 @@ class JobStatus(models.TextChoices):
     RUNNING = "running", _("running")
     WAITING = "waiting", _("waiting")
     #: Waits for its dependencies (a workflow node, a batch's callback): never claimed, holds
-    #: no slot, and becomes queued or cancelled in the settle of its last dependency (rule 110).
+    #: no slot, and becomes queued or cancelled in the settle of its last dependency
+    #: (rule 110 (released-in-settle)).
     PENDING = "pending", _("pending")
     SUCCEEDED = "succeeded", _("succeeded")
     FAILED = "failed", _("failed")
@@ -153,7 +154,8 @@ class Job(models.Model):
     #: row holds ran in; None when it held no slot, or the row holds no attempt
     #: (rule 97 (attempt-on-row)).
     attempt_slot = models.IntegerField(null=True, editable=False)
-    # -- dependencies (docs/workflows.md; rules 110-118). Plain jobs keep every one at its
+    # -- dependencies (docs/workflows.md; rules 110 (released-in-settle)
+    # to 118 (bad-graph-refused)). Plain jobs keep every one at its
     # default, and the settle of a job whose has_dependents is false reads none of them.
     #: The batch this job is a member of (``Batch``), or None.
     batch = models.ForeignKey("Batch", null=True, blank=True, editable=False,
@@ -173,10 +175,11 @@ class Job(models.Model):
     #: The ids of the workflow nodes that wait for this job; None for none.
     dependents = models.JSONField(null=True, blank=True, editable=False)
     #: Some job counts this one's finish (a node in ``dependents``, a callback of its batch):
-    #: its settle then releases them (rule 110).
+    #: its settle then releases them (rule 110 (released-in-settle)).
     has_dependents = models.BooleanField(default=False, db_default=False, editable=False)
     #: How many dependencies this job waits for, how many finished for good, and how many of
-    #: those did not succeed; exact whatever this job's own status (rule 113).
+    #: those did not succeed; exact whatever this job's own status
+    #: (rule 113 (constant-bookkeeping)).
     deps_total = models.IntegerField(default=0, db_default=0, editable=False)
     deps_done = models.IntegerField(default=0, db_default=0, editable=False)
     deps_failed = models.IntegerField(default=0, db_default=0, editable=False)
@@ -184,10 +187,13 @@ class Job(models.Model):
     #: job with no dependencies.
     depends_when = models.CharField(max_length=16, blank=True, default="", db_default="",
                                     editable=False)
-    #: The dependency whose finish cancelled this job (rule 112); None for any other cancel.
-    #: A retry of that dependency brings this job back to pending (rule 114).
+    #: The dependency whose finish cancelled this job (rule 112 (impossible-condition-cancels));
+    #: None for any other cancel.
+    #: A retry of that dependency brings this job back to pending
+    #: (rule 114 (retry-takes-finish-back)).
     cancelled_by = models.BigIntegerField(null=True, blank=True, editable=False)
-    #: What this job's finish notifies, when someone may wait for it (rule 116): its batch's
+    #: What this job's finish notifies, when someone may wait for it (rule 116 (wait-for-result)):
+    #: its batch's
     #: key ("b12"), its workflow's ("w7"), or its own ("j812", set by ``job.wait()``); None for
     #: a job nobody waits for, whose settle then notifies nothing.
     wait_key = models.CharField(max_length=40, null=True, blank=True, editable=False)
@@ -281,7 +287,8 @@ class Job(models.Model):
 
     def wait(self, timeout: float | None = None) -> Job:
         """Block until this job finished for good and return its row read afresh; raise
-        ``TimeoutError`` past ``timeout`` seconds (rule 116; docs/workflows.md)."""
+        ``TimeoutError`` past ``timeout`` seconds (rule 116 (wait-for-result);
+        docs/workflows.md)."""
         return waiters["wait"](self, timeout)
 
     async def wait_async(self, timeout: float | None = None) -> Job:

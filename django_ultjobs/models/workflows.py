@@ -1,4 +1,5 @@
-"""The groups of dependent jobs: workflows and batches (docs/workflows.md, rules 110-118).
+"""The groups of dependent jobs: workflows and batches (docs/workflows.md,
+rules 110 (released-in-settle) to 118 (bad-graph-refused)).
 
 The edges live on the jobs' own rows (``Job.depends_on``, ``Job.dependents``), and a dependent
 holds its own counters (``deps_total``, ``deps_done``, ``deps_failed``): the settle of a

@@ -504,7 +504,7 @@ locked AS (
         SELECT j.id FROM django_ultjobs_job AS j
         WHERE j.id = h.id AND j.claim_token = h.token AND j.status = 'running'
           -- A run that finishes a job with dependents is settled in a transaction that
-          -- releases them (rule 110): left out here, the store sends it again with
+          -- releases them (rule 110 (released-in-settle)): left out here, the store sends it again with
           -- "dependents" true. Plain jobs pay this one column test.
           AND (%(dependents)s::boolean OR NOT j.has_dependents
                OR h.status IN ('queued', 'waiting'))
@@ -594,7 +594,7 @@ SELECT s.id, {fragment:finished_notify}
 FROM settled AS s;
 
 -- fragment: finished_notify
--- Wakes whoever waits (rule 116) for a row "s" (finished_at, wait_key) that just finished for
+-- Wakes whoever waits (rule 116 (wait-for-result)) for a row "s" (finished_at, wait_key) that just finished for
 -- good: its wait_key names its batch or workflow (set when it was placed), or the job itself
 -- (set by job.wait()). A settle of many members of one batch sends one notify (PostgreSQL folds
 -- equal payloads of a transaction); a job nobody waits for sends none. On commit only.
@@ -614,9 +614,9 @@ WHERE s.batch_id IS NOT NULL
 
 -- name: release
 -- Count the jobs %(ids)s, which just finished for good, on every dependent, and release or
--- cancel the pending dependents whose condition now holds or can no longer hold (rules 110-113),
+-- cancel the pending dependents whose condition now holds or can no longer hold (rules 110 (released-in-settle) to 113 (constant-bookkeeping)),
 -- in the transaction of the settle (or cancel) that finished them. One row per dependent per
--- statement however many of its dependencies finished in it (rule 113: a batch's callback is
+-- statement however many of its dependencies finished in it (rule 113 (constant-bookkeeping): a batch's callback is
 -- one hot row per settle batch). Counters are kept exact whatever the dependent's status, so a
 -- retry can take a finish back (unfinish). Each dependent is locked in id order, as the settle
 -- locks its runs, and judged on the row as locked (the latest committed counters), so two
@@ -680,7 +680,7 @@ FROM changed AS s;
 -- Take back the finish of the jobs %(ids)s (a retry queued them again; each had failed or was
 -- cancelled, so each counted as a dependency that did not succeed): every dependent's counters
 -- lose them, and a dependent their finish cancelled comes back to pending when its condition
--- can hold again (rule 114). Returns the dependents brought back that have dependents of their
+-- can hold again (rule 114 (retry-takes-finish-back)). Returns the dependents brought back that have dependents of their
 -- own: the store sends them here too (their own dependents counted them as cancelled).
 WITH src AS (
     SELECT j.id, j.status, j.batch_id, j.dependents FROM django_ultjobs_job AS j
@@ -1280,7 +1280,7 @@ CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELEC
 -- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
 -- (docs/workflows.md): their group, the edges on both ends (depends_on, dependents: JSON text),
 -- their counters' total, their condition, whether their finish releases others, 'pending' for
--- those that wait (rule 110), and the wait key their finish notifies (rule 116). One primary-key probe per job: the ids are given again as an
+-- those that wait (rule 110 (released-in-settle)), and the wait key their finish notifies (rule 116 (wait-for-result)). One primary-key probe per job: the ids are given again as an
 -- array, or the join of a batch estimated at a hundred rows could read the whole table.
 UPDATE django_ultjobs_job AS j
 SET status = CASE WHEN n.pending THEN 'pending' ELSE j.status END,

@@ -238,7 +238,7 @@ FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.token') A
              json_extract(value, '$.on_row') AS on_row
       FROM json_each(:batch)) AS c
 WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'running'
--- Whether the run finished for good a job whose dependents its transaction releases (rule 110).
+-- Whether the run finished for good a job whose dependents its transaction releases (rule 110 (released-in-settle)).
 RETURNING id, has_dependents AND status IN ('succeeded', 'failed', 'cancelled');
 
 -- fragment: dependency_edges
@@ -255,7 +255,7 @@ WHERE s.batch_id IS NOT NULL
 
 -- name: release_judge
 -- What the finish of the jobs in :ids (JSON), just finished for good, does to each dependent
--- (rules 110-113), judged inside the write transaction of the settle or cancel that finished
+-- (rules 110 (released-in-settle) to 113 (constant-bookkeeping)), judged inside the write transaction of the settle or cancel that finished
 -- them: how many of its dependencies finished and did not succeed, and its new status ('queued':
 -- released; 'cancelled', naming the dependency; NULL: it stays as it is), with whether it has
 -- dependents of its own. dependents_apply writes it; a cancelled one's dependents come next.
@@ -294,7 +294,7 @@ FROM judged ORDER BY dependent;
 -- Take back the finish of the jobs in :ids (a retry queued them again; each had failed or was
 -- cancelled, so each counted as a dependency that did not succeed): every dependent loses them
 -- from its counters, and one their finish cancelled comes back to 'pending' when its condition
--- can hold again (rule 114). Same columns as release_judge.
+-- can hold again (rule 114 (retry-takes-finish-back)). Same columns as release_judge.
 WITH src AS (
     SELECT j.id, j.status, j.batch_id, j.dependents FROM django_ultjobs_job AS j
     WHERE j.id IN (SELECT value FROM json_each(:ids))
@@ -852,7 +852,7 @@ CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELEC
 -- name: nodes_place
 -- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
 -- (docs/workflows.md): :rows is JSON [[id, pending, total, when, has_dependents, workflow,
--- batch, callback_of, depends_on, dependents], ...]; 'pending' for those that wait (rule 110).
+-- batch, callback_of, depends_on, dependents], ...]; 'pending' for those that wait (rule 110 (released-in-settle)).
 -- Driven by the rows given, each job found by its primary key.
 UPDATE django_ultjobs_job AS j
 SET status = CASE WHEN n.pending THEN 'pending' ELSE j.status END,

@@ -1,4 +1,5 @@
-"""The SQL of dependencies (docs/workflows.md, rules 110-115): placing a graph or a batch, and
+"""The SQL of dependencies (docs/workflows.md, rules 110 (released-in-settle)
+to 115 (group-cancel)): placing a graph or a batch, and
 what a job's finish (or a retry taking it back) does to the jobs that wait for it.
 
 Every function runs on the cursor and in the transaction of its caller: the settle that
@@ -75,7 +76,8 @@ def _ids_text(ids: Sequence[int] | None) -> str | None:
 def release(store: JobStore, cur: Any, job_ids: Sequence[int]) -> None:
     """Count ``job_ids``, just finished for good in this transaction, on their dependents;
     release or cancel each dependent whose condition now holds or can no longer hold, and go on
-    with the dependents that cancels (rules 110-112). A dependency graph is acyclic (checked
+    with the dependents that cancels (rules 110 (released-in-settle)
+    to 112 (impossible-condition-cancels)). A dependency graph is acyclic (checked
     when it is enqueued), so the cascade ends."""
     ids = list(job_ids)
     while ids:
@@ -85,7 +87,8 @@ def release(store: JobStore, cur: Any, job_ids: Sequence[int]) -> None:
 def unfinish(store: JobStore, cur: Any, job_ids: Sequence[int]) -> None:
     """Take back the finish of ``job_ids`` (failed or cancelled jobs a retry just queued again):
     their dependents' counters lose them, and a dependent their finish cancelled comes back to
-    pending when its condition can hold again, with its own dependents (rule 114)."""
+    pending when its condition can hold again, with its own dependents
+    (rule 114 (retry-takes-finish-back))."""
     ids = list(job_ids)
     while ids:
         ids = _step(store, cur, "unfinish", ids)
@@ -106,7 +109,8 @@ def _step(store: JobStore, cur: Any, name: str, ids: list[int]) -> list[int]:
 
 
 def notify_finished(store: JobStore, cur: Any, job_ids: Sequence[int]) -> None:
-    """Wake the waiters (rule 116) of ``job_ids``, finished outside a settle, on commit
+    """Wake the waiters (rule 116 (wait-for-result)) of ``job_ids``, finished outside a settle, on
+    commit
     (PostgreSQL; SQLite's waiters poll)."""
     if job_ids and store.vendor == "postgresql":
         cur.execute(store.sql["finished_notify"], {"ids": list(job_ids)})

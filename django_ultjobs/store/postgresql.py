@@ -338,7 +338,8 @@ class PostgresStore(JobStore):
     def _settle_dependencies(self, cur: Any, settlements: Sequence[Settlement],
                              settled: set[int], worker_id: str) -> set[int]:
         """Settle the runs the settle statement left out because they finish a job with
-        dependents, each with the release of those dependents in one transaction (rule 110).
+        dependents, each with the release of those dependents in one transaction
+        (rule 110 (released-in-settle)).
 
         Only runs that finish a job and were not settled are sent again: the plain batch pays
         nothing, and a stale one (its token no longer holds the row) settles nothing here either.

@@ -296,7 +296,7 @@ class SQLiteStore(JobStore):
             cur.execute(self.sql["settle"], {"batch": batch, "now": now, "worker_id": worker_id})
             rows = cur.fetchall()
             settled = {row[0] for row in rows}
-            # Dependents released in this write transaction (rule 110).
+            # Dependents released in this write transaction (rule 110 (released-in-settle)).
             dependencies.release(self, cur, sorted(row[0] for row in rows if row[1]))
             if settled:
                 record = {"batch": batch, "settled": json.dumps(sorted(settled)),

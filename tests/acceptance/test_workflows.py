@@ -1,5 +1,6 @@
 """Acceptance: batches and chains run by real ``runjobworker`` processes SIGKILLed at random, on
-real PostgreSQL (rules 110-113): every callback is released exactly once, never before its
+real PostgreSQL (rules 110 (released-in-settle) to 113 (constant-bookkeeping)): every callback is
+released exactly once, never before its
 batch's last member finished, and every chain runs in order, however many runs were killed."""
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def _ended(alias: str, job_id: int) -> list[RunLog]:
 
 def test_callbacks_and_chains_survive_sigkill_churn(pg_alias: str,
                                                     worker_processes: WorkerProcesses) -> None:
-    # rules 110-113 with real worker processes and SIGKILL
+    # rules 110 (released-in-settle) to 113 (constant-bookkeeping) with real worker processes and
+    # SIGKILL
     rng = random.Random(20261207)
     fleet = Fleet(worker_processes, pg_alias)
     workers = [fleet.start(f"W{i}", "--threads", "4") for i in range(3)]

@@ -1,4 +1,5 @@
-"""Dependencies on both engines (rules 110-115): a dependent is released or cancelled in the
+"""Dependencies on both engines (rules 110 (released-in-settle) to 115 (group-cancel)): a dependent
+is released or cancelled in the
 transaction that settles its last dependency, fenced on that settle's claim token."""
 
 from __future__ import annotations
@@ -54,11 +55,11 @@ def _diamond() -> tuple[Workflow, list]:  # type: ignore[type-arg]
     return wf, [a, b, c]
 
 
-# -- enqueue: rule 110 ---------------------------------------------------------------------------
+# -- enqueue: rule 110 (released-in-settle) --------------------------------------------------------
 
 
 def test_a_waiting_node_is_pending_and_never_claimed(alias: str, cstore: JobStore) -> None:
-    # rule 110
+    # rule 110 (released-in-settle)
     wf, _ = _diamond()
     run = wf.enqueue()
     a, b, c = run.job_ids
@@ -71,7 +72,7 @@ def test_a_waiting_node_is_pending_and_never_claimed(alias: str, cstore: JobStor
 
 
 def test_a_workflow_rolled_back_leaves_no_row(alias: str) -> None:
-    # rule 110: every row in the caller's transaction
+    # rule 110 (released-in-settle): every row in the caller's transaction
     with pytest.raises(RuntimeError), transaction.atomic(using=alias):
         _diamond()[0].enqueue()
         raise RuntimeError("rolled back")
@@ -79,7 +80,7 @@ def test_a_workflow_rolled_back_leaves_no_row(alias: str) -> None:
 
 
 def test_bad_graphs_are_refused_by_name_before_any_sql(alias: str) -> None:
-    # rule 118 (as rule 16: refused by name, nothing written)
+    # rule 118 (as rule 16 (bad-input-refused): refused by name, nothing written)
     wf = Workflow()
     other = Workflow().add(wf_step.call("x"))
     with pytest.raises(WorkflowError, match=r"expected a job's \.call"):
@@ -98,12 +99,12 @@ def test_bad_graphs_are_refused_by_name_before_any_sql(alias: str) -> None:
     assert not Job.objects.using(alias).exists()
 
 
-# -- release on settle: rules 110-112 ------------------------------------------------------------
+# -- release on settle: rules 110 (released-in-settle) to 112 (impossible-condition-cancels) -------
 
 
 def test_the_settle_of_the_last_dependency_releases_the_dependent(alias: str,
                                                                    cstore: JobStore) -> None:
-    # rule 110
+    # rule 110 (released-in-settle)
     run = _diamond()[0].enqueue()
     a, b, c = run.job_ids
     claimed = _claimed(cstore)
@@ -116,7 +117,8 @@ def test_the_settle_of_the_last_dependency_releases_the_dependent(alias: str,
 
 def test_both_dependencies_settled_in_one_batch_release_once(alias: str,
                                                               cstore: JobStore) -> None:
-    # rules 110 and 113: one row per dependent per settle batch
+    # rules 110 (released-in-settle) and 113 (constant-bookkeeping): one row per dependent per
+    # settle batch
     run = _diamond()[0].enqueue()
     a, b, c = run.job_ids
     claimed = _claimed(cstore)
@@ -126,7 +128,7 @@ def test_both_dependencies_settled_in_one_batch_release_once(alias: str,
 
 
 def test_a_retry_is_not_a_finish(alias: str, cstore: JobStore) -> None:
-    # rule 111: a run that will be retried is not finished
+    # rule 111 (finished-for-good): a run that will be retried is not finished
     run = _diamond()[0].enqueue()
     a, _, c = run.job_ids
     claimed = _claimed(cstore)
@@ -136,7 +138,8 @@ def test_a_retry_is_not_a_finish(alias: str, cstore: JobStore) -> None:
 
 
 def test_a_stale_settle_releases_nothing(alias: str, cstore: JobStore, clock: FakeClock) -> None:
-    # rules 4 and 110: a fenced-out settle finishes nothing, so it releases nothing
+    # rules 4 (fenced-settle) and 110 (released-in-settle): a fenced-out settle finishes nothing,
+    # so it releases nothing
     wf = Workflow()
     a = wf.add(wf_step.call("a"))
     wf.add(wf_step.call("b"), after=[a])
@@ -154,7 +157,8 @@ def test_a_stale_settle_releases_nothing(alias: str, cstore: JobStore, clock: Fa
 
 def test_a_failure_cancels_the_dependents_naming_it_and_theirs(alias: str,
                                                                 cstore: JobStore) -> None:
-    # rule 112: cancelled with a reason naming the dependency, cascading in one transaction
+    # rule 112 (impossible-condition-cancels): cancelled with a reason naming the dependency,
+    # cascading in one transaction
     wf = Workflow()
     a = wf.add(wf_step.call("a"))
     b = wf.add(wf_step.call("b"), after=[a])
@@ -173,7 +177,7 @@ def test_a_failure_cancels_the_dependents_naming_it_and_theirs(alias: str,
 
 def test_when_failed_is_cancelled_once_every_dependency_succeeded(alias: str,
                                                                   cstore: JobStore) -> None:
-    # rule 112
+    # rule 112 (impossible-condition-cancels)
     wf = Workflow()
     a = wf.add(wf_step.call("a"))
     wf.add(wf_step.call("alert"), after=[a], when="failed")
@@ -186,7 +190,7 @@ def test_when_failed_is_cancelled_once_every_dependency_succeeded(alias: str,
 
 
 def test_a_chain_runs_in_order_through_the_worker(alias: str, tmp_path: Path) -> None:
-    # rule 110, through the worker's own claim, executor and settle (run_jobs)
+    # rule 110 (released-in-settle), through the worker's own claim, executor and settle (run_jobs)
     path = str(tmp_path / "order")
     run = chain(*(wf_step.call(label, path=path) for label in "xyz"),
                 wf_gather.call(path=path)).enqueue()
@@ -206,12 +210,12 @@ def test_dependency_results_come_in_the_order_of_after(alias: str) -> None:
     assert run.jobs()[-1].result == {"results": [4, 2], "batch": None}
 
 
-# -- retry and cancel: rules 114-115 -------------------------------------------------------------
+# -- retry and cancel: rules 114 (retry-takes-finish-back) to 115 (group-cancel) -------------------
 
 
 def test_a_retried_dependency_brings_its_cancelled_dependents_back(alias: str,
                                                                    cstore: JobStore) -> None:
-    # rule 114
+    # rule 114 (retry-takes-finish-back)
     wf = Workflow()
     a = wf.add(wf_step.call("a"))
     b = wf.add(wf_step.call("b"), after=[a])
@@ -234,7 +238,7 @@ def test_a_retried_dependency_brings_its_cancelled_dependents_back(alias: str,
 
 def test_a_dependent_cancelled_by_two_failures_comes_back_after_both_retries(
         alias: str, cstore: JobStore) -> None:
-    # rule 114: the counters stay exact whatever the dependent's status
+    # rule 114 (retry-takes-finish-back): the counters stay exact whatever the dependent's status
     wf, _ = _diamond()
     ia, ib, ic = wf.enqueue().job_ids
     claimed = _claimed(cstore)
@@ -249,7 +253,7 @@ def test_a_dependent_cancelled_by_two_failures_comes_back_after_both_retries(
 
 def test_cancelling_a_workflow_fires_only_what_failed_or_finished_asks_for(
         alias: str, cstore: JobStore) -> None:
-    # rule 115
+    # rule 115 (group-cancel)
     wf = Workflow()
     a = wf.add(wf_step.call("a"))
     b = wf.add(wf_step.call("b"))
@@ -266,7 +270,8 @@ def test_cancelling_a_workflow_fires_only_what_failed_or_finished_asks_for(
 
 
 def test_cancelling_a_pending_node_cascades(alias: str) -> None:
-    # rules 112 and 115: a cancel is a finish like a settle's
+    # rules 112 (impossible-condition-cancels) and 115 (group-cancel): a cancel is a finish like a
+    # settle's
     wf = Workflow()
     a = wf.add(wf_step.call("a"))
     b = wf.add(wf_step.call("b"), after=[a])
@@ -276,11 +281,11 @@ def test_cancelling_a_pending_node_cascades(alias: str) -> None:
     assert _status(alias, ia, ib, ic) == ["queued", "cancelled", "cancelled"]
 
 
-# -- batches: rules 110-113 ----------------------------------------------------------------------
+# -- batches: rules 110 (released-in-settle) to 113 (constant-bookkeeping) -------------------------
 
 
 def test_a_batch_collects_every_enqueue_of_its_block(alias: str) -> None:
-    # rule 117
+    # rule 117 (batch-members)
     with Batch(on_success=wf_step.call("report"), description="nightly") as batch:
         one = wf_step.enqueue("one")
         many = wf_step.bulk_enqueue([("two",), ("three",)])
@@ -295,7 +300,7 @@ def test_a_batch_collects_every_enqueue_of_its_block(alias: str) -> None:
 
 
 def test_a_keyed_enqueue_answered_by_its_holder_is_no_member(alias: str) -> None:
-    # rule 117
+    # rule 117 (batch-members)
     held = wf_step.using(unique_key="k").enqueue("held")
     with Batch(on_finish=wf_step.call("done")) as batch:
         again = wf_step.using(unique_key="k").enqueue("again")
@@ -304,7 +309,7 @@ def test_a_keyed_enqueue_answered_by_its_holder_is_no_member(alias: str) -> None
 
 
 def test_a_batch_whose_block_raises_writes_nothing(alias: str) -> None:
-    # rule 117
+    # rule 117 (batch-members)
     with pytest.raises(RuntimeError), Batch(on_success=wf_step.call("report")):
         wf_step.enqueue("one")
         raise RuntimeError("import failed")
@@ -312,7 +317,8 @@ def test_a_batch_whose_block_raises_writes_nothing(alias: str) -> None:
 
 
 def test_batch_callbacks_fire_by_outcome(alias: str) -> None:
-    # rules 110-112 for a batch: on_success cancelled by the failure, naming it
+    # rules 110 (released-in-settle) to 112 (impossible-condition-cancels) for a batch: on_success
+    # cancelled by the failure, naming it
     with Batch(on_success=wf_step.call("ok"), on_failure=wf_step.call("alert"),
                on_finish=wf_gather.call()) as batch:
         ids = wf_step.bulk_enqueue([("m1",), ("m2", True), ("m3",)])
@@ -326,7 +332,7 @@ def test_batch_callbacks_fire_by_outcome(alias: str) -> None:
 
 
 def test_an_empty_batch_runs_on_success_and_on_finish(alias: str) -> None:
-    # rule 117
+    # rule 117 (batch-members)
     with Batch(on_success=wf_step.call("ok"), on_failure=wf_step.call("alert"),
                on_finish=wf_step.call("done")) as batch:
         pass
@@ -335,7 +341,7 @@ def test_an_empty_batch_runs_on_success_and_on_finish(alias: str) -> None:
 
 
 def test_a_retried_member_brings_on_success_back(alias: str, cstore: JobStore) -> None:
-    # rule 114
+    # rule 114 (retry-takes-finish-back)
     with Batch(on_success=wf_step.call("ok")) as batch:
         (member,) = wf_step.bulk_enqueue([("m",)])
     (claimed,) = claim(cstore)
@@ -350,7 +356,7 @@ def test_a_retried_member_brings_on_success_back(alias: str, cstore: JobStore) -
 
 
 def test_cancelling_a_batch_cancels_its_members_not_its_callbacks(alias: str) -> None:
-    # rule 115
+    # rule 115 (group-cancel)
     with Batch(on_success=wf_step.call("ok"), on_finish=wf_step.call("done")) as batch:
         ids = wf_step.bulk_enqueue([("m1",), ("m2",)])
     assert cancel_jobs(batch, using=alias).cancelled_ids == tuple(ids)
@@ -359,16 +365,16 @@ def test_cancelling_a_batch_cancels_its_members_not_its_callbacks(alias: str) ->
 
 
 def test_batches_do_not_nest(alias: str) -> None:
-    # rule 117
+    # rule 117 (batch-members)
     with pytest.raises(WorkflowError, match="do not nest"), Batch(), Batch():
         pass
 
 
-# -- waiting: rule 116 ---------------------------------------------------------------------------
+# -- waiting: rule 116 (wait-for-result) -----------------------------------------------------------
 
 
 def test_wait_raises_timeout_error_and_refuses_a_transaction(alias: str) -> None:
-    # rule 116
+    # rule 116 (wait-for-result)
     job = wf_step.enqueue("never run")
     with pytest.raises(TimeoutError, match=f"job {job.pk} did not finish in time"):
         job.wait(timeout=0.2)
@@ -378,7 +384,7 @@ def test_wait_raises_timeout_error_and_refuses_a_transaction(alias: str) -> None
 
 
 def test_wait_returns_the_finished_row(alias: str) -> None:
-    # rule 116
+    # rule 116 (wait-for-result)
     job = wf_step.enqueue("done")
     run_jobs(database=alias)
     assert job.wait(timeout=5).result == "done"
@@ -392,7 +398,8 @@ def test_wait_returns_the_finished_row(alias: str) -> None:
 
 def test_wait_wakes_on_the_settles_commit_not_on_a_poll(alias: str, cstore: JobStore,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    # rule 116: PostgreSQL wakes on the notify (its safety-net look pushed to 30 s here), SQLite
+    # rule 116 (wait-for-result): PostgreSQL wakes on the notify (its safety-net look pushed to 30
+    # s here), SQLite
     # on its 50 ms poll
     monkeypatch.setattr(waiting, "RECHECK", 30.0)
     job = wf_step.enqueue("w")
