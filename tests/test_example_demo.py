@@ -28,6 +28,14 @@ def test_the_demo_cancels_its_report_and_lists_the_charges() -> None:
     for charge in charges:  # every charge is a row of the table
         assert f"\n{charge.id} " in table and "charge_card" in table
 
+    # The batch's callback ran once its three receipts succeeded; the chain ran in order.
+    (summary,) = [j for j in jobs.values() if j.name == "summarize_receipts"]
+    assert summary.status == "succeeded" and summary.result["receipts"] == 3
+    steps = sorted((j for j in jobs.values() if j.name == "archive_step"), key=lambda j: j.id)
+    assert [j.result for j in steps] == [{"step": "export", "after": None},
+                                         {"step": "compress", "after": "export"},
+                                         {"step": "upload", "after": "compress"}]
+
     (cancelled,) = [j for j in jobs.values() if j.status == "cancelled"]
     assert cancelled.name == "slow_report"
     assert list(AttemptRecord.objects.filter(job_id=cancelled.id)

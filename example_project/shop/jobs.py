@@ -76,3 +76,19 @@ def slow_report(ctx: JobContext, seconds: float) -> dict[str, Any]:
         rows += 1
         time.sleep(0.05)
     return {"rows": rows, "seconds": round(time.monotonic() - started, 2)}
+
+
+@job(takes_context=True, max_attempts=1)
+def summarize_receipts(ctx: JobContext) -> dict[str, Any]:
+    """A batch's callback (docs/workflows.md): runs once every receipt of its batch succeeded,
+    and reads what they returned."""
+    sent = list(ctx.dependency_results())
+    batch = ctx.batch
+    return {"batch": batch.pk if batch else None, "receipts": len(sent)}
+
+
+@job(takes_context=True, max_attempts=1)
+def archive_step(ctx: JobContext, step: str) -> dict[str, Any]:
+    """A link of a chain: runs once the step before it succeeded, and says which one that was."""
+    before = ctx.dependency_results()
+    return {"step": step, "after": before[0]["step"] if before else None}

@@ -1,7 +1,8 @@
 """``manage.py demo``: queue a few jobs, run a worker in this process until they finish, and show
-what happened to each (status, attempts, result) in one short table: the receipts, the
-``charge_card`` job each receipt queues, a flaky export, a slow report, and a cancellable slow
-report that is cancelled while it runs (as the admin's Cancel action does).
+what happened to each (status, attempts, result) in one short table: the receipts (a batch whose
+callback sums them up), the ``charge_card`` job each receipt queues, a flaky export, a chain of
+three archive steps, a slow report, and a cancellable slow report that is cancelled while it
+runs (as the admin's Cancel action does).
 
 It does not migrate: run ``manage.py migrate`` first. It exits non-zero if any of its jobs ended
 otherwise than planned (all succeed but the cancelled report), so it doubles as a smoke test of
@@ -25,6 +26,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 from django.utils import timezone
 
+from django_ultjobs import Batch, chain
 from django_ultjobs.conf import get_settings
 from django_ultjobs.models import (
     FINISHED_STATUSES,
@@ -35,7 +37,14 @@ from django_ultjobs.models import (
     JobStep,
 )
 from django_ultjobs.operations import cancel_jobs
-from example_project.shop.jobs import charge_card, flaky_export, send_receipt, slow_report
+from example_project.shop.jobs import (
+    archive_step,
+    charge_card,
+    flaky_export,
+    send_receipt,
+    slow_report,
+    summarize_receipts,
+)
 from example_project.shop.models import Order
 
 CUSTOMERS = [("ada@example.com", 4200), ("grace@example.com", 1999), ("linus@example.com", 250)]
@@ -48,9 +57,10 @@ HEARTBEAT = 0.2
 
 
 class Command(BaseCommand):
-    help = ("Queue demo jobs (3 receipts, each queueing a charge_card, a flaky export, a slow "
-            "report and a cancellable one that is cancelled while it runs), run a burst worker "
-            "until they finish, and print what happened.")
+    help = ("Queue demo jobs (3 receipts in a batch with a callback, each queueing a "
+            "charge_card, a flaky export, a chain of 3 steps, a slow report and a cancellable one "
+            "that is cancelled while it runs), run a burst worker until they finish, and print "
+            "what happened.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--threads", type=int, default=4,
@@ -132,11 +142,22 @@ class Command(BaseCommand):
         with transaction.atomic():
             orders = [Order.objects.create(email=email, total_cents=cents)
                       for email, cents in CUSTOMERS]
+            # Every job enqueued in the block is a member; the callback runs once they all
+            # succeeded, released in the settle of the last one (docs/workflows.md).
+            with Batch(on_success=summarize_receipts.call(), description="receipts") as batch:
+                receipts = [
+                    send_receipt.enqueue(orders[0].id),
+                    # A one-off option: this receipt jumps the queue; the registered job is
+                    # unchanged.
+                    send_receipt.using(priority=10).enqueue(orders[1].id),
+                    send_receipt.enqueue(orders[2].id),
+                ]
+            # Each step runs once the one before it succeeded.
+            archive = chain(*(archive_step.call(step)
+                              for step in ("export", "compress", "upload"))).enqueue()
             queued = [
-                send_receipt.enqueue(orders[0].id),
-                # A one-off option: this receipt jumps the queue; the registered job is unchanged.
-                send_receipt.using(priority=10).enqueue(orders[1].id),
-                send_receipt.enqueue(orders[2].id),
+                *receipts,
+                *Job.objects.filter(id__in=[*batch.callback_ids.values(), *archive.job_ids]),
                 flaky_export.enqueue(orders[0].id),
                 slow_report.enqueue(report_seconds),
                 # Would run for ten minutes: cancelled while it runs (_cancel_when_running).
