@@ -277,6 +277,7 @@ RETRY_SKIPPED = {
     JobStatus.SUCCEEDED: _("succeeded"),
     JobStatus.QUEUED: _("still queued"),
     JobStatus.WAITING: _("waiting"),
+    JobStatus.PENDING: _("waiting for its dependencies"),
     JobStatus.RUNNING: _("still running"),
 }
 

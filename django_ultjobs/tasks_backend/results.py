@@ -29,6 +29,8 @@ STATUS_MAP: dict[str, TaskResultStatus] = {
     "queued": TaskResultStatus.READY,
     "running": TaskResultStatus.RUNNING,
     "waiting": TaskResultStatus.RUNNING,
+    # Waits for its dependencies (docs/workflows.md): not started, as a queued one.
+    "pending": TaskResultStatus.READY,
     "succeeded": TaskResultStatus.SUCCESSFUL,
     "failed": TaskResultStatus.FAILED,
     "cancelled": TaskResultStatus.FAILED,
