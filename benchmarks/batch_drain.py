@@ -1,5 +1,5 @@
-"""A batch's drain against the same drain without a batch (docs/workflows.md, rule 113
-(constant-bookkeeping)): no-op members whose settles each count on the batch's callbacks.
+"""A batch's drain against the same drain without a batch (docs/workflows.md,
+rule 113 (constant-bookkeeping)): no-op members whose settles count on the batch's callbacks.
 
     python -m benchmarks.batch_drain [--jobs 100000] [--pairs 3] [--threads 8]
                                      [--engine postgres|sqlite]

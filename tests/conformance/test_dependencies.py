@@ -80,7 +80,7 @@ def test_a_workflow_rolled_back_leaves_no_row(alias: str) -> None:
 
 
 def test_bad_graphs_are_refused_by_name_before_any_sql(alias: str) -> None:
-    # rule 118 (as rule 16 (bad-input-refused): refused by name, nothing written)
+    # rule 118 (bad-graph-refused), as rule 16 (bad-input-refused): by name, nothing written
     wf = Workflow()
     other = Workflow().add(wf_step.call("x"))
     with pytest.raises(WorkflowError, match=r"expected a job's \.call"):
