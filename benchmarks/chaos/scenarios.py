@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from benchmarks.chaos import clocks, defects, faults, inputs
+from benchmarks.chaos import clocks, defects, faults, inputs, workflows
 from benchmarks.chaos.harness import Harness
 from benchmarks.chaos.measure import ScenarioResult
 
@@ -26,4 +26,5 @@ SCENARIOS: dict[str, Scenario] = {
     "dotted-import": defects.dotted_import,
     "lost-commit": faults.lost_commit,
     "clock-step": clocks.clock_step,
+    "workflows": workflows.workflows,
 }
