@@ -41,6 +41,7 @@ PASSING = [
     "unknown-job",
     "dotted-import",
     "clock-step",
+    "workflows",
 ]
 
 
