@@ -422,3 +422,39 @@ def test_wait_wakes_on_the_settles_commit_not_on_a_poll(alias: str, cstore: JobS
     done = woke["job"]
     assert isinstance(done, Job) and (done.status, done.result) == ("succeeded", "w")
     assert float(woke["at"]) - settled_at < 0.25  # type: ignore[arg-type]
+
+
+def _settle_at_once(store: JobStore, runs: list[ClaimedJob]) -> None:
+    """Settle each of ``runs`` from a thread (and connection) of its own, all at one instant."""
+    barrier = threading.Barrier(len(runs))
+    errors: list[BaseException] = []
+
+    def settle(run: ClaimedJob) -> None:
+        try:
+            barrier.wait(5)
+            store.settle([settlement(run)], f"w{run.id}")
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=settle, args=(run,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+
+
+def test_the_last_two_dependencies_settled_at_once_release_once(alias: str,
+                                                                cstore: JobStore) -> None:
+    # rule 110 (released-in-settle): two workers settle a dependent's last two dependencies at
+    # the same instant, each on its own connection; the dependent is judged under its row lock
+    # on the latest counters, so neither settle misses the other's finish
+    for _ in range(5):
+        a, b, c = _diamond()[0].enqueue().job_ids
+        claimed = _claimed(cstore)
+        _settle_at_once(cstore, [claimed[a], claimed[b]])
+        released = row(alias, c)
+        assert (released.status, released.deps_done) == ("queued", 2)
+        assert cstore.settle([settlement(_claimed(cstore)[c])], "w1") == {c}
