@@ -4,6 +4,7 @@ transaction that settles its last dependency, fenced on that settle's claim toke
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -458,3 +459,14 @@ def test_the_last_two_dependencies_settled_at_once_release_once(alias: str,
         released = row(alias, c)
         assert (released.status, released.deps_done) == ("queued", 2)
         assert cstore.settle([settlement(_claimed(cstore)[c])], "w1") == {c}
+
+
+def test_wait_async_is_the_async_twin(alias: str) -> None:
+    # rule 116 (wait-for-result)
+    job = wf_step.enqueue("async")
+    run_jobs(database=alias)
+    done = asyncio.run(job.wait_async(timeout=5))
+    assert (done.pk, done.result) == (job.pk, "async")
+    pending = wf_step.enqueue("never run")
+    with pytest.raises(TimeoutError):
+        asyncio.run(pending.wait_async(timeout=0.2))
