@@ -8,6 +8,7 @@ millions of rows: no full counts, no sorting or filter choices that scan the tab
 
 from __future__ import annotations
 
+from .groups import BatchAdmin, WorkflowAdmin
 from .jobs import InFlightJobAdmin, JobAdmin, cancel_selected, retry_selected
 from .queues import QueuePauseAdmin
 from .schedules import JobScheduleAdmin
@@ -15,6 +16,7 @@ from .slots import HeldSlotAdmin, LostSlotCancellationAdmin
 from .workers import WorkerAdmin
 
 __all__ = [
+    "BatchAdmin",
     "HeldSlotAdmin",
     "InFlightJobAdmin",
     "JobAdmin",
@@ -22,6 +24,7 @@ __all__ = [
     "LostSlotCancellationAdmin",
     "QueuePauseAdmin",
     "WorkerAdmin",
+    "WorkflowAdmin",
     "cancel_selected",
     "retry_selected",
 ]

@@ -39,6 +39,13 @@ from ..models import (
 from ..operations import MAX_CANCEL_REASON, cancel_jobs, retry_jobs
 from ..runtime.progress import progress_text
 from .base import JobsAdmin, ReadOnlyInline, actor
+from .dependencies import (
+    BatchFilter,
+    DependencyFields,
+    WorkflowFilter,
+    cancelled_by_text,
+    waits_for_text,
+)
 from .display import (
     EMPTY,
     MAX_SHOWN_INLINE,
@@ -58,7 +65,8 @@ from .filters import JobNameFilter, LeaseFilter, QueueFilter, TagFilter, ValuesF
 
 #: Columns a list never shows and a page of 50 rows must not fetch: a job called with a 5 MB
 #: document would otherwise cost 5 MB per row on every page view.
-HEAVY_FIELDS = ("args", "kwargs", "result", "last_error", "wait_match")
+HEAVY_FIELDS = ("args", "kwargs", "result", "last_error", "wait_match", "depends_on",
+                "dependents")
 #: The JSON columns a job's page reads one at a time, each surviving a value it cannot decode: a
 #: row written by raw SQL or another producer (too deep, an integer too long, not UTF-8) must not
 #: take the page that shows why it failed down with it (rule 15 (undecodable-row-fails-alone)).
@@ -555,13 +563,14 @@ class StepInline(ReadOnlyInline):
 
 
 @admin.register(Job)
-class JobAdmin(JobListMixin, JobsAdmin):
+class JobAdmin(DependencyFields, JobListMixin, JobsAdmin):
     """Every job: filter by status, queue, name and lease; cancel and retry."""
 
     list_display = ("job_id", "status_display", "name_display", "queue", "attempt_of_max",
                     "worker", "lease", "progress_display", "enqueued_by_display", "age")
     list_display_links = None
-    list_filter = ("status", LeaseFilter, QueueFilter, JobNameFilter, TagFilter)
+    list_filter = ("status", LeaseFilter, QueueFilter, JobNameFilter, TagFilter, BatchFilter,
+                   WorkflowFilter)
     # Newest first by primary key: a backward scan of the primary key index, whatever the size.
     ordering = ("-id",)
     # Sorting by another column would sort the whole table to show 50 rows.
@@ -573,7 +582,8 @@ class JobAdmin(JobListMixin, JobsAdmin):
                        "kwargs_display", "result_display", "last_error_display", "claimed",
                        "visible", "created", "updated", "finished", "outcome", "unique_key",
                        "released_key",
-                       "expires", "progress_display", "tags_display")
+                       "expires", "progress_display", "tags_display",
+                       *DependencyFields.dependency_fields)
     claimed = stamp_field("claimed_at", _("claimed"))
     visible = stamp_field("visible_at", _("visible at (the lease clock)"))
     created = stamp_field("created_at", _("enqueued"))
@@ -605,8 +615,11 @@ class JobAdmin(JobListMixin, JobsAdmin):
             # The key a later enqueue took over: what a retry of this job checks
             # (rule 107 (retry-takes-key-back)).
             call.append("released_key")
+        graph = ((_("Dependencies"), {"fields": self.dependency_fields}),) \
+            if self.has_graph(obj) else ()
         return (
             (None, {"fields": state}),
+            *graph,
             (_("Lease") if live else _("Last run"), {"fields": lease}),
             (_("Call"), {"fields": call}),
             # Folded (a <details>): who enqueued it and under which trace is looked up, not
@@ -667,6 +680,11 @@ class JobAdmin(JobListMixin, JobsAdmin):
         if is_expired(obj):
             return gettext("expired: not started by %(when)s, never run") % {
                 "when": stamp(obj.expires_at)}
+        if obj.status == JobStatus.PENDING:
+            return waits_for_text(obj)
+        cut = cancelled_by_text(obj)
+        if cut:
+            return cut
         if obj.status == JobStatus.CANCELLED and obj.cancel_requested:
             if obj.cancel_reason:
                 return gettext("cancelled on request: %(reason)s") % {

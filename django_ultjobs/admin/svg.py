@@ -51,12 +51,12 @@ def nice_ceiling(value: float) -> float:
     return next(step * power for step in (1, 2, 5, 10) if step * power >= value)
 
 
-def _joined(parts: Iterable[SafeString]) -> SafeString:
+def joined(parts: Iterable[SafeString]) -> SafeString:
     """Join pieces that are safe already (each from format_html)."""
     return format_html_join("", "{}", ((p,) for p in parts))
 
 
-def _n(value: float) -> str:
+def coord(value: float) -> str:
     """A coordinate to a tenth of a pixel (format_html escapes its arguments to text first)."""
     return f"{value:.1f}"
 
@@ -65,13 +65,14 @@ def _short(name: str) -> str:
     return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
 
 
-def _svg(chart_id: str, height: int, title: str, desc: str, body: SafeString) -> SafeString:
+def svg_figure(chart_id: str, height: int, title: str, desc: str, body: SafeString,
+         width: int = WIDTH) -> SafeString:
     """Wrap ``body`` in an accessible ``<svg>``: role img, its title and description."""
     return format_html(
         '<svg class="ultjobs-chart" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
         'aria-labelledby="{id}-title {id}-desc" xmlns="http://www.w3.org/2000/svg">'
         '<title id="{id}-title">{title}</title><desc id="{id}-desc">{desc}</desc>{body}</svg>',
-        w=WIDTH, h=height, id=chart_id, title=title, desc=desc, body=body)
+        w=width, h=height, id=chart_id, title=title, desc=desc, body=body)
 
 
 # -- runs finished per bucket, stacked by outcome -----------------------------------------------
@@ -111,7 +112,7 @@ def _y_axis(top: float, plot_height: int) -> SafeString:
             '<line class="ultjobs-grid" x1="{}" x2="{}" y1="{}" y2="{}"/>'
             '<text class="ultjobs-axis" x="{}" y="{}" text-anchor="end">{}</text>',
             LEFT, WIDTH, f"{y:.1f}", f"{y:.1f}", LEFT - 6, f"{y + 4:.1f}", label))
-    return _joined(lines)
+    return joined(lines)
 
 
 def _stack(bucket: Bucket, outcomes: list[str], x: float, width: float, scale: float,
@@ -120,7 +121,8 @@ def _stack(bucket: Bucket, outcomes: list[str], x: float, width: float, scale: f
     if bucket.counts is None:
         return format_html(
             '<rect class="ultjobs-uncounted" x="{}" y="{}" width="{}" height="{}">'
-            '<title>{}</title></rect>', _n(x), TOP, _n(width), plot_height, bucket_text(bucket))
+            '<title>{}</title></rect>', coord(x), TOP, coord(width), plot_height,
+            bucket_text(bucket))
     rects, base = [], TOP + plot_height
     for outcome in outcomes:
         height = bucket.counts.get(outcome, 0) * scale
@@ -128,11 +130,11 @@ def _stack(bucket: Bucket, outcomes: list[str], x: float, width: float, scale: f
             base -= height
             rects.append(format_html(
                 '<rect class="ultjobs-o-{}" x="{}" y="{}" width="{}" height="{}"/>',
-                outcome, _n(x), _n(base), _n(width), _n(height)))
+                outcome, coord(x), coord(base), coord(width), coord(height)))
     if not rects:
         return SafeString("")
     return format_html("<g><title>{}</title>{}</g>", bucket_text(bucket),
-                       _joined(rects))
+                       joined(rects))
 
 
 def throughput_svg(figures: Throughput, chart_id: str = "ultjobs-chart-runs") -> SafeString:
@@ -150,12 +152,12 @@ def throughput_svg(figures: Throughput, chart_id: str = "ultjobs-chart-runs") ->
         if _labelled(bucket, figures.span.bucket_seconds):
             labels.append(format_html(
                 '<text class="ultjobs-axis" x="{}" y="{}" text-anchor="middle">{}</text>',
-                _n(x + step / 2), BAR_CHART_HEIGHT - 4, bucket_label(bucket)))
+                coord(x + step / 2), BAR_CHART_HEIGHT - 4, bucket_label(bucket)))
     per = bucket_span_text(figures.span.bucket_seconds)
     title = gettext("Runs finished per %(bucket)s, %(span)s, by outcome") % {
         "bucket": per, "span": figures.span.label}
-    body = format_html("{}{}{}", _y_axis(top, plot_height), _joined(bars), _joined(labels))
-    return _svg(chart_id, BAR_CHART_HEIGHT, title, throughput_desc(figures), body)
+    body = format_html("{}{}{}", _y_axis(top, plot_height), joined(bars), joined(labels))
+    return svg_figure(chart_id, BAR_CHART_HEIGHT, title, throughput_desc(figures), body)
 
 
 def bucket_span_text(bucket_seconds: int) -> str:
@@ -195,7 +197,7 @@ def _row(index: int, name: str, bars: SafeString, value: str, tooltip: str) -> S
 def _bar(css: str, index: int, length: float, inset: int = 0) -> SafeString:
     y = TOP + index * ROW + 3 + inset
     return format_html('<rect class="{}" x="{}" y="{}" width="{}" height="{}" rx="2"/>',
-                       css, NAME_WIDTH, y, _n(max(length, 1.0)), ROW - 6 - 2 * inset)
+                       css, NAME_WIDTH, y, coord(max(length, 1.0)), ROW - 6 - 2 * inset)
 
 
 def durations_svg(figures: Durations, chart_id: str = "ultjobs-chart-durations") -> SafeString:
@@ -218,7 +220,7 @@ def durations_svg(figures: Durations, chart_id: str = "ultjobs-chart-durations")
     desc = "; ".join(f"{t.name}: p50 {run_time(t.p50)}, p95 {run_time(t.p95)}"
                      for t in figures.names) or gettext("No timed run in the %(span)s.") % {
         "span": figures.span.label}
-    return _svg(chart_id, height, title, desc, _joined(rows))
+    return svg_figure(chart_id, height, title, desc, joined(rows))
 
 
 def queue_ages_svg(ages: list[QueueAge], chart_id: str = "ultjobs-chart-ages") -> SafeString:
@@ -232,7 +234,7 @@ def queue_ages_svg(ages: list[QueueAge], chart_id: str = "ultjobs-chart-ages") -
     title = gettext("Oldest runnable job per queue: how long it has waited")
     desc = "; ".join(f"{a.queue}: {duration(a.seconds)}" for a in ages) or gettext(
         "No queue has a runnable job waiting.")
-    return _svg(chart_id, height, title, desc, _joined(rows))
+    return svg_figure(chart_id, height, title, desc, joined(rows))
 
 
 
