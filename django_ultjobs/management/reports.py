@@ -27,6 +27,8 @@ from ..store.attempts import history
 LIST_FIELDS = ("id", "name", "queue", "status", "priority", "attempt", "max_attempts",
                "worker_id", "created_at", "visible_at", "finished_at", "last_error", "tags",
                "progress")
+#: Dependencies or dependents ``show`` lists, at most; it says how many there are.
+MAX_LINKED = 50
 def job_rows(jobs: QuerySet[Job], limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` jobs as listing rows (no arguments or results: they may be big), each
     with its error's exception line (``exception``), as the admin shows it."""
@@ -51,7 +53,26 @@ def job_detail(alias: str, job_id: int) -> dict[str, Any] | None:
     job["steps"] = list(
         JobStep.objects.using(alias).filter(job_id=job_id).order_by("id").values(
             "name", "status", "attempt", "created_at", "completed_at", "wait_until"))
+    job["dependencies"], job["dependents"] = linked_jobs(alias, job)
     return job
+
+
+def linked_jobs(alias: str, job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The jobs ``job`` waits for and the jobs that wait for it, each as ``{"total": n,
+    "jobs": [...]}`` listing ``MAX_LINKED`` at most (a node may wait for 10,000 others, a
+    batch's callback for a million members)."""
+    rows = Job.objects.using(alias).order_by("id").values("id", "name", "status")
+    if job["callback_of_id"]:
+        dependencies = list(rows.filter(batch_id=job["callback_of_id"])[:MAX_LINKED])
+    else:
+        ids = [i for i in job["depends_on"] or () if isinstance(i, int)][:MAX_LINKED]
+        dependencies = list(rows.filter(id__in=ids))
+    listed = [i for i in job["dependents"] or () if isinstance(i, int)]
+    dependents = list(rows.filter(id__in=listed[:MAX_LINKED]))
+    callbacks = list(rows.filter(callback_of_id=job["batch_id"])) \
+        if job["batch_id"] and job["has_dependents"] else []
+    return ({"total": job["deps_total"], "jobs": dependencies},
+            {"total": len(listed) + len(callbacks), "jobs": dependents + callbacks})
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from ..core.tags import check_tags, tagged
 from ..exceptions import OperationInputError
-from ..models import Job
+from ..models import Batch, Job, JobStatus, Workflow
 from ..operations import check_job_name, check_queue_name
 
 #: ``90s``, ``15m``, ``2h``, ``7d``, ``1w``. ASCII digits only: ``\d`` would read
@@ -124,6 +124,46 @@ OLDER_THAN = Filter(
     "--older-than", "SPAN", f"Only jobs enqueued more than this long ago: {SPANS}.",
     lambda text: parse_span(text, "--older-than"),
     lambda jobs, values: jobs.filter(created_at__lt=Now() - values[-1]), repeatable=False)
+
+
+def _group_id(text: str) -> int:
+    """A batch's or workflow's id: ASCII digits only."""
+    if not (text.isascii() and text.isdecimal()):
+        raise OperationInputError(f"an id is a whole number in the digits 0-9, not {text!r}")
+    return int(text)
+
+
+Narrow = Callable[[QuerySet[Job], list[Any]], QuerySet[Job]]
+
+
+def _in_group(model: type[Batch] | type[Workflow], field: str, *,
+              waiting_left_out: bool = False) -> Narrow:
+    """Narrow to the jobs of the groups given, each refused in one line if no group has it.
+    ``waiting_left_out``: leave pending jobs out, so what waits follows its ``when=`` as when a
+    batch or workflow is cancelled whole (rule 115 (group-cancel))."""
+    def narrow(jobs: QuerySet[Job], ids: list[Any]) -> QuerySet[Job]:
+        alias = jobs.db
+        found = set(model.objects.using(alias).filter(id__in=ids).values_list("id", flat=True))
+        for group_id in ids:
+            if group_id not in found:
+                raise OperationInputError(
+                    f"no {model._meta.model_name} has id {group_id} in database {alias!r}")
+        jobs = jobs.filter(**{f"{field}__in": ids})
+        return jobs.exclude(status=JobStatus.PENDING) if waiting_left_out else jobs
+    return narrow
+
+
+BATCH = Filter("--batch", "ID", "Only the members of this batch (repeat for several).",
+               _group_id, _in_group(Batch, "batch_id"))
+WORKFLOW = Filter("--workflow", "ID", "Only the jobs of this workflow (repeat for several).",
+                  _group_id, _in_group(Workflow, "workflow_id"))
+#: ``cancel --batch``/``--workflow``: the members that do not wait, as cancelling the group.
+CANCEL_BATCH = Filter("--batch", "ID", "Cancel this batch: its members that do not wait "
+                      "(repeat for several).", _group_id,
+                      _in_group(Batch, "batch_id", waiting_left_out=True))
+CANCEL_WORKFLOW = Filter("--workflow", "ID", "Cancel this workflow: its jobs that do not wait "
+                         "(repeat for several).", _group_id,
+                         _in_group(Workflow, "workflow_id", waiting_left_out=True))
 
 
 def add_filters(parser: ArgumentParser, filters: Sequence[Filter]) -> None:

@@ -30,10 +30,14 @@ from django_ultjobs.management.reports import (
     worker_stats,
 )
 from django_ultjobs.management.selection import (
+    BATCH,
+    CANCEL_BATCH,
+    CANCEL_WORKFLOW,
     JOB,
     OLDER_THAN,
     QUEUE,
     TAG,
+    WORKFLOW,
     Filter,
     add_filters,
     given,
@@ -63,12 +67,13 @@ MAX_LIMIT = 10_000
 #: The filters of each subcommand; a new filter is one more entry (selection.Filter).
 LIST_FILTERS: tuple[Filter, ...] = (
     status_filter(JobStatus.values, "the"), QUEUE, JOB,
-    since_filter("created_at", "enqueued"), OLDER_THAN, TAG)
+    since_filter("created_at", "enqueued"), OLDER_THAN, TAG, BATCH, WORKFLOW)
 CANCEL_FILTERS: tuple[Filter, ...] = (
-    status_filter([*CANCEL_NOW, JobStatus.RUNNING], "the live"), QUEUE, JOB, OLDER_THAN, TAG)
+    status_filter([*CANCEL_NOW, JobStatus.RUNNING], "the live"), QUEUE, JOB, OLDER_THAN, TAG,
+    CANCEL_BATCH, CANCEL_WORKFLOW)
 RETRY_FILTERS: tuple[Filter, ...] = (
     status_filter(RETRYABLE, "the finished"), QUEUE, JOB,
-    since_filter("finished_at", "that finished"), OLDER_THAN, TAG)
+    since_filter("finished_at", "that finished"), OLDER_THAN, TAG, BATCH, WORKFLOW)
 
 
 def _actor() -> str:
@@ -200,6 +205,7 @@ class Command(BaseCommand):
             return
         attempts, steps, error = job.pop("attempts"), job.pop("steps"), job.pop("last_error")
         exception = job.pop("exception")
+        dependencies, dependents = job.pop("dependencies"), job.pop("dependents")
         self.stdout.write(table(["field", "value"], [[k, v] for k, v in job.items()]))
         if attempts:
             self.stdout.write("\nattempts:\n" + table(
@@ -210,10 +216,21 @@ class Command(BaseCommand):
             self.stdout.write("\nsteps:\n" + table(
                 ["step", "status", "attempt", "completed"],
                 [[s["name"], s["status"], s["attempt"], s["completed_at"]] for s in steps]))
+        self._linked("dependencies", dependencies)
+        self._linked("dependents", dependents)
         if error:
             self.stdout.write(f"\nlast error: {exception}")
             if error.strip() != exception:
                 self.stdout.write(f"\n{error}")
+
+    def _linked(self, title: str, linked: dict[str, Any]) -> None:
+        """A table of the dependencies (or dependents) ``show`` read, and how many it left."""
+        jobs, total = linked["jobs"], linked["total"]
+        if not jobs:
+            return
+        more = f" (the first {len(jobs)} of {total:,})" if total > len(jobs) else ""
+        self.stdout.write(f"\n{title}{more}:\n" + table(
+            ["id", "name", "status"], [[j["id"], j["name"], j["status"]] for j in jobs]))
 
     def _stats(self, alias: str, options: dict[str, Any]) -> None:
         queues, workers = queue_stats(alias), worker_stats(alias)
