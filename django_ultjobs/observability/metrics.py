@@ -12,6 +12,9 @@ The instruments (docs/operations.md):
 * ``ultjobs.job.duration`` histogram (s): how long a body ran, same attributes;
 * ``ultjobs.job.wait`` histogram (s): from the moment a job was due (enqueued, or scheduled,
   or its retry's backoff over) to its start;
+* ``ultjobs.batches.finished`` counter, ``outcome`` (``succeeded``: every member succeeded;
+  ``failed``: one at least did not): batches whose last member finished for good, counted in
+  the transaction that finished it (``store/batch_outcomes.py``; batches with a callback);
 * ``ultjobs.queue.depth`` and ``ultjobs.queue.oldest_age`` (s) observable gauges per ``queue``,
   and ``ultjobs.slots.held`` per ``key``: sampled by one worker of the fleet at a time
   (rule 71 (gauges-one-reader), ``worker/gauges.py``); every other process reports none of them.
@@ -103,6 +106,9 @@ class Instruments:
         self.finished = meter.create_counter(
             "ultjobs.jobs.finished", unit="{attempt}",
             description="Attempts whose outcome a worker wrote, by outcome")
+        self.batches_finished = meter.create_counter(
+            "ultjobs.batches.finished", unit="{batch}",
+            description="Batches whose last member finished for good, by outcome")
         self.duration = _histogram(meter, "ultjobs.job.duration",
                                    "How long a job's body ran, by outcome")
         self.wait = _histogram(meter, "ultjobs.job.wait",
@@ -179,6 +185,26 @@ def record_finished(runs: Iterable[tuple[str, str, str, float | None]]) -> None:
             inst.finished.add(n, {"job.name": name, "queue": queue, "outcome": outcome})
     except Exception as exc:
         _dropped(exc)
+
+
+def record_batches_finished(outcomes: Iterable[str], alias: str) -> None:
+    """Count finished batches, one ``outcome`` each, once the caller's transaction commits when
+    it is Django's (at once inside a store's own transaction, which commits right after)."""
+    inst = instruments()
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome] = counts.get(outcome, 0) + 1
+    if inst is None or not counts:
+        return
+
+    def add() -> None:
+        try:
+            for outcome, n in counts.items():
+                inst.batches_finished.add(n, {"outcome": outcome})
+        except Exception as exc:
+            _dropped(exc)
+
+    transaction.on_commit(add, using=alias)
 
 
 def record_wait_on(inst: Instruments | None, name: str, queue: str, seconds: float) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import batch_outcomes
 from .base import JobStore
 from .settle_arrays import numbers, texts
 
@@ -82,6 +83,7 @@ def release(store: JobStore, cur: Any, job_ids: Sequence[int]) -> None:
     ids = list(job_ids)
     while ids:
         ids = _step(store, cur, "release", ids)
+    batch_outcomes.count_finished(store, cur, job_ids)
 
 
 def unfinish(store: JobStore, cur: Any, job_ids: Sequence[int]) -> None:
