@@ -265,7 +265,8 @@ def test_the_index_links_every_jobs_page_as_view(alias: str, operator) -> None:
         html = page(client, url)
         section = html[html.index('class="app-django_ultjobs'):]
         section = section[:section.index("</table>")]
-        assert section.count('class="viewlink"') == 6 and "changelink" not in section
+        # Jobs, in flight, held slots, lost slots, workers, paused queues, batches, workflows.
+        assert section.count('class="viewlink"') == 8 and "changelink" not in section
 
 
 # -- fleet slots: the cap, and the runs waiting for a slot --------------------------------------

@@ -160,3 +160,32 @@ def test_a_viewer_sees_the_group_pages_and_may_not_cancel(alias: str, viewer) ->
     page(client, WORKFLOWS)
     post_action(client, BATCHES, "cancel_batches", [batch.id])
     assert Job.objects.using(alias).get(batch_id=batch.id).status == "queued"
+
+
+def test_the_group_pages_read_a_fixed_number_of_queries(alias: str, viewer) -> None:
+    """A batch's and a workflow's pages cost the same queries at 2 jobs or 40: bounded reads,
+    none per member or per node (rule 80 (bounded-charts), as the charts)."""
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    client = client_for(viewer)
+
+    def cost(url: str) -> int:
+        page(client, url)  # the session and the permissions, read once
+        with CaptureQueriesContext(connections[alias]) as seen:
+            page(client, url)
+        return len(seen)
+
+    sizes = {}
+    for size in (2, 40):
+        with Batch(on_finish=wf_step.call("report")) as batch:
+            for i in range(size):
+                wf_step.enqueue(f"m{i}")
+        wf = Workflow()
+        previous = wf.add(wf_step.call("root"))
+        for i in range(size):
+            previous = wf.add(wf_step.call(f"n{i}"), after=[previous])
+        run = wf.enqueue()
+        sizes[size] = (cost(reverse("admin:django_ultjobs_batch_change", args=[batch.id])),
+                       cost(reverse("admin:django_ultjobs_workflow_change", args=[run.id])))
+    assert sizes[2] == sizes[40]
