@@ -107,7 +107,7 @@ def test_list_since_takes_a_span_or_an_iso_time(alias: str) -> None:
     (("show", "0"), "a job id is a whole number"),
     (("show", str(2**63)), "a job id is a whole number"),
     (("cancel",), "cancel takes job ids, filters (--status, --queue, --job, --older-than, "
-                  "--tag), or --all"),
+                  "--tag, --batch, --workflow), or --all"),
     (("cancel", "1", "--queue", "a"), "cancel takes job ids or filters, not both: drop the ids "
                                       "or --queue"),
     (("cancel", "1", "--all"), "not both: drop the ids or --all"),
@@ -127,7 +127,7 @@ def test_list_since_takes_a_span_or_an_iso_time(alias: str) -> None:
     (("cancel", "-1"), "a job id is a whole number"),
     (("cancel", "1", "--reason", "a\x00b"), "cannot contain a NUL"),
     (("retry",), "retry takes job ids, filters (--status, --queue, --job, --since, "
-                 "--older-than, --tag), or --all"),
+                 "--older-than, --tag, --batch, --workflow), or --all"),
     (("retry", "1", "--failed"), "not both: drop the ids or --failed"),
     (("retry", "1", "--job", "add"), "not both: drop the ids or --job"),
     (("retry", "--failed", "--since", "soon"), "--since takes a span"),

@@ -62,3 +62,36 @@ def test_list_keeps_a_batch_or_a_workflow(alias: str) -> None:
         f"no batch has id 99999 in database {alias!r}")
     assert refused("list", "--workflow", "99999") == (
         f"no workflow has id 99999 in database {alias!r}")
+
+
+def _statuses(alias: str, ids: list[int]) -> list[str]:
+    from django_ultjobs.models import Job
+    found = dict(Job.objects.using(alias).filter(id__in=ids).values_list("id", "status"))
+    return [found[i] for i in ids]
+
+
+def test_cancel_a_workflow_leaves_what_waits_to_its_when(alias: str) -> None:
+    """``cancel --workflow`` cancels as ``cancel_jobs`` on the run does: the jobs that do not
+    wait; a dependent follows its ``when=`` (rule 115 (group-cancel))."""
+    wf = Workflow(name="w")
+    a = wf.add(wf_step.call("a"))
+    b = wf.add(wf_step.call("b"), after=[a])
+    d = wf.add(wf_step.call("d"), after=[a], when="finished")
+    enqueued = wf.enqueue()
+    ids = [enqueued.job_ids[n.index] for n in (a, b, d)]
+    out, _ = run("cancel", "--workflow", str(enqueued.id))
+    assert "1" in out
+    assert _statuses(alias, ids) == ["cancelled", "cancelled", "queued"]
+    assert refused("cancel", "--workflow", "99999") == (
+        f"no workflow has id 99999 in database {alias!r}")
+
+
+def test_cancel_and_retry_a_batch_by_its_id(alias: str) -> None:
+    with Batch() as batch:
+        members = [wf_step.enqueue(f"m{i}").id for i in range(3)]
+    wf_step.enqueue("alone")
+    run("cancel", "--batch", str(batch.id))
+    assert _statuses(alias, members) == ["cancelled"] * 3
+    run("retry", "--batch", str(batch.id))
+    assert _statuses(alias, members) == ["queued"] * 3
+    assert listed("--status", "queued") != [] and len(listed("--status", "cancelled")) == 0
