@@ -16,13 +16,7 @@ per-kind "take at most N", as the rate gate uses it):
 * threads free: one claim of every other kind (unknown names included: they are parked without a
   place, rule 12 (unknown-job-parked)), the async kinds given a cap of 0, at most the free threads.
 
-With no ``async def`` job registered this is the one claim of before, unchanged. With both lanes
-free a round would cost two statements; so once a claim of the async kinds alone found none, the
-rounds of the next poll interval (until an enqueue notification, or a round that claimed an async
-job) make ONE claim for both lanes, no larger than the free threads, which are no more than the
-free async places (``_async_share``). The sync claim's scan of the
-"uncapped" kinds walks past queued async rows: the claim loop leaves it out for a poll interval
-after it found nothing, as it does beside capped kinds.
+With no ``async def`` job registered this is the one claim of before, unchanged.
 """
 
 from __future__ import annotations
@@ -47,27 +41,16 @@ class ClaimPlan:
 
 
 def claim_plans(*, free_sync: int, free_async: int, caps: Mapping[str, int],
-                keyed: frozenset[str], kept: Mapping[str, int], async_names: frozenset[str],
-                uncapped: bool, async_due: bool = True) -> list[ClaimPlan]:
-    """The claims of one round: for each lane with room and something it could take, one.
+                keyed: frozenset[str], kept: Mapping[str, int], async_names: frozenset[str]
+                ) -> list[ClaimPlan]:
+    """The claims of one round: for each lane with room, one.
 
     ``caps``: the kinds the claim must hold to a number (fleet caps, rate limits); ``keyed``
-    those capped per key; ``kept`` the fleet slots this worker kept per kind; ``uncapped``
-    whether the scan of every other kind is due (the claim loop's throttle); ``async_due``
-    whether a claim of the async kinds alone is (see ``_async_share``)."""
+    those capped per key; ``kept`` the fleet slots this worker kept per kind."""
     if not async_names:
         if free_sync <= 0:
             return []
-        return [ClaimPlan(free_sync, dict(caps), keyed, dict(kept), uncapped)]
-    if 0 < free_sync <= free_async and not async_due:
-        return [_async_share(free_sync, free_async, caps, keyed, kept, async_names, uncapped)]
-    if free_sync <= 0 and not async_due:
-        # Every thread busy and the async kinds looked at within the poll interval (or since
-        # the last notification): a claim of them alone would find what the last one found.
-        # A round woken for a freed thread sent it anyway, an empty statement per run started
-        # on the threads; the next one goes out when due, on a notification, or with a claim
-        # for the threads (_async_share).
-        return []
+        return [ClaimPlan(free_sync, dict(caps), keyed, dict(kept))]
     plans: list[ClaimPlan] = []
     if free_async > 0:
         # A cap of the kind's own wins (a fleet cap is a slot count, not a claim size); the
@@ -76,23 +59,9 @@ def claim_plans(*, free_sync: int, free_async: int, caps: Mapping[str, int],
         plans.append(ClaimPlan(free_async, async_caps, keyed & async_names,
                                {n: k for n, k in kept.items() if n in async_names},
                                uncapped=False, is_async=True))
-    sync_caps = {name: limit for name, limit in caps.items() if name not in async_names}
-    if free_sync > 0 and (uncapped or sync_caps):
+    if free_sync > 0:
+        sync_caps = {name: limit for name, limit in caps.items() if name not in async_names}
         plans.append(ClaimPlan(free_sync, {**sync_caps, **dict.fromkeys(async_names, 0)},
                                keyed - async_names,
-                               {n: k for n, k in kept.items() if n not in async_names},
-                               uncapped))
+                               {n: k for n, k in kept.items() if n not in async_names}))
     return plans
-
-
-def _async_share(free_sync: int, free_async: int, caps: Mapping[str, int],
-                 keyed: frozenset[str], kept: Mapping[str, int], async_names: frozenset[str],
-                 uncapped: bool) -> ClaimPlan:
-    """ONE claim for both lanes, when the last claim of the async kinds alone found none: at
-    most the free threads in all, so at most that many of either lane, and no more than the
-    free async places either (there are at least as many). A worker draining sync jobs with an
-    async kind registered then pays one statement a round, not two,
-    and an async job enqueued meanwhile is still claimed at the next round, by its kind's scan.
-    """
-    share = {name: caps.get(name, free_async) for name in async_names}
-    return ClaimPlan(free_sync, {**caps, **share}, keyed, dict(kept), uncapped)

@@ -3,15 +3,14 @@
 A round claims no more runs than the worker can start now (free threads and async places, never
 a prefetch), in one statement per lane with room (``claim_lanes``), hands what it got to the
 dispatcher, then waits for a free place, a written settle or new work. Between rounds it keeps
-what the last claim said (``LoopState``): a backlog, the capped kinds filled to their slots, the
-kinds whose scan found nothing.
+what the last claim said (``LoopState``): whether it came back full (a backlog), and the failed
+claims in a row (the outage backoff).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Sequence
 
 from ..jobs.registry import registered_jobs, registry_generation
@@ -21,7 +20,7 @@ from .claim_lanes import ClaimPlan, claim_plans
 from .completer import Completer
 from .dispatch import Dispatcher
 from .fleet_slots import FleetSlots
-from .loop_state import LoopState, joined
+from .loop_state import LoopState
 from .options import WorkerOptions
 from .rate_gate import RateGate
 from .recycle import Recycler
@@ -60,8 +59,6 @@ class ClaimLoop:
         #: Told of each round, for the liveness probe (rule 121 (probe-alive)).
         self.vitals = vitals
         self._wake = threading.Event()
-        # Set by an enqueue notification: work of any kind may have arrived.
-        self._notified = threading.Event()
         #: Claim statements sent, reported when the worker stops: a count far above the runs
         #: settled is a loop that spins (an outage, a completer behind, capped kinds held).
         self.claim_statements = 0
@@ -73,8 +70,7 @@ class ClaimLoop:
         self._wake.set()
 
     def notified(self) -> None:
-        """A job was enqueued (LISTEN/NOTIFY): claim now, every kind included."""
-        self._notified.set()
+        """A job was enqueued (LISTEN/NOTIFY): claim now."""
         self._wake.set()
 
     def _unsettled_full(self) -> bool:
@@ -89,7 +85,7 @@ class ClaimLoop:
         Each round: give back what waited too long, decide how many to claim (``room``), claim
         them in one statement per lane (``claim``), start them (``Dispatcher.dispatch``), then
         wait for a free place, a written settle or new work (``_after_empty_claim``)."""
-        loop = LoopState(batch=max(1, self.options.threads // 2))
+        loop = LoopState()
         try:
             self._rounds(loop)
         finally:
@@ -129,7 +125,6 @@ class ClaimLoop:
             jobs = registered_jobs()
             loop.caps = {n: s.concurrency for n, s in jobs.items() if s.concurrency}
             loop.keyed = frozenset(n for n in loop.caps if jobs[n].concurrency_key is not None)
-            loop.slot_caps = {n: c for n, c in loop.caps.items() if n not in loop.keyed}
             loop.rated = {n: s for n, s in jobs.items() if s.rate is not None}
             loop.async_names = frozenset(n for n, s in jobs.items() if s.is_coroutine)
         # Outside the branch above: a write that failed is tried again next round.
@@ -155,24 +150,6 @@ class ClaimLoop:
             if self._unsettled_full():
                 self._wake.wait(self.options.poll_interval)
             return 0
-        # One deadline for both waits below: the claim waits 2 ms at most, not 2 ms per wait.
-        deadline = time.monotonic() + 0.002
-        if loop.backlog and free < loop.batch and not loop.async_names:
-            # The last claim came back full, so there is a backlog: let a few more threads free
-            # up (a couple of ms at most) and claim them in one statement, rather than pay a
-            # round trip per finished run. An idle queue skips this: latency first.
-            self.pool.wait_for_free(0.002, at_least=loop.batch)
-            free = loop.free_sync = self.pool.free()
-        if loop.slot_bound:
-            # The last claim took every slot free to a capped kind it has a backlog of: let its
-            # runs pass their slots on (a couple of ms at most) and claim them in one statement,
-            # as above for threads. Claiming at the first slot back took one run per statement,
-            # every other claim of a capped drain.
-            self.slots.wait_for_kept(loop.slot_bound, max(0.0, deadline - time.monotonic()))
-            # The runs that passed their slots on freed their places too: count them, or the
-            # claim takes only the places free before the wait (with fewer than twice the cap
-            # of threads, every other claim was a short one).
-            free = self._free_places(loop)
         return free
 
     def _free_places(self, loop: LoopState) -> int:
@@ -209,20 +186,12 @@ class ClaimLoop:
             # would wait for the next place to free, a whole body's time when the lane's runs
             # end together. Places only free up meanwhile.
             free = self.recycler.room(self._free_places(loop))
-        if self._notified.is_set():
-            self._notified.clear()
-            loop.others_checked_at = loop.async_checked_at = None
-        uncapped = loop.others_due(self.options.poll_interval)
         # The slots this worker kept from its last runs of each capped kind: the claim may take
         # that many more runs of the kind than the fleet has free slots.
         kept = self.slots.offer(loop.caps) if loop.caps else {}
-        # Read after the offer: a slot kept since is not free to this claim, nor counted here.
-        room = self.slots.room(loop.slot_caps) if loop.slot_caps else {}
-        claimed = self.claim(loop, free, uncapped=uncapped, kept=kept)
+        claimed = self.claim(loop, free, kept=kept)
         if claimed is None:
-            loop.slot_bound = frozenset()
             return True
-        loop.note_slots(claimed, room)
         started = self.dispatcher.dispatch(claimed) if claimed else 0
         self.recycler.note_started(started)
         if kept:
@@ -239,13 +208,12 @@ class ClaimLoop:
                 # It took every runnable row it saw: a claim at once would find none, and would
                 # take the core (and the GIL) the runs just handed over need to start. New work
                 # notifies or is polled for; a written settle wakes this loop.
-                wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
-                self._wait_for_work(loop, self.rates.until_due(wait))
+                self._wait_for_work(loop, self.rates.until_due(self.options.poll_interval))
             return True
-        return self._after_empty_claim(loop, idle=idle, uncapped=uncapped)
+        return self._after_empty_claim(loop, idle=idle)
 
-    def claim(self, loop: LoopState, free: int, *, uncapped: bool, kept: dict[str, int]
-               ) -> Sequence[ClaimedJob] | None:
+    def claim(self, loop: LoopState, free: int, *, kept: dict[str, int]
+              ) -> Sequence[ClaimedJob] | None:
         """The round's claim statements (one per lane with room, ``claim_lanes``); None when
         none claimed anything and one failed (after the outage backoff has been waited).
 
@@ -257,8 +225,7 @@ class ClaimLoop:
         free_sync = min(max(loop.free_sync, 0), free) if loop.async_names else free
         plans = claim_plans(free_sync=free_sync, free_async=min(loop.free_async, free - free_sync),
                             caps=caps, keyed=loop.keyed, kept=kept,
-                            async_names=loop.async_names, uncapped=uncapped,
-                            async_due=loop.async_due(self.options.poll_interval))
+                            async_names=loop.async_names)
         batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]] = []
         failure: Exception | None = None
         for plan in plans:
@@ -278,15 +245,12 @@ class ClaimLoop:
                     self.slots.give_back_unused()
                 self._wake.wait(delay)
                 return None
-        claimed = joined(batches)
-        loop.note_async_claims(batches)
+        claimed = [job for _, batch in batches for job in batch]
         loop.sync_full = any(not plan.is_async and len(batch) >= plan.limit
                              for plan, batch in batches)
-        # The scan of the other kinds counts as done only if a claim made it; a claim is full
-        # against what it asked for, not against the places of both lanes.
-        scanned = any(plan.uncapped and not plan.is_async for plan in plans) and failure is None
-        loop.note_claim(claimed, free=sum(plan.limit for plan in plans) or free,
-                        uncapped=scanned)
+        # A claim is full against what it asked for, not against the places of both lanes.
+        loop.failures = 0
+        loop.backlog = len(claimed) >= (sum(plan.limit for plan in plans) or free)
         return claimed
 
     def _claim_plan(self, plan: ClaimPlan) -> Sequence[ClaimedJob]:
@@ -304,21 +268,16 @@ class ClaimLoop:
         loop.failures += 1
         return outage_backoff(loop.failures)
 
-    def _after_empty_claim(self, loop: LoopState, *, idle: bool, uncapped: bool) -> bool:
+    def _after_empty_claim(self, loop: LoopState, *, idle: bool) -> bool:
         """Wait for work after a claim that found none; False when a ``burst`` worker is done."""
         if self.options.burst:
-            if idle and uncapped:
-                return False
             if idle:
-                # Only a claim that looked at every kind can tell the queue is drained.
-                loop.others_checked_at = None
-            else:
-                # Runs in flight: wait until a settle is written (it frees slots and makes
-                # hand-backs visible, and wakes this loop), or briefly.
-                self._wait_for_work(loop, 0.05)
+                return False
+            # Runs in flight: wait until a settle is written (it frees slots and makes
+            # hand-backs visible, and wakes this loop), or briefly.
+            self._wait_for_work(loop, 0.05)
             return True
-        wait = loop.poll_wait(self.options.poll_interval, uncapped=uncapped)
-        self._wait_for_work(loop, self.rates.until_due(wait))
+        self._wait_for_work(loop, self.rates.until_due(self.options.poll_interval))
         return True
 
     def _wait_for_work(self, loop: LoopState, timeout: float) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -76,11 +75,6 @@ class FleetSlots:
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        # The claim loop waits on it for kept slots (``wait_for_kept``); notified only while it
-        # does, not once per run.
-        self._kept_more = threading.Condition(self._lock)
-        #: While the claim loop waits: per kind, how many of its runs are still to pass on.
-        self._awaited: dict[str, int] = {}
         self._busy: dict[_Ident, Run] = {}
         self._kept: list[_Kept] = []
         # Slots passed back to the fleet by ``keep`` and not yet released: the completer's
@@ -257,8 +251,6 @@ class FleetSlots:
                     # to keep, nothing to give back.
                     continue
                 del self._busy[ident]
-                if self._awaited:
-                    self._passed_on(run.job.name)
                 if run.slot_lost or run.abandoned:
                     # A lost slot is somebody else's now; an abandoned run's body may still be
                     # running, so its slot is left to lapse on its TTL (never renewed again).
@@ -319,37 +311,6 @@ class FleetSlots:
             for kept in idle:
                 self._kept.remove(kept)
         self._release([k.hold for k in idle])
-
-    def room(self, caps: Mapping[str, int]) -> dict[str, int]:
-        """How many more runs of each kind of ``caps`` (name -> concurrency, kinds capped per job)
-        the slots leave room for, as far as this worker knows: the cap less its runs holding
-        one. A claim that took that many took every slot the fleet had free for the kind
-        (other workers' holds only make it fewer): the kind has a backlog waiting for slots."""
-        with self._lock:
-            busy = Counter(run.job.name for run in self._busy.values())
-        return {name: cap - busy[name] for name, cap in caps.items()}
-
-    def wait_for_kept(self, kinds: frozenset[str], timeout: float) -> bool:
-        """Block until, for any one of ``kinds``, every run of this worker holding a slot now
-        has passed it on (its body returned), or ``timeout``; return whether one kind's have.
-        Any one kind, not all: its slots are a claim's worth already, and claiming them at once
-        beats waiting for the slowest kind."""
-        with self._lock:
-            busy = Counter(run.job.name for run in self._busy.values())
-            self._awaited = {kind: busy[kind] for kind in kinds}
-            try:
-                return self._kept_more.wait_for(
-                    lambda: min(self._awaited.values(), default=0) <= 0, timeout)
-            finally:
-                self._awaited = {}
-
-    def _passed_on(self, kind: str) -> None:
-        """A run of ``kind`` passed its slot on while the claim loop waits (under the lock)."""
-        left = self._awaited.get(kind)
-        if left is not None:
-            self._awaited[kind] = left - 1
-            if left <= 1:
-                self._kept_more.notify_all()
 
     def give_back_all(self) -> None:
         """Give back every kept slot and keep none from now on (the worker is stopping: while it

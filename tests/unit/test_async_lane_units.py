@@ -21,11 +21,11 @@ ASYNC = frozenset({"a1", "a2"})
 def test_without_async_kinds_a_round_is_the_one_claim_of_before() -> None:
     # rule 87 (no-claim-beyond-free-places): nothing changes for a worker with no async def job.
     [plan] = claim_plans(free_sync=4, free_async=100, caps={"c": 2}, keyed=frozenset(),
-                         kept={"c": 1}, async_names=frozenset(), uncapped=True)
+                         kept={"c": 1}, async_names=frozenset())
     assert (plan.limit, plan.caps, plan.kept, plan.uncapped, plan.is_async) == (
         4, {"c": 2}, {"c": 1}, True, False)
     assert claim_plans(free_sync=0, free_async=100, caps={}, keyed=frozenset(), kept={},
-                       async_names=frozenset(), uncapped=True) == []
+                       async_names=frozenset()) == []
 
 
 def test_each_lane_claims_only_its_own_kinds_at_most_its_free_places() -> None:
@@ -34,7 +34,7 @@ def test_each_lane_claims_only_its_own_kinds_at_most_its_free_places() -> None:
     # kind a cap of 0.
     caps = {"a2": 3, "s": 2}
     plans = claim_plans(free_sync=2, free_async=50, caps=caps, keyed=frozenset({"a2"}),
-                        kept={"a2": 1, "s": 1}, async_names=ASYNC, uncapped=True)
+                        kept={"a2": 1, "s": 1}, async_names=ASYNC)
     async_plan, sync_plan = plans
     assert async_plan.is_async and not async_plan.uncapped and async_plan.limit == 50
     assert async_plan.caps == {"a1": 50, "a2": 3}
@@ -47,14 +47,11 @@ def test_each_lane_claims_only_its_own_kinds_at_most_its_free_places() -> None:
 def test_a_full_lane_is_not_claimed_for() -> None:
     # rule 87 (no-claim-beyond-free-places)
     [only_async] = claim_plans(free_sync=0, free_async=5, caps={}, keyed=frozenset(), kept={},
-                               async_names=ASYNC, uncapped=True)
+                               async_names=ASYNC)
     assert only_async.is_async and only_async.limit == 5
     [only_sync] = claim_plans(free_sync=3, free_async=0, caps={}, keyed=frozenset(), kept={},
-                              async_names=ASYNC, uncapped=True)
+                              async_names=ASYNC)
     assert not only_sync.is_async and only_sync.limit == 3
-    # The scan of the other kinds is not due and no sync kind is capped: nothing to claim.
-    assert claim_plans(free_sync=3, free_async=0, caps={}, keyed=frozenset(), kept={},
-                       async_names=ASYNC, uncapped=False) == []
 
 
 @pytest.mark.parametrize("value", [0, -1, MAX_ASYNC_CONCURRENCY + 1, 2.5, True])
@@ -120,31 +117,3 @@ def test_a_stuck_await_is_cancelled_from_another_thread() -> None:
 
     assert asyncio.run(asyncio.wait_for(main(), 5)) == "cancelled"
     assert run.scope._canceller is None  # nothing held past the run (rule 13 (nothing-leaks))
-
-
-def test_after_an_empty_async_claim_one_claim_serves_both_lanes() -> None:
-    # rule 87 (no-claim-beyond-free-places): at most the free threads in all, which are no more
-    # than the free async places, so neither lane can be over-claimed; the async kinds keep a
-    # cap of their own.
-    [plan] = claim_plans(free_sync=4, free_async=100, caps={"a2": 1, "s": 2},
-                         keyed=frozenset(), kept={"s": 1}, async_names=ASYNC, uncapped=True,
-                         async_due=False)
-    assert (plan.limit, plan.uncapped, plan.is_async) == (4, True, False)
-    assert plan.caps == {"a1": 100, "a2": 1, "s": 2} and plan.kept == {"s": 1}
-    # Fewer free async places than threads: the lanes are claimed apart again.
-    plans = claim_plans(free_sync=4, free_async=3, caps={}, keyed=frozenset(), kept={},
-                        async_names=ASYNC, uncapped=True, async_due=False)
-    assert [(p.is_async, p.limit) for p in plans] == [(True, 3), (False, 4)]
-
-
-def test_every_thread_busy_sends_no_claim_of_the_async_kinds_before_it_is_due() -> None:
-    # Rule 87 (no-claim-beyond-free-places): with every thread busy, a round (woken for a freed
-    # thread that the next round fills) claimed the async kinds alone every time, one empty
-    # statement per run started on the threads; it waits for their poll, a notification, or a claim
-    # for the threads.
-    kinds = frozenset({"fetch"})
-    assert claim_plans(free_sync=0, free_async=10, caps={}, keyed=frozenset(), kept={},
-                       async_names=kinds, uncapped=True, async_due=False) == []
-    [plan] = claim_plans(free_sync=0, free_async=10, caps={}, keyed=frozenset(), kept={},
-                         async_names=kinds, uncapped=True, async_due=True)
-    assert plan.is_async and plan.limit == 10

@@ -60,7 +60,6 @@ from tests.testapp.jobs import (
     capped,
     capped_clocked,
     capped_ignoring,
-    capped_noop,
     flaky,
     ignore_cancel,
     record,
@@ -918,38 +917,6 @@ def test_other_kinds_still_run_while_a_capped_backlog_drains(alias: str) -> None
         assert worker.claim_statements < 1000
 
 
-def _drain_noting_scans(alias: str, *, plain_list: bool = False) -> list[bool]:
-    """Drain with one thread (--burst, a long poll interval); return each claim's ``uncapped``
-    (whether it scanned the other kinds). ``plain_list``: the store's claim answers a list."""
-    store = get_store(alias)
-    looked: list[bool] = []
-    claim = store.claim
-
-    def noting_claim(**kwargs: Any) -> Any:
-        looked.append(kwargs["uncapped"])
-        claimed = claim(**kwargs)
-        return list(claimed) if plain_list else claimed
-
-    store.claim = noting_claim  # type: ignore[method-assign]
-    worker = WorkerProcess(WorkerOptions(database=alias, threads=1, burst=True, poll_interval=30.0,
-                                  visibility_timeout=5.0, heartbeat_interval=0.5), store=store)
-    worker.run(install_signals=False)
-    return looked
-
-
-def test_a_drain_of_a_capped_kind_leaves_the_empty_scan_of_other_kinds_out(
-        alias: str) -> None:
-    # Each claim of a capped backlog comes back full; that alone must not make the next claim scan
-    # the other kinds again (at 20,000 queued that scan was 4 ms of a 5 ms claim). Only a claim
-    # that says it cut runnable jobs of other kinds brings the scan back before the poll interval.
-    capped.bulk_enqueue([(0.0,)] * 30)
-    looked = _drain_noting_scans(alias)
-    assert Job.objects.using(alias).filter(status="succeeded").count() == 30
-    assert len(looked) >= 30
-    # The first claim, and the last (--burst exits only after a claim that looked at every kind).
-    assert looked.count(True) <= 3, f"{looked.count(True)} of {len(looked)} claims scanned"
-
-
 def test_a_job_of_another_kind_cut_from_a_full_capped_claim_runs_in_priority_order(
         alias: str) -> None:
     # The other direction of the test above: a claim that cut a runnable job of another kind
@@ -963,17 +930,6 @@ def test_a_job_of_another_kind_cut_from_a_full_capped_claim_runs_in_priority_ord
     started = list(RunLog.objects.using(alias).order_by("id").values_list("label", "job_id"))
     first_other = [label for label, _ in started].index("other")
     assert first_other == 2, f"ran after {first_other} capped runs: {started}"
-
-
-def test_a_store_that_does_not_report_others_left_keeps_rescanning_after_full_claims(
-        alias: str) -> None:
-    # A store of one's own whose claim returns a plain list: the worker cannot tell "nothing of
-    # other kinds" from "crowded out", so it keeps looking after every full claim (as it did
-    # before claims reported it) rather than risk an outranked job waiting a poll interval.
-    capped.bulk_enqueue([(0.0,)] * 20)
-    looked = _drain_noting_scans(alias, plain_list=True)
-    assert Job.objects.using(alias).filter(status="succeeded").count() == 20
-    assert looked.count(True) >= 15, f"{looked.count(True)} of {len(looked)} claims scanned"
 
 
 def test_claiming_stops_while_the_completer_cannot_write(
@@ -1001,42 +957,6 @@ def test_claiming_stops_while_the_completer_cannot_write(
         wait_until(lambda: Job.objects.using(alias).filter(id__in=ids, status="succeeded")
                    .count() == len(ids), timeout=30)
     assert worker.completer.stale == 0
-
-
-def _claim_sizes(alias: str, **options: Any) -> list[int]:
-    """Drain with ``--burst``; return how many jobs each claim statement took."""
-    store = get_store(alias)
-    sizes: list[int] = []
-    claim = store.claim
-
-    def noting_claim(**kwargs: Any) -> Any:
-        claimed = claim(**kwargs)
-        sizes.append(len(claimed))
-        return claimed
-
-    store.claim = noting_claim  # type: ignore[method-assign]
-    worker = WorkerProcess(WorkerOptions(database=alias, burst=True, poll_interval=30.0,
-                                         visibility_timeout=10.0, heartbeat_interval=1.0,
-                                         **options), store=store)
-    worker.run(install_signals=False)
-    return sizes
-
-
-@pytest.mark.parametrize("threads", [9, 16])
-def test_a_drain_bound_by_its_cap_claims_a_cap_of_runs_at_a_time(alias: str, threads: int) -> None:
-    # rule 98 (freed-place-wakes-claim)
-    # With more threads than slots, a claim takes every free slot and
-    # is not full against the threads. The next one went out at once, while the runs it had
-    # just started still held every slot (an empty claim), or at the first slot passed on (a
-    # claim of one run): a claim statement in two for nothing. It waits (2 ms at most) for the
-    # kind's runs to pass their slots on, and takes them in one statement. With fewer than
-    # twice the cap of threads, the places those runs free count too (9 threads: 8, 1, 8, 1...
-    # when the claim took only the places free before the wait).
-    capped_noop.bulk_enqueue([()] * 160)
-    sizes = _claim_sizes(alias, threads=threads)
-    assert Job.objects.using(alias).filter(status="succeeded").count() == 160
-    assert max(sizes) <= 8  # the cap bounds the bodies executing (rule 5 (fleet-cap))
-    assert len(sizes) <= 30, f"{len(sizes)} claims for 160 runs of concurrency=8: {sizes}"
 
 
 def test_a_thread_that_frees_up_wakes_a_claim_loop_of_two_lanes(alias: str) -> None:
@@ -1072,7 +992,7 @@ def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> N
     first = Run(job=claimed(1, "capped"), spec=job_registry.get_job("capped"))
     assert worker.slots.acquire_group([first]) == []
     worker.slots.keep([first])
-    loop = LoopState(batch=1, caps={"capped": 2},
+    loop = LoopState(caps={"capped": 2},
                                     async_names=frozenset({"async_add"}),
                                     free_sync=1, free_async=1)
     kept = worker.slots.offer(loop.caps)
@@ -1086,7 +1006,7 @@ def test_kept_slots_stay_for_the_runs_of_a_round_whose_other_claim_failed() -> N
         return answer
 
     worker.store.claim = claim  # type: ignore[method-assign]
-    got = worker.claims.claim(loop, 2, uncapped=True, kept=kept)
+    got = worker.claims.claim(loop, 2, kept=kept)
     assert got is not None and [job.id for job in got] == [2]
     assert slot_store.released == [] and worker.slots.kept == 1
     second = Run(job=got[0], spec=job_registry.get_job("capped"))
@@ -1112,12 +1032,9 @@ def test_an_async_place_freed_while_a_round_starts_is_claimed_by_that_round() ->
     worker.store.claim = claim  # type: ignore[method-assign]
     # What _room read a moment ago: the thread free, both async places held. Both have freed
     # since (the lane is idle), waking the loop before the round cleared that wake-up.
-    loop = LoopState(batch=1, async_names=frozenset({"async_add"}),
-                                    free_sync=1, free_async=0,
-                                    others_checked_at=time.monotonic() + 60)
+    loop = LoopState(async_names=frozenset({"async_add"}), free_sync=1, free_async=0)
     worker.claims.round(loop, 1)
-    assert [(p["limit"], p["uncapped"], p["caps"]) for p in plans] == [
-        (2, False, {"async_add": 2})]
+    assert (2, False, {"async_add": 2}) in [(p["limit"], p["uncapped"], p["caps"]) for p in plans]
 
 
 @pytest.fixture(autouse=True)
