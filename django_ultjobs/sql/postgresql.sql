@@ -27,8 +27,8 @@ status IN ('queued', 'running', 'waiting')
 -- The write of claim and claim_capped: the rows of their "chosen" CTE become this claim's
 -- (status, token, worker, lease), and come back with what the row was before (its due time too,
 -- for the ultjobs.job.wait metric). A waiting row
--- that woke keeps its attempt; any other claim starts a new one (rule 1 (leased-claim)). Each query
--- adds its last column, others_left.
+-- that woke keeps its attempt; any other claim starts a new one (rule 1 (leased-claim)). The capped
+-- claims add a last column, the slot key.
 UPDATE django_ultjobs_job AS j
 SET status = 'running',
     attempt = j.attempt + CASE WHEN chosen.prev_status = 'waiting' THEN 0 ELSE 1 END,
@@ -44,7 +44,7 @@ RETURNING j.id, j.name, j.queue, j.priority, j.args, j.kwargs, j.attempt, j.max_
           j.timeout, j.expires_at, j.cancel_reason,
           chosen.prev_status, chosen.prev_worker,
           CASE WHEN chosen.prev_status = 'running' THEN chosen.prev_claimed_at END,
-          chosen.visible_at,
+          chosen.visible_at
 
 
 -- fragment: rate_granted
@@ -296,8 +296,7 @@ WITH locked AS (
 chosen AS (
     SELECT * FROM locked ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
 )
-{fragment:claim_update}
-          (SELECT count(*) FROM locked) > (SELECT count(*) FROM chosen) AS others_left;
+{fragment:claim_update};
 
 -- name: claim_capped
 -- The claim of a worker with capped kinds registered (@job(concurrency=N)), in ONE statement too.
@@ -309,10 +308,8 @@ chosen AS (
 -- (rule 1 (leased-claim)); a waiting row that woke does not. The capped names reach the uncapped
 -- scan as a constant array: a subquery there hides the row estimate from the planner and turns the
 -- ordered index scan into a sort of every runnable row (performance.md, item 28). "uncapped" false
--- leaves the uncapped scan out (a one-time filter): it walks past every queued run of a capped kind
--- (performance.md, item 6), and the worker has just seen it find nothing. Each row also says
--- whether that scan locked rows the limit then cut ("others_left"): a claim filled with capped runs
--- proves nothing about the other kinds unless this is false.
+-- leaves the uncapped scan out (a one-time filter): the async lane's claim takes its own kinds only
+-- (rule 87 (no-claim-beyond-free-places)).
 -- A kind capped per key (key_names, @job(concurrency_key=...); rule 50 (per-key-cap)) is scanned
 -- past the keys whose slots are all held, so a full key holds back no other key; "chosen" then
 -- takes at most each key's free slots of its rows. Its rows come back with their slot key (the last
@@ -391,20 +388,16 @@ chosen AS (
                                              WHERE h.key = r.slot_key), 0)
     ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
 )
-{fragment:claim_update}
-          (SELECT count(*) FROM locked WHERE NOT locked.capped)
-              > (SELECT count(*) FROM chosen WHERE NOT chosen.capped) AS others_left,
+{fragment:claim_update},
           chosen.slot_key;
 
 -- name: claim_capped_kinds
 -- claim_capped when it leaves the uncapped scan out and no kind is capped per key: the capped
--- kinds' own scans alone, each limited to its free fleet slots. What a capped drain sends round
--- after round (the other kinds' scan is throttled, claim loop; performance.md item 6) and what
--- the async lane's claim is (rule 87 (no-claim-beyond-free-places)). claim_capped would take the
+-- kinds' own scans alone, each limited to its free fleet slots: the async lane's claim
+-- (rule 87 (no-claim-beyond-free-places)). claim_capped would take the
 -- same rows in the same order; the parts it carries for the other kinds and for per-key caps are
 -- planned on every claim even when they read nothing, which doubled this claim's planning
--- (performance.md, item 89). Same columns as claim_capped: others_left is false (no other kind was
--- scanned), no slot key. It may be prepared, as claim is, for the same reason: each kind's scan
+-- (performance.md, item 89). Same columns as claim_capped, no slot key. It may be prepared, as claim is, for the same reason: each kind's scan
 -- takes its rows through a fence whose inner limit is the constant "{bound}" (the store writes the
 -- least of 128, 1024, 8192... at or above the limit), so the planner can cost the scan and keeps
 -- the generic plan; the kind's own limit (its free slots, the claim's limit) is outside the fence,
@@ -443,8 +436,8 @@ chosen AS (
     WHERE caps.free > 0
     ORDER BY priority DESC, visible_at, id LIMIT %(limit)s::int
 )
-{fragment:claim_update}
-          false AS others_left, NULL::text AS slot_key;
+{fragment:claim_update},
+          NULL::text AS slot_key;
 
 -- name: heartbeat
 -- Push the lease of every run this worker holds in one statement, fenced on each run's

@@ -9,7 +9,6 @@ from ..conf import get_settings
 from ..exceptions import JobConfigurationError
 from .base import Clock, JobStore, unmigrated_message
 from .records import (
-    ClaimBatch,
     ClaimedJob,
     ClaimRequest,
     EnqueuedJob,
@@ -24,7 +23,6 @@ from .records import (
 from .slots import SlotStore
 
 __all__ = [
-    "ClaimBatch",
     "ClaimRequest",
     "ClaimedJob",
     "Clock",

@@ -27,7 +27,6 @@ from ..exceptions import JobTablesMissingError
 from ..sql import django_queries
 from .decoding import decode_arguments
 from .records import (
-    ClaimBatch,
     ClaimedJob,
     ClaimRequest,
     EnqueuedJob,
@@ -286,14 +285,13 @@ class JobStore(SlotStore):
         uncapped: bool = True,
         kept: Mapping[str, int] | None = None,
         keyed: Iterable[str] = (),
-    ) -> ClaimBatch:
+    ) -> list[ClaimedJob]:
         """Claim up to ``limit`` runnable jobs in one write, skipping kinds whose caps are full.
 
         ``caps``: per capped kind (``@job(concurrency=N)``), its fleet-wide limit.
 
-        ``uncapped=False`` claims only the capped kinds of ``caps``: the scan for every other
-        kind walks past each queued run of a capped kind, so a worker that just found no other
-        kind runnable may leave it out for a while (see the worker's claim loop).
+        ``uncapped=False`` claims only the kinds of ``caps``: the async lane's claim, which takes
+        its own kinds only (rule 87 (no-claim-beyond-free-places)).
 
         ``kept``: per capped kind, the slots this worker holds between runs; the claim may take
         that many runs of the kind beyond the fleet's free slots (the worker hands them over).
@@ -303,20 +301,19 @@ class JobStore(SlotStore):
         each key's free slots, and says each run's slot key (``ClaimedJob.slot_key``); they keep no
         slots."""
         if limit <= 0:
-            return ClaimBatch()
+            return []
         return self.claim_jobs(ClaimRequest(
             worker_id=worker_id, queues=queues, limit=limit,
             visibility_timeout=float(visibility_timeout), caps=caps, uncapped=uncapped,
             kept=kept or {}, keyed=frozenset(keyed) & frozenset(caps)))
 
     @abstractmethod
-    def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
+    def claim_jobs(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The claim ``request`` asks for (its limit at least 1): what each engine implements
         of ``claim``."""
 
     def claimed_batch(self, rows: Sequence[Sequence[Any]], previous: Sequence[Previous],
-                      token: str, others_left: bool | None,
-                      slot_keys: Mapping[int, str] | None = None) -> ClaimBatch:
+                      token: str, slot_keys: Mapping[int, str] | None = None) -> list[ClaimedJob]:
         """The jobs of a claim's ``UPDATE … RETURNING`` rows, in claim order (priority, then id).
 
         Each row starts with the columns both engines' claim queries return, in this order: id,
@@ -326,7 +323,7 @@ class JobStore(SlotStore):
         token in its canonical text form; ``slot_keys`` the slot key of each run of a kind
         capped per key, by job id.
         """
-        batch = ClaimBatch(others_left=others_left)
+        batch: list[ClaimedJob] = []
         parse, new = self.parse_time, object.__new__
         decoded = decode_arguments(rows, 4)
         for r, (args, kwargs, undecodable), prev in zip(rows, decoded, previous, strict=True):

@@ -20,7 +20,7 @@ from . import copy_binary, copy_rows, dependencies
 from .base import JobStore, check_one_per_job
 from .dependencies import FINAL
 from .records import (
-    ClaimBatch,
+    ClaimedJob,
     ClaimRequest,
     EnqueuedJob,
     NewJob,
@@ -246,7 +246,7 @@ class PostgresStore(JobStore):
         conn = self.connection
         return None if self.in_callers_transaction(conn) or not conn.get_autocommit() else "off"
 
-    def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
+    def claim_jobs(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Claim in one statement: ``claim``, or one of the capped claims (``_claim_query``)."""
         caps = request.caps
         per_job = [name for name in caps if name not in request.keyed]
@@ -278,11 +278,10 @@ class PostgresStore(JobStore):
                 self.execute_unprepared(cur, name, params)
             rows = cur.fetchall()
         # Columns 13-15: the run's timeout, expiry and cancel reason; 16-19: what the row was
-        # before (claim_update), its due time last; 20: others_left; 21 (with caps): the slot
-        # key of a run capped per key.
-        slot_keys = {r[0]: r[21] for r in rows if caps and r[21] is not None}
+        # before (claim_update), its due time last; 20 (with caps): the slot key of a run capped
+        # per key.
+        slot_keys = {r[0]: r[20] for r in rows if caps and r[20] is not None}
         return self.claimed_batch(rows, [r[16:20] for r in rows], str(token),
-                                  others_left=bool(rows) and bool(rows[0][20]),
                                   slot_keys=slot_keys)
 
     def _driver_times(self, cur: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -125,23 +125,6 @@ class ClaimRequest:
 #: What a claimed row was just before the claim: its status, its worker, its claim time and
 #: when it was due (its ``visible_at``).
 Previous = tuple[str, str | None, Any, Any]
-
-
-class ClaimBatch(list[ClaimedJob]):
-    """The jobs one claim took, and whether it left runnable jobs of uncapped kinds behind.
-
-    ``others_left``: True when the scan of the uncapped kinds found runnable rows that the
-    claim's limit cut (they rank below everything it took); False when everything that scan
-    found was taken (possibly nothing; there may be more beyond what it looked at, which the
-    worker tells by whether the claim took any), or when the scan was left out; None when the
-    store does not say, and the worker then reads a full claim as "maybe crowded out". Only
-    "found nothing and took nothing" lets the worker leave that scan out of its next claims.
-    """
-
-    def __init__(self, jobs: Iterable[ClaimedJob] = (), *, others_left: bool | None = None
-                 ) -> None:
-        super().__init__(jobs)
-        self.others_left = others_left
 
 
 @dataclass(slots=True)

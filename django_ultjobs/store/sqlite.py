@@ -21,7 +21,7 @@ from ..core.rate_limits import gcra_take
 from . import dependencies
 from .base import JobStore, check_one_per_job, dumps_batch
 from .records import (
-    ClaimBatch,
+    ClaimedJob,
     ClaimRequest,
     EnqueuedJob,
     NewJob,
@@ -172,27 +172,25 @@ class SQLiteStore(JobStore):
         finally:
             conn.transaction_mode = project_mode
 
-    def claim_jobs(self, request: ClaimRequest) -> ClaimBatch:
+    def claim_jobs(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Claim in one write transaction: choose the candidates, then take them."""
         now = self.now_param()
         with self._write() as cur:
-            candidates, others_left, slot_keys = self._choose_candidates(cur, request, now)
+            candidates, slot_keys = self._choose_candidates(cur, request, now)
             if not candidates:
-                return ClaimBatch(others_left=False)
+                return []
             # Stored as Django's SQLite UUID form (hex), handed out in the canonical form
             # PostgreSQL returns, so a ClaimedJob looks the same on both engines.
             token = uuid.uuid4()
             rows = self._take(cur, list(candidates), request, token.hex, now)
         # What each row was (status, worker, claim time), then when it was due.
         previous = [(*candidates[r[0]][3:], candidates[r[0]][2]) for r in rows]
-        return self.claimed_batch(rows, previous, str(token), others_left,
-                                  slot_keys=slot_keys)
+        return self.claimed_batch(rows, previous, str(token), slot_keys=slot_keys)
 
     def _choose_candidates(self, cur: Any, request: ClaimRequest, now: Any
-                           ) -> tuple[dict[int, _Candidate], bool, dict[int, str]]:
-        """The rows this claim tries to take, by id; whether the scan of the uncapped kinds
-        found rows the limit cut (``ClaimBatch.others_left``); the slot keys of the chosen rows
-        of kinds capped per key."""
+                           ) -> tuple[dict[int, _Candidate], dict[int, str]]:
+        """The rows this claim tries to take, by id; the slot keys of the chosen rows of kinds
+        capped per key."""
         uncapped: list[_Candidate] = []
         if request.uncapped or not request.caps:
             uncapped = self._uncapped_candidates(cur, request, now)
@@ -201,8 +199,7 @@ class SQLiteStore(JobStore):
         # The claim order across uncapped and capped kinds: priority, then due time, then id.
         rows.sort(key=lambda row: (-row[1], row[2], row[0]))
         chosen = {row[0]: row for row in rows[:request.limit]}
-        return (chosen, any(row[0] not in chosen for row in uncapped),
-                {i: k for i, k in slot_keys.items() if i in chosen})
+        return chosen, {i: k for i, k in slot_keys.items() if i in chosen}
 
     def _uncapped_candidates(self, cur: Any, request: ClaimRequest, now: Any
                              ) -> list[_Candidate]:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django_ultjobs.models import Job
-from django_ultjobs.store import ClaimBatch, ClaimedJob, JobStore, NewJob, Settlement
+from django_ultjobs.store import ClaimedJob, JobStore, NewJob, Settlement
 
 
 def new_job(name: str = "add", *, queue: str = "default", priority: int = 0,
@@ -26,7 +26,7 @@ def enqueue(store: JobStore, *jobs: NewJob) -> list[int]:
 def claim(store: JobStore, worker: str = "w1", *, queues: Sequence[str] = ("default",),
           limit: int = 10, timeout: float = 30.0,
           caps: Mapping[str, int] | None = None, uncapped: bool = True,
-          kept: Mapping[str, int] | None = None) -> ClaimBatch:
+          kept: Mapping[str, int] | None = None) -> list[ClaimedJob]:
     return store.claim(worker_id=worker, queues=list(queues), limit=limit,
                        visibility_timeout=timeout, caps=caps or {}, uncapped=uncapped, kept=kept)
 

@@ -63,8 +63,8 @@ def test_each_capped_kind_gets_its_free_slots_in_claim_order(cstore: JobStore) -
 
 
 def test_uncapped_false_claims_only_the_capped_kinds(cstore: JobStore) -> None:
-    # What the worker asks while only capped kinds were runnable at its last look: the scan for
-    # the other kinds is left out, and nothing else about the claim changes.
+    # What the async lane asks (its own kinds, as caps): the scan for the other kinds is left
+    # out, and nothing else about the claim changes.
     capped = enqueue(cstore, *(new_job("capped") for _ in range(3)))
     others = enqueue(cstore, new_job("add", priority=9), new_job("noop", priority=9))
     got = claim(cstore, limit=10, caps={"capped": 2}, uncapped=False)
@@ -72,36 +72,6 @@ def test_uncapped_false_claims_only_the_capped_kinds(cstore: JobStore) -> None:
     # Without caps there is nothing to leave out: the flag cannot starve a worker of all work.
     assert sorted(j.id for j in claim(cstore, "w2", limit=10, uncapped=False)) == sorted(
         [*others, capped[2]])
-
-
-def test_a_claim_says_whether_it_left_runnable_jobs_of_other_kinds_behind(
-    cstore: JobStore,
-) -> None:
-    # What lets a worker draining a capped kind leave the other kinds' scan out of its next
-    # claims: "nothing there" is told apart from "there, but cut by the limit".
-    enqueue(cstore, *(new_job("capped", priority=9) for _ in range(5)))
-    got = claim(cstore, limit=3, caps={"capped": 9})
-    assert len(got) == 3 and not got.others_left  # full, and the other kinds had nothing
-    (add,) = enqueue(cstore, new_job("add"))
-    got = claim(cstore, "w2", limit=2, caps={"capped": 9})
-    assert [j.name for j in got] == ["capped", "capped"] and got.others_left  # cut, ranked lower
-    got = claim(cstore, "w3", limit=5, caps={"capped": 9})
-    assert [j.id for j in got if j.name == "add"] == [add] and not got.others_left  # taken
-    enqueue(cstore, new_job("add"), new_job("capped"))
-    # Left out of the claim, the scan reports nothing: nothing is known about the other kinds.
-    got = claim(cstore, "w4", limit=1, caps={"capped": 9}, uncapped=False)
-    assert [j.name for j in got] == ["capped"] and not got.others_left
-    assert not claim(cstore, "w5", limit=0, caps={"capped": 9}).others_left
-
-
-def test_capped_runs_the_limit_cut_are_not_other_kinds_left(cstore: JobStore) -> None:
-    # Only the scan of the uncapped kinds counts: a capped kind cut by the limit is scanned on
-    # every claim anyway.
-    enqueue(cstore, *(new_job("capped", priority=9) for _ in range(2)))
-    enqueue(cstore, *(new_job("serial", priority=1) for _ in range(3)))
-    got = claim(cstore, limit=2, caps={"capped": 9, "serial": 9})
-    assert [j.name for j in got] == ["capped", "capped"]
-    assert got.others_left is False
 
 
 def test_a_capped_kind_is_claimed_only_from_the_requested_queues(cstore: JobStore) -> None:
@@ -158,6 +128,6 @@ def test_the_capped_kinds_alone_are_claimed_as_the_full_claim_would(cstore: JobS
     got = claim(cstore, queues=["default", "paused"], limit=3,
                 caps={"capped": 2, "serial": 1}, kept={"capped": 1}, uncapped=False)
     assert [(j.name, j.priority) for j in got] == [("capped", 5), ("serial", 4), ("capped", 3)]
-    assert not got.others_left and paused not in [j.id for j in got]
+    assert paused not in [j.id for j in got]
     got = claim(cstore, "w2", limit=5, caps={"capped": 9, "serial": 9}, uncapped=False)
     assert [(j.name, j.priority) for j in got] == [("serial", 2), ("capped", 1)]
