@@ -38,12 +38,12 @@ def claim() -> Callable[[], int]:
     from django_ultjobs.store.base import JobStore
 
     rows = [(i, "bench.noop", "default", 0, "[]", "{}", 1, 3, None, None, "", False, NOW, None,
-             None, "", "queued", None, None, NOW, True) for i in range(128)]
+             None, "", "queued", None, None, NOW) for i in range(128)]
     previous = [r[16:20] for r in rows]
     store = types.SimpleNamespace(parse_time=JobStore.parse_time)
 
     def once() -> int:
-        JobStore.claimed_batch(store, rows, previous, "token", True, {})  # type: ignore[arg-type]
+        JobStore.claimed_batch(store, rows, previous, "token", {})  # type: ignore[arg-type]
         return len(rows)
     return once
 
