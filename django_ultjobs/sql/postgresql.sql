@@ -18,8 +18,7 @@ status IN ('queued', 'running', 'waiting')
 -- fragment: active_queues
 -- The worker's queues that are not paused (rule 75 (paused-queue)), as a row source "q(queue)": one
 -- primary-key probe of the pause table per queue, inside the claim statement itself, so a pause
--- needs no second statement per round and holds from each worker's next claim (performance.md, item
--- 55).
+-- needs no second statement per round and holds from each worker's next claim.
 (SELECT w.queue FROM unnest(%(queues)s::text[]) AS w(queue)
  WHERE NOT EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = w.queue)) AS q
 
@@ -91,7 +90,7 @@ SELECT ins.id, ins.visible_at, ins.created_at, ins.expires_at
 FROM ins CROSS JOIN notified ORDER BY ins.id;
 
 -- name: enqueue_copy_ids
--- The first of a bulk enqueue's two statements by COPY (performance.md, item 73): the
+-- The first of a bulk enqueue's two statements by COPY: the
 -- database's clock ({now}, the transaction's start: the instant every statement of this
 -- transaction reads, so the rows get the times the INSERT of "enqueue" would give them), "count"
 -- ids from the table's own sequence (COPY returns none), and the notify of each queue that gets
@@ -121,8 +120,7 @@ FROM STDIN;
 -- The second statement for a batch whose every job has no timeout, no expiry, no slot key and
 -- no tags (copy_rows.plain), in binary (store/copy_binary.py): those columns, and claim_token,
 -- left to their defaults (NULL, NULL, '', '[]', NULL), which are the values "enqueue" writes
--- for such jobs; fewer values for the server to read per row, and none to parse
--- (performance.md, item 95).
+-- for such jobs; fewer values for the server to read per row, and none to parse.
 COPY django_ultjobs_job
     (id, name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
      worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
@@ -131,8 +129,8 @@ FROM STDIN (FORMAT binary);
 
 -- name: enqueue_one
 -- One job, one plain INSERT: enqueue() is usually one call inside a view's transaction, and the
--- JSON-array form bulk enqueue needs costs it more than the rest of the call (performance.md,
--- item 3). Idle workers of its queue are notified on commit when it is runnable now.
+-- JSON-array form bulk enqueue needs costs it more than the rest of the call. Idle workers of its
+-- queue are notified on commit when it is runnable now.
 WITH ins AS (
     INSERT INTO django_ultjobs_job {fragment:job_columns}
     VALUES (%(name)s::text, %(queue)s::text, %(priority)s::int, %(args)s::jsonb,
@@ -177,8 +175,7 @@ WITH j AS (
 
 -- name: enqueue_unique_one
 -- enqueue_unique for one job, its values as parameters instead of a JSON array: the array form
--- cost a keyed enqueue() more than the rest of it (as it did the plain one, performance.md,
--- items 3 and 45).
+-- cost a keyed enqueue() more than the rest of it (as it did the plain one).
 WITH j AS (
     SELECT %(name)s::text AS name, %(queue)s::text AS queue, %(priority)s::int AS priority,
            %(args)s::jsonb AS args, %(kwargs)s::jsonb AS kwargs,
@@ -201,7 +198,7 @@ released AS (
     -- Each key's holder by the unique index, one probe per key: a plain join on the keys let
     -- the planner hash every row of the table (a seq scan) or every finished one instead. The
     -- LIMIT keeps the planner from flattening the lateral probe into such a join (there is at
-    -- most one holder anyway; performance.md, item 45).
+    -- most one holder anyway).
     CROSS JOIN LATERAL (
         SELECT x.id FROM django_ultjobs_job AS x
         WHERE x.name = k.name AND x.unique_key = k.unique_key
@@ -259,7 +256,7 @@ RETURNING h.id;
 -- The row holding unique key (name, key), every column (read as a Job by the ORM's raw(),
 -- which maps columns by name): what enqueue() returns when the key is held
 -- (rule 66 (held-key-returns-holder)). By the unique index; the ORM's own query cost more to build
--- than to run (performance.md, item 45).
+-- than to run.
 SELECT * FROM django_ultjobs_job WHERE name = %(name)s::text AND unique_key = %(key)s::text LIMIT 1;
 
 -- name: claim
@@ -268,15 +265,14 @@ SELECT * FROM django_ultjobs_job WHERE name = %(name)s::text AND unique_key = %(
 -- when the statement commits. A running row whose lease lapsed is re-delivered and counts as an
 -- attempt (rule 1 (leased-claim)); a waiting row that woke does not. This is the claim of a worker
 -- with no capped kind registered; claim_capped (same columns) is the one with caps: planning and
--- running the caps' part would cost every claim its time even with no cap to apply (performance.md,
--- item 23).
+-- running the caps' part would cost every claim its time even with no cap to apply.
 -- It may be prepared. Each queue's scan takes its first "limit" lockable rows through a fence
 -- whose inner limit is a constant, "{bound}" (the store writes the least of 128, 1024, 8192...
 -- at or above the limit, one text each): a limit the planner cannot see it estimates at a tenth
 -- of the rows, so the generic plan was costed ten to a hundred times above the custom one and
 -- PostgreSQL never chose it, planning every run afresh. The outer limit stops the pull, so no
 -- row past the limit is locked; no ORDER BY out there, or the fence would lock all "bound" rows
--- to sort them (performance.md, items 96-97).
+-- to sort them.
 WITH locked AS (
     SELECT j.* FROM {fragment:active_queues}
     CROSS JOIN LATERAL (
@@ -307,7 +303,7 @@ chosen AS (
 -- A running row whose lease lapsed is re-delivered and counts as an attempt
 -- (rule 1 (leased-claim)); a waiting row that woke does not. The capped names reach the uncapped
 -- scan as a constant array: a subquery there hides the row estimate from the planner and turns the
--- ordered index scan into a sort of every runnable row (performance.md, item 28). "uncapped" false
+-- ordered index scan into a sort of every runnable row. "uncapped" false
 -- leaves the uncapped scan out (a one-time filter): the async lane's claim takes its own kinds only
 -- (rule 87 (no-claim-beyond-free-places)).
 -- A kind capped per key (key_names, @job(concurrency_key=...); rule 50 (per-key-cap)) is scanned
@@ -396,9 +392,9 @@ chosen AS (
 -- kinds' own scans alone, each limited to its free fleet slots: the async lane's claim
 -- (rule 87 (no-claim-beyond-free-places)). claim_capped would take the
 -- same rows in the same order; the parts it carries for the other kinds and for per-key caps are
--- planned on every claim even when they read nothing, which doubled this claim's planning
--- (performance.md, item 89). Same columns as claim_capped, no slot key. It may be prepared, as claim is, for the same reason: each kind's scan
--- takes its rows through a fence whose inner limit is the constant "{bound}" (the store writes the
+-- planned on every claim even when they read nothing, which doubled this claim's planning. Same
+-- columns as claim_capped, no slot key. It may be prepared, as claim is, for the same reason:
+-- each kind's scan takes its rows through a fence whose inner limit is the constant "{bound}" (the store writes the
 -- least of 128, 1024, 8192... at or above the limit), so the planner can cost the scan and keeps
 -- the generic plan; the kind's own limit (its free slots, the claim's limit) is outside the fence,
 -- and stops the pull there, so no row past it is locked; no ORDER BY between the two, or the fence
@@ -406,8 +402,7 @@ chosen AS (
 -- kinds more rows than "limit" may be locked until the claim commits (chosen takes "limit" of
 -- them), as before the fence. "{kinds}" is how many kinds the arrays hold (the
 -- store writes it; the LIMIT cuts nothing): a function of parameters is estimated at ten rows,
--- which costed the generic plan at ten scans for one and kept PostgreSQL planning every claim
--- (performance.md, item 98).
+-- which costed the generic plan at ten scans for one and kept PostgreSQL planning every claim.
 WITH caps AS MATERIALIZED (
     SELECT c.name,
            c.lim::bigint + c.kept - (SELECT count(*) FROM django_ultjobs_slot AS l
@@ -447,7 +442,7 @@ chosen AS (
 WITH locked AS (
     -- One primary-key probe per run, in id order (a lateral lookup, so the plan cannot follow
     -- the table's statistics: a plain join can drive from the (name, status) index over every
-    -- running row, or filter the batch once per row; performance.md, items 1 and 4).
+    -- running row, or filter the batch once per row).
     SELECT l.id
     FROM (SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS h(id, token)
           ORDER BY h.id) AS h
@@ -472,7 +467,7 @@ RETURNING j.id, j.cancel_requested;
 -- between this check and the wait being visible to send_event).
 WITH c AS (
     -- One array per column, side by side (store/settle_arrays.py): the server reads them in
-    -- about half the CPU a JSON batch of the same runs took (performance.md, item 111). A
+    -- about half the CPU a JSON batch of the same runs took. A
     -- column sent as NULL reads as NULL in every run.
     SELECT * FROM unnest(
         %(id)s::bigint[], %(token)s::uuid[], %(status)s::text[], %(attempt_delta)s::int[],
@@ -490,14 +485,15 @@ locked AS (
     -- plan that cannot follow the table's statistics). Each held run keeps its batch row, so the
     -- writes below read it from here and from settled's RETURNING, never joining the batch
     -- again: a join estimated at one row ran as a nested loop over the whole batch per row,
-    -- quadratic in the batch (performance.md, item 78).
+    -- quadratic in the batch.
     SELECT h.*
     FROM (SELECT * FROM c ORDER BY c.id) AS h
     CROSS JOIN LATERAL (
         SELECT j.id FROM django_ultjobs_job AS j
         WHERE j.id = h.id AND j.claim_token = h.token AND j.status = 'running'
           -- A run that finishes a job with dependents is settled in a transaction that
-          -- releases them (rule 110 (released-in-settle)): left out here, the store sends it again with
+          -- releases them (rule 110 (released-in-settle)): left out here, the store sends it again
+          -- with
           -- "dependents" true. Plain jobs pay this one column test.
           AND (%(dependents)s::boolean OR NOT j.has_dependents
                OR h.status IN ('queued', 'waiting'))
@@ -545,8 +541,8 @@ settled AS (
     -- The ids again as an array: the rows are read by primary key whatever the table's size.
     -- Joined to the batch alone, estimated at 100 rows, a table of under about 15,000 rows was
     -- read whole per settle (a hash join over a sequential scan), planned so by the table's
-    -- statistics, generic plan and custom alike: 36.5 µs of the server's CPU a run against 20.5
-    -- at 10,000 rows in 128-run batches (performance.md, item 107).
+    -- statistics, generic plan and custom alike: nearly twice the server's CPU a run of the index
+    -- probe below, at 10,000 rows in 128-run batches.
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT x.id FROM locked AS x))
     RETURNING j.id, c.attempt_no, c.started_at, c.outcome, c.error, c.slot_key, c.slot,
               c.steps_run, c.steps_replayed, c.extends, j.attempt_on_row AS on_row,
@@ -558,8 +554,7 @@ extended AS (
     -- batches). The EXISTS reads the batch alone, so it is one test before the join: a batch that
     -- extends none reads no attempt row, whatever plan the join got. A prepared settle keeps the
     -- generic plan made at its first runs, when the attempts table was small: a scan of the whole
-    -- table per settle once it has grown, unless nothing below this test runs (performance.md, item
-    -- 85).
+    -- table per settle once it has grown, unless nothing below this test runs.
     UPDATE django_ultjobs_jobattempt AS a
     SET claims = a.claims + 1, finished_at = {now}, worker_id = %(worker_id)s::text
     FROM settled AS s
@@ -587,7 +582,8 @@ SELECT s.id, {fragment:finished_notify}
 FROM settled AS s;
 
 -- fragment: finished_notify
--- Wakes whoever waits (rule 116 (wait-for-result)) for a row "s" (finished_at, wait_key) that just finished for
+-- Wakes whoever waits (rule 116 (wait-for-result)) for a row "s" (finished_at, wait_key) that just
+-- finished for
 -- good: its wait_key names its batch or workflow (set when it was placed), or the job itself
 -- (set by job.wait()). A settle of many members of one batch sends one notify (PostgreSQL folds
 -- equal payloads of a transaction); a job nobody waits for sends none. On commit only.
@@ -607,9 +603,11 @@ WHERE s.batch_id IS NOT NULL
 
 -- name: release
 -- Count the jobs %(ids)s, which just finished for good, on every dependent, and release or
--- cancel the pending dependents whose condition now holds or can no longer hold (rules 110 (released-in-settle) to 113 (constant-bookkeeping)),
+-- cancel the pending dependents whose condition now holds or can no longer hold (rules 110
+-- (released-in-settle) to 113 (constant-bookkeeping)),
 -- in the transaction of the settle (or cancel) that finished them. One row per dependent per
--- statement however many of its dependencies finished in it (rule 113 (constant-bookkeeping): a batch's callback is
+-- statement however many of its dependencies finished in it (rule 113 (constant-bookkeeping): a
+-- batch's callback is
 -- one hot row per settle batch). Counters are kept exact whatever the dependent's status, so a
 -- retry can take a finish back (unfinish). Each dependent is locked in id order, as the settle
 -- locks its runs, and judged on the row as locked (the latest committed counters), so two
@@ -673,7 +671,8 @@ FROM changed AS s;
 -- Take back the finish of the jobs %(ids)s (a retry queued them again; each had failed or was
 -- cancelled, so each counted as a dependency that did not succeed): every dependent's counters
 -- lose them, and a dependent their finish cancelled comes back to pending when its condition
--- can hold again (rule 114 (retry-takes-finish-back)). Returns the dependents brought back that have dependents of their
+-- can hold again (rule 114 (retry-takes-finish-back)). Returns the dependents brought back that
+-- have dependents of their
 -- own: the store sends them here too (their own dependents counted them as cancelled).
 WITH src AS (
     SELECT j.id, j.status, j.batch_id, j.dependents FROM django_ultjobs_job AS j
@@ -842,7 +841,8 @@ LISTEN django_ultjobs; LISTEN django_ultjobs_cancel;
 
 -- name: notify_cancel
 -- Tell the workers holding these running jobs, when the surrounding transaction commits, that
--- they were asked to stop: each looks at once instead of at its next heartbeat (rule 59 (cancel-reason-kept)). The
+-- they were asked to stop: each looks at once instead of at its next heartbeat (rule 59 (cancel-
+-- reason-kept)). The
 -- payload is the worker's id; a worker that misses it finds the request at its heartbeat.
 SELECT count(pg_notify('django_ultjobs_cancel', w.worker_id))
 FROM (SELECT DISTINCT worker_id FROM django_ultjobs_job
@@ -1137,8 +1137,7 @@ ORDER BY ins.scheduled_for;
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
 -- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by
--- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader);
--- performance.md, item 50).
+-- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader)).
 SELECT queue, count(*), EXTRACT(EPOCH FROM ({now} - min(visible_at)))::float8
 FROM django_ultjobs_job
 WHERE {fragment:runnable}
@@ -1273,7 +1272,8 @@ CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELEC
 -- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
 -- (docs/workflows.md): their group, the edges on both ends (depends_on, dependents: JSON text),
 -- their counters' total, their condition, whether their finish releases others, 'pending' for
--- those that wait (rule 110 (released-in-settle)), and the wait key their finish notifies (rule 116 (wait-for-result)). One primary-key probe per job: the ids are given again as an
+-- those that wait (rule 110 (released-in-settle)), and the wait key their finish notifies (rule 116
+-- (wait-for-result)). One primary-key probe per job: the ids are given again as an
 -- array, or the join of a batch estimated at a hundred rows could read the whole table.
 UPDATE django_ultjobs_job AS j
 SET status = CASE WHEN n.pending THEN 'pending' ELSE j.status END,
