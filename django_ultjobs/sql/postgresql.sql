@@ -603,9 +603,9 @@ WHERE s.batch_id IS NOT NULL
 
 -- name: release
 -- Count the jobs %(ids)s, which just finished for good, on every dependent, and release or
--- cancel the pending dependents whose condition now holds or can no longer hold (rules 110
--- (released-in-settle) to 113 (constant-bookkeeping)),
--- in the transaction of the settle (or cancel) that finished them. One row per dependent per
+-- cancel the pending dependents whose condition now holds or can no longer hold
+-- (rules 110 (released-in-settle) to 113 (constant-bookkeeping)), in the transaction of the
+-- settle (or cancel) that finished them. One row per dependent per
 -- statement however many of its dependencies finished in it (rule 113 (constant-bookkeeping): a
 -- batch's callback is
 -- one hot row per settle batch). Counters are kept exact whatever the dependent's status, so a
@@ -841,9 +841,8 @@ LISTEN django_ultjobs; LISTEN django_ultjobs_cancel;
 
 -- name: notify_cancel
 -- Tell the workers holding these running jobs, when the surrounding transaction commits, that
--- they were asked to stop: each looks at once instead of at its next heartbeat (rule 59 (cancel-
--- reason-kept)). The
--- payload is the worker's id; a worker that misses it finds the request at its heartbeat.
+-- they were asked to stop: each looks at once instead of at its next heartbeat
+-- (rule 59 (cancel-reason-kept)). The payload is the worker's id; a worker that misses it finds the request at its heartbeat.
 SELECT count(pg_notify('django_ultjobs_cancel', w.worker_id))
 FROM (SELECT DISTINCT worker_id FROM django_ultjobs_job
       WHERE id = ANY (%(ids)s::bigint[]) AND status = 'running' AND worker_id <> '') AS w;
@@ -1272,8 +1271,8 @@ CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELEC
 -- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
 -- (docs/workflows.md): their group, the edges on both ends (depends_on, dependents: JSON text),
 -- their counters' total, their condition, whether their finish releases others, 'pending' for
--- those that wait (rule 110 (released-in-settle)), and the wait key their finish notifies (rule 116
--- (wait-for-result)). One primary-key probe per job: the ids are given again as an
+-- those that wait (rule 110 (released-in-settle)), and the wait key their finish notifies
+-- (rule 116 (wait-for-result)). One primary-key probe per job: the ids are given again as an
 -- array, or the join of a batch estimated at a hundred rows could read the whole table.
 UPDATE django_ultjobs_job AS j
 SET status = CASE WHEN n.pending THEN 'pending' ELSE j.status END,
