@@ -118,7 +118,7 @@ def test_the_settle_of_the_last_dependency_releases_the_dependent(alias: str,
 
 def test_both_dependencies_settled_in_one_batch_release_once(alias: str,
                                                               cstore: JobStore) -> None:
-    # rules 110 (released-in-settle) and 113 (constant-bookkeeping): one row per dependent per
+    # rule 110 (released-in-settle); rule 113 (constant-bookkeeping): one row per dependent per
     # settle batch
     run = _diamond()[0].enqueue()
     a, b, c = run.job_ids

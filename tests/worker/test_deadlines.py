@@ -124,7 +124,7 @@ def test_a_body_that_ends_past_its_deadline_unseen_is_timed_out() -> None:
 
 
 def test_runs_that_end_leave_nothing_in_the_timer() -> None:
-    """rules 13 (nothing-leaks) and 134 (one-deadline-timer): 5,000 runs with an hour-long
+    """rule 13 (nothing-leaks); rule 134 (one-deadline-timer): 5,000 runs with an hour-long
     timeout, each forgotten when it ends, leave at most about twice ``COMPACT_AT`` blank entries
     in the heap, and no run is kept alive by it."""
     timer = Timer(grace=5.0)
