@@ -240,14 +240,17 @@ class Job(models.Model):
             # admin's summary is one range of it, stopped at a cap, and a queue's longest-due
             # job is its first entry (rule 120 (bounded-live-stats)). The name rides along as a
             # last key column (SQLite has no INCLUDE), so telling held-back kinds apart reads no
-            # table row.
+            # table row. Its predicate adds name > '' (true of every job), which the stats
+            # state and no claim does: a planner without statistics, which costs this index's
+            # (queue, status, due) range below the claim index's, could otherwise take it for a
+            # claim and sort every runnable job of the queue on each claim.
             models.Index(
                 "queue",
                 "status",
                 "visible_at",
                 "name",
                 name="ultjobs_job_live",
-                condition=models.Q(status__in=["queued", "running", "waiting"]),
+                condition=models.Q(status__in=["queued", "running", "waiting"], name__gt=""),
             ),
             models.Index(
                 "finished_at",

@@ -1179,27 +1179,33 @@ WITH RECURSIVE found(queue) AS (
 -- clock. Each count is a range of the live index (ultjobs_job_live, the name carried in it)
 -- stopped at :limit, so the work is bounded whatever the backlog
 -- (rule 120 (bounded-live-stats)). The free count skips held-back entries rather than stopping
--- at them, or a backlog of held-back jobs would hide the free ones due after it.
+-- at them, or a backlog of held-back jobs would hide the free ones due after it. Every range
+-- states "j.name > ''" (true of every job), the live index's own predicate: no claim states it,
+-- so a planner without statistics can never take the live index for a claim.
 {fragment:live_queues}
 SELECT q.queue, s.status,
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now}
               AND j.name <> ALL(%(blocked)s::text[])
             LIMIT %(limit)s) AS d),
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE cardinality(%(blocked)s::text[]) > 0
               AND j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now}
               AND j.name = ANY(%(blocked)s::text[])
             LIMIT %(limit)s) AS h),
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at > {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at > {now}
             LIMIT %(limit)s) AS c),
        (SELECT j.visible_at FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now}
             ORDER BY j.visible_at LIMIT 1),
        EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = q.queue),
        {now}
@@ -1262,7 +1268,8 @@ SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM jobs WHERE attempt_on_
 SELECT q.queue,
        (SELECT j.visible_at FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now}
             ORDER BY j.visible_at LIMIT 1)
 FROM queues AS q
 CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;

@@ -773,22 +773,26 @@ WITH RECURSIVE found(queue) AS (
 SELECT q.queue, s.status,
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now}
               AND j.name NOT IN (SELECT value FROM json_each(:blocked))
             LIMIT :limit) AS d),
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE json_array_length(:blocked) > 0
               AND j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now}
               AND j.name IN (SELECT value FROM json_each(:blocked))
             LIMIT :limit) AS h),
        (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at > {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at > {now}
             LIMIT :limit) AS c),
        (SELECT j.visible_at FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now}
             ORDER BY j.visible_at LIMIT 1),
        EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = q.queue),
        {now}
@@ -844,7 +848,8 @@ DELETE FROM django_ultjobs_job WHERE id IN (SELECT value FROM json_each(:ids));
 SELECT q.queue,
        (SELECT j.visible_at FROM django_ultjobs_job AS j
             WHERE j.queue = q.queue AND j.status = s.status
-              AND j.status IN ('queued', 'running', 'waiting') AND j.visible_at <= {now}
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now}
             ORDER BY j.visible_at LIMIT 1)
 FROM queues AS q
 CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;
