@@ -144,7 +144,7 @@ def drain_once(jobs: int, threads: int) -> dict[str, float]:
               "statements_per_job": (commits() - committed - polls) / jobs,
               "claims_per_job": claims / jobs, "settles_per_job": settles / jobs}
     # Each backend's CPU over the worker's life, by the statements it ran (a thread's own
-    # connection runs one kind): the claim loop's, the completer's, the ticker's.
+    # connection runs one kind): the claim loop's, the completer's, the heartbeat's.
     by_role: dict[str, float] = {}
     for pid, seconds in backends.items():
         role = "+".join(sorted(tags[pid] - {""})) or "other"

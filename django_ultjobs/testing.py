@@ -135,7 +135,7 @@ def _run_body(store: JobStore, worker_id: str, run: Run) -> Settlement:
 
 
 def _nothing() -> None:
-    """No ticker to hand the run to: nothing heartbeats a run that ends before the call does."""
+    """No heartbeat to hand the run to: nothing heartbeats a run that ends before the call does."""
 
 
 def _outcome(run: Run, settlement: Settlement) -> RunOutcome:

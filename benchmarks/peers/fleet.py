@@ -8,9 +8,9 @@ For each fleet size, on a fresh database (``ultjobs_peers_fleet``):
   from the database's timestamps (first claim to last settle), and the most connections the
   database saw open on it while they ran (``pg_stat_activity``, sampled every 50 ms);
 - steady state: W workers whose every thread holds a sleeping job, so the claim loop is quiet and
-  all the database sees is the ticker; over ``--window`` seconds, transactions committed in the
+  all the database sees is the heartbeat; over ``--window`` seconds, transactions committed in the
   database (``pg_stat_database.xact_commit``; every statement a worker sends outside a transaction
-  block is one) and the rows of the worker table updated (one ``worker_touch`` per worker per tick).
+  block is one) and the rows of the worker table updated (one ``worker_touch`` per worker per beat).
   Measured at ``--heartbeat-interval 1`` so a short window sees many ticks; statements scale as
   1/interval, and the report also gives them at the default 10 s;
 - idle: W workers with nothing to do, at the default intervals (poll 1 s, heartbeat 10 s):
@@ -186,7 +186,7 @@ def steady_state(count: int) -> dict[str, Any]:
         "statements_per_s": statements,
         "worker_touch_per_s": (w1 - w0) / seconds,
         "heartbeat_rows_per_s": (j1 - j0) / seconds,
-        "statements_per_worker_tick": statements * interval / count,
+        "statements_per_worker_beat": statements * interval / count,
         "statements_per_s_at_10s": statements * interval / 10.0,
     }
 
@@ -269,7 +269,7 @@ def render(result: dict[str, Any]) -> str:
         f"holding a sleeping job, --heartbeat-interval {result['heartbeat_interval']:g}.",
         "",
         "| worker processes | drain jobs/s | drain s | workers that ran jobs | peak sessions "
-        "(drain) | sessions (steady) | statements/s (steady) | per worker per tick | "
+        "(drain) | sessions (steady) | statements/s (steady) | per worker per beat | "
         "worker-row updates/s | heartbeated rows/s | statements/s at the default 10 s | "
         "idle statements/s (defaults) | fleet statements per enqueue (idle fleet) |",
         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
@@ -278,7 +278,7 @@ def render(result: dict[str, Any]) -> str:
         out.append(
             f"| {count} | {f['drain']:,.0f} | {f['seconds']:.1f} | {f['workers_that_ran_jobs']} "
             f"| {f['peak_connections']} | {f['idle_sessions']} | {f['statements_per_s']:.1f} | "
-            f"{f['statements_per_worker_tick']:.2f} | {f['worker_touch_per_s']:.1f} | "
+            f"{f['statements_per_worker_beat']:.2f} | {f['worker_touch_per_s']:.1f} | "
             f"{f['heartbeat_rows_per_s']:.0f} | {f['statements_per_s_at_10s']:.2f} | "
             f"{f['idle_statements_per_s']:.1f} | {f['statements_per_enqueue']:.1f} |")
     return "\n".join(out)

@@ -34,7 +34,7 @@ if os.environ.get("BENCH_PEERS_CAPPED") == "1":
 
 @job(max_attempts=1)
 def peers_sleep(seconds: float) -> None:
-    """Holds a thread (and so a lease the ticker heartbeats) for the fleet heartbeat figure."""
+    """Holds a thread (and so a lease the heartbeat renews) for the fleet heartbeat figure."""
     time.sleep(seconds)
 
 

@@ -203,7 +203,7 @@ ON CONFLICT DO NOTHING
 """
 
 
-#: The fleet's tickers at work: the live workers heartbeat and their slots are renewed, so the
+#: The fleet's heartbeats at work: the live workers heartbeat and their slots are renewed, so the
 #: pages see a running fleet however long ago the rows were written.
 HEARTBEAT = (
     "UPDATE django_ultjobs_worker SET last_seen_at = CURRENT_TIMESTAMP "
@@ -214,7 +214,7 @@ HEARTBEAT = (
 
 
 def heartbeat() -> None:
-    """Touch the filled fleet's live workers and held slots, as their tickers would."""
+    """Touch the filled fleet's live workers and held slots, as their heartbeats would."""
     with connection.cursor() as cur:
         for statement in HEARTBEAT:
             if connection.vendor == "sqlite":

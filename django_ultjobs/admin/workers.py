@@ -1,4 +1,5 @@
-"""The workers page: every ``runjobworker`` process seen recently, from the row its ticker keeps."""
+"""The workers page: every ``runjobworker`` process seen recently, from the row its heartbeat
+keeps."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ class WorkerAdmin(JobsAdmin):
 
     @admin.display(description=_("last heartbeat"), ordering="last_seen_at")
     def last_heartbeat(self, obj: Worker) -> str:
-        """How long ago its ticker last touched the row (``3 s ago``)."""
+        """How long ago its heartbeat last touched the row (``3 s ago``)."""
         return ago(obj.last_seen_at, getattr(obj, "db_now", None))
 
     @admin.display(description=_("runs in flight"))
@@ -114,7 +115,7 @@ def worker_state(worker: Worker, now: datetime | None) -> SafeString | str:
     if silent > timeout:
         return format_html('<span class="ultjobs-flag">{}</span>',
                            gettext("silent for %(duration)s") % {"duration": duration(silent)})
-    # Two missed ticks: a heartbeat failing and retried (rule 2 (heartbeat-retried)), or a stalled
+    # Two missed beats: a heartbeat failing and retried (rule 2 (heartbeat-retried)), or a stalled
     # process. Its leases still hold, for now.
     interval = worker.heartbeat_interval
     if interval and silent > 2 * interval:

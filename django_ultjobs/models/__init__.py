@@ -50,7 +50,7 @@ class AttemptOutcome(models.TextChoices):
     SLOT_LOST = "slot_lost", _("slot lost")
     LEASE_LOST = "lease_lost", _("lease lost")
     SUSPENDED = "suspended", _("suspended")
-    # A graceful shutdown hands the job back without burning an attempt;
+    # A drain hands the job back without burning an attempt;
     # calling that "cancelled" would tell an operator somebody cancelled it.
     INTERRUPTED = "interrupted", _("interrupted")
     #: Still running after its timeout (rule 55 (timeout-cancels)); the retry policy decided what
@@ -534,7 +534,7 @@ class JobSchedule(models.Model):
 
 
 class Worker(models.Model):
-    """A ``runjobworker`` process, kept fresh by its ticker so operators can see the fleet."""
+    """A ``runjobworker`` process, kept fresh by its heartbeat so operators can see the fleet."""
 
     id = models.CharField(max_length=200, primary_key=True)
     hostname = models.CharField(max_length=255)

@@ -62,7 +62,7 @@ class JobContext:
 
         For a cancel request, the reason given to ``cancel_jobs(..., reason=...)`` (or the
         admin's cancel form); for any other cause (a timeout, a lost lease or slot, a
-        shutdown), what happened."""
+        drain), what happened."""
         reason = self.scope.reason
         if reason is None:
             return None
@@ -122,7 +122,7 @@ class JobContext:
         was cancelled. (A durable sleep that frees the thread is ``ctx.sleep``.)"""
         return self.scope.wait(seconds)
 
-    # -- durable execution ------------------------------------------------------------------------
+    # -- durable steps, sleeps and events ---------------------------------------------------------
 
     def step(self, name: str, fn: Callable[[], T], *, atomic: bool = False) -> T:
         """Run ``fn`` once for this job, ever: its JSON result is stored, and a later run of the

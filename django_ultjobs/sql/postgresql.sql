@@ -998,7 +998,7 @@ WHERE id IN (SELECT id FROM locked);
 
 -- name: worker_upsert
 -- Register (or re-register) this worker process for operators, every column the row carries: at
--- start, and again whole when a tick found the row gone (pruned or deleted by hand), with the
+-- start, and again whole when a heartbeat found the row gone (pruned or deleted by hand), with the
 -- start it had ("started_at", NULL at the first) and its runs and overrunning bodies of now.
 -- A new process under an existing id (a fixed --worker-id) writes its own start over the row's.
 INSERT INTO django_ultjobs_worker
@@ -1022,7 +1022,7 @@ RETURNING started_at;
 UPDATE django_ultjobs_worker SET jobs = %(jobs)s::jsonb WHERE id = %(id)s::text;
 
 -- name: worker_touch
--- Keep this worker's row fresh (once per ticker tick); no row back: the row is gone, and the
+-- Keep this worker's row fresh (once per heartbeat); no row back: the row is gone, and the
 -- worker writes it again whole (worker_upsert).
 UPDATE django_ultjobs_worker
 SET last_seen_at = {now}, in_flight = %(in_flight)s::int, stopped_at = NULL
@@ -1043,7 +1043,7 @@ SELECT id, cancel_reason FROM django_ultjobs_job WHERE id = ANY (%(ids)s::bigint
 
 -- name: worker_overrunning
 -- Record the runs of this worker still executing past their timeout (rule 56 (overrun-reported)),
--- for the admin. Written only when that list changes, not on every tick.
+-- for the admin. Written only when that list changes, not on every heartbeat.
 UPDATE django_ultjobs_worker SET overrunning = %(overrunning)s::jsonb WHERE id = %(id)s::text;
 
 -- name: schedule_sync

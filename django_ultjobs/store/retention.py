@@ -153,9 +153,9 @@ def _dead_workers(using: str, cutoff: datetime) -> QuerySet[Worker]:
 
     Alive is judged as the admin and ``ultjobs stats`` judge it: not stopped, and heard from
     within the worker's own visibility timeout (the setting's, on rows without one) on the
-    database's clock. ``--days 0`` deleted the rows of running workers, whose ticks only update
-    them. The condition is the delete's own, so a worker that ticks while the prune runs is
-    kept; one that comes back to its row gone writes it again (``worker/registration.py``)."""
+    database's clock. ``--days 0`` deleted the rows of running workers, whose heartbeats only update
+    them. The condition is the delete's own, so a worker that beats while the prune runs is
+    kept; one that comes back to its row gone writes it again (``worker/worker_row.py``)."""
     workers = Worker.objects.using(using)
     default = get_settings().VISIBILITY_TIMEOUT
     now = get_store(using).db_now()

@@ -76,7 +76,7 @@ def history(attempts: list[Attempt], counted: int, current: Attempt | None = Non
     """Summarise the first ``counted`` attempts (plus ``current``, a run still in flight).
 
     One worker id per attempt, as Django counts ``TaskResult.attempts = len(worker_ids)``. A
-    hand-back (slot lost, shutdown, deploy skew) keeps its attempt number, so the run that
+    hand-back (slot lost, drain, deploy skew) keeps its attempt number, so the run that
     follows it replaces its row here: the later row of a number is the one that counts.
     """
     chosen: dict[int, Attempt] = {}

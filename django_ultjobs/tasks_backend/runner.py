@@ -188,7 +188,7 @@ def _running_result(task: Task, ctx: JobContext, args: list[Any], kwargs: dict[s
 def _ends_task(ctx: JobContext, retry_on: tuple[type[BaseException], ...]) -> bool:
     """Whether the exception ending this run makes the task FAILED (no retry, no hand-back).
 
-    Mirrors the worker's executor: a run cancelled by a lost slot, a lost lease or a shutdown
+    Mirrors the worker's executor: a run cancelled by a lost slot, a lost lease or a drain
     is handed back; a cancel request, ``NonRetryable`` and an exception outside the
     task's ``retry_on`` end the task; a timeout and any other exception are retried while
     attempts remain.

@@ -72,7 +72,7 @@ class UltJobsTaskContext(TaskContext):
 
     ``context.attempt`` and ``context.task_result`` behave as Django documents them; ``job``
     adds what only a durable worker has: ``context.job.cancelled`` (lost lease, cancel request,
-    shutdown) and durable steps (``context.job.step("charge", fn)``).
+    drain) and durable steps (``context.job.step("charge", fn)``).
     """
 
     job: JobContext

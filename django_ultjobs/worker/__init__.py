@@ -1,1 +1,1 @@
-"""The worker: claim loop, executor threads, one ticker, one completer."""
+"""The worker: claim loop, executor threads, one heartbeat, one completer."""

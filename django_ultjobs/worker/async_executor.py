@@ -95,7 +95,7 @@ async def _run_body(run: Run, span: Span, ctx: JobContext, args: list[Any],
 
 async def _cancellable(run: Run, body: Awaitable[T]) -> T:
     """Await ``body`` as a task that the run's cancellation cancels, from whatever thread
-    fires it (the ticker's, the claim loop's, the drain's).
+    fires it (the heartbeat's, the claim loop's, the drain's).
 
     A task of its own, not this coroutine's: only the body is cancelled, never the settle
     around it. The task copies this context (the span, ``acting_as``, what a hook set)."""

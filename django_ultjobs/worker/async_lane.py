@@ -120,7 +120,7 @@ class AsyncLane:
             await self._handler(run)
         except BaseException as exc:
             # The handler settles every run itself; this keeps the place count right if even
-            # that broke (a place never given back would be lost for the process's life).
+            # that broke (a place never freed would be lost for the process's life).
             log_event(logger, logging.ERROR, "jobs.worker.executor-error", job_id=run.id,
                       error=repr(exc), seconds=round(time.monotonic() - started, 3))
         finally:

@@ -24,8 +24,8 @@ from .loop_state import LoopState
 from .options import WorkerOptions
 from .rate_gate import RateGate
 from .recycle import Recycler
-from .registration import WorkerRow
 from .vitals import Vitals, outage_backoff
+from .worker_row import WorkerRow
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -82,9 +82,10 @@ class ClaimLoop:
     def run(self) -> None:
         """Claim and start jobs until stopped (or, with ``burst``, until none is runnable).
 
-        Each round: give back what waited too long, decide how many to claim (``room``), claim
-        them in one statement per lane (``claim``), start them (``Dispatcher.dispatch``), then
-        wait for a free place, a written settle or new work (``_after_empty_claim``)."""
+        Each round: release the kept slots that waited too long, decide how many to claim
+        (``room``), claim them in one statement per lane (``claim``), start them
+        (``Dispatcher.dispatch``), then wait for a free place, a written settle or new work
+        (``_after_empty_claim``)."""
         loop = LoopState()
         try:
             self._rounds(loop)
@@ -102,7 +103,7 @@ class ClaimLoop:
             self._refresh_caps(loop)
             # Slots kept from settled runs that no claim has used for a poll interval: this loop
             # may be waiting for a free thread or for the completer, and other workers for them.
-            self.slots.give_back_idle(self.options.poll_interval)
+            self.slots.release_idle(self.options.poll_interval)
             if self.recycler.reached():
                 self._log_recycling()
                 return
@@ -197,7 +198,7 @@ class ClaimLoop:
         if kept:
             # A kept slot that no run of this claim took goes back to the fleet: its kind has
             # nothing runnable for this worker now, and another worker may have.
-            self.slots.give_back_unused()
+            self.slots.release_unused()
         if claimed:
             if not started:
                 # Everything claimed went straight back (slots taken by a racing worker, or
@@ -241,8 +242,8 @@ class ClaimLoop:
                 if kept:
                     # Nothing claimed: the kept slots the claims were offered go back (or lapse,
                     # if the database is down). With runs claimed by the round's other claim they
-                    # stay for them; ``round`` gives back the unused after the dispatch.
-                    self.slots.give_back_unused()
+                    # stay for them; ``round`` releases the unused after the dispatch.
+                    self.slots.release_unused()
                 self._wake.wait(delay)
                 return None
         claimed = [job for _, batch in batches for job in batch]

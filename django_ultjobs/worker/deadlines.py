@@ -81,7 +81,7 @@ class Deadlines:
         #: unwind before it counts as overrunning.
         self.grace = grace
         self.on_overrun = on_overrun
-        #: Called (from the timer thread) when the overrunning runs changed: the ticker writes
+        #: Called (from the timer thread) when the overrunning runs changed: the heartbeat writes
         #: them to the worker's row (``write``), so this thread waits on no database.
         self.on_change = on_change
         self.clock = clock
@@ -234,7 +234,7 @@ class Deadlines:
 
     def write(self) -> None:
         """Put the overrunning runs on the worker's row when they changed (the admin reads it);
-        a write that fails is tried again at the next call (every tick calls it)."""
+        a write that fails is tried again at the next call (every beat calls it)."""
         current = self.overrunning
         if current == (self._written or []) and self._written is not None:
             return

@@ -262,7 +262,7 @@ class Dispatcher:
                 and self.async_lane.wait_idle(max(0.0, deadline - time.monotonic())))
 
     def _started(self, run: Run) -> None:
-        """The body starts now: its timeout runs from here, and the ticker keeps it alive."""
+        """The body starts now: its timeout runs from here, and the heartbeat keeps it alive."""
         run.mark_started()
         self.runs.add(run)
         self.deadlines.watch(run)

@@ -2,7 +2,7 @@
 
 It runs user code and writes no SQL; the completer writes what it returns. Everything that can
 raise before the body (looking up the job, checking the arguments, building the context) happens
-before ``on_started`` puts the run under the ticker (rule 13 (nothing-leaks)).
+before ``on_started`` puts the run under the heartbeat (rule 13 (nothing-leaks)).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _expired(run: Run) -> Settlement:
     log_event(logger, logging.INFO, "jobs.worker.expired", job_id=job.id, job=job.name,
               expires_at=job.expires_at.isoformat())
     _unstarted_span(run, AttemptOutcome.EXPIRED, "job.expired", {"message": error})
-    # Its attempt is given back: the body never ran (a TaskResult counts 0 attempts).
+    # Its attempt is not burned: the body never ran (a TaskResult counts 0 attempts).
     return settlement_for(run, JobStatus.CANCELLED, AttemptOutcome.EXPIRED, attempt_delta=-1,
                           error=error)
 
@@ -296,8 +296,7 @@ def describe(exc: BaseException) -> str:
 
 
 def failed_by_worker(run: Run, exc: BaseException) -> Settlement:
-    """The settlement of a run whose execution broke inside the worker itself (a bug, not the
-    body's)."""
+    """The settlement of a run that broke inside the worker itself (a bug, not in the body)."""
     error = _trim("".join(traceback.format_exception(exc)))
     log_event(logger, logging.ERROR, "jobs.worker.run-crashed", job_id=run.id, job=run.job.name,
               attempt=run.job.attempt, error=describe(exc))
@@ -305,7 +304,7 @@ def failed_by_worker(run: Run, exc: BaseException) -> Settlement:
 
 
 def abandonment(run: Run, visibility_timeout: float) -> Settlement:
-    """The settlement that hands back a job whose body ignored its cancellation on shutdown,
+    """The settlement that hands back a job whose body ignored its cancellation in a drain,
     after a visibility timeout, as if this worker had died: the body may still run until the
     process exits.
 
@@ -323,7 +322,7 @@ def abandonment(run: Run, visibility_timeout: float) -> Settlement:
 
 
 def hand_back_settlement(run: Run) -> Settlement:
-    """The settlement that hands a job back on shutdown without burning an attempt."""
+    """The settlement that hands a job back in a drain without burning an attempt."""
     return settlement_for(run, JobStatus.QUEUED, AttemptOutcome.INTERRUPTED, attempt_delta=-1,
                           delay=0.0,
                           error="the worker stopped before the run finished; handed back")

@@ -2,13 +2,13 @@
 9 (slot-held-while-body-runs)).
 
 Apart from the claim loop because its question is "may I start this one?"; which run holds which
-slot, and who gives it back, is bookkeeping of its own. A slot is taken at claim time and renewed
-on the heartbeat's tick (one clock for "I own the job" and "I own the slot").
+slot, and who releases it, is bookkeeping of its own. A slot is taken at claim time and renewed
+on the heartbeat's beat (one clock for "I own the job" and "I own the slot").
 
 A worker KEEPS the slot of a run whose body has returned (its outcome queued for the completer,
 its settle not necessarily written: rule 90 (slot-passes-on-return)), for the next run of the same
-kind it claims, and gives it back to the fleet only when its next claim brought no run to use it.
-Taking a slot for every run and handing it back with every settle wrote two slot rows per job, a
+kind it claims, and releases it only when its next claim brought no run to use it.
+Taking a slot for every run and releasing it with every settle wrote two slot rows per job, a
 large share of a capped drain's cost; a kept slot costs nothing until
 its kind runs dry.
 The cap still holds: a slot is held by one run at a time, from its claim until its body has
@@ -58,19 +58,19 @@ class _Kept:
 
 
 class FleetSlots:
-    """Acquire, keep, renew and give back the fleet slots of this worker's runs.
+    """Acquire, keep, renew and release the fleet slots of this worker's runs.
 
     It knows every slot the worker holds: the runs' (from the moment a run gets one until its
-    body has returned) and the kept ones, so the ticker renews them all, including a run's that
-    is not under the ticker yet, in one statement.
+    body has returned) and the kept ones, so the heartbeat renews them all, including a run's that
+    is not under the heartbeat yet, in one statement.
     """
 
     def __init__(self, store: SlotStore | None, worker_id: str, ttl: float, *,
                  clock: Callable[[], float] = _CLOCK) -> None:
         self.store = store
         self.worker_id = worker_id
-        # The worker's visibility timeout: a SIGKILLed worker gives its slot back on exactly the
-        # schedule the queue gives its job back. A longer TTL would leave concurrency=1
+        # The worker's visibility timeout: a SIGKILLed worker's slot lapses on exactly the
+        # schedule its job is re-delivered on. A longer TTL would leave concurrency=1
         # unfillable while the job it guarded is already re-delivered.
         self.ttl = ttl
         self._clock = clock
@@ -155,7 +155,7 @@ class FleetSlots:
             for kept in self._kept:
                 if len(reused) == len(waiting):
                     break
-                # An unusable one is left for offer() or give_back_idle() to give back.
+                # An unusable one is left for offer() or release_idle() to release.
                 if kept.kind == kind and self._usable(kept, limit):
                     reused.append(kept)
             if not reused:
@@ -223,16 +223,16 @@ class FleetSlots:
         confirmed = self._confirmed.get(_ident(kept.hold))
         return confirmed is not None and confirmed >= self._clock() - self.ttl / 2
 
-    # -- keeping and giving back ----------------------------------------------------------------
+    # -- keeping and releasing -----------------------------------------------------------------
 
     def keep(self, runs: Sequence[Run]) -> None:
         """Pass on the slots of runs whose bodies have returned (their outcomes queued for the
-        completer): kept for the next runs of their kinds, or, per key, given back
+        completer): kept for the next runs of their kinds, or, per key, released
         (rule 90 (slot-passes-on-return)).
 
         Called at submit, not after the settle: the cap bounds bodies executing, and a settle
         batch must not hold slots. The run keeps its job lease until its settle is written; a
-        stale settle then finds nothing here to keep or give back, so a slot is never counted
+        stale settle then finds nothing here to keep or release, so a slot is never counted
         twice nor revived.
 
         Sends no statement: a slot that goes back to the fleet waits in ``_returned`` for the
@@ -248,7 +248,7 @@ class FleetSlots:
                 ident = _ident(hold)
                 if self._busy.get(ident) is not run:
                     # Not this run's any more (lost, or taken afresh for another run): nothing
-                    # to keep, nothing to give back.
+                    # to keep, nothing to release.
                     continue
                 del self._busy[ident]
                 if run.slot_lost or run.abandoned:
@@ -275,7 +275,7 @@ class FleetSlots:
 
     def offer(self, caps: Mapping[str, int]) -> dict[str, int]:
         """The kept slots per capped kind (``caps``: name -> concurrency) a claim about to be
-        sent may fill besides the fleet's free ones; ``give_back_unused`` after the claim returns
+        sent may fill besides the fleet's free ones; ``release_unused`` after the claim returns
         those no run took. Kept slots that may no longer serve (see ``_usable``) go back now."""
         stale: list[SlotHold] = []
         offered: dict[str, int] = {}
@@ -291,8 +291,8 @@ class FleetSlots:
         self._release(stale)
         return offered
 
-    def give_back_unused(self) -> None:
-        """Give back to the fleet the kept slots the last ``offer`` made and no claimed run
+    def release_unused(self) -> None:
+        """Release the kept slots the last ``offer`` made and no claimed run
         took: their kind has nothing runnable for this worker now, and another worker may.
         Slots kept since that offer stay for the next claim."""
         with self._lock:
@@ -301,8 +301,8 @@ class FleetSlots:
                 self._kept.remove(kept)
         self._release([k.hold for k in unused])
 
-    def give_back_idle(self, longer_than: float) -> None:
-        """Give back slots kept for longer than ``longer_than`` seconds: the claim loop may not
+    def release_idle(self, longer_than: float) -> None:
+        """Release the slots kept for longer than ``longer_than`` seconds: the claim loop may not
         claim for a while (every thread busy with long jobs, the completer behind, the database
         down), and a slot no run of this worker uses must not keep other workers waiting."""
         with self._lock:
@@ -312,9 +312,9 @@ class FleetSlots:
                 self._kept.remove(kept)
         self._release([k.hold for k in idle])
 
-    def give_back_all(self) -> None:
-        """Give back every kept slot and keep none from now on (the worker is stopping: while it
-        drains, a run that settles gives its slot straight back to the fleet)."""
+    def release_all(self) -> None:
+        """Release every kept slot and keep none from now on (the worker is stopping: while it
+        drains, a run that settles releases its slot at once)."""
         with self._lock:
             self._stopping = True
             kept, self._kept = self._kept, []
@@ -335,7 +335,7 @@ class FleetSlots:
             return len(self._kept)
 
     def _release(self, held: Sequence[SlotHold]) -> None:
-        """Hand slots back; never fails (rule 9 (slot-held-while-body-runs)).
+        """Release slots; never fails (rule 9 (slot-held-while-body-runs)).
 
         An error is logged and swallowed: the slot expires on its own TTL (it is no longer
         renewed), and bookkeeping must never stop the worker claiming.
@@ -357,8 +357,8 @@ class FleetSlots:
         slot missing from the answer is lost.
 
         A renewal that RAISES is not a lost slot (rule 2 (heartbeat-retried)'s reasoning: there is a
-        TTL behind it and the tick gets several tries inside it), so the error is logged and the
-        next tick retries.
+        TTL behind it and the heartbeat gets several tries inside it), so the error is logged and
+        the next beat retries.
         """
         with self._lock:
             busy = [(ident, run) for ident, run in self._busy.items() if not run.slot_lost]

@@ -63,7 +63,7 @@ class GaugeSampler:
                 if self._stop.wait(self.interval):
                     return
         finally:
-            self._give_back()
+            self._release()
             # Every thread the worker starts closes its own connection (rule 13 (nothing-leaks)).
             connections.close_all()
 
@@ -107,8 +107,8 @@ class GaugeSampler:
         self._held = self.slot_store.acquire(GAUGE_SLOT_KEY, 1, ttl, self.holder)
         return self._held is not None
 
-    def _give_back(self) -> None:
-        """Withdraw this worker's sample and hand the slot back, so another worker samples
+    def _release(self) -> None:
+        """Withdraw this worker's sample and release the slot, so another worker samples
         from its next interval instead of after the slot lapses."""
         self.board.withdraw(self.worker_id)
         held, self._held = self._held, None

@@ -34,7 +34,7 @@ class Listener:
         self.wake = wake
         self.worker_id = worker_id
         #: Called when a run of this worker was asked to stop (``cancel_jobs`` notifies the
-        #: worker holding it, rule 133 (cancel-reaches-body)): the ticker looks for the request
+        #: worker holding it, rule 133 (cancel-reaches-body)): the heartbeat looks for the request
         #: at once.
         self.cancels = cancels
         self._stop = threading.Event()

@@ -45,7 +45,7 @@ class WorkerOptions:
     #: fleet slot TTL, so a dead worker frees its slot on the schedule its job is re-delivered
     #: (rule 5 (fleet-cap)).
     visibility_timeout: float = 30.0
-    #: Seconds between heartbeats; the timeout must leave several ticks
+    #: Seconds between heartbeats; the timeout must leave several beats
     #: (rule 2 (heartbeat-retried)).
     heartbeat_interval: float = 10.0
     #: Seconds an idle worker waits between claims when nothing wakes it sooner.
@@ -104,8 +104,8 @@ class WorkerOptions:
                 "--visibility-timeout and --heartbeat-interval must be positive"
             )
         if self.heartbeat_interval * 2 > self.visibility_timeout:
-            # One missed tick must not cost the lease: a heartbeat that fails is retried on
-            # the next tick (rule 2 (heartbeat-retried)), and that only helps if the timeout
+            # One missed beat must not cost the lease: a heartbeat that fails is retried on
+            # the next beat (rule 2 (heartbeat-retried)), and that only helps if the timeout
             # outlives it.
             raise JobConfigurationError(
                 f"--heartbeat-interval ({self.heartbeat_interval:g}s) must be at most half of "

@@ -1,4 +1,4 @@
-"""The runs in flight in this worker, shared by the executor, the ticker and the completer."""
+"""The runs in flight in this worker, shared by the executor, the heartbeat and the completer."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class Run:
 
 
 class RunsInFlight:
-    """Thread-safe set of runs the ticker keeps alive until the completer lets them go."""
+    """Thread-safe set of runs the heartbeat keeps alive until the completer lets them go."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -1,7 +1,7 @@
 """What the health probes read: when the claim loop and the heartbeat last made progress, and when
 the database last answered (rules 121 (probe-alive) and 122 (probe-ready)).
 
-The claim loop notes each round it starts and the longest wait that round may take; the ticker
+The claim loop notes each round it starts and the longest wait that round may take; the heartbeat
 notes each beat and whether its statement reached the database. A probe compares those instants
 with the clock and never touches the database itself: a probe every few seconds from every
 replica must not become load, nor hang on the outage it should report.
@@ -24,7 +24,7 @@ def outage_backoff(failures: int) -> float:
 
 
 class Vitals:
-    """The instants the probes judge by, written by the claim loop and the ticker."""
+    """The instants the probes judge by, written by the claim loop and the heartbeat."""
 
     def __init__(self, *, heartbeat_interval: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -36,9 +36,9 @@ class Vitals:
         self.round_allowance = 0.0
         #: Set when the claim loop ended on purpose (stopping, recycling, a drained burst).
         self.claims_ended = False
-        #: When the ticker last beat (or the worker registered, before the first beat).
+        #: When the heartbeat last beat (or the worker registered, before the first beat).
         self.beat_at: float | None = None
-        #: When the database last answered this worker (its registration, then each beat).
+        #: When the database last answered this worker (its row first written, then each beat).
         self.answered_at: float | None = None
         #: The last beat's error, one line; None when it reached the database.
         self.failure: str | None = None
@@ -65,7 +65,7 @@ class Vitals:
             self.claims_ended = True
 
     def beat(self, error: BaseException | None = None) -> None:
-        """The ticker sent a heartbeat; ``error`` is what its statement raised, if it did."""
+        """The heartbeat beat; ``error`` is what its statement raised, if it did."""
         with self._lock:
             self.beat_at = now = self.clock()
             if error is None:

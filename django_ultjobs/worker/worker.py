@@ -2,7 +2,7 @@
 
 The claim loop (``claim_loop``: claim only as many runs as can start now), the dispatcher
 (``dispatch``: start them on their lanes), the executor (run one job, turn what happens into a
-settlement), the completer (write settlements) and the ticker (keep leases alive) are separate
+settlement), the completer (write settlements) and the heartbeat (keep leases alive) are separate
 pieces; this module connects them, waits for the database at start, and drains at the end.
 """
 
@@ -40,15 +40,15 @@ from .executor import abandonment
 from .fleet_slots import FleetSlots
 from .gauges import GaugeSampler
 from .health import HealthServer
+from .heartbeat import Heartbeat
 from .listener import Listener
 from .options import MAX_SECONDS, WorkerOptions
 from .rate_gate import RateGate
 from .recycle import Recycler
-from .registration import WorkerRow
 from .runs import RunsInFlight
 from .scheduler import Scheduler
-from .ticker import Ticker
 from .vitals import Vitals
+from .worker_row import WorkerRow
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -75,12 +75,12 @@ class WorkerProcess:
         self.deadlines = Deadlines(
             store=self.store, worker_id=self.worker_id, grace=options.cancel_wait,
             on_overrun=self._overran if options.exit_on_overrun else None,
-            on_change=lambda: self.ticker.overrunning_changed())
+            on_change=lambda: self.heartbeat.overrunning_changed())
         self.row = WorkerRow(self.store, options,
                              overrunning=lambda: self.deadlines.overrunning)
         #: What the health probes read (rules 121 (probe-alive) and 122 (probe-ready)).
         self.vitals = Vitals(heartbeat_interval=options.heartbeat_interval)
-        self.ticker = Ticker(store=self.store, runs=self.runs, slots=self.slots,
+        self.heartbeat = Heartbeat(store=self.store, runs=self.runs, slots=self.slots,
                              row=self.row, visibility_timeout=options.visibility_timeout,
                              interval=options.heartbeat_interval, deadlines=self.deadlines,
                              vitals=self.vitals)
@@ -101,7 +101,7 @@ class WorkerProcess:
                                 vitals=self.vitals)
         self.listener = (
             Listener(store=self.store, queues=options.queues, wake=self.notified,
-                     worker_id=self.worker_id, cancels=self.ticker.check_cancels)
+                     worker_id=self.worker_id, cancels=self.heartbeat.check_cancels)
             if self.store.vendor == "postgresql" and options.listen else None
         )
         # Every worker may enqueue a tick, none leads (rule 60 (tick-once)); a burst worker drains
@@ -248,7 +248,7 @@ class WorkerProcess:
         """Let runs finish within the grace period, cancel the rest, hand back what remains."""
         # No run will be claimed any more: the kept slots go back now, and every slot whose run
         # settles from here on goes straight back, not to be kept for the grace period.
-        self.slots.give_back_all()
+        self.slots.release_all()
         if self.recycler.reason is not None:
             self._finish_runs_unless_stopped()
         grace = 0.0 if self._forced.is_set() else self.options.grace_period
@@ -272,7 +272,7 @@ class WorkerProcess:
                                "visibility timeout, and the process exit stops it")
         self.completer.stop(timeout=max(10.0, self.options.heartbeat_interval))
         self.deadlines.stop()
-        self.ticker.stop()
+        self.heartbeat.stop()
         if self.gauges is not None:
             self.gauges.stop()
         self.pool.stop(timeout=0.5)
@@ -388,14 +388,14 @@ class WorkerProcess:
                 return False
 
     def _start_threads(self) -> None:
-        """Start the pool, ticker, completer and listener; if the system refuses a thread, stop
+        """Start the pool, heartbeat, completer and listener; if the system refuses a thread, stop
         what started and mark this worker's row stopped, which would otherwise show as a
         silent worker for ever (rule 17 (failed-start-leaves-no-row))."""
         # The pool stops even the part of it that started before a thread was refused.
         stops: list[Callable[[], None]] = [lambda: self.pool.stop(timeout=0.5)]
         parts: list[tuple[Callable[[], None], Callable[[], None]]] = [
             (self.deadlines.start, self.deadlines.stop),
-            (self.ticker.start, self.ticker.stop),
+            (self.heartbeat.start, self.heartbeat.stop),
             (self.completer.start, lambda: self.completer.stop(timeout=0.0)),
         ]
         if self.listener is not None:

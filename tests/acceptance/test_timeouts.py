@@ -174,7 +174,7 @@ def _ran(alias: str, job_id: int) -> list[tuple[str, float]]:
 def test_a_timeout_fires_within_100_ms_whatever_the_heartbeat_interval(
         alias: str, worker_processes: WorkerProcesses) -> None:
     """rule 130 (timeout-on-time), both engines: at ``--heartbeat-interval 10``, three runs with
-    a 1 s timeout, started 0, 0.3 and 1 s after the worker's first claim (the ticker asleep in
+    a 1 s timeout, started 0, 0.3 and 1 s after the worker's first claim (the heartbeat asleep in
     its 10 s wait for all of them), each unwind within 100 ms of their deadline, on the timer,
     with no run reported overrunning."""
     fleet = Fleet(worker_processes, alias)

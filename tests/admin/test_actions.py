@@ -31,7 +31,7 @@ from tests.testapp.jobs import block_until, flaky
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-#: Quick ticks: a cancel request is seen within a fifth of a second. The lease is long enough
+#: Quick beats: a cancel request is seen within a fifth of a second. The lease is long enough
 #: that a loaded machine never loses one by being slow.
 FAST = {"visibility_timeout": 10.0, "heartbeat_interval": 0.2}
 

@@ -42,7 +42,7 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--no-first-run", "--window-size=1440,900", "--force-device-scale-factor=1")
-#: Quick ticks, so the cancel shows within a fraction of a second; a lease long enough that a
+#: Quick beats, so the cancel shows within a fraction of a second; a lease long enough that a
 #: loaded machine (CI beside other suites) never loses one by being slow.
 FAST = {"visibility_timeout": 10.0, "heartbeat_interval": 0.2, "threads": 4}
 

@@ -58,7 +58,7 @@ def run_burst_worker(alias: str, *flags: str) -> Worker:
     """Run ``runjobworker --burst`` with ``flags`` on an empty queue; return its row, running.
 
     The worker registers its row, finds nothing, stops and marks the row stopped; the row is
-    then made to look like a live worker's whose last tick was a while ago.
+    then made to look like a live worker's whose last heartbeat was a while ago.
     """
     before = set(Worker.objects.using(alias).values_list("id", flat=True))
     call_command("runjobworker", "--burst", "--database", alias, *flags)
@@ -74,9 +74,10 @@ def test_worker_rows_keep_the_workers_own_timings(alias: str, viewer) -> None:
 
     now = timezone.now()
     workers = Worker.objects.using(alias)
-    # Healthy with a 120 s lease, 50 s after its tick (the setting's 30 s would call it silent).
+    # Healthy with a 120 s lease, 50 s after its heartbeat (the setting's 30 s would call it
+    # silent).
     workers.filter(id=patient.id).update(stopped_at=None, last_seen_at=now - timedelta(seconds=50))
-    # Paused with a 10 s lease, 26 s after its tick: its leases are gone.
+    # Paused with a 10 s lease, 26 s after its heartbeat: its leases are gone.
     workers.filter(id=eager.id).update(stopped_at=None, last_seen_at=now - timedelta(seconds=26))
     client = client_for(viewer)
     html = page(client, WORKERS)

@@ -50,8 +50,8 @@ def row_of(alias: str, worker_id: str) -> dict[str, object] | None:
 def test_a_prune_keeps_a_running_worker_and_its_deleted_row_comes_back_whole(
         alias: str, worker_processes: WorkerProcesses) -> None:
     """rule 106 (live-row-kept): ``prunejobs --days 0`` beside a running worker leaves its row as it
-    was; deleted by hand, the row is written again at the worker's next tick, with every column it
-    had (its start, its job names, its run in flight and the body overrunning its timeout), so
+    was; deleted by hand, the row is written again at the worker's next heartbeat, with every column
+    it had (its start, its job names, its run in flight and the body overrunning its timeout), so
     ``ultjobs stats`` and the job's page show the worker again."""
     fleet = Fleet(worker_processes, alias)
     worker_id = fleet.start("live", "--threads", "2", "--cancel-wait", "0.5")

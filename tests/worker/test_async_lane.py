@@ -53,7 +53,7 @@ def test_a_lost_lease_cancels_a_stuck_async_body(alias: str) -> None:
     rows = Job.objects.using(alias).filter(id=job.id)
     with running_worker(alias, **FAST) as worker:
         wait_until(lambda: worker.async_lane.busy == 1, message="the body to run")
-        wait_until(lambda: worker.runs.snapshot(), message="the run under the ticker")
+        wait_until(lambda: worker.runs.snapshot(), message="the run under the heartbeat")
         rows.update(claim_token="00000000-0000-0000-0000-000000000001")
         wait_until(lambda: worker.async_lane.busy == 0, timeout=10,
                    message="the body to be cancelled")

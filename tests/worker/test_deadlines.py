@@ -91,7 +91,7 @@ def test_overrunning_counts_from_the_cancel_delivered_and_a_body_that_stops_is_n
         ignores.settling = True
         timer.deadlines.forget(ignores)
         assert timer.deadlines.overrunning == []
-        assert timer.changes == 2  # listed, then unlisted: the ticker writes the row each time
+        assert timer.changes == 2  # listed, then unlisted: the heartbeat writes the row each time
     finally:
         timer.close()
 

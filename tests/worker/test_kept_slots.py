@@ -46,7 +46,7 @@ def test_a_kept_slot_passes_to_the_next_run_of_its_kind_without_a_statement() ->
     # The kept slot went to the first run of the group; only the other needed a new one.
     assert second.slot == first.slot
     assert [holder for *_, holder in slot_store.acquired] == [f"{WORKER}:1", f"{WORKER}:3"]
-    slots.give_back_unused()
+    slots.release_unused()
     assert slot_store.released == [] and slots.kept == 0
 
 
@@ -57,7 +57,7 @@ def test_an_offered_slot_no_run_took_goes_back_to_the_fleet() -> None:  # rule 6
     slots.keep([run])
     assert slots.offer(CAPS) == {"capped": 1}
     # The claim brought no run of the kind: its slot goes back at once.
-    slots.give_back_unused()
+    slots.release_unused()
     assert slot_store.released == [[run.slot]]
     assert slots.kept == 0
 
@@ -70,7 +70,7 @@ def test_a_slot_kept_after_the_offer_waits_for_the_next_claim() -> None:
     slots.acquire_group([run])
     assert slots.offer(CAPS) == {}
     slots.keep([run])
-    slots.give_back_unused()
+    slots.release_unused()
     assert slot_store.released == [] and slots.kept == 1
     assert slots.offer(CAPS) == {"capped": 1}
 
@@ -85,7 +85,7 @@ def test_kept_slots_of_one_kind_never_serve_another() -> None:  # rule 5 (fleet-
     assert slots.acquire_group([other]) == []
     assert other.slot is not None and other.slot.key == "job:serial"
     assert other.slot != run.slot
-    slots.give_back_unused()
+    slots.release_unused()
     assert slot_store.released == [[run.slot]]
 
 
@@ -98,7 +98,7 @@ def test_lost_and_abandoned_runs_slots_are_not_kept() -> None:
     abandoned.abandoned = True  # its body may still run: the slot must lapse, not pass on
     slots.keep([lost, abandoned, fine])
     assert slots.offer(CAPS) == {"capped": 1}
-    slots.give_back_all()
+    slots.release_all()
     assert slot_store.released == [[fine.slot]]
 
 
@@ -120,7 +120,7 @@ def test_a_kept_slot_not_confirmed_lately_is_never_handed_to_a_run() -> None:
 
 
 # rule 7 (fenced-slot-renewal)
-def test_the_ticker_renews_kept_slots_and_drops_one_that_lapsed() -> None:
+def test_the_heartbeat_renews_kept_slots_and_drops_one_that_lapsed() -> None:
     slots, slot_store, clock = make()
     a, b = capped_run(1), capped_run(2)
     slots.acquire_group([a, b])
@@ -166,10 +166,10 @@ def test_a_slot_kept_while_the_claim_loop_cannot_claim_goes_back_after_a_while()
     run = capped_run(1)
     slots.acquire_group([run])
     slots.keep([run])
-    slots.give_back_idle(1.0)
+    slots.release_idle(1.0)
     assert slot_store.released == []
     clock.now += 1.5
-    slots.give_back_idle(1.0)
+    slots.release_idle(1.0)
     assert slot_store.released == [[run.slot]] and slots.kept == 0
 
 
@@ -233,7 +233,7 @@ def _outage_then_kept_while_the_claim_was_out() -> tuple[FleetSlots, LeaseRows, 
     slots.keep([first])
     second = capped_run(2)
     assert slots.acquire_group([second]) == []
-    slots.give_back_unused()
+    slots.release_unused()
     return slots, rows, clock, first, second
 
 
@@ -284,10 +284,10 @@ def test_kept_slots_above_a_lowered_cap_go_back() -> None:  # rule 5 (fleet-cap)
 
 
 # rule 6 (slot-renewed)
-def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_ticker() -> None:
-    # The ticker renews the slots of the runs in its registry, which a run joins only when its
+def test_a_run_handed_a_slot_is_renewed_before_it_is_under_the_heartbeat() -> None:
+    # The heartbeat renews the slots of the runs in its registry, which a run joins only when its
     # body starts; a kept slot (up to half a TTL old) handed over just before a heartbeat must not
-    # miss that tick's renewal.
+    # miss that beat's renewal.
     slots, slot_store, _ = make()
     first = capped_run(1)
     slots.acquire_group([first])
@@ -314,7 +314,7 @@ def test_a_job_claimed_again_never_shares_its_old_slot_with_the_run_it_passed_to
     assert slots.offer(CAPS) == {"serial": 1}
     second = capped_run(2, "serial")
     assert slots.acquire_group([second]) == [] and second.slot == first.slot
-    slots.give_back_unused()
+    slots.release_unused()
     rows.down = True
     clock.now += TTL + 1
     slots.renew()
@@ -343,7 +343,7 @@ def test_a_stopping_worker_keeps_no_slot() -> None:  # rule 6 (slot-renewed)
     done, running = capped_run(1), capped_run(2)
     slots.acquire_group([done, running])
     slots.keep([done])
-    slots.give_back_all()
+    slots.release_all()
     assert slot_store.released == [[done.slot]]
     slots.keep([running])
     # keep sends no statement (it may run on an event loop); the completer's thread releases.

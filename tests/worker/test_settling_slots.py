@@ -99,7 +99,7 @@ def test_a_stale_settle_neither_counts_the_slot_twice_nor_revives_it() -> None:
     # Kept once, at submit; the refused settle added no second hold and released none.
     assert slots.kept == 1 and slot_store.released == []
     slots.offer(CAPS)
-    slots.give_back_unused()
+    slots.release_unused()
     assert slot_store.released == [[first.slot]]
 
 

@@ -28,7 +28,7 @@ from tests.testapp.models import RunLog
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-#: Several ticks inside a lease; a timeout fires at its due time, a lease is renewed every 0.2 s.
+#: Several beats inside a lease; a timeout fires at its due time, a lease is renewed every 0.2 s.
 FAST = {"visibility_timeout": 3.0, "heartbeat_interval": 0.2}
 
 

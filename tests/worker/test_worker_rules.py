@@ -73,7 +73,7 @@ from tests.testapp.models import RunLog
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-#: Short leases so lapses and ticks happen within a test, and several ticks fit in a lease.
+#: Short leases so lapses and beats happen within a test, and several beats fit in a lease.
 FAST = {"visibility_timeout": 3.0, "heartbeat_interval": 0.2}
 
 
@@ -94,7 +94,7 @@ def status_is(alias: str, job_id: int, *statuses: str) -> Callable[[], bool]:
 
 
 def running_run(worker: WorkerProcess, job_id: int) -> Run:
-    """Wait until ``job_id`` is running under the ticker in ``worker``; return its Run."""
+    """Wait until ``job_id`` is running under the heartbeat in ``worker``; return its Run."""
     return wait_until(lambda: next((r for r in worker.runs.snapshot() if r.id == job_id),
                                    None), message=f"job {job_id} running")
 
@@ -529,7 +529,7 @@ def test_unknown_job_is_parked_for_thirty_seconds_without_counting_an_attempt(
 
 @pytest.fixture
 def started_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Ids of the runs the worker put under its ticker (``run_job``'s ``on_started``)."""
+    """Ids of the runs the worker put under its heartbeat (``run_job``'s ``on_started``)."""
     ids: list[int] = []
     real = dispatch.run_job
 
@@ -583,7 +583,7 @@ def test_stopped_worker_leaves_no_thread_and_no_connection(alias: str) -> None:
             id__in=ids, status="succeeded").count() == len(ids))
         if baseline is not None:
             assert pg_backends(alias) - baseline  # the measure sees the worker's connections
-    mine = [worker.ticker._thread, worker.completer._thread, *worker.pool._threads]
+    mine = [worker.heartbeat._thread, worker.completer._thread, *worker.pool._threads]
     assert [t.name for t in mine if t.is_alive()] == []
     leaked = [t.name for t in threading.enumerate()
               if t not in before and t.name.startswith("ultjobs-")]

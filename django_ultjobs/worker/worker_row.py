@@ -1,7 +1,7 @@
 """This worker's row in the workers table: what operators see of the process
 (rule 106 (live-row-kept)).
 
-Written whole at start, touched at every tick of the ticker, and written whole again when a tick
+Written whole at start, touched at every beat of the heartbeat, and written whole again when a beat
 finds it gone: an operator deleted it, or a prune ran with a retention shorter than the worker's
 life. Without that, ``ultjobs stats`` and the admin's workers page lost a running worker for
 good, and a job page the "overrunning" flag its worker's row carries (rule 56 (overrun-reported)).
@@ -38,7 +38,7 @@ class WorkerRow:
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         #: When the row first said this process started (the database's clock), which a row
-        #: written again keeps; None until the first registration.
+        #: written again keeps; None until the row is first written.
         self.started_at: datetime | None = None
         #: The registry generation whose job names the row lists (-1: none written yet).
         self.jobs_generation = -1

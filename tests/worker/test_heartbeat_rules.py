@@ -1,4 +1,4 @@
-"""The ticker, fleet slots and executor driven by hand: no threads, no database, no timing.
+"""The heartbeat, fleet slots and executor driven by hand: no threads, no database, no timing.
 
 Engine-agnostic: these pin how the worker READS the store's answers (an exception is not a "no",
 an absent row is), which is the same code on every engine. ``test_worker_rules.py`` proves the
@@ -20,10 +20,10 @@ from django_ultjobs.jobs.registry import get_job
 from django_ultjobs.models import AttemptOutcome, JobStatus
 from django_ultjobs.worker.executor import run_job
 from django_ultjobs.worker.fleet_slots import FleetSlots
+from django_ultjobs.worker.heartbeat import Heartbeat
 from django_ultjobs.worker.options import WorkerOptions
-from django_ultjobs.worker.registration import WorkerRow
 from django_ultjobs.worker.runs import Run, RunsInFlight
-from django_ultjobs.worker.ticker import Ticker
+from django_ultjobs.worker.worker_row import WorkerRow
 from tests.doubles import WORKER, StubSlots, StubStore, claimed
 
 #: What run_job hands the step ledger and the progress writer; these jobs write no steps and no
@@ -31,14 +31,14 @@ from tests.doubles import WORKER, StubSlots, StubStore, claimed
 STORE: Any = SimpleNamespace(save_progress=None)
 
 
-def make_ticker() -> tuple[Ticker, StubStore, StubSlots, RunsInFlight]:
+def make_heartbeat() -> tuple[Heartbeat, StubStore, StubSlots, RunsInFlight]:
     store, slot_store, registry = StubStore(), StubSlots(), RunsInFlight()
     slots = FleetSlots(slot_store, WORKER, ttl=3.0)  # type: ignore[arg-type]
     row = WorkerRow(store, WorkerOptions(worker_id=WORKER),  # type: ignore[arg-type]
                     overrunning=list)
-    ticker = Ticker(store=store, runs=registry, slots=slots,  # type: ignore[arg-type]
+    heartbeat = Heartbeat(store=store, runs=registry, slots=slots,  # type: ignore[arg-type]
                     row=row, visibility_timeout=3.0, interval=0.5)
-    return ticker, store, slot_store, registry
+    return heartbeat, store, slot_store, registry
 
 
 def acquire(slots: FleetSlots, run: Run) -> bool:
@@ -56,24 +56,24 @@ def test_failing_heartbeat_is_not_a_lost_lease_only_an_explicit_no_is(
     # rule 2 (heartbeat-retried): an exception is retried at the next heartbeat;
     # rule 3 (lost-lease-cancels): an absent row cancels.
     caplog.set_level(logging.INFO, logger="django_ultjobs")
-    ticker, store, _, registry = make_ticker()
+    heartbeat, store, _, registry = make_heartbeat()
     run = Run(job=claimed(), spec=get_job("record"))
     registry.add(run)
 
     store.answer = OperationalError("server closed the connection unexpectedly")
     for _ in range(5):
-        ticker.tick()
+        heartbeat.beat()
     assert len(store.heartbeats) == 5, "every heartbeat must be tried again"
     assert not run.scope.cancelled
     assert len(events(caplog, "jobs.worker.heartbeat-failed")) == 5
     assert events(caplog, "jobs.worker.lease-lost") == []
 
     store.answer = {run.id: False}  # held, nobody asked to cancel: a falsy answer is not a "no"
-    ticker.tick()
+    heartbeat.beat()
     assert not run.scope.cancelled
 
     store.answer = {}  # the explicit "no": no row matched the fence
-    ticker.tick()
+    heartbeat.beat()
     assert isinstance(run.scope.reason, LeaseLostError)
     assert events(caplog, "jobs.worker.lease-lost") == [
         {"worker_id": WORKER, "job_id": run.id, "attempt": 1}]
@@ -81,22 +81,22 @@ def test_failing_heartbeat_is_not_a_lost_lease_only_an_explicit_no_is(
 
 def test_heartbeat_no_for_a_settling_run_is_not_a_loss() -> None:
     # rule 4 (fenced-settle): a run whose settle is being written may simply have settled first.
-    ticker, store, _, registry = make_ticker()
+    heartbeat, store, _, registry = make_heartbeat()
     run = Run(job=claimed(), spec=get_job("record"))
     run.settling = True
     registry.add(run)
     store.answer = {}
-    ticker.tick()
+    heartbeat.beat()
     assert not run.scope.cancelled
 
 
 def test_cancel_requested_answer_cancels_with_cancel_requested() -> None:
     # rule 3 (lost-lease-cancels): a job cancelled from outside stops at the next heartbeat.
-    ticker, store, _, registry = make_ticker()
+    heartbeat, store, _, registry = make_heartbeat()
     run = Run(job=claimed(), spec=get_job("record"))
     registry.add(run)
     store.answer = {run.id: True}
-    ticker.tick()
+    heartbeat.beat()
     assert isinstance(run.scope.reason, CancelRequestedError)
 
 
@@ -104,9 +104,9 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
         caplog: pytest.LogCaptureFixture) -> None:
     # rule 2 (heartbeat-retried) for slots, rules 7 (fenced-slot-renewal) and 8 (lost-slot-cancels).
     caplog.set_level(logging.INFO, logger="django_ultjobs")
-    ticker, store, slot_store, registry = make_ticker()
+    heartbeat, store, slot_store, registry = make_heartbeat()
     run = Run(job=claimed(7, "capped"), spec=get_job("capped"))
-    assert acquire(ticker.slots, run)
+    assert acquire(heartbeat.slots, run)
     hold = run.slot
     assert hold is not None and hold.holder == f"{WORKER}:7"
     registry.add(run)
@@ -114,17 +114,17 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
 
     slot_store.renewed = OperationalError("database is locked")
     for _ in range(4):
-        ticker.tick()
+        heartbeat.beat()
     assert len(slot_store.renew_calls) == 4
     assert not run.scope.cancelled and not run.slot_lost
     assert len(events(caplog, "jobs.worker.slot-renew-failed")) == 4
 
     slot_store.renewed = {(hold.key, hold.slot, hold.holder)}
-    ticker.tick()
+    heartbeat.beat()
     assert not run.scope.cancelled
 
     slot_store.renewed = set()  # another holder took it, or it lapsed
-    ticker.tick()
+    heartbeat.beat()
     assert isinstance(run.scope.reason, JobSlotLostError)
     assert (run.scope.reason.key, run.scope.reason.slot) == (slot_key_for("capped"), 0)
     assert run.slot_lost
@@ -135,48 +135,48 @@ def test_slot_renewal_that_raises_is_not_a_loss_an_explicit_no_cancels_and_stops
     calls = len(slot_store.renew_calls)
     slot_store.renewed = {(hold.key, hold.slot, hold.holder)}
     for _ in range(3):
-        ticker.tick()
+        heartbeat.beat()
     assert all(hold not in call for call in slot_store.renew_calls[calls:])
     assert len(events(caplog, "jobs.worker.slot-lost")) == 1
 
     # ... and a lost slot is neither kept for a next run nor released (it may be somebody
     # else's row now).
-    ticker.slots.keep([run])
-    assert ticker.slots.kept == 0
-    ticker.slots.give_back_all()
+    heartbeat.slots.keep([run])
+    assert heartbeat.slots.kept == 0
+    heartbeat.slots.release_all()
     assert slot_store.released == []
 
 
 def test_release_that_raises_is_logged_and_swallowed(caplog: pytest.LogCaptureFixture) -> None:
     # rule 9 (slot-held-while-body-runs)
     caplog.set_level(logging.INFO, logger="django_ultjobs")
-    ticker, _, slot_store, _ = make_ticker()
+    heartbeat, _, slot_store, _ = make_heartbeat()
     run = Run(job=claimed(3, "capped"), spec=get_job("capped"))
-    assert acquire(ticker.slots, run)
-    ticker.slots.keep([run])
-    ticker.slots.offer({"capped": 2})
+    assert acquire(heartbeat.slots, run)
+    heartbeat.slots.keep([run])
+    heartbeat.slots.offer({"capped": 2})
     slot_store.release_error = OperationalError("deadlock detected")
-    ticker.slots.give_back_unused()  # must not raise
+    heartbeat.slots.release_unused()  # must not raise
     assert slot_store.released == [[run.slot]]
     (logged,) = events(caplog, "jobs.worker.lease-release-failed")
     assert logged["worker_id"] == WORKER and logged["slots"] == "job:capped[0]"
     # Not kept either: it lapses on its TTL, never renewed again.
-    assert ticker.slots.kept == 0
+    assert heartbeat.slots.kept == 0
 
 
 def test_job_without_concurrency_never_touches_the_slot_store() -> None:
     # rule 5 (fleet-cap)
-    ticker, store, slot_store, registry = make_ticker()
+    heartbeat, store, slot_store, registry = make_heartbeat()
     run = Run(job=claimed(5, "record"), spec=get_job("record"))
-    assert acquire(ticker.slots, run) is True
+    assert acquire(heartbeat.slots, run) is True
     assert run.slot is None
     registry.add(run)
     store.answer = {run.id: False}
-    ticker.tick()
-    ticker.slots.keep([run])
-    ticker.slots.offer({"capped": 2})
-    ticker.slots.give_back_unused()
-    ticker.slots.give_back_all()
+    heartbeat.beat()
+    heartbeat.slots.keep([run])
+    heartbeat.slots.offer({"capped": 2})
+    heartbeat.slots.release_unused()
+    heartbeat.slots.release_all()
     assert (slot_store.acquired, slot_store.renew_calls, slot_store.released) == ([], [], [])
 
 
@@ -187,7 +187,7 @@ def test_job_without_concurrency_never_touches_the_slot_store() -> None:
 def test_bad_stored_arguments_fail_before_the_run_is_started(args: Any, kwargs: Any,
                                                               what: str) -> None:
     # rule 13 (nothing-leaks): anything that can raise happens before the run is put under the
-    # ticker.
+    # heartbeat.
     run = Run(job=claimed(9, "add", args=args, kwargs=kwargs), spec=get_job("add"))
     started: list[int] = []
     settlement = run_job(run, store=STORE, worker_id=WORKER,

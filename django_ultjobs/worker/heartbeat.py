@@ -1,9 +1,9 @@
-"""The ticker: one thread that keeps every run's lease and slot alive, one statement each a tick.
+"""The heartbeat: one thread that keeps every run's lease and slot alive, one statement each a beat.
 
-One heartbeat statement per worker per tick covers all its runs, and one renewal statement all
-its slots: a worker with 64 runs costs the database two statements per tick, not 128. The
+One heartbeat statement per worker per beat covers all its runs, and one renewal statement all
+its slots: a worker with 64 runs costs the database two statements per beat, not 128. The
 heartbeat also finds the cancel requests of the runs (rule 59 (cancel-reason-kept)); on
-PostgreSQL a notification (``listener.py``) makes it look at once instead of at the next tick
+PostgreSQL a notification (``listener.py``) makes it look at once instead of at the next beat
 (rule 133 (cancel-reaches-body)).
 """
 
@@ -20,14 +20,14 @@ from ..observability.logs import log_event
 from ..store import JobStore
 from .deadlines import Deadlines
 from .fleet_slots import FleetSlots
-from .registration import WorkerRow
 from .runs import Run, RunsInFlight
 from .vitals import Vitals
+from .worker_row import WorkerRow
 
 logger = logging.getLogger("django_ultjobs.worker")
 
 
-class Ticker:
+class Heartbeat:
     """Heartbeat (rules 1 (leased-claim) to 3 (lost-lease-cancels)), slot renewal
     (rules 6 (slot-renewed) to 8 (lost-slot-cancels)) and the worker row, every interval."""
 
@@ -36,11 +36,11 @@ class Ticker:
                  deadlines: Deadlines | None = None, vitals: Vitals | None = None) -> None:
         self.store = store
         self.runs = runs
-        #: The worker's row, touched every tick and written again whole if it is gone.
+        #: The worker's row, touched every beat and written again whole if it is gone.
         self.row = row
-        #: Run timeouts have a timer of their own (rule 130 (timeout-on-time)); the ticker
+        #: Run timeouts have a timer of their own (rule 130 (timeout-on-time)); the heartbeat
         #: writes the runs it finds overrunning to the worker's row (rule 56 (overrun-reported)),
-        #: at once when asked (``overrunning_changed``) and again at every tick if that write
+        #: at once when asked (``overrunning_changed``) and again at every beat if that write
         #: failed.
         self.deadlines = deadlines
         self.slots = slots
@@ -51,12 +51,12 @@ class Ticker:
         self.visibility_timeout = visibility_timeout
         self.interval = interval
         self._stopping = False
-        # Ends the wait for the next tick early: to stop, to look for cancel requests now, or to
+        # Ends the wait for the next beat early: to stop, to look for cancel requests now, or to
         # write the overrunning runs now. What to do is in the flags below, set before it.
         self._wake = threading.Event()
         self._cancels_asked = False
         self._overrunning_asked = False
-        self._thread = threading.Thread(target=self._loop, name="ultjobs-ticker", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="ultjobs-heartbeat", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -67,7 +67,7 @@ class Ticker:
         self._thread.join()
 
     def check_cancels(self) -> None:
-        """Look for cancel requests of the runs in flight now, not at the next tick: a notice
+        """Look for cancel requests of the runs in flight now, not at the next beat: a notice
         from the listener that one of this worker's runs was asked to stop
         (rule 133 (cancel-reaches-body))."""
         self._cancels_asked = True
@@ -81,17 +81,17 @@ class Ticker:
 
     def _loop(self) -> None:
         try:
-            next_tick = time.monotonic() + self.interval
+            next_beat = time.monotonic() + self.interval
             while True:
-                self._wake.wait(max(0.0, next_tick - time.monotonic()))
+                self._wake.wait(max(0.0, next_beat - time.monotonic()))
                 # Cleared before the flags are read: a flag set from here on sets it again.
                 self._wake.clear()
                 if self._stopping:
                     return
-                if time.monotonic() >= next_tick:
+                if time.monotonic() >= next_beat:
                     self._cancels_asked = self._overrunning_asked = False
-                    self.tick()
-                    next_tick = time.monotonic() + self.interval
+                    self.beat()
+                    next_beat = time.monotonic() + self.interval
                     continue
                 if self._cancels_asked:
                     self._cancels_asked = False
@@ -99,7 +99,7 @@ class Ticker:
                     # token; it renews the leases too, which does no harm.
                     runs = self.runs.snapshot()
                     if runs:
-                        self._heartbeat(runs)
+                        self._renew_leases(runs)
                 if self._overrunning_asked and self.deadlines is not None:
                     self._overrunning_asked = False
                     self.deadlines.write()
@@ -107,14 +107,14 @@ class Ticker:
             # Every thread the worker starts closes its own connection (rule 13 (nothing-leaks)).
             connections.close_all()
 
-    def tick(self) -> None:
-        """Renew every lease and slot once; public so tests can tick without waiting."""
+    def beat(self) -> None:
+        """Renew every lease and slot once; public so tests can beat without waiting."""
         runs = self.runs.snapshot()
         if self.deadlines is not None:
             self.deadlines.write()
         if runs:
-            self._heartbeat(runs)
-        # Every slot the worker holds: its runs' (one not under the ticker yet included) and the
+            self._renew_leases(runs)
+        # Every slot the worker holds: its runs' (one not under the heartbeat yet included) and the
         # ones it keeps between runs, also with no run in flight.
         self.slots.renew()
         try:
@@ -128,13 +128,13 @@ class Ticker:
         if self.vitals is not None:
             self.vitals.beat()
 
-    def _heartbeat(self, runs: list) -> None:
+    def _renew_leases(self, runs: list[Run]) -> None:
         try:
             alive = self.store.heartbeat([(r.id, r.job.token) for r in runs],
                                          self.visibility_timeout)
         except Exception as exc:
             # A heartbeat that fails is not a lost lease (rule 2 (heartbeat-retried)): a database
-            # blip is retried on the next tick, and the timeout leaves several.
+            # blip is retried on the next beat, and the timeout leaves several.
             log_event(logger, logging.WARNING, "jobs.worker.heartbeat-failed",
                       worker_id=self.worker_id, runs=len(runs), error=repr(exc))
             return
@@ -159,7 +159,7 @@ class Ticker:
         (rule 59 (cancel-reason-kept)).
 
         The reasons are read in one statement, only when some cancel was found: the heartbeat
-        of every other tick returns no more than the flag. A read that fails cancels the runs
+        of every other beat returns no more than the flag. A read that fails cancels the runs
         all the same, with no reason: the request is what counts."""
         try:
             reasons = self.store.cancel_reasons([run.id for run in runs])
