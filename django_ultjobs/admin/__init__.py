@@ -9,7 +9,8 @@ millions of rows: no full counts, no sorting or filter choices that scan the tab
 from __future__ import annotations
 
 from .groups import BatchAdmin, WorkflowAdmin
-from .jobs import InFlightJobAdmin, JobAdmin, cancel_selected, retry_selected
+from .job_actions import cancel_selected, retry_selected
+from .jobs import InFlightJobAdmin, JobAdmin
 from .queues import QueuePauseAdmin
 from .schedules import JobScheduleAdmin
 from .slots import HeldSlotAdmin, LostSlotCancellationAdmin

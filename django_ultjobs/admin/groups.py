@@ -34,7 +34,7 @@ from .group_figures import (
     status_counts,
     workflow_graph,
 )
-from .jobs import stamp_field
+from .job_list import stamp_field
 
 #: Callbacks by their condition, as ``Batch(...)`` names them.
 CALLBACK_NAMES = {"succeeded": "on_success", "failed": "on_failure", "finished": "on_finish"}

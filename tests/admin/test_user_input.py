@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 
 from django_ultjobs.admin.display import split_holder
-from django_ultjobs.admin.jobs import FROM_DETAIL
+from django_ultjobs.admin.job_actions import FROM_DETAIL
 from tests.admin.conftest import (
     IN_FLIGHT,
     JOBS,

@@ -17,7 +17,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_ultjobs.admin.jobs import overrunning_on
+from django_ultjobs.admin.job_page import overrunning_on
 from django_ultjobs.models import Job, Worker
 from django_ultjobs.store.retention import prune
 from tests.acceptance.fleet import Fleet
