@@ -7,7 +7,8 @@ from django.utils.module_loading import import_string
 
 from ..conf import get_settings
 from ..exceptions import JobConfigurationError
-from .base import Clock, JobStore, unmigrated_message
+from .base import JobStore
+from .connection import Clock, unmigrated_message
 from .records import (
     ClaimedJob,
     ClaimRequest,

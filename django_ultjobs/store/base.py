@@ -1,30 +1,23 @@
 """The store protocol: the only place that runs SQL against the job tables.
 
 One protocol, one implementation per engine (``postgresql.py``, ``sqlite.py``) answering the same
-named queries identically; ``tests/conformance`` runs one suite against both. Every method uses
-the calling thread's own Django connection for ``alias`` (Django keeps one per thread), through
-the cursor ``connection.cursor()`` gives (rule 41 (instrumented-statements)): the ORM is skipped,
-not Django's cursor wrappers, so ``assertNumQueries``, ``connection.execute_wrapper`` and the tools
-built on them see every statement, and enqueue joins the caller's transaction because it is the same
-connection.
+named queries identically; ``tests/conformance`` runs one suite against both. The protocol is
+built of parts: the connection and parameter forms (``connection.py``), fleet slots
+(``slots.py``), what a body writes (``body_rows.py``), the workers table (``worker_rows.py``), and
+here the jobs: enqueue, claim, heartbeat, settle.
 """
 
 from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar
-
-from django.db import DatabaseError, connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
+from typing import Any
 
 from ..core.jsonargs import storable_text
 from ..core.retry import clamp_delay
-from ..exceptions import JobTablesMissingError
-from ..sql import django_queries
+from .body_rows import BodyRows
 from .decoding import decode_arguments
 from .records import (
     ClaimedJob,
@@ -35,179 +28,21 @@ from .records import (
     ParkEpisode,
     Previous,
     RateTaken,
-    SavedStep,
     Settlement,
 )
 from .slots import SlotStore
 from .unique_batches import insertion_order, match_inserted
-
-#: A clock the store reads instead of the database's, for tests only; None means the database's.
-Clock = Callable[[], datetime]
-
-#: What every table of this package is named with: a missing table that is not one of them is
-#: the site's own error, not a forgotten migrate of this app.
-TABLE_PREFIX = "django_ultjobs_"
+from .worker_rows import WorkerRows
 
 
-def unmigrated_message(alias: str) -> str:
-    """Say that the job tables are missing (or old) in ``alias`` and how to create them."""
-    flag = "" if alias == "default" else f" --database {alias}"
-    return (f"the django_ultjobs tables do not exist in database {alias!r} "
-            f"({connections[alias].settings_dict.get('NAME')}), or are older than this version "
-            f"of django_ultjobs: run `python manage.py migrate{flag}`")
-
-
-class JobStore(SlotStore):
+class JobStore(WorkerRows, BodyRows, SlotStore):
     """Claim, heartbeat, settle and enqueue jobs; hold fleet slots (``slot_store``)."""
-
-    #: The Django ``connection.vendor`` this store speaks to.
-    vendor: ClassVar[str]
-    #: The dialect whose named queries this store runs.
-    dialect: ClassVar[str]
-
-    def __init__(self, alias: str, clock: Clock | None = None) -> None:
-        self.alias = alias
-        self.clock = clock
-        self.sql = django_queries(self.dialect)
 
     @property
     def slot_store(self) -> SlotStore | None:
         """The fleet-slot store, or None for an engine that has none (rule 10 (cap-kept-or-refused)
         refuses to start)."""
         return self
-
-    @property
-    def connection(self) -> BaseDatabaseWrapper:
-        """The calling thread's Django connection for this store's alias."""
-        return connections[self.alias]
-
-    @contextmanager
-    def cursor(self) -> Iterator[Any]:
-        """Yield Django's cursor on this thread's connection, errors as Django's.
-
-        Django's cursor wrapper, not the driver's cursor (rule 41 (instrumented-statements)):
-        ``execute_wrapper`` hooks, the queries log (``assertNumQueries``, ``CaptureQueriesContext``,
-        ``DEBUG``) and tools that patch ``connection.cursor()`` see every statement of the store.
-
-        A connection that broke (the database restarted, the network dropped), or that lost
-        state every later statement needs (``spoils_connection``), is closed so the next call
-        reconnects instead of failing forever: a dead database is an outage to wait out, not a
-        reason for a worker thread to die.
-        """
-        conn = self.connection
-        try:
-            cur = self._django_cursor(conn)
-            with conn.wrap_database_errors:
-                try:
-                    yield cur
-                finally:
-                    cur.close()
-        except Exception as exc:
-            if conn.connection is None or self.in_callers_transaction(conn):
-                raise
-            if self.spoils_connection(exc):
-                # Closed before Django lets go of it: Django's pool (OPTIONS["pool"]) takes an
-                # open connection back as it is, and would hand the same one out again.
-                conn.connection.close()
-                conn.close()
-            elif not conn.is_usable():
-                conn.close()
-            raise
-
-    def write_transaction(self) -> AbstractContextManager[Any]:
-        """``transaction.atomic()`` on the jobs database, for a block that reads, then writes.
-
-        Engines whose default transaction cannot do that under contention override it (SQLite
-        begins it as the writer). Inside an open ``atomic`` block this is a savepoint of the
-        caller's transaction, which began the way the caller's began.
-        """
-        return transaction.atomic(using=self.alias)
-
-    def in_callers_transaction(self, conn: BaseDatabaseWrapper) -> bool:
-        """Whether the caller has a transaction open on ``conn`` (an ``atomic`` block, engines
-        add their own signs): then the connection is the caller's to keep or drop, never ours."""
-        return conn.in_atomic_block
-
-    def execute_unprepared(self, cur: Any, name: str, params: Mapping[str, Any]) -> None:
-        """Run query ``name``, planned for these parameters every time: for the queries whose
-        plan depends on their values (engines that can prepare statements override)."""
-        cur.execute(self.sql[name], params)
-
-    def spoils_connection(self, exc: BaseException) -> bool:
-        """Whether ``exc`` leaves this connection failing every later statement of its kind,
-        though it still answers (engines override)."""
-        return False
-
-    def refuses(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is the database (or the encoding before it) refusing the *values* of
-        a statement, which no retry will change: a string too long, a value out of range, a
-        constraint broken. Not an outage: a lost connection, a locked database, a full disk are
-        waited out (rule 30 (refused-outcome-no-wedge)). Engines add their own codes."""
-        return isinstance(exc, (ValueError, TypeError, OverflowError, RecursionError))
-
-    def refusal_reason(self, exc: BaseException) -> str:
-        """The database's own words for a refusal, in one line (engines add their detail)."""
-        lines = str(exc).strip().splitlines()
-        return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
-    def unfit_settings(self) -> str | None:
-        """What in the database's settings would make this store misread its own statements, as
-        a sentence for the operator; None when nothing does (engines override)."""
-        return None
-
-    def schema_missing(self, exc: BaseException) -> bool:
-        """Whether ``exc`` says a table or column of this package does not exist in the
-        database: a database nobody migrated, which no wait will fix (engines override)."""
-        return False
-
-    def tables_missing(self, exc: BaseException) -> bool:
-        """Whether ``exc`` says a table or column of this package does not exist, naming it:
-        ``schema_missing``, and never a missing table of the site's own."""
-        return self.schema_missing(exc) and TABLE_PREFIX in str(exc)
-
-    @contextmanager
-    def tables_required(self) -> Iterator[None]:
-        """Turn the database's "no such table" of this package's tables into one line saying
-        to run ``migrate`` (rule 109 (missing-tables-named)); every other error passes as it was.
-
-        Raised, never swallowed: on PostgreSQL the failed statement has aborted the caller's
-        transaction, which must roll back as it would for the driver's own error."""
-        try:
-            yield
-        except DatabaseError as exc:
-            if isinstance(exc, JobTablesMissingError) or not self.tables_missing(exc):
-                raise
-            raise JobTablesMissingError(unmigrated_message(self.alias)) from exc
-
-    def _django_cursor(self, conn: BaseDatabaseWrapper) -> Any:
-        """``conn.cursor()``: Django's wrapper (engines override to put a faster driver cursor
-        inside it)."""
-        return conn.cursor()
-
-    def now_param(self) -> Any:
-        """The ``now`` parameter of every query: None (database clock) unless a clock is set."""
-        return None if self.clock is None else self.format_time(self.clock())
-
-    @staticmethod
-    def format_time(value: datetime) -> Any:
-        """Turn a datetime into this engine's parameter form."""
-        return value
-
-    @staticmethod
-    def parse_time(value: Any) -> datetime:
-        """Turn a returned time into an aware datetime."""
-        assert isinstance(value, datetime)
-        return value
-
-    @staticmethod
-    def token_param(token: str) -> Any:
-        """A claim token in this engine's parameter form."""
-        return token
-
-    @staticmethod
-    def parse_json(value: Any) -> Any:
-        """Turn a returned JSON column into Python."""
-        return json.loads(value) if isinstance(value, (str, bytes)) else value
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -451,16 +286,6 @@ class JobStore(SlotStore):
             cur.execute(self.sql["cancel_reasons"], {"ids": self.ids_param(job_ids)})
             return {row[0]: row[1] or "" for row in cur.fetchall()}
 
-    @staticmethod
-    def ids_param(ids: Sequence[int]) -> Any:
-        """Job ids in this engine's parameter form (an array; SQLite: JSON)."""
-        return list(ids)
-
-    @staticmethod
-    def queues_param(queues: Sequence[str]) -> Any:
-        """Queue names in this engine's parameter form (an array; SQLite: JSON)."""
-        return list(queues)
-
     def make_retries_due(self, queues: Sequence[str]) -> int:
         """Make every job of ``queues`` queued for a retry runnable now, whatever its backoff,
         on the database's clock; return how many (the test helpers' ``run_jobs(retries=True)``,
@@ -470,61 +295,7 @@ class JobStore(SlotStore):
                                                   "now": self.now_param()})
             return cur.rowcount
 
-    # -- durable steps and events --------------------------------------------------------------
-
-    def save_step(self, *, job_id: int, token: str, attempt: int, name: str, status: str,
-                  result_json: str | None, wait_seconds: float | None) -> SavedStep | None:
-        """Store a step (``done``, or ``waiting`` for ``wait_seconds``), fenced on ``token``;
-        None when the run no longer owns the job."""
-        params = {"job_id": job_id, "token": self.token_param(token), "attempt": attempt,
-                  "name": name, "status": status, "result_json": result_json,
-                  "wait_seconds": wait_seconds, "now": self.now_param()}
-        with self.cursor() as cur:
-            cur.execute(self.sql["step_save"], params)
-            row = cur.fetchone()
-        if row is None:
-            return None
-        return SavedStep(wait_until=None if row[1] is None else self.parse_time(row[1]))
-
-    def save_progress(self, job_id: int, token: str, progress: dict[str, Any]) -> bool:
-        """Store a run's progress, fenced on ``token`` (rule 79 (progress-throttled-fenced)); False
-        when the run no longer owns the job."""
-        params = {"job_id": job_id, "token": self.token_param(token),
-                  "progress": json.dumps(progress, separators=(",", ":"))}
-        with self.cursor() as cur:
-            cur.execute(self.sql["progress_save"], params)
-            return cur.fetchone() is not None
-
-    def find_event(self, *, job_id: int, name: str, match: dict[str, Any],
-                   after: int) -> tuple[int, Any] | None:
-        """The first event named ``name`` matching ``match`` that job ``job_id`` may consume:
-        newer than id ``after`` and sent no earlier than the job was enqueued (compared in SQL,
-        in the database's own time format). ``(id, payload)``, or None."""
-        with self.cursor() as cur:
-            self.execute_unprepared(cur, "event_find", {
-                "name": name, "match": json.dumps(match), "after": after, "job_id": job_id})
-            row = cur.fetchone()
-        return None if row is None else (row[0], self.parse_json(row[1]))
-
-    def send_event(self, name: str, payload: dict[str, Any]) -> int:
-        """Record an event and wake the jobs waiting for it, in the caller's transaction.
-
-        On PostgreSQL the event name's advisory lock is taken shared first: senders never wait
-        for each other, only for a settle that is putting a run to wait on this event (which
-        takes it exclusively), so the event is either seen by that settle or sees the wait.
-        SQLite needs no lock: the insert makes this transaction its one writer until it commits,
-        so such a settle runs wholly before or wholly after it.
-        """
-        body = json.dumps(payload, separators=(",", ":"), allow_nan=False)
-        with transaction.atomic(using=self.alias), self.cursor() as cur:
-            if "event_send_lock" in self.sql:
-                cur.execute(self.sql["event_send_lock"], {"name": name})
-            cur.execute(self.sql["event_insert"], {"name": name, "payload": body,
-                                                   "now": self.now_param()})
-            event_id = cur.fetchone()[0]
-            cur.execute(self.sql["event_wake"], {"name": name, "payload": body,
-                                                 "event_id": event_id, "now": self.now_param()})
-        return event_id
+    # -- notices and clocks ----------------------------------------------------------------
 
     def notify(self, queues: Sequence[str]) -> None:
         """Wake idle workers of ``queues`` on commit (PostgreSQL; elsewhere they poll)."""
@@ -555,54 +326,6 @@ class JobStore(SlotStore):
         with self.cursor() as cur:
             cur.execute(self.sql["db_now"], {"now": self.now_param()})
             return self.parse_time(cur.fetchone()[0])
-
-    # -- workers ------------------------------------------------------------------------------
-
-    def worker_upsert(self, worker_id: str, hostname: str, pid: int, threads: int,
-                      queues: Sequence[str], *, visibility_timeout: float | None = None,
-                      heartbeat_interval: float | None = None, jobs: Sequence[str] = (),
-                      in_flight: int = 0, overrunning: Sequence[Mapping[str, Any]] = (),
-                      started_at: datetime | None = None) -> datetime:
-        """Register this worker process, with the lease timings it runs under, the job names
-        it knows, its runs in flight and overrunning bodies; return when it started.
-
-        ``started_at`` is the start a row written again keeps (None: now)."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["worker_upsert"], {
-                "id": worker_id, "hostname": hostname, "pid": pid, "threads": threads,
-                "queues": json.dumps(list(queues)), "now": self.now_param(),
-                "visibility_timeout": visibility_timeout,
-                "heartbeat_interval": heartbeat_interval, "jobs": json.dumps(sorted(jobs)),
-                "in_flight": in_flight,
-                "overrunning": json.dumps(list(overrunning), default=str) if overrunning
-                else None,
-                "started_at": None if started_at is None else self.format_time(started_at)})
-            return self.parse_time(cur.fetchone()[0])
-
-    def worker_jobs(self, worker_id: str, jobs: Sequence[str]) -> None:
-        """Record the job names this worker knows now (it resolved more since it started)."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["worker_jobs"], {"id": worker_id,
-                                                  "jobs": json.dumps(sorted(jobs))})
-
-    def worker_overrunning(self, worker_id: str, runs: Sequence[Mapping[str, Any]]) -> None:
-        """Record the runs of this worker still executing past their timeout
-        (rule 56 (overrun-reported))."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["worker_overrunning"], {
-                "id": worker_id, "overrunning": json.dumps(list(runs), default=str)})
-
-    def worker_touch(self, worker_id: str, in_flight: int) -> bool:
-        """Keep this worker's row fresh; False when the row is gone (pruned, deleted)."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["worker_touch"], {"id": worker_id, "in_flight": in_flight,
-                                                   "now": self.now_param()})
-            return cur.fetchone() is not None
-
-    def worker_stop(self, worker_id: str) -> None:
-        """Mark this worker stopped."""
-        with self.cursor() as cur:
-            cur.execute(self.sql["worker_stop"], {"id": worker_id, "now": self.now_param()})
 
     # -- helpers shared by the engines ---------------------------------------------------------
 
@@ -661,10 +384,6 @@ class JobStore(SlotStore):
             "expires_in": job.expires_in,
             "tags": list(job.tags),
         }
-
-    def _json_time(self, value: datetime) -> str:
-        """A time inside a JSON batch parameter, in the form this engine compares."""
-        return value.isoformat()
 
 
 def dumps_batch(rows: object) -> str:

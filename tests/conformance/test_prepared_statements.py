@@ -396,7 +396,7 @@ def test_a_pooled_connection_that_lost_them_is_not_handed_out_again(
     settings = {**connections[pg_alias].settings_dict,
                 "OPTIONS": {"pool": {"min_size": 1, "max_size": 1}, "prepare_threshold": 0}}
     pooled = ConnectionHandler({"default": settings, pg_alias: settings})
-    monkeypatch.setattr("django_ultjobs.store.base.connections", pooled)
+    monkeypatch.setattr("django_ultjobs.store.connection.connections", pooled)
     store = PostgresStore(pg_alias)
     try:
         enqueue(store, new_job())  # prepared at its first run
