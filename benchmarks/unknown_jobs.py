@@ -76,7 +76,7 @@ def _run(legacy: int, repeat: int) -> None:
 
     from django_ultjobs.store import NewJob, get_store
     from django_ultjobs.store.records import Settlement
-    from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
+    from django_ultjobs.worker.settlements import UNKNOWN_JOB_PREFIX
 
     call_command("migrate", database="postgres", verbosity=0)
     store = get_store("postgres")

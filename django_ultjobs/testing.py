@@ -26,8 +26,9 @@ from .jobs.registry import get_job
 from .jobs.spec import JobSpec
 from .models import Job, JobStatus
 from .store import ClaimedJob, JobStore, Settlement, get_store
-from .worker.executor import run_job, settlement_before_run
+from .worker.executor import run_job
 from .worker.runs import Run
+from .worker.settlements import settlement_before_run
 
 #: The most runs one ``run_jobs()`` makes unless told otherwise: past it, a job that enqueues
 #: itself would loop for ever, and the test should say so rather than hang.

@@ -35,12 +35,12 @@ from .executor import (
     flush_progress,
     result_as_json,
     send_finished,
-    span_attributes,
     start_run,
     success_settlement,
     suspended_settlement,
 )
 from .runs import Run
+from .settlements import span_attributes
 from .telemetry import Telemetry, telemetry_now
 
 T = TypeVar("T")

@@ -28,9 +28,9 @@ from ..observability import metrics
 from ..observability.logs import log_event, logs_event
 from ..store import JobStore, Settlement
 from ..store.records import settlement_size
-from .executor import unstorable_settlement
 from .fleet_slots import FleetSlots
 from .runs import Run, RunsInFlight
+from .settlements import unstorable_settlement
 
 logger = logging.getLogger("django_ultjobs.worker")
 

@@ -27,18 +27,18 @@ from .async_executor import arun_job
 from .async_lane import AsyncLane
 from .completer import Completer
 from .deadlines import Deadlines
-from .executor import (
-    UNKNOWN_JOB_PREFIX,
-    failed_by_worker,
-    run_job,
-    settlement_before_run,
-    slot_unavailable_settlement,
-)
+from .executor import run_job
 from .fleet_slots import FleetSlots
 from .options import WorkerOptions
 from .pool import ExecutorPool
 from .rate_gate import RateGate, over_limit_settlement
 from .runs import Run, RunsInFlight
+from .settlements import (
+    UNKNOWN_JOB_PREFIX,
+    failed_by_worker,
+    settlement_before_run,
+    slot_unavailable_settlement,
+)
 from .telemetry import Telemetry, telemetry_now
 
 logger = logging.getLogger("django_ultjobs.worker")

@@ -25,8 +25,8 @@ from ..jobs.spec import JobSpec
 from ..models import JobStatus
 from ..observability.logs import log_event
 from ..store import JobStore, RateTaken, Settlement
-from .executor import settlement_for
 from .runs import Run
+from .settlements import settlement_for
 
 logger = logging.getLogger("django_ultjobs.worker")
 

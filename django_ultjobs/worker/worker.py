@@ -36,7 +36,6 @@ from .completer import Completer
 from .deadlines import Deadlines
 from .dispatch import Dispatcher
 from .drain_report import REPORT_INTERVAL, STOP_NOW, describe_runs
-from .executor import abandonment
 from .fleet_slots import FleetSlots
 from .gauges import GaugeSampler
 from .health import HealthServer
@@ -47,6 +46,7 @@ from .rate_gate import RateGate
 from .recycle import Recycler
 from .runs import RunsInFlight
 from .scheduler import Scheduler
+from .settlements import abandonment
 from .vitals import Vitals
 from .worker_row import WorkerRow
 

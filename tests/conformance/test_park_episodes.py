@@ -15,7 +15,7 @@ import pytest
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import ClaimedJob, JobStore, ParkEpisode
 from django_ultjobs.store.attempts import history
-from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
+from django_ultjobs.worker.settlements import UNKNOWN_JOB_PREFIX
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement

@@ -24,7 +24,7 @@ from psycopg import sql
 from django_ultjobs.models import Job, JobAttempt
 from django_ultjobs.store import JobStore, get_store
 from django_ultjobs.store.postgresql import PostgresStore, claim_text
-from django_ultjobs.worker.executor import UNKNOWN_JOB_PREFIX
+from django_ultjobs.worker.settlements import UNKNOWN_JOB_PREFIX
 from tests.doubles import FakeClock
 
 from .helpers import claim, enqueue, new_job, row, settlement

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from django_ultjobs.jobs.registry import get_job
 from django_ultjobs.store.records import Settlement
 from django_ultjobs.worker.completer import Completer
-from django_ultjobs.worker.executor import slot_unavailable_settlement
 from django_ultjobs.worker.fleet_slots import FleetSlots
 from django_ultjobs.worker.runs import Run, RunsInFlight
+from django_ultjobs.worker.settlements import slot_unavailable_settlement
 from tests.doubles import WORKER, StubSlots, claimed
 from tests.doubles import MonotonicClock as Clock
 
