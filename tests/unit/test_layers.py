@@ -141,3 +141,43 @@ def test_the_cycle_check_counts_every_kind_of_import() -> None:
     # apps imports checks inside ready(), the package imports the registry under TYPE_CHECKING.
     assert "checks" in {target for target, _ in _imports(MODULES["apps"])}
     assert "jobs.registry" in {target for target, _ in _imports(MODULES[""])}
+
+
+#: A module a reader takes in at once; past this, it is doing two jobs.
+MAX_MODULE_LINES = 600
+#: The modules beside the subpackages at the package root, ``__init__`` included.
+MAX_ROOT_MODULES = 12
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {str(path.relative_to(PACKAGE)): lines for path in MODULES.values()
+            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_at_most_12_modules_at_the_package_root() -> None:
+    root = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root
+
+
+def _private_imports(source: str, where: str) -> Iterator[str]:
+    """The private names (``_x``) ``source`` imports from other modules of the package."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").startswith("django_ultjobs")):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    yield f"{where}:{node.lineno} imports {alias.name}"
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    found = [line for path in MODULES.values()
+             for line in _private_imports(path.read_text(), str(path.relative_to(PACKAGE)))]
+    assert found == []
+
+
+def test_the_private_import_check_sees_one_under_type_checking() -> None:
+    source = ("from typing import TYPE_CHECKING\nfrom os import _exit\n"
+              "from .runs import Public\nif TYPE_CHECKING:\n"
+              "    from django_ultjobs.worker.runs import _Private\n")
+    assert list(_private_imports(source, "x.py")) == ["x.py:5 imports _Private"]
