@@ -23,12 +23,12 @@ from ..exceptions import (
     JobSlotLostError,
     JobTimeoutError,
     LeaseLostError,
-    NonRetryable,
     WorkerShutdownError,
 )
 from ..models import Job
 from ..runtime.context import JobContext
 from ..runtime.steps import Suspend
+from ..worker.settlements import not_retried_outcome
 from .compat import (
     Task,
     TaskError,
@@ -194,14 +194,12 @@ def _ends_task(ctx: JobContext, retry_on: tuple[type[BaseException], ...]) -> bo
     attempts remain.
     """
     reason = ctx.cancellation
-    if isinstance(reason, JobTimeoutError):
-        return ctx.attempt >= ctx.max_attempts or not isinstance(reason, retry_on)
-    if reason is not None:
+    if reason is not None and not isinstance(reason, JobTimeoutError):
         return not isinstance(reason, _HANDED_BACK)
-    raised = sys.exception()
-    if isinstance(raised, NonRetryable) or not isinstance(raised, retry_on):
-        return True
-    return ctx.attempt >= ctx.max_attempts
+    # The worker's own question of the exception (settlements.retry_or_fail asks it too).
+    cause = reason if reason is not None else sys.exception()
+    return (not_retried_outcome(retry_on, cause) is not None  # type: ignore[arg-type]
+            or ctx.attempt >= ctx.max_attempts)
 
 
 def _path(cls: type[BaseException]) -> str:
