@@ -110,13 +110,13 @@ def bulk_enqueue(calls: Iterable[CheckedCall]) -> list[int]:
             record_enqueued(((new.name, new.queue) for new in news), store.alias)
             _collect(ids)
             return ids
-        placed = unique.place(news, store.enqueue_unique, unique.holders_of(store.alias),
-                              lambda row: row.id)
-    _collect(p.id for p in placed if p.created)
+        answered = unique.enqueue_keyed(news, store.enqueue_unique,
+                                        unique.holders_of(store.alias), lambda row: row.id)
+    _collect(a.id for a in answered if a.created)
     # Only the calls that made a row were enqueued; one answered by its key's holder was not.
-    record_enqueued(((new.name, new.queue) for new, p in zip(news, placed, strict=True)
-                     if p.created), store.alias)
-    return [p.id for p in placed]
+    record_enqueued(((new.name, new.queue) for new, a in zip(news, answered, strict=True)
+                     if a.created), store.alias)
+    return [a.id for a in answered]
 
 
 def enqueue_one(job_call: CheckedCall) -> tuple[Job, bool]:

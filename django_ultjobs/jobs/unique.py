@@ -1,4 +1,4 @@
-"""Unique jobs: the key of a call, and placing keyed calls so one job holds each key.
+"""Unique jobs: the key of a call, and enqueueing keyed calls so one job holds each key.
 
 A job row *holds* its ``unique_key`` (the ``unique_key`` column is not NULL) from its enqueue
 until a later enqueue of the same key takes the key over; a partial unique index on
@@ -172,11 +172,11 @@ def _call_signature(spec: Declaration) -> tuple[inspect.Signature | None, bool]:
         return None, False
 
 
-# -- placing keyed jobs -----------------------------------------------------------------------
+# -- enqueueing keyed jobs ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class KeyedEnqueue:
     """Where one keyed call ended: a new row (``new`` is what the insert returned), or the row
     already holding its key (``new`` None)."""
 
@@ -192,10 +192,10 @@ class Placement:
 T = TypeVar("T")
 
 
-def place(jobs: Sequence[NewJob], insert: Callable[[Sequence[NewJob]], list[T | None]],
-          holders: Callable[[Iterable[KeyPair]], dict[KeyPair, int]],
-          id_of: Callable[[T], int]) -> list[Placement]:
-    """Place each of ``jobs``: insert it, or answer with the row that holds its key.
+def enqueue_keyed(jobs: Sequence[NewJob], insert: Callable[[Sequence[NewJob]], list[T | None]],
+                  holders: Callable[[Iterable[KeyPair]], dict[KeyPair, int]],
+                  id_of: Callable[[T], int]) -> list[KeyedEnqueue]:
+    """Enqueue each of ``jobs``: insert it, or answer with the row that holds its key.
 
     ``insert`` is the store's ``enqueue_unique``: it inserts what no other row holds (having
     released the expired holders of these keys) and gives None for each job whose key is held.
@@ -203,7 +203,7 @@ def place(jobs: Sequence[NewJob], insert: Callable[[Sequence[NewJob]], list[T | 
     holder committed while the insert waited for it (the insert's own snapshot does not). A key
     whose holder is gone by then (taken over, pruned) is inserted again in the next round.
     """
-    placed: list[Placement | None] = [None] * len(jobs)
+    answered: list[KeyedEnqueue | None] = [None] * len(jobs)
     pending = list(range(len(jobs)))
     for _ in range(MAX_ROUNDS):
         rows = insert([jobs[i] for i in pending])
@@ -212,7 +212,7 @@ def place(jobs: Sequence[NewJob], insert: Callable[[Sequence[NewJob]], list[T | 
             if row is None:
                 held_back.append(i)
             else:
-                placed[i] = Placement(id_of(row), row)
+                answered[i] = KeyedEnqueue(id_of(row), row)
         if not held_back:
             break
         found = holders({_pair(jobs[i]) for i in held_back})
@@ -222,14 +222,14 @@ def place(jobs: Sequence[NewJob], insert: Callable[[Sequence[NewJob]], list[T | 
             if holder is None:
                 pending.append(i)
             else:
-                placed[i] = Placement(holder)
+                answered[i] = KeyedEnqueue(holder)
         if not pending:
             break
     else:
         raise UniqueKeyContendedError(
             f"enqueue of unique key {jobs[pending[0]].unique_key!r} of job "
             f"{jobs[pending[0]].name!r} found its holder gone {MAX_ROUNDS} times in a row")
-    return [p for p in placed if p is not None]
+    return [a for a in answered if a is not None]
 
 
 def _pair(job: NewJob) -> KeyPair:
@@ -238,8 +238,8 @@ def _pair(job: NewJob) -> KeyPair:
 
 
 def holders_of(alias: str) -> Callable[[Iterable[KeyPair]], dict[KeyPair, int]]:
-    """The ``holders`` lookup of ``place`` on database ``alias``: the id of the row holding each
-    key, through the ORM (by the partial unique index), 200 keys a query."""
+    """The ``holders`` lookup of ``enqueue_keyed`` on database ``alias``: the id of the row
+    holding each key, through the ORM (by the partial unique index), 200 keys a query."""
     from ..models import Job
 
     def lookup(pairs: Iterable[KeyPair]) -> dict[KeyPair, int]:
