@@ -854,6 +854,40 @@ SELECT q.queue,
 FROM queues AS q
 CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;
 
+-- name: nodes_last_id
+-- The largest id the jobs table has ever given (AUTOINCREMENT keeps it in sqlite_sequence; the
+-- largest row's, had it none), and the clock: a workflow's jobs take the next ids, chosen by
+-- a transaction that holds the write lock (store/sqlite_nodes.py).
+SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'django_ultjobs_job'), 0),
+           COALESCE((SELECT MAX(id) FROM django_ultjobs_job), 0)),
+       {now};
+
+-- name: nodes_insert
+-- Jobs of a workflow, each inserted as the enqueue statement inserts it, with the id
+-- nodes_last_id made room for and the columns nodes_place would then write already set, so
+-- each row and its index entries are written once (rule 152 (placed-insert-same-rows);
+-- rule 110 (released-in-settle): a job that waits is pending from its insert). The store
+-- writes the VALUES row once per job, a few hundred per statement (store/sqlite_nodes.py).
+-- Positional, per row in this order: id, name, queue, priority, args, kwargs, status,
+-- max_attempts, run_at, clock, delay, traceparent, tracestate, enqueued_by, clock, clock,
+-- concurrency_key, timeout, expires_in, clock, expires_in, tags, total, condition,
+-- has_dependents, workflow_id, batch_id, callback_of, depends_on, dependents, wait_key. The
+-- clock is nodes_last_id's reading, one for every row as one statement has one; the times are
+-- computed from it as the enqueue statement computes them from its own.
+INSERT INTO django_ultjobs_job
+    (id, name, queue, priority, args, kwargs, status, attempt, max_attempts, visible_at,
+     claim_token, worker_id, cancel_requested, traceparent, tracestate, enqueued_by,
+     last_error, wait_event, wait_after, created_at, updated_at, concurrency_key, timeout,
+     expires_at, tags, deps_total, depends_when, has_dependents, workflow_id, batch_id,
+     callback_of_id, depends_on, dependents, wait_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?,
+        COALESCE(strftime('%Y-%m-%d %H:%M:%f', ?),
+                 strftime('%Y-%m-%d %H:%M:%f', ?, printf('%+.6f seconds', ?))),
+        NULL, '', 0, ?, ?, ?, '', '', 0, ?, ?, ?, ?,
+        CASE WHEN ? IS NOT NULL THEN strftime('%Y-%m-%d %H:%M:%f', ?, printf('%+.6f seconds', ?))
+        END,
+        ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
 -- name: nodes_place
 -- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
 -- (docs/workflows.md): :rows is JSON [[id, pending, total, when, has_dependents, workflow,

@@ -50,7 +50,7 @@ class JobStore(WorkerRows, BodyRows, SlotStore):
         """Insert ``jobs`` in one statement on the caller's connection (and transaction)."""
         if not jobs:
             return []
-        payload = json.dumps([self._new_job_row(job) for job in jobs], separators=(",", ":"))
+        payload = json.dumps([self.new_job_row(job) for job in jobs], separators=(",", ":"))
         with self.cursor() as cur:
             cur.execute(self.sql["enqueue"], {"jobs": payload, "now": self.now_param()})
             rows = cur.fetchall()
@@ -106,7 +106,7 @@ class JobStore(WorkerRows, BodyRows, SlotStore):
             return cur.fetchall()
 
     def _unique_row(self, job: NewJob) -> dict[str, Any]:
-        return {**self._new_job_row(job), "unique_key": job.unique_key,
+        return {**self.new_job_row(job), "unique_key": job.unique_key,
                 "unique_for": float(job.unique_for)}
 
     def claim(
@@ -366,7 +366,7 @@ class JobStore(WorkerRows, BodyRows, SlotStore):
             row["on_row"] = True
         return row
 
-    def _new_job_row(self, job: NewJob) -> dict[str, Any]:
+    def new_job_row(self, job: NewJob) -> dict[str, Any]:
         return {
             "name": job.name,
             "queue": job.queue,

@@ -12,35 +12,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from . import batch_outcomes
+from . import batch_outcomes, sqlite_nodes
 from .base import JobStore
+from .records import NewJob, Placement, PlacementsOf, ids_text
 from .settle_arrays import numbers, texts
 
 #: The conditions a dependent may wait for (``Workflow.add(when=...)``).
 CONDITIONS = ("succeeded", "failed", "finished")
 #: Statuses that finish a job for good.
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """What a just-enqueued job becomes: a node, a member or a callback (``nodes_place``)."""
-
-    job_id: int
-    #: Waits for ``total`` dependencies (status pending); False: runnable as enqueued.
-    pending: bool = False
-    total: int = 0
-    when: str = ""
-    has_dependents: bool = False
-    workflow_id: int | None = None
-    batch_id: int | None = None
-    callback_of: int | None = None
-    #: The ids it waits for, in ``after=`` order; and the ids that wait for it.
-    depends_on: Sequence[int] | None = None
-    dependents: Sequence[int] | None = None
 
 
 def place(store: JobStore, cur: Any, placements: Sequence[Placement]) -> None:
@@ -60,8 +42,8 @@ def place(store: JobStore, cur: Any, placements: Sequence[Placement]) -> None:
             "workflows": numbers(p.workflow_id for p in placements),
             "batches": numbers(p.batch_id for p in placements),
             "callbacks": numbers(p.callback_of for p in placements),
-            "depends_on": texts(_ids_text(p.depends_on) for p in placements),
-            "dependents": texts(_ids_text(p.dependents) for p in placements),
+            "depends_on": texts(ids_text(p.depends_on) for p in placements),
+            "dependents": texts(ids_text(p.dependents) for p in placements),
         })
     else:
         cur.execute(store.sql["nodes_place"], {"rows": _json(
@@ -70,8 +52,19 @@ def place(store: JobStore, cur: Any, placements: Sequence[Placement]) -> None:
              None if p.dependents is None else list(p.dependents)] for p in placements)})
 
 
-def _ids_text(ids: Sequence[int] | None) -> str | None:
-    return None if ids is None else "[" + ",".join(map(str, ids)) + "]"
+def enqueue_placed(store: JobStore, jobs: Sequence[NewJob],
+                   placements_of: PlacementsOf) -> list[int]:
+    """Insert ``jobs`` and make each what ``placements_of(ids)`` says, in the caller's
+    transaction, which has written already; return their ids, in the order of ``jobs``.
+
+    SQLite writes each row once, whole (``sqlite_nodes``). PostgreSQL inserts them (by COPY
+    for many), then places them all in one statement: its ids come from the insert."""
+    if store.vendor == "sqlite":
+        return sqlite_nodes.insert(store, jobs, placements_of)
+    ids = store.enqueue_ids(jobs)
+    with store.cursor() as cur:
+        place(store, cur, placements_of(ids))
+    return ids
 
 
 def release(store: JobStore, cur: Any, job_ids: Sequence[int]) -> None:

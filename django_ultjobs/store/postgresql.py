@@ -94,7 +94,7 @@ class PostgresStore(JobStore):
                         ids, copy_rows.times(jobs, now), strict=True)]
         if len(jobs) != 1:
             return super().enqueue(jobs)
-        row = self._new_job_row(jobs[0])
+        row = self.new_job_row(jobs[0])
         # The shared encoder (checked arguments, so the same text): json.dumps with options
         # builds an encoder per call.
         params = {**row, "args": jsonargs.dumps(row["args"]),

@@ -1,8 +1,9 @@
-"""The values the store takes and returns: rows to write, claims, settlements, slot holds."""
+"""The values the store takes and returns: rows to write, claims, settlements, slot holds,
+placements in a workflow or a batch."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -244,6 +245,35 @@ class SlotHold:
     slot: int
     holder: str
     expires_at: datetime
+
+
+# Made once per node of a graph, so slotted but not frozen, as NewJob above: nothing mutates it.
+@dataclass(slots=True)
+class Placement:
+    """What a just-enqueued job becomes: a workflow's node, a batch's member or a batch's
+    callback (``dependencies.place``)."""
+
+    job_id: int
+    #: Waits for ``total`` dependencies (status pending); False: runnable as enqueued.
+    pending: bool = False
+    total: int = 0
+    when: str = ""
+    has_dependents: bool = False
+    workflow_id: int | None = None
+    batch_id: int | None = None
+    callback_of: int | None = None
+    #: The ids it waits for, in ``after=`` order; and the ids that wait for it.
+    depends_on: Sequence[int] | None = None
+    dependents: Sequence[int] | None = None
+
+
+#: What each job of a graph becomes, given the ids of them all (an edge names other jobs' ids).
+PlacementsOf = Callable[[list[int]], Sequence[Placement]]
+
+
+def ids_text(ids: Sequence[int] | None) -> str | None:
+    """``ids`` as the JSON text of an edge column (``depends_on``, ``dependents``), or None."""
+    return None if ids is None else "[" + ",".join(map(str, ids)) + "]"
 
 
 def settlement_size(s: Settlement) -> int:

@@ -94,8 +94,8 @@ class SQLiteStore(JobStore):
     def _json_time(self, value: datetime) -> str:
         return self.format_time(value)
 
-    def _new_job_row(self, job: NewJob) -> dict[str, Any]:
-        row = super()._new_job_row(job)
+    def new_job_row(self, job: NewJob) -> dict[str, Any]:
+        row = super().new_job_row(job)
         if job.run_at is not None:
             # The clock keeps milliseconds: a run_at between two of them is due at the later
             # one. Cut down to the earlier, the job could start before its run_at, which the
