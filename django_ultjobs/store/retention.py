@@ -1,4 +1,5 @@
-"""Retention: delete finished jobs (with their attempts and steps), old events and dead workers.
+"""Retention: delete finished jobs (with their attempts and steps), old events and dead workers,
+then the batches and workflows none of whose jobs is left (``group_retention``).
 
 Deletes in batches, each its own short transaction, so pruning millions of rows never holds a
 long lock or a long transaction against the claim: on PostgreSQL one statement per batch
@@ -27,7 +28,7 @@ from ..models import (
     JobStep,
     Worker,
 )
-from . import get_store
+from . import get_store, group_retention
 from .base import JobStore
 
 
@@ -40,6 +41,8 @@ class Pruned:
     steps: int = 0
     events: int = 0
     workers: int = 0
+    batches: int = 0
+    workflows: int = 0
 
 
 def prunable_jobs(*, older_than: timedelta, using: str) -> int:
@@ -59,12 +62,15 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
     cutoff = timezone.now() - older_than
     finished = _finished_jobs(using, cutoff)
     if dry_run:
+        batches, workflows = group_retention.prunable_groups(using, cutoff)
         return Pruned(
             jobs=finished.count(),
             attempts=AttemptRecord.objects.using(using).filter(job__in=finished).count(),
             steps=JobStep.objects.using(using).filter(job__in=finished).count(),
             events=_old_events(using, cutoff).count(),
             workers=_dead_workers(using, cutoff).count(),
+            batches=batches,
+            workflows=workflows,
         )
     store = get_store(using)
     delete_batch = _delete_batch if _relations_known() else _delete_batch_by_orm
@@ -79,7 +85,10 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
             on_batch(batch.jobs)
     events = _old_events(using, cutoff).delete()[0]
     workers = _dead_workers(using, cutoff).delete()[0]
-    return Pruned(jobs=jobs, attempts=attempts, steps=steps, events=events, workers=workers)
+    # After the jobs: a group goes once its last job went (rule 151 (group-pruned-when-empty)).
+    batches, workflows = group_retention.prune_groups(using, cutoff, batch_size)
+    return Pruned(jobs=jobs, attempts=attempts, steps=steps, events=events, workers=workers,
+                  batches=batches, workflows=workflows)
 
 
 #: What refers to a job row, each as ``(model label, field name)``: the prune's statements

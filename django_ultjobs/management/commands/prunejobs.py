@@ -26,8 +26,9 @@ MAX_DAYS = 36_500
 
 class Command(BaseCommand):
     help = ("Delete jobs that finished more than ULTJOBS['RETENTION_DAYS'] days ago, with their "
-            "attempts and steps, plus old events and workers not seen since. Queued, running "
-            "and waiting jobs are never touched.")
+            "attempts and steps, plus old events, workers not seen since, and the batches and "
+            "workflows none of whose jobs is left. Queued, running, waiting and pending jobs "
+            "are never touched.")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--days", type=number, default=None,
@@ -70,7 +71,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{verb} {pruned.jobs} jobs ({pruned.attempts} attempts, {pruned.steps} steps), "
             f"{pruned.events} events, {pruned.workers} workers finished or last seen more than "
-            f"{days:g} days ago" + (" (dry run: nothing was deleted)" if dry_run else
+            f"{days:g} days ago, {pruned.batches} batches and {pruned.workflows} workflows with "
+            "no job left" + (" (dry run: nothing was deleted)" if dry_run else
                                     f", {progress.summary()}")
         )
 
