@@ -23,8 +23,8 @@ from typing import Any
 from django.db import transaction
 
 from ..exceptions import WorkflowError
-from ..models import UNFINISHED_STATUSES, Job
 from ..models import Batch as BatchRow
+from ..models import Job
 from ..store import get_store
 from ..store.dependencies import Placement, place
 from . import enqueue, waiting
@@ -119,20 +119,12 @@ class Batch:
 
     def finished(self) -> bool:
         """Whether every member and every callback finished for good."""
-        row = self._row()
-        return not Job.objects.using(self.alias).filter(
-            batch_id=row.pk, status__in=UNFINISHED_STATUSES).exists() and not \
-            Job.objects.using(self.alias).filter(
-                callback_of_id=row.pk, status__in=UNFINISHED_STATUSES).exists()
+        return waiting.batch_finished(self.alias, self._row().pk)
 
     def wait(self, timeout: float | None = None) -> BatchRow:
         """Block until every member and every callback finished for good; return the batch's
         row. Raises ``TimeoutError`` past ``timeout`` seconds (rule 116 (wait-for-result))."""
-        row = self._row()
-        token = f"b{row.pk}"
-        return waiting.wait_until(self.alias, lambda: row if self.finished() else None,
-                                  lambda payload: payload == token, timeout,
-                                  f"batch {row.pk}")
+        return waiting.wait_batch(self._row(), timeout)
 
     async def wait_async(self, timeout: float | None = None) -> BatchRow:
         """``wait`` for async code."""

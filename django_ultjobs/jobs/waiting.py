@@ -1,9 +1,10 @@
 """Waiting for a result: ``job.wait()``, ``batch.wait()``, ``run.wait()`` and their async twins
 (rule 116 (wait-for-result)).
 
-On PostgreSQL the wait LISTENs on its own connection, in autocommit, and wakes on the notify a
-settle (or a cancel) sends when its transaction commits; it also looks again every
-``RECHECK`` seconds, so a finish written by hand is seen too. On SQLite it polls every
+On PostgreSQL a wait that finds its jobs unfinished LISTENs on a connection of its own, in
+autocommit, for as long as it waits, and wakes on the notify a settle (or a cancel) sends when
+its transaction commits; it also looks again every ``RECHECK`` seconds, so a finish written by
+hand is seen too (and one whose notify a pooler dropped). On SQLite it polls every
 ``POLL`` seconds. Neither holds a transaction open while it waits: every look is a statement of
 its own, and a wait inside the caller's ``atomic`` block is refused (the jobs it waits for could
 not even start before that block commits).
@@ -19,8 +20,9 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.db.transaction import TransactionManagementError
 
-from ..models import FINISHED_STATUSES, Job
+from ..models import FINISHED_STATUSES, UNFINISHED_STATUSES, Batch, Job, Workflow
 from ..models import waiters as model_waiters
+from ..models.workflows import group_waiters
 
 T = TypeVar("T")
 
@@ -44,10 +46,15 @@ def wait_until(alias: str, look: Callable[[], T | None], wakes: Callable[[str], 
     deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
     if conn.vendor != "postgresql":
         return _poll(look, deadline, what)
-    conn.ensure_connection()
-    listener = conn.get_new_connection(conn.get_connection_params())
+    # Finished already: no connection of its own to open. Else one, looked at again once it
+    # listens (a notify sent before its LISTEN reaches no one).
+    found = look()
+    if found is not None:
+        return found
+    # The driver's own connection, never one of Django's pool (OPTIONS["pool"]): closed below,
+    # a pooled one would never go back, and a few waits would empty the pool.
+    listener = conn.Database.connect(**conn.get_connection_params(), autocommit=True)
     try:
-        listener.autocommit = True
         listener.execute(f"LISTEN {CHANNEL}")
         while True:
             found = look()
@@ -129,4 +136,38 @@ def run_closing(fn: Callable[..., T]) -> Callable[..., Any]:
     return sync_to_async(_closing(fn), thread_sensitive=False)
 
 
+def batch_finished(alias: str, batch_id: int) -> bool:
+    """Whether every member and every callback of batch ``batch_id`` finished for good."""
+    jobs = Job.objects.using(alias).filter(status__in=UNFINISHED_STATUSES)
+    return not jobs.filter(batch_id=batch_id).exists() and \
+        not jobs.filter(callback_of_id=batch_id).exists()
+
+
+def wait_batch(row: Batch, timeout: float | None = None) -> Batch:
+    """Block until every member and every callback of the batch ``row`` finished for good;
+    return ``row``. Raises ``TimeoutError`` past ``timeout`` seconds."""
+    alias = row._state.db or "default"
+    token = f"b{row.pk}"
+    return wait_until(alias, lambda: row if batch_finished(alias, row.pk) else None,
+                      lambda payload: payload == token, timeout, f"batch {row.pk}")
+
+
+def wait_workflow(row: Workflow, timeout: float | None = None) -> list[Job]:
+    """Block until every job of the workflow ``row`` finished for good; return them in the
+    order they were added (their ids'). Raises ``TimeoutError`` past ``timeout`` seconds."""
+    alias = row._state.db or "default"
+    jobs = Job.objects.using(alias).filter(workflow_id=row.pk)
+    token = f"w{row.pk}"
+
+    def look() -> list[Job] | None:
+        if jobs.filter(status__in=UNFINISHED_STATUSES).exists():
+            return None
+        return list(jobs.order_by("id"))
+
+    return wait_until(alias, look, lambda payload: payload == token, timeout,
+                      f"workflow {row.pk}")
+
+
 model_waiters.update(wait=wait_job, wait_async=wait_job_async)
+group_waiters.update(batch=wait_batch, batch_async=run_closing(wait_batch),
+                     workflow=wait_workflow, workflow_async=run_closing(wait_workflow))

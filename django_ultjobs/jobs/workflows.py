@@ -27,7 +27,7 @@ from ..models import Workflow as WorkflowRow
 from ..store import get_store
 from ..store.dependencies import CONDITIONS, Placement
 from . import enqueue, waiting
-from .spec import JobCall
+from .spec import JobCall, JobSpec
 from .unique import key_of
 
 
@@ -47,8 +47,14 @@ class Node:
 
 def checked_call(call: object, where: str) -> JobCall:
     """``call`` if it is a job's ``.call(...)`` that may wait for others; else refused by name."""
+    if isinstance(call, JobSpec):
+        raise WorkflowError(f"{where}: got the job {call.name} itself; pass a call of it, "
+                            f"with its arguments: {call.name.rpartition('.')[2]}.call(...)")
+    if isinstance(call, Job):
+        raise WorkflowError(f"{where}: got job {call.pk}, enqueued already; pass a call of "
+                            f"its job to enqueue a new one: .call(...), not .enqueue(...)")
     if not isinstance(call, JobCall):
-        raise WorkflowError(f"{where}: expected a job's .call(...), got {call!r}")
+        raise WorkflowError(f"{where}: expected a job's .call(...), got {_short(call)}")
     if key_of(call.spec, call.args, call.kwargs) is not None:
         raise WorkflowError(
             f"{where}: {call.spec.name} holds a unique key; a job that may answer with another "
@@ -58,7 +64,15 @@ def checked_call(call: object, where: str) -> JobCall:
 
 def _named(call: object) -> str:
     """How an error message names ``call``: its job's name, or what it is."""
-    return call.spec.name if isinstance(call, JobCall) else repr(call)
+    if isinstance(call, JobCall):
+        return call.spec.name
+    return call.name if isinstance(call, JobSpec) else _short(call)
+
+
+def _short(value: object) -> str:
+    """``value``'s repr, cut to fit a one-line message."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def checked_when(when: object, where: str) -> str:
@@ -90,6 +104,10 @@ class Workflow:
         call = checked_call(call, where)
         when = checked_when(when, where)
         deps = tuple(after) if not isinstance(after, Node) else (after,)
+        if when != "succeeded" and not deps:
+            # Without dependencies a node runs at once: an alert meant for a failure would.
+            raise WorkflowError(f"{where}: when={when!r} needs after=, the nodes whose "
+                                f"outcome it waits for; a node with none runs at once")
         for dep in deps:
             if not isinstance(dep, Node) or dep.workflow is not self:
                 raise WorkflowError(f"{where}: after= takes nodes this workflow's add() "
@@ -158,8 +176,15 @@ class WorkflowRun:
         return Job.objects.using(self.alias).get(pk=self.job_ids[node.index])
 
     def jobs(self) -> list[Job]:
-        """Every job of the workflow, read now, in the order they were added."""
+        """Every job of the workflow, read now, in the order they were added. Raises
+        ``Job.DoesNotExist`` naming the first one gone (pruned, or deleted)."""
         found = Job.objects.using(self.alias).in_bulk(self.job_ids)
+        gone = [i for i in self.job_ids if i not in found]
+        if gone:
+            raise Job.DoesNotExist(
+                f"job {gone[0]} of workflow {self.id} does not exist"
+                + (f" (nor {len(gone) - 1} more of its jobs)" if len(gone) > 1 else "")
+                + ": pruned or deleted")
         return [found[i] for i in self.job_ids]
 
     def finished(self) -> bool:
@@ -171,10 +196,9 @@ class WorkflowRun:
         """Block until every job of the workflow finished for good; return them (``jobs()``).
         Raises ``TimeoutError`` past ``timeout`` seconds (rule 116 (wait-for-result))."""
         token = f"w{self.id}"
-        waiting.wait_until(self.alias, lambda: self.jobs() if self.finished() else None,
-                           lambda payload: payload == token, timeout,
-                           f"workflow {self.id}")
-        return self.jobs()
+        return waiting.wait_until(self.alias, lambda: self.jobs() if self.finished() else None,
+                                  lambda payload: payload == token, timeout,
+                                  f"workflow {self.id}")
 
     async def wait_async(self, timeout: float | None = None) -> list[Job]:
         """``wait`` for async code."""

@@ -9,9 +9,16 @@ over a graph or a batch, and a graph's enqueue writes no table but the jobs'.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.db import models
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
+
+#: How a batch's or a workflow's row waits (``row.wait()``): set by ``jobs.waiting``, a layer
+#: above the models, which the app loads when it is ready.
+group_waiters: dict[str, Callable[..., Any]] = {}
 
 
 class Workflow(models.Model):
@@ -29,6 +36,15 @@ class Workflow(models.Model):
     def __str__(self) -> str:
         return f"workflow {self.pk}" + (f" {self.name!r}" if self.name else "")
 
+    def wait(self, timeout: float | None = None) -> list[Any]:
+        """Block until every job of the workflow finished for good; return them, in the order
+        they were added. Raises ``TimeoutError`` past ``timeout`` seconds (docs/workflows.md)."""
+        return group_waiters["workflow"](self, timeout)
+
+    async def wait_async(self, timeout: float | None = None) -> list[Any]:
+        """``wait`` for async code."""
+        return await group_waiters["workflow_async"](self, timeout)
+
 
 class Batch(models.Model):
     """Jobs enqueued in one ``with Batch(...)`` block, and the callbacks their finish releases."""
@@ -45,3 +61,12 @@ class Batch(models.Model):
 
     def __str__(self) -> str:
         return f"batch {self.pk}" + (f" {self.description!r}" if self.description else "")
+
+    def wait(self, timeout: float | None = None) -> Batch:
+        """Block until every member and every callback finished for good; return this row.
+        Raises ``TimeoutError`` past ``timeout`` seconds (docs/workflows.md)."""
+        return group_waiters["batch"](self, timeout)
+
+    async def wait_async(self, timeout: float | None = None) -> Batch:
+        """``wait`` for async code."""
+        return await group_waiters["batch_async"](self, timeout)

@@ -646,7 +646,10 @@ changed AS (
         deps_failed = j.deps_failed + c.bad,
         status = CASE c.verdict WHEN 'cancel' THEN 'cancelled' WHEN 'release' THEN 'queued'
                  ELSE j.status END,
-        visible_at = CASE WHEN c.verdict = 'release' THEN {now} ELSE j.visible_at END,
+        -- Never before the due time its enqueue gave it (run_at, delay):
+        -- rule 150 (release-keeps-due-time).
+        visible_at = CASE WHEN c.verdict = 'release' THEN GREATEST(j.visible_at, {now})
+                          ELSE j.visible_at END,
         cancelled_by = CASE WHEN c.verdict = 'cancel'
                             THEN COALESCE(c.first_failed, c.first_cancelled)
                             ELSE j.cancelled_by END,

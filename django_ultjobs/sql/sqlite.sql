@@ -313,12 +313,14 @@ FROM judged ORDER BY dependent;
 -- name: dependents_apply
 -- Write what release_judge or unfinish_judge decided (:rows, JSON [[id, done, bad, status,
 -- cancelled_by, reason], ...]): the counters always, the status when one is given ('queued'
--- visible now, 'cancelled' finished now, 'pending' back from a cancel).
+-- visible now or at its own due time, 'cancelled' finished now, 'pending' back from a cancel).
 UPDATE django_ultjobs_job AS j
 SET deps_done = j.deps_done + c.done,
     deps_failed = j.deps_failed + c.bad,
     status = COALESCE(c.status, j.status),
-    visible_at = CASE WHEN c.status = 'queued' THEN {now} ELSE j.visible_at END,
+    -- Never before the due time its enqueue gave it (run_at, delay):
+    -- rule 150 (release-keeps-due-time).
+    visible_at = CASE WHEN c.status = 'queued' THEN MAX(j.visible_at, {now}) ELSE j.visible_at END,
     cancelled_by = CASE WHEN c.status IS NULL THEN j.cancelled_by ELSE c.culprit END,
     cancel_reason = CASE WHEN c.status IS NULL THEN j.cancel_reason ELSE c.reason END,
     finished_at = CASE WHEN c.status IS NULL THEN j.finished_at

@@ -84,8 +84,13 @@ def test_bad_graphs_are_refused_by_name_before_any_sql(alias: str) -> None:
     # rule 118 (bad-graph-refused), as rule 16 (bad-input-refused): by name, nothing written
     wf = Workflow()
     other = Workflow().add(wf_step.call("x"))
-    with pytest.raises(WorkflowError, match=r"expected a job's \.call"):
+    with pytest.raises(WorkflowError, match=r"expected a job's \.call\(\.\.\.\), got 42"):
+        wf.add(42)  # type: ignore[arg-type]
+    with pytest.raises(WorkflowError, match=r"got the job \S*wf_step itself; pass a call of it, "
+                                            r"with its arguments: wf_step\.call\(\.\.\.\)"):
         wf.add(wf_step)  # type: ignore[arg-type]
+    with pytest.raises(WorkflowError, match=r"got job 812, enqueued already; pass a call"):
+        Batch(on_success=Job(pk=812, name=wf_step.name))  # type: ignore[arg-type]
     with pytest.raises(WorkflowError, match="when= must be one of succeeded, failed, finished"):
         wf.add(wf_step.call("a"), when="done")
     with pytest.raises(WorkflowError, match="after= takes nodes this workflow"):

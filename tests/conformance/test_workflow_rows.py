@@ -1,29 +1,47 @@
 """A workflow's rows on both engines: SQLite writes each node once, whole, and the rows are
-the ones an insert and a placement write (rule 152 (placed-insert-same-rows))."""
+the ones an insert and a placement write (rule 152 (placed-insert-same-rows)); a released
+dependent keeps its own due time (rule 150 (release-keeps-due-time)); and the corners a user
+meets: a condition with nothing to wait for, a node pruned, a wait and the connection it
+takes, a retry of a dependent itself."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from django_ultjobs import Workflow
+from django_ultjobs import Batch, Workflow, WorkflowError, chain
 from django_ultjobs.jobs.enqueue import bulk_enqueue
 from django_ultjobs.jobs.workflows import node_placements
+from django_ultjobs.models import Batch as BatchRow
 from django_ultjobs.models import Job
 from django_ultjobs.models import Workflow as WorkflowRow
-from django_ultjobs.store import get_store
+from django_ultjobs.operations import retry_jobs
+from django_ultjobs.store import JobStore, get_store
 from django_ultjobs.store.dependencies import place
+from django_ultjobs.testing import run_jobs
+from tests.doubles import FakeClock
 from tests.testapp.jobs import wf_step
 
-from .helpers import row
+from .helpers import claim, row, settlement
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__",
                                     available_apps=["django_ultjobs", "tests.testapp"])
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A minute ahead of the database's clock, so the jobs enqueued on it are due."""
+    ahead = FakeClock()
+    ahead.advance(60)
+    return ahead
 
 
 def _graph() -> Workflow:
@@ -124,3 +142,119 @@ def test_a_workflow_whose_transaction_rolls_back_leaves_its_ids_free(alias: str)
     again = _graph().enqueue()
     assert Job.objects.using(alias).count() == 5
     assert row(alias, again.job_ids[4]).depends_on == again.job_ids[:1] + again.job_ids[2:3]
+
+
+def test_a_released_dependent_keeps_its_own_due_time(alias: str, cstore: JobStore,
+                                                      clock: FakeClock) -> None:
+    # rule 150 (release-keeps-due-time): released by its dependency's settle, a node with a
+    # run_at an hour away is queued, and due at its run_at, not at the settle
+    run_at = timezone.now() + timedelta(hours=1)
+    wf = Workflow()
+    a = wf.add(wf_step.call("a"))
+    wf.add(wf_step.using(run_at=run_at).call("later"), after=[a])
+    wf.add(wf_step.call("now"), after=[a])
+    first, later, now = wf.enqueue().job_ids
+    (claimed,) = claim(cstore)
+    assert cstore.settle([settlement(claimed)], "w1") == {first}
+    assert [row(alias, i).status for i in (later, now)] == ["queued", "queued"]
+    assert row(alias, later).visible_at >= run_at
+    (running,) = claim(cstore)
+    assert running.id == now and cstore.settle([settlement(running)], "w1") == {now}
+    clock.advance(3600 + 60)
+    assert [j.id for j in claim(cstore)] == [later]
+
+
+def test_a_condition_with_nothing_to_wait_for_is_refused(alias: str) -> None:
+    # rule 118 (bad-graph-refused): a node with no dependencies runs at once, so an alert
+    # written when="failed" without after= would run at once
+    wf = Workflow()
+    for when in ("failed", "finished"):
+        with pytest.raises(WorkflowError, match=f"when='{when}' needs after="):
+            wf.add(wf_step.call("alert"), when=when)
+    assert wf.nodes == [] and not Job.objects.using(alias).exists()
+
+
+def test_the_jobs_of_a_workflow_name_a_node_that_is_gone(alias: str) -> None:
+    run = _graph().enqueue()
+    Job.objects.using(alias).filter(pk__in=run.job_ids[3:]).delete()
+    with pytest.raises(Job.DoesNotExist,
+                       match=rf"job {run.job_ids[3]} of workflow {run.id} does not exist "
+                             r"\(nor 1 more of its jobs\): pruned or deleted"):
+        run.jobs()
+
+
+def test_a_wait_for_a_finished_job_opens_no_connection(alias: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # rule 116 (wait-for-result): only a wait that has to wait listens on a connection of its own
+    job = wf_step.enqueue("done")
+    run_jobs(database=alias)
+    conn = connections[alias]
+
+    def refused(*args: object) -> None:
+        raise AssertionError("a wait for a finished job opened a connection")
+
+    monkeypatch.setattr(conn, "get_new_connection", refused)
+    assert job.wait(timeout=5).status == "succeeded"
+
+
+@pytest.fixture
+def pooled(pg_alias: str) -> Iterator[str]:
+    """A second alias of the PostgreSQL test database through Django's pool, two connections
+    at most, a checkout waiting 2 s at most."""
+    settings = {**connections[pg_alias].settings_dict, "CONN_MAX_AGE": 0}
+    settings["OPTIONS"] = {**settings["OPTIONS"],
+                           "pool": {"min_size": 1, "max_size": 2, "timeout": 2}}
+    # Made here, not declared in the settings: the test case allows such a connection.
+    wrapper = type(connections[pg_alias])(settings, "pooled")
+    connections["pooled"] = wrapper
+    try:
+        yield "pooled"
+    finally:
+        wrapper.close()
+        wrapper.close_pool()
+        del connections["pooled"]
+
+
+def test_a_wait_takes_no_connection_from_djangos_pool(pooled: str) -> None:
+    # rule 116 (wait-for-result): the listening connection is the driver's own; one taken from
+    # the pool and closed never went back, and the third wait found the pool empty
+    # (PoolTimeout after 2 s instead of the wait's TimeoutError)
+    job = Job.objects.using(pooled).get(pk=wf_step.enqueue("never run").pk)
+    for _ in range(3):
+        with pytest.raises(TimeoutError, match=f"job {job.pk} did not finish in time"):
+            job.wait(timeout=0.2)
+    assert Job.objects.using(pooled).filter(pk=job.pk, status="queued").exists()
+
+
+def test_retrying_a_cancelled_dependent_itself_runs_it_now(alias: str) -> None:
+    # rule 114 (retry-takes-finish-back) takes back a dependency's finish; a retry of the
+    # dependent itself is the operator's decision to run it, whatever its dependencies did
+    wf = Workflow()
+    a = wf.add(wf_step.call("a", fail=True))
+    b = wf.add(wf_step.call("b"), after=[a])
+    wf.add(wf_step.call("c"), after=[b])
+    ia, ib, ic = wf.enqueue().job_ids
+    run_jobs(database=alias)
+    assert [row(alias, i).status for i in (ia, ib, ic)] == ["failed", "cancelled", "cancelled"]
+    retry_jobs([ib], using=alias)
+    assert [row(alias, i).status for i in (ib, ic)] == ["queued", "pending"]
+    run_jobs(database=alias)
+    assert [row(alias, i).status for i in (ia, ib, ic)] == ["failed", "succeeded", "succeeded"]
+
+
+def test_a_batch_or_workflow_read_later_waits_as_the_one_enqueued(alias: str) -> None:
+    # rule 116 (wait-for-result): another request, another process knows only the group's id
+    with Batch(on_finish=wf_step.call("done")) as batch:
+        wf_step.enqueue("m")
+    run = chain(wf_step.call("x"), wf_step.call("y")).enqueue()
+    batch_row = BatchRow.objects.using(alias).get(pk=batch.id)
+    workflow_row = WorkflowRow.objects.using(alias).get(pk=run.id)
+    with pytest.raises(TimeoutError, match=f"batch {batch.id} did not finish in time"):
+        batch_row.wait(timeout=0.2)
+    with pytest.raises(TimeoutError, match=f"workflow {run.id} did not finish in time"):
+        asyncio.run(workflow_row.wait_async(timeout=0.2))
+    run_jobs(database=alias)
+    assert batch_row.wait(timeout=5) == batch_row
+    assert asyncio.run(batch_row.wait_async(timeout=5)) == batch_row
+    assert [j.id for j in workflow_row.wait(timeout=5)] == run.job_ids
+    assert [j.id for j in asyncio.run(workflow_row.wait_async(timeout=5))] == run.job_ids
