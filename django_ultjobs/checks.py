@@ -336,7 +336,8 @@ def check_timeouts(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         "cannot see its cancellation, so a run past its timeout is not stopped but only "
         "reported as overrunning (and ends its worker under runjobworker --exit-on-overrun)",
         hint="Add takes_context=True and call ctx.raise_if_cancelled() in the body's loops and "
-             "before each side effect; Python cannot kill a thread.",
+             "before each side effect; Python cannot kill a thread. Or run such jobs under "
+             "runjobworker --pool process, which kills a body that does not stop.",
         id="django_ultjobs.W035",
     )]
 

@@ -24,6 +24,7 @@ from .loop_state import LoopState
 from .options import WorkerOptions
 from .rate_gate import RateGate
 from .recycle import Recycler
+from .runs import lease_clock
 from .vitals import Vitals, outage_backoff
 from .worker_row import WorkerRow
 
@@ -190,10 +191,12 @@ class ClaimLoop:
         # The slots this worker kept from its last runs of each capped kind: the claim may take
         # that many more runs of the kind than the fleet has free slots.
         kept = self.slots.offer(loop.caps) if loop.caps else {}
+        # The leases the claim sets hold from no sooner than its sending.
+        sent = lease_clock()
         claimed = self.claim(loop, free, kept=kept)
         if claimed is None:
             return True
-        started = self.dispatcher.dispatch(claimed) if claimed else 0
+        started = self.dispatcher.dispatch(claimed, leased_at=sent) if claimed else 0
         self.recycler.note_started(started)
         if kept:
             # A kept slot that no run of this claim took goes back to the fleet: its kind has

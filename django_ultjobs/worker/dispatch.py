@@ -3,7 +3,7 @@
 What was claimed is sorted here: a run that must not start is settled at once (an unknown job
 parked, an expired one cancelled, one over its rate limit or without a fleet slot handed back),
 the rest are handed to the executor pool or the async lane, and each run's outcome goes to the
-completer. This module also leaves an executor thread's connections as the next run expects them.
+completer.
 """
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
-
-from django.db import connections
-from django.db.backends.signals import connection_created
 
 from ..conf import get_settings
 from ..exceptions import LeaseLostError
 from ..jobs.registry import get_job
 from ..models import AttemptOutcome
 from ..observability.logs import log_event
-from ..store import ClaimedJob, JobStore, LostAttempt, ParkEpisode
+from ..observability.metrics import record_wait_on
+from ..store import ClaimedJob, JobStore, LostAttempt, ParkEpisode, Settlement
 from .async_executor import arun_job
 from .async_lane import AsyncLane
 from .completer import Completer
@@ -31,8 +28,9 @@ from .executor import run_job
 from .fleet_slots import FleetSlots
 from .options import WorkerOptions
 from .pool import ExecutorPool
+from .process_pool import ProcessPool
 from .rate_gate import RateGate, over_limit_settlement
-from .runs import Run, RunsInFlight
+from .runs import Run, RunsInFlight, lease_clock
 from .settlements import (
     UNKNOWN_JOB_PREFIX,
     failed_by_worker,
@@ -40,6 +38,7 @@ from .settlements import (
     slot_unavailable_settlement,
 )
 from .telemetry import Telemetry, telemetry_now
+from .thread_connections import note_opened, reset_connections
 
 logger = logging.getLogger("django_ultjobs.worker")
 
@@ -59,7 +58,13 @@ class Dispatcher:
         #: The timer that cancels each run at its deadline (rule 130 (timeout-on-time)): told
         #: when a body starts and when its outcome goes to the completer.
         self.deadlines = deadlines
-        self.pool = ExecutorPool(options.threads, self._execute, on_free=on_free)
+        self.pool: ExecutorPool | ProcessPool
+        if options.pool == "process":
+            # Sync bodies in child processes the worker can kill (rule 140 (hard-stop)).
+            self.pool = ProcessPool(options, slots=slots, started=self._started_in_child,
+                                    settled=self._settled, on_free=on_free)
+        else:
+            self.pool = ExecutorPool(options.threads, self._execute, on_free=on_free)
         #: ``async def`` bodies run on one event loop, apart from the threads
         #: (rule 85 (one-event-loop)).
         self.async_lane = AsyncLane(options.async_concurrency, self._execute_async,
@@ -70,11 +75,13 @@ class Dispatcher:
         # telemetry.py: looked up per run, they were a large share of a short run's Python).
         self._telemetry: Telemetry = telemetry_now()
 
-    def dispatch(self, claimed: Sequence[ClaimedJob]) -> int:
-        """Start what was claimed; return how many runs started."""
+    def dispatch(self, claimed: Sequence[ClaimedJob], *, leased_at: float | None = None) -> int:
+        """Start what was claimed; return how many runs started. ``leased_at``: when the claim
+        was sent (``lease_clock``; None: now)."""
         self._record_lost_attempts(claimed)
         runs: list[Run] = []
-        claimed_runs = [Run(job=job, spec=get_job(job.name)) for job in claimed]
+        sent = lease_clock() if leased_at is None else leased_at
+        claimed_runs = [Run(job=job, spec=get_job(job.name), leased_at=sent) for job in claimed]
         episodes = self._park_episodes([run for run in claimed_runs if run.spec is None])
         for run, olders in zip(claimed_runs, self.runs.others_of_each(claimed_runs),
                                strict=True):
@@ -227,13 +234,34 @@ class Dispatcher:
                 # receiver before ours, the backend's init_connection_state) and never sends
                 # the signal for it: a run that did not succeed may have left one, so this
                 # thread's connections are reset from now on.
-                _note_opened()
+                note_opened()
             self.completer.submit(run, settlement)
         finally:
-            self.deadlines.forget(run)
-            with self._executing_lock:
-                self._executing.discard(run)
-            _reset_connections()
+            self._let_go(run)
+            reset_connections()
+
+    def _settled(self, run: Run, settlement: Settlement) -> None:
+        """A run of the process pool is over (its child's outcome, or the one its child's end
+        decided): to the completer, as ``_execute`` does for a thread's."""
+        try:
+            self.completer.submit(run, settlement)
+        finally:
+            self._let_go(run)
+
+    def _let_go(self, run: Run) -> None:
+        self.deadlines.forget(run)
+        with self._executing_lock:
+            self._executing.discard(run)
+
+    def _started_in_child(self, run: Run, pid: int) -> None:
+        """A child process starts ``run``'s body: as ``_started``, its runner named by the pid,
+        and the wait from its due time recorded here (the child records no metrics)."""
+        self._started(run)
+        run.thread = f"child {pid}"
+        job, instruments = run.job, self._telemetry.instruments
+        if job.due_at is not None and instruments is not None:
+            record_wait_on(instruments, job.name, job.queue,
+                           (job.claimed_at - job.due_at).total_seconds())
 
     async def _execute_async(self, run: Run) -> None:
         """Run one ``async def`` job on the async lane's loop and hand its outcome to the
@@ -277,42 +305,3 @@ def _is_async(run: Run) -> bool:
     """Whether ``run`` goes to the async lane: its body is ``async def``
     (rule 85 (one-event-loop))."""
     return run.spec is not None and run.spec.is_coroutine
-
-
-class _Opened(threading.local):
-    """Whether this thread has opened a database connection: Django sends ``connection_created``
-    on the thread that connects, and a thread that never did has nothing to reset."""
-
-    any = False
-
-
-_opened = _Opened()
-
-
-def _note_opened(**kwargs: Any) -> None:
-    _opened.any = True
-
-
-connection_created.connect(_note_opened, weak=False, dispatch_uid="django_ultjobs.worker.opened")
-
-
-def _reset_connections() -> None:
-    """Leave an executor thread's connections as a new run expects them.
-
-    A body that left a transaction open would otherwise leak it into the next job on this
-    thread; a connection that broke is closed so the next run reconnects. Connections obey
-    CONN_MAX_AGE exactly as Django's request handling does.
-    """
-    if not _opened.any:
-        # Asking Django which connections the thread has raises and catches an exception per
-        # alias when it has none, most runs' case: bodies that never touch the database.
-        return
-    for conn in connections.all(initialized_only=True):
-        try:
-            if conn.connection is not None and not conn.in_atomic_block \
-                    and not conn.get_autocommit():
-                conn.rollback()
-                conn.set_autocommit(True)
-            conn.close_if_unusable_or_obsolete()
-        except Exception:
-            conn.close()

@@ -328,6 +328,13 @@ class FleetSlots:
             if run.slot is not None and self._busy.get(_ident(run.slot)) is run:
                 del self._busy[_ident(run.slot)]
 
+    def confirmed_at(self, hold: SlotHold) -> float | None:
+        """When (this object's clock, ``runs.lease_clock`` unless a test set another) the
+        statement that last set ``hold``'s expiry was sent; None once it is no longer held. It
+        holds until at least then + ``ttl``."""
+        with self._lock:
+            return self._confirmed.get(_ident(hold))
+
     @property
     def kept(self) -> int:
         """How many slots this worker holds between runs."""

@@ -20,7 +20,7 @@ from ..observability.logs import log_event
 from ..store import JobStore
 from .deadlines import Deadlines
 from .fleet_slots import FleetSlots
-from .runs import Run, RunsInFlight
+from .runs import Run, RunsInFlight, lease_clock
 from .vitals import Vitals
 from .worker_row import WorkerRow
 
@@ -129,6 +129,7 @@ class Heartbeat:
             self.vitals.beat()
 
     def _renew_leases(self, runs: list[Run]) -> None:
+        sent = lease_clock()
         try:
             alive = self.store.heartbeat([(r.id, r.job.token) for r in runs],
                                          self.visibility_timeout)
@@ -143,6 +144,7 @@ class Heartbeat:
             self._cancel_requested(requested)
         for run in runs:
             if run.id in alive:
+                run.leased_at = sent
                 continue
             # Absent from the answer: an explicit "no" from the database. A run whose settle is
             # being written may simply have settled first — that is not a loss.

@@ -22,6 +22,12 @@ MAX_THREADS = 1024
 #: flight costs its task, its lease in every heartbeat statement and its settle, no thread; past
 #: this many one process's heartbeat and completer are the limit: run more processes instead.
 MAX_ASYNC_CONCURRENCY = 10_000
+#: The most child processes one worker may run with ``--pool process``: each is a Python
+#: process with its own memory and database connection.
+MAX_PROCESSES = 256
+#: The pools a worker can run sync bodies in (``--pool``).
+POOLS = ("threads", "process")
+
 #: The longest ``--worker-id``: the length of the columns it is stored in (the worker's row, each
 #: job it claims, each attempt it records).
 MAX_WORKER_ID = 200
@@ -80,6 +86,22 @@ class WorkerOptions:
     health_port: int | None = None
     #: The address the health server listens on.
     health_host: str = "127.0.0.1"
+    #: Where sync bodies run: ``threads`` (executor threads in this process) or ``process``
+    #: (child processes, one body each, that the worker can kill: ``process_pool.py``).
+    pool: str = "threads"
+    #: Child processes with ``pool="process"``; None: as many as the host has CPUs.
+    processes: int | None = None
+    #: Runs a child does before a fresh one replaces it (``pool="process"``); None: no bound.
+    max_jobs_per_child: int | None = None
+    #: MiB of resident memory past which a child is replaced after its run.
+    max_memory_per_child: float | None = None
+
+    @property
+    def places(self) -> int:
+        """Sync bodies this worker runs at once: its threads, or its child processes."""
+        if self.pool == "process":
+            return self.processes or os.cpu_count() or 1
+        return self.threads
 
     def __post_init__(self) -> None:
         self._check_seconds()
@@ -116,6 +138,39 @@ class WorkerOptions:
         if self.poll_interval <= 0:
             raise JobConfigurationError("--poll-interval must be positive")
         self._check_recycling()
+        self._check_pool()
+
+    def _check_pool(self) -> None:
+        """Refuse an unknown pool, a process count out of range, and per-child bounds a thread
+        pool could never apply (rule 18 (start-mistake-named))."""
+        if self.pool not in POOLS:
+            raise JobConfigurationError(
+                f"--pool must be one of {', '.join(POOLS)}, not {self.pool!r}")
+        if self.pool == "process" and not hasattr(os, "pidfd_open"):
+            raise JobConfigurationError(
+                "--pool process needs Linux 5.3 or later (it ends children through pidfds); "
+                "use --pool threads here")
+        count = self.processes
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                  or not 1 <= count <= MAX_PROCESSES):
+            raise JobConfigurationError(
+                f"--processes must be a whole number from 1 to {MAX_PROCESSES}, not {count!r}")
+        jobs, memory = self.max_jobs_per_child, self.max_memory_per_child
+        if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
+                                 or jobs < 1):
+            raise JobConfigurationError(
+                f"--max-jobs-per-child must be a whole number of runs from 1, not {jobs!r}")
+        if memory is not None and (isinstance(memory, bool)
+                                   or not isinstance(memory, int | float)
+                                   or not is_finite(memory) or memory <= 0):
+            raise JobConfigurationError(
+                f"--max-memory-per-child must be a number of MiB more than 0, not "
+                f"{shown(memory)}")
+        if self.pool != "process" and (count is not None or jobs is not None
+                                       or memory is not None):
+            raise JobConfigurationError(
+                "--processes, --max-jobs-per-child and --max-memory-per-child need "
+                "--pool process")
 
     def _check_recycling(self) -> None:
         """Refuse a ``--max-jobs`` or ``--max-memory`` that could never be reached, or is

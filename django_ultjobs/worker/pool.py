@@ -49,6 +49,9 @@ class ExecutorPool:
             for i in range(size)
         ]
 
+    def prepare(self) -> None:
+        """Nothing to set up before the worker's threads (the process pool forks here)."""
+
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
@@ -86,6 +89,11 @@ class ExecutorPool:
         thread or an async place)."""
         with self._lock:
             self._call_on_free = self._on_free is not None
+
+    def trouble(self) -> str | None:
+        """Why the pool cannot run bodies, for the liveness probe: threads never stop being
+        there, so never anything."""
+        return None
 
     def notify(self) -> None:
         """Make waiters for free threads re-check (the worker starts stopping); they go on

@@ -11,6 +11,15 @@ from ..runtime.cancel import CancelScope
 from ..runtime.steps import StepLedger
 from ..store import ClaimedJob, SlotHold
 
+
+def lease_clock() -> float:
+    """Seconds on the clock leases are judged by in this host's processes: it goes on counting
+    while the host is suspended (``CLOCK_BOOTTIME``), as the database's clock does, and every
+    process reads the same one, so a child can tell when its run's lease may lapse."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") \
+        else time.monotonic()
+
+
 #: Guards every run's ``settling`` flag: held for a test and a set, so one lock for all runs
 #: costs no waiting, where a lock of each run's own was an allocation per claimed job.
 _SETTLING = threading.Lock()
@@ -53,6 +62,10 @@ class Run:
     over: bool = False
     #: Seconds the body ran, once it has (None for a run settled without running its body).
     duration: float | None = None
+    #: When (``lease_clock``) the statement that last set the run's lease was SENT: the claim,
+    #: then each heartbeat that found it alive. The lease holds until at least then + the
+    #: visibility timeout; a child process ends its body before that (``process_pool.py``).
+    leased_at: float = 0.0
 
     @property
     def id(self) -> int:

@@ -42,6 +42,7 @@ from .health import HealthServer
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .options import MAX_SECONDS, WorkerOptions
+from .process_pool import KILL_MARGIN
 from .rate_gate import RateGate
 from .recycle import Recycler
 from .runs import RunsInFlight
@@ -72,8 +73,13 @@ class WorkerProcess:
         self.runs = RunsInFlight()
         self.recycler = Recycler(options.max_jobs, options.max_memory)
         self.slots = FleetSlots(self.store.slot_store, self.worker_id, options.visibility_timeout)
+        #: What a hard stop adds to ``--cancel-wait`` (rule 140 (hard-stop)): the process pool's
+        #: time to kill a child and settle its run, before the drain gives up on it or the
+        #: timer reports it overrunning.
+        self.kill_margin = KILL_MARGIN if options.pool == "process" else 0.0
         self.deadlines = Deadlines(
-            store=self.store, worker_id=self.worker_id, grace=options.cancel_wait,
+            store=self.store, worker_id=self.worker_id,
+            grace=options.cancel_wait + self.kill_margin,
             on_overrun=self._overran if options.exit_on_overrun else None,
             on_change=lambda: self.heartbeat.overrunning_changed())
         self.row = WorkerRow(self.store, options,
@@ -144,6 +150,9 @@ class WorkerProcess:
     def run(self, *, install_signals: bool = True) -> int:
         """Claim and run jobs until stopped (or, with ``burst``, until none is runnable)."""
         self.check()
+        # The process pool's fork server first, while this process runs no thread of the
+        # worker's and holds no connection it opened: its children start from here.
+        self.pool.prepare()
         # Listening before the start-up wait (readiness says "starting" meanwhile), and before
         # the row is written: a port in use fails the start with nothing to undo.
         health = self.health = self._health_server()
@@ -159,6 +168,7 @@ class WorkerProcess:
                 restore()
             if health is not None:
                 health.stop()
+            self.pool.stop(timeout=0.5)
             connections.close_all()
         return self.exit_code
 
@@ -169,11 +179,17 @@ class WorkerProcess:
             return None
         vitals = self.vitals
 
-        def ready() -> str | None:
-            return vitals.not_ready(started=self.started.is_set(),
-                                    stopping=self._stopping.is_set())
+        def alive() -> str | None:
+            # The children are the process pool's places: a pool that cannot run bodies is
+            # not live.
+            return vitals.not_alive() or self.pool.trouble()
 
-        return HealthServer({"/livez": vitals.not_alive, "/readyz": ready},
+        def ready() -> str | None:
+            return (vitals.not_ready(started=self.started.is_set(),
+                                     stopping=self._stopping.is_set())
+                    or self.pool.trouble())
+
+        return HealthServer({"/livez": alive, "/readyz": ready},
                             host=self.options.health_host, port=self.options.health_port,
                             worker_id=self.worker_id)
 
@@ -193,7 +209,8 @@ class WorkerProcess:
         """Start the threads, claim until stopped, then drain."""
         self._start_threads()
         log_event(logger, logging.INFO, "jobs.worker.started", worker_id=self.worker_id,
-                  queues=",".join(self.options.queues), threads=self.options.threads,
+                  queues=",".join(self.options.queues), pool=self.options.pool,
+                  threads=self.options.places,
                   async_concurrency=self.options.async_concurrency,
                   visibility_timeout=self.options.visibility_timeout,
                   heartbeat_interval=self.options.heartbeat_interval,
@@ -294,7 +311,7 @@ class WorkerProcess:
             run.scope.cancel(WorkerShutdownError(
                 f"worker {self.worker_id} is stopping; job {run.job.name!r} (id {run.id}) "
                 "is handed back to the queue"))
-        self.dispatcher.wait_idle(self.options.cancel_wait)
+        self.dispatcher.wait_idle(self.options.cancel_wait + self.kill_margin)
 
     def _finish_runs_unless_stopped(self) -> None:
         """A recycling worker lets every run finish, however long: nothing asked it to stop,

@@ -48,7 +48,7 @@ class WorkerRow:
         options = self.options
         generation = registry_generation()  # read first: a job registered meanwhile is told next
         self.started_at = self.store.worker_upsert(
-            self.worker_id, self.hostname, self.pid, options.threads, options.queues,
+            self.worker_id, self.hostname, self.pid, options.places, options.queues,
             visibility_timeout=options.visibility_timeout,
             heartbeat_interval=options.heartbeat_interval, jobs=list(registered_jobs()),
             in_flight=in_flight, overrunning=self.overrunning(), started_at=self.started_at)

@@ -439,3 +439,7 @@ def wf_gather(ctx: JobContext, label: str = "gather", path: str = "") -> dict[st
     batch = ctx.batch
     return {"results": list(ctx.dependency_results()),
             "batch": batch.pk if batch is not None else None}
+
+
+# The process pool's jobs, registered with the others so every worker knows them at its start.
+from . import pool_jobs  # noqa: E402, F401

@@ -20,7 +20,13 @@ from django_ultjobs.observability.logs import (
     configure_console,
     project_configures_logging,
 )
-from django_ultjobs.worker.options import MAX_ASYNC_CONCURRENCY, MAX_THREADS, WorkerOptions
+from django_ultjobs.worker.options import (
+    MAX_ASYNC_CONCURRENCY,
+    MAX_PROCESSES,
+    MAX_THREADS,
+    POOLS,
+    WorkerOptions,
+)
 from django_ultjobs.worker.worker import WorkerProcess
 
 
@@ -49,6 +55,19 @@ class Command(BaseCommand):
         parser.add_argument("--threads", "-t", type=whole_number, default=4,
                             help=f"Sync jobs run at once by this process, 1 to {MAX_THREADS} "
                                  "(default: 4).")
+        parser.add_argument("--pool", choices=POOLS, default="threads",
+                            help="Where sync jobs run: threads of this process (default), or "
+                                 "child processes the worker can kill when a job does not "
+                                 "stop (CPU-bound jobs, bodies that may never return).")
+        parser.add_argument("--processes", type=whole_number, default=None, metavar="N",
+                            help="With --pool process: child processes, one job at a time "
+                                 f"each, 1 to {MAX_PROCESSES} (default: the number of CPUs).")
+        parser.add_argument("--max-jobs-per-child", type=whole_number, default=None,
+                            metavar="N",
+                            help="With --pool process: replace a child after N jobs.")
+        parser.add_argument("--max-memory-per-child", type=number, default=None, metavar="MB",
+                            help="With --pool process: replace a child after a job that left "
+                                 "it at MB MiB of resident memory or more.")
         parser.add_argument("--async-concurrency", type=whole_number, default=100, metavar="N",
                             help="async def jobs run at once on this process's event loop, "
                                  f"apart from --threads, 1 to {MAX_ASYNC_CONCURRENCY} "
@@ -151,6 +170,10 @@ class Command(BaseCommand):
             schedule=not options["no_schedule"],
             health_port=options["health_port"],
             health_host=options["health_host"],
+            pool=options["pool"],
+            processes=options["processes"],
+            max_jobs_per_child=options["max_jobs_per_child"],
+            max_memory_per_child=options["max_memory_per_child"],
             **extra,
         )
         worker = WorkerProcess(worker_options)

@@ -1,0 +1,193 @@
+"""A child process of the process pool (``runjobworker --pool process``): it runs one body at a
+time for its parent worker, which tells it what to run, when to stop and until when its run's
+lease and slot hold.
+
+What crosses the socket, as pickled tuples (``multiprocessing.connection``):
+
+* parent to child: ``(RUN, job, slot, until)``, ``(CANCEL, reason)``, ``(UNTIL, until)``,
+  ``(STOP,)``;
+* child to parent: ``(READY, pid)`` once, then per run ``(STARTED,)`` as the body starts and
+  ``(DONE, settlement, seconds, resident MiB)`` once it is over.
+
+The child decides its run's settlement itself (``executor.run_job``: the span, the run hooks, the
+context, the retry policy), writes what the body writes through connections of its own (steps,
+events, progress, all fenced on the claim token), and the parent settles it. A reader thread takes
+the parent's messages while the body runs: a cancel fires the run's scope here.
+
+**The guard.** ``until`` is the instant (``runs.lease_clock``) before which neither the run's lease
+nor its slot can lapse, as far as the parent has renewed them. The child arms a kernel timer
+(``ITIMER_REAL``) for it, whose ``SIGALRM`` it leaves at the default action: the process ends
+there, whatever the body does, even holding the GIL in a C call, if the parent stops renewing
+(stopped, killed, wedged). No other worker can then start the job, or take the slot, while this
+body executes (rule 141 (cap-without-cooperation)). A parent that dies closes the socket (and
+the fork server's death signal reaches the child): the child exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import socket
+import threading
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn
+
+from django.db import connections
+
+from ..exceptions import JobCancelledError, JobConfigurationError
+from ..jobs.registry import get_job
+from ..models import AttemptOutcome
+from ..observability.tracing import tracing_enabled
+from ..runtime.cancel import CancelScope
+from ..store import ClaimedJob, JobStore, Settlement, SlotHold, get_store
+from .executor import run_job
+from .recycle import resident_memory_mb
+from .runs import Run, lease_clock
+from .settlements import failed_by_worker
+from .telemetry import Telemetry
+from .thread_connections import note_opened, reset_connections
+
+RUN, CANCEL, UNTIL, STOP = "run", "cancel", "until", "stop"
+READY, STARTED, DONE = "ready", "started", "done"
+#: The exit status of a child whose parent closed its socket (it died, or killed this child).
+EXIT_PARENT_GONE = 70
+
+#: A cancel reason as it crosses the socket: its class, message and fields (the subclasses take
+#: keyword-only arguments, which pickle cannot rebuild).
+ReasonState = tuple[type[JobCancelledError], str, dict[str, Any]]
+
+
+def reason_state(reason: JobCancelledError) -> ReasonState:
+    return (type(reason), str(reason), dict(vars(reason)))
+
+
+def reason_from(state: ReasonState) -> JobCancelledError:
+    """The cancel reason ``reason_state`` described, of the same class, message and fields."""
+    cls, message, fields = state
+    reason = cls.__new__(cls)
+    Exception.__init__(reason, message)
+    reason.__dict__.update(fields)
+    return reason
+
+
+def arm_guard(until: float) -> None:
+    """End this process at ``until`` (``lease_clock``) unless re-armed or disarmed first."""
+    signal.setitimer(signal.ITIMER_REAL, max(until - lease_clock(), 0.001))
+
+
+def disarm_guard() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+class _Current:
+    """The run this child executes now, as the reader thread sees it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scope: CancelScope | None = None
+
+    def begin(self, until: float) -> CancelScope:
+        """A run arrives: its scope, created here so a cancel sent right after it lands."""
+        scope = CancelScope()
+        with self._lock:
+            self._scope = scope
+        arm_guard(until)
+        return scope
+
+    def end(self) -> None:
+        """The body is over: its guard is disarmed before its outcome is sent."""
+        disarm_guard()
+        with self._lock:
+            self._scope = None
+
+    def cancel(self, reason: JobCancelledError) -> None:
+        with self._lock:
+            scope = self._scope
+        if scope is not None:
+            scope.cancel(reason)
+
+    def extend(self, until: float) -> None:
+        with self._lock:
+            if self._scope is not None:
+                arm_guard(until)
+
+
+def serve(sock: socket.socket, *, database: str | None, worker_id: str) -> NoReturn:
+    """The child's life: run what the parent sends until it says stop or goes away."""
+    # The guard's signal ends the process (its default action), never a Python handler: a
+    # handler needs the main thread, which the body may hold for ever.
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    conn = Connection(sock.detach())
+    current = _Current()
+    inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+    threading.Thread(target=_read, args=(conn, current, inbox), name="ultjobs-child-reader",
+                     daemon=True).start()
+    store = get_store(database)
+    telemetry = Telemetry(traced=tracing_enabled(), instruments=None)
+    try:
+        conn.send((READY, os.getpid()))
+        while (message := inbox.get())[0] == RUN:
+            _, job, slot, scope = message
+            settlement, seconds = _run(job, slot, scope, store=store, worker_id=worker_id,
+                                       telemetry=telemetry,
+                                       started=lambda: conn.send((STARTED,)))
+            current.end()
+            conn.send((DONE, settlement, seconds, resident_memory_mb()))
+    except OSError:
+        pass  # the parent is gone: nothing to tell it
+    finally:
+        _flush_traces()
+        connections.close_all()
+    os._exit(0)
+
+
+def _read(conn: Connection, current: _Current, inbox: queue.SimpleQueue[tuple[Any, ...]]
+          ) -> None:
+    """Take the parent's messages: a cancel or a new ``until`` acts at once, a run or a stop
+    goes to the main thread. The socket closing ends the process, body and all."""
+    try:
+        while True:
+            message = conn.recv()
+            kind = message[0]
+            if kind == CANCEL:
+                current.cancel(reason_from(message[1]))
+            elif kind == UNTIL:
+                current.extend(message[1])
+            elif kind == RUN:
+                _, job, slot, until = message
+                inbox.put((RUN, job, slot, current.begin(until)))
+            else:
+                inbox.put((STOP,))
+                return
+    except (EOFError, OSError):
+        os._exit(EXIT_PARENT_GONE)
+
+
+def _run(job: ClaimedJob, slot: SlotHold | None, scope: CancelScope, *, store: JobStore,
+         worker_id: str, telemetry: Telemetry, started: Any) -> tuple[Settlement, float | None]:
+    """Run one job's body here; its settlement and the seconds the body ran."""
+    run = Run(job=job, spec=get_job(job.name), scope=scope, slot=slot)
+    try:
+        if run.spec is None:
+            raise JobConfigurationError(
+                f"job {job.name!r} is not registered in the worker's child process")
+        settlement = run_job(run, store=store, worker_id=worker_id, on_started=started,
+                             telemetry=telemetry)
+    except BaseException as exc:
+        settlement = failed_by_worker(run, exc)
+    if settlement.outcome != AttemptOutcome.SUCCEEDED:
+        note_opened()  # see Dispatcher._execute: a failed session setup leaves no signal
+    reset_connections()
+    return settlement, run.duration
+
+
+def _flush_traces() -> None:
+    """Export the spans this child ended before it exits (``os._exit`` runs no atexit)."""
+    from opentelemetry import trace
+
+    flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if flush is not None:
+        with contextlib.suppress(Exception):  # an exporter's failure must not keep it alive
+            flush(5000)

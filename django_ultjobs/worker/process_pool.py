@@ -1,0 +1,420 @@
+"""The process pool (``runjobworker --pool process``): sync bodies run in child processes, one at a
+time each, and a body that does not stop when told is ended by killing its child.
+
+The worker keeps everything else: the claim loop (``free()`` is the idle children, so it never
+claims more than they can start), the heartbeat and slot renewal, the deadlines, the completer,
+the scheduler, metrics and the probes. For each child one thread of the worker (``ultjobs-child-N``)
+hands it a run, passes on what happens to the run while it executes, and waits for its outcome:
+
+* **Cancel, then kill** (rule 140 (hard-stop)). A cancel of any cause (timeout, lost lease or
+  slot, cancel request, drain) is sent to the child, whose body sees it as in a thread. If the
+  body has not returned ``--cancel-wait`` seconds later, the child is killed and a fresh one takes
+  its place; the run is settled as that cause settles a cooperative run (``timed_out`` under the
+  retry policy, ``slot_lost`` and ``interrupted`` handed back, ``cancelled``).
+* **The guard** (rule 141 (cap-without-cooperation)). With each heartbeat that renews the run's
+  lease and slot, the child is told until when both hold; it ends itself before then if no
+  renewal comes (``child.py``), so a stopped or wedged worker never lets its body outlive them.
+* **Child death** (rule 142 (child-death-unburned)). A child that dies under a body (a crash, the
+  OOM killer, the guard) fails nothing but that run, which is handed back without burning an
+  attempt, and is replaced.
+* ``--max-jobs-per-child`` and ``--max-memory-per-child`` replace a child between runs.
+
+``async def`` bodies do not come here: they stay on the worker's own event loop (the async lane).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from ..models import AttemptOutcome, JobStatus
+from ..observability.logs import log_event
+from ..store import Settlement
+from . import child as child_side
+from .fleet_slots import FleetSlots
+from .fork_server import ChildSpawnError, ForkServer
+from .options import WorkerOptions
+from .runs import Run, lease_clock
+from .settlements import cancel_settlement, failed_by_worker, settlement_for
+
+logger = logging.getLogger("django_ultjobs.worker")
+
+#: Seconds between two looks at a run's lease and slot renewals, to tell its child how long they
+#: hold: a small share of the heartbeat interval, which moves them.
+UNTIL_CHECK = 0.25
+#: Seconds allowed to kill a child and see it end; also what the drain and the overrun report
+#: add to ``--cancel-wait`` for the kill to settle its run first.
+KILL_MARGIN = 2.0
+#: Seconds a child gets to exit when asked (recycled, or the pool stops) before it is killed.
+STOP_WAIT = 2.0
+#: Seconds a place may go without a child (starting one fails) before the worker is not live.
+NO_CHILD_BOUND = 30.0
+
+
+def guard_margin(visibility_timeout: float) -> float:
+    """Seconds before the soonest lapse at which a child ends its body: a tenth of the
+    visibility timeout, at most 2 s (process teardown takes milliseconds)."""
+    return min(2.0, visibility_timeout / 10)
+
+
+class Child:
+    """One child process as the worker sees it."""
+
+    def __init__(self, pid: int, sock: socket.socket, pidfd: int) -> None:
+        self.pid = pid
+        self.conn = Connection(sock.detach())
+        self.pidfd = pidfd
+        self.runs = 0
+        self.memory_mb = 0.0
+
+    def send(self, *message: Any) -> bool:
+        """Send ``message``; False if the child is gone."""
+        try:
+            self.conn.send(message)
+            return True
+        except OSError:
+            return False
+
+    def ended(self, timeout: float = 0.0) -> bool:
+        """Whether the process has ended (waiting up to ``timeout`` seconds)."""
+        if self.pidfd < 0:
+            return True
+        ready, _, _ = select.select([self.pidfd], [], [], timeout)
+        return bool(ready)
+
+    def kill(self) -> None:
+        """SIGKILL the child through its pidfd (never a pid the system may have reused), and
+        wait up to ``KILL_MARGIN`` for it to end."""
+        if self.pidfd < 0:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        self.ended(KILL_MARGIN)
+
+    def stop(self) -> None:
+        """Ask the child to exit; kill it if it has not within ``STOP_WAIT``."""
+        if not self.send(child_side.STOP) or not self.ended(STOP_WAIT):
+            self.kill()
+        self.close()
+
+    def close(self) -> None:
+        """Let go of the socket and the pidfd (once: a descriptor number closed twice may be
+        another file's by then)."""
+        self.conn.close()
+        pidfd, self.pidfd = self.pidfd, -1
+        if pidfd >= 0:
+            os.close(pidfd)
+
+
+class ProcessPool:
+    """``size`` children running one run each; ``free()`` is how many more the worker may claim.
+
+    The same face as ``ExecutorPool``, so the claim loop, the dispatcher and the drain treat both
+    alike."""
+
+    def __init__(self, options: WorkerOptions, *, slots: FleetSlots,
+                 started: Callable[[Run, int], None],
+                 settled: Callable[[Run, Settlement], None],
+                 on_free: Callable[[], None] | None = None) -> None:
+        self.size = options.places
+        self.options = options
+        self.slots = slots
+        self._started = started
+        self._settled = settled
+        self._on_free = on_free
+        self._call_on_free = False
+        self._margin = guard_margin(options.visibility_timeout)
+        self._server = ForkServer(self._serve_child)
+        self._lock = threading.RLock()
+        self._work = threading.Condition(self._lock)
+        self._freed = threading.Condition(self._lock)
+        self._pending: deque[Run] = deque()
+        self._busy = 0
+        self._stopping = False
+        #: When each place last went without a child (starting one failed), for the probes.
+        self._childless: dict[int, float] = {}
+        #: The children by place, for the drain's report and the admin (``pid`` of each run).
+        self.children: dict[int, Child] = {}
+        self._threads = [
+            threading.Thread(target=self._loop, args=(i,), name=f"ultjobs-child-{i}",
+                             daemon=True)
+            for i in range(self.size)
+        ]
+
+    def _serve_child(self, sock: socket.socket) -> Any:
+        return child_side.serve(sock, database=self.options.database,
+                                worker_id=self.options.worker_id)
+
+    # -- the face the worker sees ---------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Fork the fork server, before the worker starts its threads (``fork_server.py``)."""
+        if self._server.pid is None:
+            self._server.start()
+
+    def start(self) -> None:
+        self.prepare()
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def busy(self) -> int:
+        return self._busy
+
+    def free(self) -> int:
+        return self.size - self._busy
+
+    def submit_many(self, runs: Iterable[Run]) -> None:
+        with self._lock:
+            before = len(self._pending)
+            self._pending.extend(runs)
+            added = len(self._pending) - before
+            self._busy += added
+            self._work.notify(added)
+
+    def wait_for_free(self, timeout: float, at_least: int = 1) -> bool:
+        with self._lock:
+            return self._freed.wait_for(lambda: self.size - self._busy >= at_least, timeout)
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        with self._lock:
+            return self._freed.wait_for(lambda: self._busy == 0, timeout)
+
+    def call_on_free(self) -> None:
+        with self._lock:
+            self._call_on_free = self._on_free is not None
+
+    def notify(self) -> None:
+        with self._lock:
+            self._freed.notify_all()
+
+    def stop(self, timeout: float) -> None:
+        """Stop every child (killing one still in a body) and the fork server."""
+        with self._lock:
+            self._stopping = True
+            self._work.notify_all()
+            self._freed.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread.ident is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        for child in list(self.children.values()):
+            child.kill()
+        self._server.stop()
+
+    def trouble(self) -> str | None:
+        """Why the pool cannot run bodies (one line), or None: the liveness probe's question
+        for the children (rule 121 (probe-alive))."""
+        if self._stopping or self._server.pid is None:
+            return None
+        if not self._server.alive():
+            return "process pool: the fork server is gone, no child can be replaced"
+        now = time.monotonic()
+        stuck = [i for i, since in list(self._childless.items()) if now - since > NO_CHILD_BOUND]
+        if stuck:
+            return (f"process pool: {len(stuck)} of {self.size} places have had no child for "
+                    f"over {NO_CHILD_BOUND:g} s (starting one fails)")
+        return None
+
+    # -- the thread of each child ---------------------------------------------------------------
+
+    def _next(self) -> Run | None:
+        with self._lock:
+            while not self._pending:
+                if self._stopping:
+                    return None
+                self._work.wait()
+            return self._pending.popleft()
+
+    def _finished(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            self._freed.notify_all()
+            call = self._call_on_free and self._on_free is not None
+            self._call_on_free = False
+        if call and self._on_free is not None:
+            self._on_free()
+
+    def _loop(self, place: int) -> None:
+        wake_r, wake_w = os.pipe()
+        child = self._spawn(place)
+        try:
+            while (run := self._next()) is not None:
+                if child is None:
+                    child = self._spawn(place)
+                try:
+                    if child is None:
+                        settlement = _handed_back(run, "no child process could be started")
+                    else:
+                        settlement, child = self._run_in(child, run, wake_r, wake_w)
+                except BaseException as exc:
+                    settlement = failed_by_worker(run, exc)
+                try:
+                    self._settled(run, settlement)
+                except BaseException as exc:
+                    log_event(logger, logging.ERROR, "jobs.worker.executor-error",
+                              error=repr(exc))
+                del run  # hold nothing of a finished run while idle (rule 13 (nothing-leaks))
+                child = self._renewed(child, place)
+                self._finished()
+        finally:
+            if child is not None:
+                child.stop()
+            self.children.pop(place, None)
+            os.close(wake_r)
+            os.close(wake_w)
+
+    def _spawn(self, place: int) -> Child | None:
+        """A fresh child for ``place``, ready; None (logged) when none could be started."""
+        if self._stopping:
+            return None
+        try:
+            pid, sock, pidfd = self._server.spawn()
+            child = Child(pid, sock, pidfd)
+            if not child.conn.poll(10.0):
+                child.kill()
+                child.close()
+                raise ChildSpawnError(f"child {pid} did not start within 10 s")
+            child.conn.recv()  # READY
+        except (ChildSpawnError, EOFError, OSError) as exc:
+            self._childless.setdefault(place, time.monotonic())
+            log_event(logger, logging.ERROR, "jobs.worker.child-start-failed",
+                      worker_id=self.options.worker_id, place=place, error=repr(exc))
+            return None
+        self._childless.pop(place, None)
+        self.children[place] = child
+        return child
+
+    def _renewed(self, child: Child | None, place: int) -> Child | None:
+        """The child for the next run: this one, or a fresh one if it ended or is due for
+        replacement (``--max-jobs-per-child``, ``--max-memory-per-child``)."""
+        options = self.options
+        if child is not None:
+            reason = None
+            if options.max_jobs_per_child is not None and \
+                    child.runs >= options.max_jobs_per_child:
+                reason = "max-jobs-per-child"
+            elif options.max_memory_per_child is not None and \
+                    child.memory_mb >= options.max_memory_per_child:
+                reason = "max-memory-per-child"
+            if reason is None and not child.ended():
+                return child
+            if reason is not None:
+                log_event(logger, logging.INFO, "jobs.worker.child-recycled",
+                          worker_id=options.worker_id, pid=child.pid, reason=reason,
+                          runs=child.runs, memory_mb=round(child.memory_mb, 1))
+            child.stop()
+            self.children.pop(place, None)
+        return self._spawn(place)
+
+    def _until(self, run: Run, slot_at: float | None) -> float:
+        """Until when the run's lease and slot hold for sure, less the guard's margin."""
+        timeout = self.options.visibility_timeout
+        until = run.leased_at + timeout
+        if slot_at is not None:
+            until = min(until, slot_at + self.slots.ttl)
+        return until - self._margin
+
+    def _run_in(self, child: Child, run: Run, wake_r: int, wake_w: int
+                ) -> tuple[Settlement, Child | None]:
+        """Run ``run`` in ``child`` to its end; its settlement, and the child if it lives on."""
+        slot_at = self.slots.confirmed_at(run.slot) if run.slot is not None else None
+        until = self._until(run, slot_at)
+        if not child.send(child_side.RUN, run.job, run.slot, until):
+            child.close()
+            return self._died(child, run, until), None
+        run.scope.set_canceller(lambda: os.write(wake_w, b"c"))
+        cancelled_at: float | None = None
+        try:
+            while True:
+                ready = wait([child.conn, wake_r], UNTIL_CHECK)
+                if wake_r in ready:
+                    os.read(wake_r, 64)
+                if child.conn in ready:
+                    outcome = self._message(child, run)
+                    if outcome is not None:
+                        return outcome, child
+                if run.scope.cancelled and cancelled_at is None:
+                    reason = run.scope.reason
+                    assert reason is not None
+                    cancelled_at = time.monotonic()
+                    child.send(child_side.CANCEL, child_side.reason_state(reason))
+                if cancelled_at is not None and \
+                        time.monotonic() - cancelled_at >= self.options.cancel_wait:
+                    return self._kill(child, run), None
+                if run.slot is not None:
+                    slot_at = self.slots.confirmed_at(run.slot) or slot_at
+                renewed = self._until(run, slot_at)
+                if renewed > until + UNTIL_CHECK:
+                    until = renewed
+                    child.send(child_side.UNTIL, until)
+        except _ChildEnded:
+            child.close()
+            return self._died(child, run, until), None
+        finally:
+            run.scope.set_canceller(None)
+
+    def _message(self, child: Child, run: Run) -> Settlement | None:
+        """Act on one message of the child; the run's settlement once it is over."""
+        try:
+            message = child.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise _ChildEnded from exc
+        if message[0] == child_side.STARTED:
+            self._started(run, child.pid)
+            return None
+        _, settlement, run.duration, child.memory_mb = message
+        run.over = True
+        child.runs += 1
+        return settlement
+
+    def _kill(self, child: Child, run: Run) -> Settlement:
+        """End a body that did not return ``--cancel-wait`` seconds after its cancel: kill its
+        child; the run settles as its cause settles a cooperative run
+        (rule 140 (hard-stop))."""
+        reason = run.scope.reason
+        assert reason is not None
+        child.kill()
+        child.close()
+        run.over = True
+        log_event(logger, logging.WARNING, "jobs.worker.child-killed",
+                  worker_id=self.options.worker_id, job_id=run.id, job=run.job.name,
+                  pid=child.pid, cause=reason.cause, cancel_wait=self.options.cancel_wait,
+                  note="the body did not return after its cancellation; its child process "
+                       "was killed and a fresh one takes its place")
+        return cancel_settlement(run, reason)
+
+    def _died(self, child: Child, run: Run, until: float) -> Settlement:
+        """The settlement of a run whose child ended under it: handed back without burning an
+        attempt (rule 142 (child-death-unburned)); the guard's end says so."""
+        run.over = True
+        guarded = lease_clock() >= until
+        why = ("its child process ended the body before its lease or slot could lapse: the "
+               "worker had stopped renewing them" if guarded
+               else f"its child process {child.pid} died (killed, crashed or out of memory)")
+        log_event(logger, logging.ERROR, "jobs.worker.child-died",
+                  worker_id=self.options.worker_id, job_id=run.id, job=run.job.name,
+                  pid=child.pid, guard=guarded)
+        outcome = AttemptOutcome.SLOT_LOST if guarded and run.slot is not None else None
+        return _handed_back(run, why, outcome=outcome)
+
+
+class _ChildEnded(Exception):
+    """The child's socket closed under a run."""
+
+
+def _handed_back(run: Run, why: str, *, outcome: str | None = None) -> Settlement:
+    """Back to the queue at once, the attempt not burned, recorded as ``interrupted`` (or
+    ``slot_lost``) with why."""
+    return settlement_for(run, JobStatus.QUEUED, outcome or AttemptOutcome.INTERRUPTED,
+                          attempt_delta=-1, delay=0.0, error=f"handed back: {why}")
