@@ -42,3 +42,10 @@ def test_the_demo_cancels_its_report_and_lists_the_charges() -> None:
                 .values_list("outcome", flat=True)) == ["cancelled"]
     assert f"Cancelling slow_report#{cancelled.id} while it runs" in text
     assert f"slow_report#{cancelled.id} was cancelled while it ran" in text
+
+    # The process pool's part: a body that never checks its timeout, ended by killing its child.
+    (stuck,) = [j for j in jobs.values() if j.name == "stuck_render"]
+    assert stuck.status == "failed"
+    assert list(AttemptRecord.objects.filter(job_id=stuck.id)
+                .values_list("outcome", flat=True)) == ["timed_out"]
+    assert f"stuck_render#{stuck.id}, a busy loop" in text
