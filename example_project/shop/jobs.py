@@ -92,3 +92,12 @@ def archive_step(ctx: JobContext, step: str) -> dict[str, Any]:
     """A link of a chain: runs once the step before it succeeded, and says which one that was."""
     before = ctx.dependency_results()
     return {"step": step, "after": before[0]["step"] if before else None}
+
+
+@job(takes_context=True, timeout=1.0, max_attempts=1)
+def stuck_render(ctx: JobContext) -> None:
+    """A body that never looks at its cancellation, as a C call or a hung socket would not: on a
+    thread it would run for ever. ``runjobworker --pool process`` ends it by killing its child
+    process ``--cancel-wait`` seconds after its timeout."""
+    while True:
+        pass

@@ -43,6 +43,7 @@ from example_project.shop.jobs import (
     flaky_export,
     send_receipt,
     slow_report,
+    stuck_render,
     summarize_receipts,
 )
 from example_project.shop.models import Order
@@ -122,6 +123,27 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(
             f"All {len(jobs) - 1} demo jobs succeeded, and the cancellable report "
             f"{slow_report.name}#{cancellable} was cancelled while it ran."))
+        with _worker_logging(verbosity):
+            self._process_pool_part()
+
+    def _process_pool_part(self) -> None:
+        """A body that never checks its 1 s timeout, run by a burst worker with ``--pool
+        process``: its child is killed ``--cancel-wait`` after the timeout, the attempt says
+        ``timed_out``, and the worker exits."""
+        stuck = stuck_render.enqueue()
+        started = time.monotonic()
+        call_command("runjobworker", burst=True, pool="process", processes=1, cancel_wait=0.2,
+                     poll_interval=0.1, heartbeat_interval=HEARTBEAT, visibility_timeout=10.0,
+                     grace_period=5.0)
+        elapsed = time.monotonic() - started
+        outcomes = list(AttemptRecord.objects.filter(job_id=stuck.id)
+                        .values_list("outcome", flat=True))
+        if outcomes != ["timed_out"]:
+            raise CommandError(f"demo failed: {stuck_render.name}#{stuck.id} ended {outcomes}")
+        self.stdout.write(self.style.SUCCESS(
+            f"Process pool: {stuck_render.name}#{stuck.id}, a busy loop that never checks its "
+            f"1 s timeout, was ended by killing its child process ({elapsed:.1f} s, attempt "
+            "timed_out)."))
 
     # -- steps ----------------------------------------------------------------------------------
 
