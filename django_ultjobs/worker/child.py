@@ -6,8 +6,9 @@ What crosses the socket, as pickled tuples (``multiprocessing.connection``):
 
 * parent to child: ``(RUN, job, slot, until)``, ``(CANCEL, reason)``, ``(UNTIL, until)``,
   ``(STOP,)``;
-* child to parent: ``(READY, pid)`` once, then per run ``(STARTED,)`` as the body starts and
-  ``(DONE, settlement, seconds, resident MiB)`` once it is over.
+* child to parent: ``(READY, pid)`` once, then per run ``(DONE, settlement, seconds, resident
+  MiB or None)`` once it is over. (The worker counts the body started when it sends the run:
+  one message fewer per run, and its timer starts the sooner, never later.)
 
 The child decides its run's settlement itself (``executor.run_job``: the span, the run hooks, the
 context, the retry policy), writes what the body writes through connections of its own (steps,
@@ -50,7 +51,7 @@ from .telemetry import Telemetry
 from .thread_connections import note_opened, reset_connections
 
 RUN, CANCEL, UNTIL, STOP = "run", "cancel", "until", "stop"
-READY, STARTED, DONE = "ready", "started", "done"
+READY, DONE = "ready", "done"
 #: The exit status of a child whose parent closed its socket (it died, or killed this child).
 EXIT_PARENT_GONE = 70
 
@@ -114,8 +115,10 @@ class _Current:
                 arm_guard(until)
 
 
-def serve(sock: socket.socket, *, database: str | None, worker_id: str) -> NoReturn:
-    """The child's life: run what the parent sends until it says stop or goes away."""
+def serve(sock: socket.socket, *, database: str | None, worker_id: str,
+          report_memory: bool = False) -> NoReturn:
+    """The child's life: run what the parent sends until it says stop or goes away.
+    ``report_memory``: say the resident memory after each run (``--max-memory-per-child``)."""
     # The guard's signal ends the process (its default action), never a Python handler: a
     # handler needs the main thread, which the body may hold for ever.
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
@@ -131,10 +134,10 @@ def serve(sock: socket.socket, *, database: str | None, worker_id: str) -> NoRet
         while (message := inbox.get())[0] == RUN:
             _, job, slot, scope = message
             settlement, seconds = _run(job, slot, scope, store=store, worker_id=worker_id,
-                                       telemetry=telemetry,
-                                       started=lambda: conn.send((STARTED,)))
+                                       telemetry=telemetry)
             current.end()
-            conn.send((DONE, settlement, seconds, resident_memory_mb()))
+            conn.send((DONE, settlement, seconds,
+                       resident_memory_mb() if report_memory else None))
     except OSError:
         pass  # the parent is gone: nothing to tell it
     finally:
@@ -166,15 +169,17 @@ def _read(conn: Connection, current: _Current, inbox: queue.SimpleQueue[tuple[An
 
 
 def _run(job: ClaimedJob, slot: SlotHold | None, scope: CancelScope, *, store: JobStore,
-         worker_id: str, telemetry: Telemetry, started: Any) -> tuple[Settlement, float | None]:
+         worker_id: str, telemetry: Telemetry) -> tuple[Settlement, float | None]:
     """Run one job's body here; its settlement and the seconds the body ran."""
     run = Run(job=job, spec=get_job(job.name), scope=scope, slot=slot)
     try:
         if run.spec is None:
             raise JobConfigurationError(
                 f"job {job.name!r} is not registered in the worker's child process")
-        settlement = run_job(run, store=store, worker_id=worker_id, on_started=started,
-                             telemetry=telemetry)
+        # Its deadline here too: a body that returns past it ends timed out even before the
+        # worker's cancel arrives (rule 132 (timeout-recorded)).
+        settlement = run_job(run, store=store, worker_id=worker_id,
+                             on_started=run.mark_started, telemetry=telemetry)
     except BaseException as exc:
         settlement = failed_by_worker(run, exc)
     if settlement.outcome != AttemptOutcome.SUCCEEDED:

@@ -34,7 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 from ..models import AttemptOutcome, JobStatus
@@ -153,7 +153,8 @@ class ProcessPool:
 
     def _serve_child(self, sock: socket.socket) -> Any:
         return child_side.serve(sock, database=self.options.database,
-                                worker_id=self.options.worker_id)
+                                worker_id=self.options.worker_id,
+                                report_memory=self.options.max_memory_per_child is not None)
 
     # -- the face the worker sees ---------------------------------------------------------------
 
@@ -204,12 +205,13 @@ class ProcessPool:
             self._stopping = True
             self._work.notify_all()
             self._freed.notify_all()
-        deadline = time.monotonic() + timeout
+        # Idle children exit when asked, in milliseconds; each thread asks its own.
+        deadline = time.monotonic() + max(timeout, STOP_WAIT)
         for thread in self._threads:
             if thread.ident is not None:
                 thread.join(max(0.0, deadline - time.monotonic()))
         for child in list(self.children.values()):
-            child.kill()
+            child.kill()  # its thread is stuck: nothing else will end it
         self._server.stop()
 
     def trouble(self) -> str | None:
@@ -258,7 +260,11 @@ class ProcessPool:
                     else:
                         settlement, child = self._run_in(child, run, wake_r, wake_w)
                 except BaseException as exc:
+                    # A bug of ours mid-run: the child may still be in the body, so it goes.
                     settlement = failed_by_worker(run, exc)
+                    if child is not None:
+                        child.kill()
+                        child.close()
                 try:
                     self._settled(run, settlement)
                 except BaseException as exc:
@@ -333,17 +339,18 @@ class ProcessPool:
         if not child.send(child_side.RUN, run.job, run.slot, until):
             child.close()
             return self._died(child, run, until), None
+        # The body counts as started now: its timer runs, its lease is heartbeated.
+        self._started(run, child.pid)
         run.scope.set_canceller(lambda: os.write(wake_w, b"c"))
         cancelled_at: float | None = None
+        conn_fd = child.conn.fileno()
         try:
             while True:
-                ready = wait([child.conn, wake_r], UNTIL_CHECK)
+                ready, _, _ = select.select([conn_fd, wake_r], [], [], UNTIL_CHECK)
                 if wake_r in ready:
                     os.read(wake_r, 64)
-                if child.conn in ready:
-                    outcome = self._message(child, run)
-                    if outcome is not None:
-                        return outcome, child
+                if conn_fd in ready:
+                    return self._outcome(child, run), child
                 if run.scope.cancelled and cancelled_at is None:
                     reason = run.scope.reason
                     assert reason is not None
@@ -364,18 +371,15 @@ class ProcessPool:
         finally:
             run.scope.set_canceller(None)
 
-    def _message(self, child: Child, run: Run) -> Settlement | None:
-        """Act on one message of the child; the run's settlement once it is over."""
+    def _outcome(self, child: Child, run: Run) -> Settlement:
+        """The run's settlement, as its child sends it once the body is over."""
         try:
-            message = child.conn.recv()
+            _, settlement, run.duration, memory = child.conn.recv()
         except (EOFError, OSError) as exc:
             raise _ChildEnded from exc
-        if message[0] == child_side.STARTED:
-            self._started(run, child.pid)
-            return None
-        _, settlement, run.duration, child.memory_mb = message
         run.over = True
         child.runs += 1
+        child.memory_mb = memory or 0.0
         return settlement
 
     def _kill(self, child: Child, run: Run) -> Settlement:
