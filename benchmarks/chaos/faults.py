@@ -25,14 +25,14 @@ SUCCEEDED = frozenset({"succeeded"})
 
 def run_workload(h: Harness, name: str, fault: Fault, rng: random.Random, *, jobs: int,
                  seconds: float, workers: int = 2, drain: float = 60.0,
-                 port: int | None = None) -> ScenarioResult:
-    """Queue ``jobs`` (a third capped), start ``workers`` (on ``port``, a proxy, if given),
-    apply ``fault``, judge."""
+                 port: int | None = None, flags: tuple[str, ...] = ()) -> ScenarioResult:
+    """Queue ``jobs`` (a third capped), start ``workers`` (on ``port``, a proxy, if given, with
+    ``flags`` added), apply ``fault``, judge."""
     from benchmarks.chaos.jobs import CAP, capped_work, work
     from django_ultjobs.jobs.enqueue import bulk_enqueue
 
     h.begin(name)
-    fleet = h.start_fleet(workers, port=port)
+    fleet = h.start_fleet(workers, port=port, flags=flags)
     capped = jobs // 3
     calls = [capped_work.call(seconds=seconds) for _ in range(capped)]
     calls += [work.call(seconds=seconds) for _ in range(jobs - capped)]

@@ -122,9 +122,9 @@ class Harness:
         self.workers.append(worker)
         return worker
 
-    def start_fleet(self, count: int, threads: int = 4,
-                    port: int | None = None) -> list[WorkerProcess]:
-        fleet = [self.start_worker(threads=threads, port=port) for _ in range(count)]
+    def start_fleet(self, count: int, threads: int = 4, port: int | None = None,
+                    flags: tuple[str, ...] = ()) -> list[WorkerProcess]:
+        fleet = [self.start_worker(*flags, threads=threads, port=port) for _ in range(count)]
         self.wait_registered(fleet)
         return fleet
 

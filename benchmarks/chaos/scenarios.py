@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from benchmarks.chaos import clocks, defects, faults, inputs, workflows
+from benchmarks.chaos import clocks, defects, faults, inputs, process_pool, workflows
 from benchmarks.chaos.harness import Harness
 from benchmarks.chaos.measure import ScenarioResult
 
@@ -27,4 +27,7 @@ SCENARIOS: dict[str, Scenario] = {
     "lost-commit": faults.lost_commit,
     "clock-step": clocks.clock_step,
     "workflows": workflows.workflows,
+    "child-kill": process_pool.child_kill,
+    "parent-stop": process_pool.parent_stop,
+    "parent-kill": process_pool.parent_kill,
 }
