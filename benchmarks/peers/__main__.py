@@ -82,6 +82,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--django-threads", type=int, default=16,
                    help="our --threads on the Django-shaped drain (each thread holds a "
                         "connection of its own)")
+    p.add_argument("--django-processes", type=int, default=2,
+                   help="ours on the Django-shaped drain: runjobworker --pool process "
+                        "--processes N, and Celery's prefork pool at the same -c N, plus a "
+                        "no-op drain of ours' process pool; 0: ours at --django-threads, "
+                        "Celery at its best prefork concurrency")
     p.add_argument("--threads", default="8,16,32,64,128",
                    help="our --threads settings to try; the best is reported")
     p.add_argument("--ours-prepare-threshold", default="5",

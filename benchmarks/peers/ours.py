@@ -43,6 +43,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="drain: start runjobworker with no options (ignore --threads)")
     parser.add_argument("--async-concurrency", type=int, default=None,
                         help="drain: runjobworker --async-concurrency N (async bodies)")
+    parser.add_argument("--pool", choices=("threads", "process"), default="threads",
+                        help="drain: runjobworker --pool")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="drain: runjobworker --processes N (with --pool process)")
     parser.add_argument("--samples", type=int, default=200, help="pickup samples")
     parser.add_argument("--repeat", type=int, default=3, help="history: drains per condition")
     parser.add_argument("--rows", type=int, default=1_000_000,
@@ -145,7 +149,11 @@ def worker_cmd(threads: int | None, burst: bool, poll_interval: float | None = N
     """``runjobworker`` as a user starts it; ``threads=None`` leaves ``--threads`` at its
     default."""
     cmd = [sys.executable, "-m", "django", "runjobworker"]
-    if threads is not None:
+    if ARGS is not None and ARGS.pool == "process":
+        # Children take the bodies; --threads would mean nothing.
+        cmd += ["--pool", "process", *(["--processes", str(ARGS.processes)]
+                                       if ARGS.processes else [])]
+    elif threads is not None:
         cmd += ["--threads", str(threads)]
     if async_concurrency is not None:
         cmd += ["--async-concurrency", str(async_concurrency)]

@@ -48,6 +48,11 @@ def celery_settings(args: Any) -> list[tuple[str, int]]:
             [("threads", int(c)) for c in args.celery_threads.split(",") if c])
 
 
+def process_pool_args(processes: int) -> tuple[str, ...]:
+    """Ours' process pool: ``processes`` children, one body at a time each."""
+    return ("--pool", "process", "--processes", str(processes))
+
+
 def celery_pool_args(pool: str, concurrency: int) -> tuple[str, ...]:
     return ("--pool", pool, "--concurrency", str(concurrency))
 
@@ -102,11 +107,14 @@ def workload_args(system: str, workload: str, args: Any, results: dict[str, Any]
                   ) -> tuple[tuple[str, ...], str]:
     """The drain's extra flags for ``system`` on ``workload``, and the setting as reported."""
     c = args.io_concurrency
+    n = args.django_processes
     if workload == "django":
+        if system == "ours" and n:
+            return (*process_pool_args(n),), f"--pool process --processes {n}"
         if system == "ours":
             return ("--threads", str(args.django_threads)), f"--threads {args.django_threads}"
         if system == "celery":
-            concurrency = results["celery"].get("pools", {}).get("prefork", {}).get(
+            concurrency = n or results["celery"].get("pools", {}).get("prefork", {}).get(
                 "concurrency", 4)
             return (celery_pool_args("prefork", concurrency),
                     f"--pool prefork -c {concurrency}")
@@ -146,6 +154,23 @@ def measure_workloads(runner: Runner, systems: list[str], results: dict[str, Any
                     workload, {"runs": [], "setting": setting, "jobs": jobs})
                 figures["runs"].append(run["jobs_per_s"])
                 figures["drain"] = common.median(figures["runs"])
+                if workload == "django" and system == "ours" and args.django_processes:
+                    measure_process_noop(runner, results, drain, r)
+
+
+def measure_process_noop(runner: Runner, results: dict[str, Any], drain: Any, r: int) -> None:
+    """Ours' process pool on the no-op drain, once per round of the Django-shaped drains:
+    what the hand-over to a child costs a job that does nothing."""
+    args = runner.args
+    jobs = 2 * args.django_jobs
+    run = drain("ours", f"no-op, process pool, round {r + 1}/{args.repeat}",
+                "--workload", "noop", "--jobs", str(jobs),
+                *process_pool_args(args.django_processes))
+    figures = results["ours"].setdefault("workloads", {}).setdefault(
+        "noop-process", {"runs": [], "jobs": jobs,
+                         "setting": f"--pool process --processes {args.django_processes}"})
+    figures["runs"].append(run["jobs_per_s"])
+    figures["drain"] = common.median(figures["runs"])
 
 
 def measure_default_flags(runner: Runner, results: dict[str, Any], drain: Any, r: int) -> None:
@@ -189,6 +214,11 @@ def render_workloads(results: dict[str, Any], args: Any) -> list[str]:
                 x = f"{ours['drain'] / f['drain']:.2f}x" if ours and system != "ours" else "-"
                 out.append(f"| {LABELS[system]} | {f['setting']} | {f['jobs']:,} | "
                            f"{fmt(f['drain'])} | {x} |")
+        noop = results.get("ours", {}).get("workloads", {}).get("noop-process")
+        if noop:
+            out += ["", f"- Ours' process pool on no-op jobs ({noop['setting']}, "
+                    f"{noop['jobs']:,} jobs): {fmt(noop['drain'])} jobs/s (runs "
+                    + ", ".join(fmt(v) for v in noop["runs"]) + ")."]
     return out
 
 
