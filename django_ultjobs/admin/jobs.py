@@ -39,6 +39,7 @@ from .job_page import (
     overrunning_on,
     running_text,
 )
+from .runners import runner_text, with_runners
 
 
 @admin.register(Job)
@@ -195,8 +196,8 @@ class InFlightJobAdmin(JobListMixin, JobsAdmin):
 
     permission_model = Job
     offers_refresh = True
-    list_display = ("job_id", "name_display", "queue", "attempt_of_max", "worker", "running_for",
-                    "lease", "progress_display", "cancel", "enqueued_by_display")
+    list_display = ("job_id", "name_display", "queue", "attempt_of_max", "worker", "runner",
+                    "running_for", "lease", "progress_display", "cancel", "enqueued_by_display")
     list_display_links = None
     # Django's own value filters, because they list distinct values of THIS page's queryset:
     # the running rows, a few hundred at most, never the whole table.
@@ -207,9 +208,15 @@ class InFlightJobAdmin(JobListMixin, JobsAdmin):
     actions = (cancel_selected,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        """Running rows whose lease is still ahead of the database's clock."""
-        return super().get_queryset(request).filter(
-            LeaseFilter.CONDITIONS["in_flight"])
+        """Running rows whose lease is still ahead of the database's clock, each with the child
+        process that runs it (``--pool process``)."""
+        return with_runners(super().get_queryset(request).filter(
+            LeaseFilter.CONDITIONS["in_flight"]))
+
+    @admin.display(description=_("runner"))
+    def runner(self, obj: Job) -> str:
+        """The child process running the job (``child 1234``); empty on a thread."""
+        return runner_text(obj)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:

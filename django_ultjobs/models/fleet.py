@@ -139,6 +139,10 @@ class Worker(models.Model):
     #: cancellation (rule 56 (overrun-reported)): ``[{"job_id", "job", "thread", "timeout",
     #: "since"}]``; [] or None when there are none.
     overrunning = models.JSONField(null=True, blank=True)
+    #: With ``runjobworker --pool process``: the child process running each of this worker's
+    #: runs, ``{"<job id>": <pid>}``, written with the heartbeat when it changed (the admin's
+    #: in-flight page shows it); None from a thread pool.
+    runners = models.JSONField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.id

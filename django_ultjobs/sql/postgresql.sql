@@ -1049,6 +1049,11 @@ SELECT id, cancel_reason FROM django_ultjobs_job WHERE id = ANY (%(ids)s::bigint
 -- for the admin. Written only when that list changes, not on every heartbeat.
 UPDATE django_ultjobs_worker SET overrunning = %(overrunning)s::jsonb WHERE id = %(id)s::text;
 
+-- name: worker_runners
+-- Record which child process runs each run of this worker (runjobworker --pool process), for
+-- the admin's in-flight page. Written only when that changes, with the heartbeat.
+UPDATE django_ultjobs_worker SET runners = %(runners)s::jsonb WHERE id = %(id)s::text;
+
 -- name: schedule_sync
 -- Register the periodic jobs this worker knows (what they run on, for the admin) and read each
 -- one's cursor (the newest tick enqueued) and pause, with the database's clock. A schedule seen

@@ -641,6 +641,11 @@ SELECT id, cancel_reason FROM django_ultjobs_job WHERE id IN (SELECT value FROM 
 -- for the admin. Written only when that list changes, not on every heartbeat.
 UPDATE django_ultjobs_worker SET overrunning = :overrunning WHERE id = :id;
 
+-- name: worker_runners
+-- Record which child process runs each run of this worker (runjobworker --pool process), for
+-- the admin's in-flight page. Written only when that changes, with the heartbeat.
+UPDATE django_ultjobs_worker SET runners = :runners WHERE id = :id;
+
 -- name: schedule_sync
 -- Register the periodic jobs this worker knows (what they run on, for the admin) and read each
 -- one's cursor (the newest tick enqueued) and pause, with the database's clock. A schedule seen

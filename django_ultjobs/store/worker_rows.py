@@ -49,6 +49,12 @@ class WorkerRows(StoreConnection):
             cur.execute(self.sql["worker_overrunning"], {
                 "id": worker_id, "overrunning": json.dumps(list(runs), default=str)})
 
+    def worker_runners(self, worker_id: str, runners: Mapping[str, int]) -> None:
+        """Record which child process runs each of this worker's runs (``--pool process``)."""
+        with self.cursor() as cur:
+            cur.execute(self.sql["worker_runners"], {
+                "id": worker_id, "runners": json.dumps(dict(runners))})
+
     def worker_touch(self, worker_id: str, in_flight: int) -> bool:
         """Keep this worker's row fresh; False when the row is gone (pruned, deleted)."""
         with self.cursor() as cur:

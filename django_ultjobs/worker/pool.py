@@ -90,6 +90,10 @@ class ExecutorPool:
         with self._lock:
             self._call_on_free = self._on_free is not None
 
+    def runners(self) -> dict[str, int] | None:
+        """Which process runs each run: all of them this one, so the worker's row says nothing."""
+        return None
+
     def trouble(self) -> str | None:
         """Why the pool cannot run bodies, for the liveness probe: threads never stop being
         there, so never anything."""

@@ -143,8 +143,9 @@ class ProcessPool:
         self._stopping = False
         #: When each place last went without a child (starting one failed), for the probes.
         self._childless: dict[int, float] = {}
-        #: The children by place, for the drain's report and the admin (``pid`` of each run).
+        #: The children by place, and the run (job id) each executes with its pid.
         self.children: dict[int, Child] = {}
+        self._running: dict[int, tuple[int, int]] = {}
         self._threads = [
             threading.Thread(target=self._loop, args=(i,), name=f"ultjobs-child-{i}",
                              daemon=True)
@@ -214,6 +215,10 @@ class ProcessPool:
             child.kill()  # its thread is stuck: nothing else will end it
         self._server.stop()
 
+    def runners(self) -> dict[str, int]:
+        """The child process running each run now, by job id (the admin's in-flight page)."""
+        return {str(job_id): pid for job_id, pid in list(self._running.values())}
+
     def trouble(self) -> str | None:
         """Why the pool cannot run bodies (one line), or None: the liveness probe's question
         for the children (rule 121 (probe-alive))."""
@@ -258,7 +263,7 @@ class ProcessPool:
                     if child is None:
                         settlement = _handed_back(run, "no child process could be started")
                     else:
-                        settlement, child = self._run_in(child, run, wake_r, wake_w)
+                        settlement, child = self._run_in(child, run, place, (wake_r, wake_w))
                 except BaseException as exc:
                     # A bug of ours mid-run: the child may still be in the body, so it goes.
                     settlement = failed_by_worker(run, exc)
@@ -331,9 +336,11 @@ class ProcessPool:
             until = min(until, slot_at + self.slots.ttl)
         return until - self._margin
 
-    def _run_in(self, child: Child, run: Run, wake_r: int, wake_w: int
+    def _run_in(self, child: Child, run: Run, place: int, wake: tuple[int, int]
                 ) -> tuple[Settlement, Child | None]:
-        """Run ``run`` in ``child`` to its end; its settlement, and the child if it lives on."""
+        """Run ``run`` in ``child`` (of ``place``) to its end; its settlement, and the child if
+        it lives on. ``wake``: the pipe a cancel of the run writes to."""
+        wake_r, wake_w = wake
         slot_at = self.slots.confirmed_at(run.slot) if run.slot is not None else None
         until = self._until(run, slot_at)
         if not child.send(child_side.RUN, run.job, run.slot, until):
@@ -341,6 +348,7 @@ class ProcessPool:
             return self._died(child, run, until), None
         # The body counts as started now: its timer runs, its lease is heartbeated.
         self._started(run, child.pid)
+        self._running[place] = (run.id, child.pid)
         run.scope.set_canceller(lambda: os.write(wake_w, b"c"))
         cancelled_at: float | None = None
         conn_fd = child.conn.fileno()
@@ -370,6 +378,7 @@ class ProcessPool:
             return self._died(child, run, until), None
         finally:
             run.scope.set_canceller(None)
+            self._running.pop(place, None)
 
     def _outcome(self, child: Child, run: Run) -> Settlement:
         """The run's settlement, as its child sends it once the body is over."""

@@ -83,7 +83,8 @@ class WorkerProcess:
             on_overrun=self._overran if options.exit_on_overrun else None,
             on_change=lambda: self.heartbeat.overrunning_changed())
         self.row = WorkerRow(self.store, options,
-                             overrunning=lambda: self.deadlines.overrunning)
+                             overrunning=lambda: self.deadlines.overrunning,
+                             runners=lambda: self.pool.runners())
         #: What the health probes read (rules 121 (probe-alive) and 122 (probe-ready)).
         self.vitals = Vitals(heartbeat_interval=options.heartbeat_interval)
         self.heartbeat = Heartbeat(store=self.store, runs=self.runs, slots=self.slots,

@@ -28,13 +28,17 @@ class WorkerRow:
     """Register this worker, keep its row fresh, and write it again whole when it is gone."""
 
     def __init__(self, store: JobStore, options: WorkerOptions, *,
-                 overrunning: Callable[[], Sequence[Mapping[str, Any]]]) -> None:
+                 overrunning: Callable[[], Sequence[Mapping[str, Any]]],
+                 runners: Callable[[], Mapping[str, int] | None] | None = None) -> None:
         self.store = store
         self.options = options
         self.worker_id = options.worker_id
         #: The runs executing past their timeout now (the deadlines' list): a row written again
         #: carries them, as the row it replaces did.
         self.overrunning = overrunning
+        #: Which child process runs each run now (the process pool), or None (threads).
+        self.runners = runners
+        self._runners_written: dict[str, int] | None = None
         self.hostname = socket.gethostname()
         self.pid = os.getpid()
         #: When the row first said this process started (the database's clock), which a row
@@ -68,9 +72,25 @@ class WorkerRow:
                       worker_id=self.worker_id, error=repr(exc))
 
     def touch(self, in_flight: int) -> None:
-        """Mark the row seen now (one statement); write it again whole if it is gone."""
+        """Mark the row seen now (one statement); write it again whole if it is gone. With the
+        process pool, write which child runs what when that changed since the last write."""
         if self.store.worker_touch(self.worker_id, in_flight):
+            self._write_runners()
             return
+        self._runners_written = None
         self.register(in_flight)
         log_event(logger, logging.WARNING, "jobs.worker.row-restored", worker_id=self.worker_id,
                   note="this worker's row was gone (deleted by hand, or pruned); written again")
+
+    def _write_runners(self) -> None:
+        """Write the runners when they changed; a failed write is tried at the next touch."""
+        current = self.runners() if self.runners is not None else None
+        if current is None or current == self._runners_written:
+            return
+        try:
+            self.store.worker_runners(self.worker_id, current)
+        except Exception as exc:
+            log_event(logger, logging.WARNING, "jobs.worker.touch-failed",
+                      worker_id=self.worker_id, error=repr(exc))
+            return
+        self._runners_written = dict(current)

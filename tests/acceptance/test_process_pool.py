@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from django_ultjobs.models import AttemptRecord, Job
+from django_ultjobs.models import Worker as WorkerRow
 from django_ultjobs.operations import cancel_jobs
 from tests.conftest import WorkerProcesses, wait_until
 from tests.testapp.pool_jobs import (
@@ -102,6 +103,12 @@ def test_a_cancel_request_ends_a_deaf_body_by_killing_its_child(
     fleet.wait_registered(a)
     deaf = sleep_deaf.enqueue(seconds=60.0)
     fleet.wait(lambda: _status(alias, deaf.id) == "running", 10, "the body to start")
+    # The worker's row says which child runs it (the admin's in-flight page reads it).
+    runners = fleet.wait(lambda: WorkerRow.objects.using(alias).get(id=a).runners, 5,
+                         "the row to name the child")
+    (server,) = _children(fleet.pid(a))
+    assert runners == {str(deaf.id): runners[str(deaf.id)]}
+    assert runners[str(deaf.id)] in _children(server)
     time.sleep(0.3)
     asked = time.monotonic()
     cancel_jobs([deaf.id], reason="stop it")

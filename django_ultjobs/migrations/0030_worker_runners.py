@@ -1,0 +1,18 @@
+"""Which child process runs each run of a worker with ``--pool process``: one nullable column of
+the workers table, for the admin's in-flight page."""
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('django_ultjobs', '0027_workflow_indexes'),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name='worker',
+            name='runners',
+            field=models.JSONField(blank=True, null=True),
+        ),
+    ]
