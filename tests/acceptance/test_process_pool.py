@@ -258,3 +258,30 @@ def test_a_killed_worker_takes_its_children_with_it(
     fleet.wait(lambda: all(_status(alias, j.id) == "succeeded" for j in jobs), 15,
                "B to run both jobs")
     assert all(_job(alias, j.id).result not in children for j in jobs)
+
+
+def test_a_drain_past_its_grace_period_kills_a_deaf_body_and_hands_its_job_back(
+        pg_alias: str, worker_processes: WorkerProcesses) -> None:
+    """rule 140 (hard-stop), PostgreSQL: SIGTERM with a body sleeping through its cancellation;
+    past ``--grace-period`` and ``--cancel-wait`` its child is killed, the job is handed back at
+    once (``interrupted``, unburned, runnable now: no body of it runs on), and the worker exits
+    0 leaving no process behind."""
+    alias = pg_alias
+    fleet = Fleet(worker_processes, alias)
+    a = fleet.start("T", *PROCESS, "--processes", "1", "--grace-period", "0.5",
+                    "--cancel-wait", "0.5")
+    fleet.wait_registered(a)
+    deaf = sleep_deaf.enqueue(seconds=60.0)
+    fleet.wait(lambda: _status(alias, deaf.id) == "running", 10, "the body to start")
+    (server,) = _children(fleet.pid(a))
+    children = _children(server)
+    stopping = time.monotonic()
+    fleet.by_id[a].send_signal(signal.SIGTERM)
+    assert fleet.by_id[a].wait(10) == 0
+    assert time.monotonic() - stopping < 5.0
+    row = _job(alias, deaf.id)
+    assert (row.status, row.attempt) == ("queued", 0)
+    assert _outcomes(alias, deaf.id) == ["interrupted"]
+    (killed,) = fleet.events("jobs.worker.child-killed", worker_id=a)
+    assert killed["cause"] == "worker_shutdown"
+    assert not any(_alive(pid) for pid in [server, *children])
