@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_ultjobs', '0027_workflow_indexes'),
+        ('django_ultjobs', '0028_live_index_apart'),
     ]
 
     operations = [
