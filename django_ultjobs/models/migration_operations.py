@@ -90,6 +90,46 @@ class AddUniqueConstraintConcurrently(migrations.AddConstraint):
             _drop_if_exists(schema_editor, self.constraint.name)
 
 
+class DropForeignKeyConstraint(migrations.AlterField):
+    """``AlterField`` of a foreign key to ``db_constraint=False``: PostgreSQL drops the
+    constraint, SQLite's table keeps it.
+
+    PostgreSQL checks a foreign key with a trigger per row deleted from the referenced table,
+    each running a query of its own: the job table's two children (attempts, steps) made
+    deleting a finished job three times as slow as the delete itself. Dropping one is a change
+    to the catalog alone (``ALTER TABLE ... DROP CONSTRAINT``, no row read, no view in the way),
+    though it waits for the transactions open on both tables when it starts; it is skipped when
+    the constraint is gone already (a re-run after an interrupted migrate). SQLite checks a
+    foreign key inside the statement, an index probe, and would rebuild the whole table to drop
+    one: its tables keep theirs until a later change rebuilds them from the model. Going
+    backwards adds the constraint again on PostgreSQL, reading both tables to validate it.
+    """
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        table = model._meta.db_table
+        column = model._meta.get_field(self.name).column
+        with schema_editor.connection.cursor() as cur:
+            found = schema_editor.connection.introspection.get_constraints(cur, table)
+        for name, constraint in found.items():
+            if constraint["foreign_key"] and constraint["columns"] == [column]:
+                schema_editor.execute(f"ALTER TABLE {schema_editor.quote_name(table)} "
+                                      f"DROP CONSTRAINT IF EXISTS {schema_editor.quote_name(name)}")
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        # AlterField's own way back (its forwards between the states it is given, which
+        # Django passes in the backwards order), not this class's forwards.
+        if schema_editor.connection.vendor == "postgresql":
+            migrations.AlterField.database_forwards(self, app_label, schema_editor, from_state,
+                                                    to_state)
+
+
 def _drop_if_exists(schema_editor: Any, name: str) -> None:
     """Drop index ``name`` if it is there: concurrently on PostgreSQL, plainly on SQLite.
 

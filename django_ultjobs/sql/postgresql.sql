@@ -1247,15 +1247,18 @@ WITH RECURSIVE found(name) AS (
 SELECT name FROM found WHERE name IS NOT NULL;
 
 -- name: prune_batch
--- One batch of the prune: up to :limit jobs that finished before :cutoff, oldest first (the
--- finished-jobs index's range), deleted with their attempts and steps in ONE statement; answers
--- how many jobs, how many attempts their rows held (rule 97 (attempt-on-row)), attempt rows and
--- steps. A row another transaction holds (a retry, a unique key's release) is skipped, not
--- waited for; queued, running and waiting rows are never in the range, so no claim, heartbeat
--- or settle waits on the prune.
+-- One batch of the prune: up to :limit jobs that finished before :cutoff and not before :after
+-- (the last batch's newest finish; NULL at the first), oldest first (the finished-jobs index's
+-- range, which starts past the entries of the rows the batches before deleted instead of walking
+-- them again), deleted with their attempts and steps in ONE statement; answers how many jobs, how
+-- many attempts their rows held (rule 97 (attempt-on-row)), attempt rows and steps, and the
+-- batch's newest finish. A row another transaction holds (a retry, a unique key's release) is
+-- skipped, not waited for; queued, running and waiting rows are never in the range, so no claim,
+-- heartbeat or settle waits on the prune.
 WITH batch AS (
-    SELECT id FROM django_ultjobs_job
+    SELECT id, finished_at FROM django_ultjobs_job
     WHERE status IN ('succeeded', 'failed', 'cancelled') AND finished_at < %(cutoff)s
+      AND finished_at >= COALESCE(%(after)s::timestamptz, '-infinity')
     ORDER BY finished_at LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), attempts AS (

@@ -833,9 +833,10 @@ SELECT name FROM found WHERE name IS NOT NULL;
 
 -- name: prune_batch_ids
 -- PostgreSQL's prune_batch in four statements of one write transaction (SQLite has no DELETE in
--- a WITH): the batch's ids and whether each row holds its attempt.
-SELECT id, attempt_on_row FROM django_ultjobs_job
+-- a WITH): the batch's ids, whether each row holds its attempt, and each finish.
+SELECT id, attempt_on_row, finished_at FROM django_ultjobs_job
 WHERE status IN ('succeeded', 'failed', 'cancelled') AND finished_at < :cutoff
+  AND finished_at >= COALESCE(:after, '')
 ORDER BY finished_at LIMIT :limit;
 
 -- name: prune_batch_attempts

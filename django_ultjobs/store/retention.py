@@ -5,6 +5,8 @@ Deletes in batches, each its own short transaction, so pruning millions of rows 
 long lock or a long transaction against the claim: on PostgreSQL one statement per batch
 (``prune_batch``: the jobs, their attempt rows and steps), on SQLite four in one write
 transaction. Only finished rows are touched, and a row another transaction holds is skipped.
+Each batch starts at the newest finish of the one before, so the finished-jobs index's entries
+of the rows already deleted (dead until VACUUM) are not walked again by every later batch.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Min, Q, QuerySet
@@ -75,8 +78,9 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
     store = get_store(using)
     delete_batch = _delete_batch if _relations_known() else _delete_batch_by_orm
     jobs = attempts = steps = 0
+    after = None
     while True:
-        batch = delete_batch(store, cutoff, batch_size)
+        batch, after = delete_batch(store, cutoff, after, batch_size)
         if not batch.jobs:
             break
         jobs, attempts, steps = (jobs + batch.jobs, attempts + batch.attempts,
@@ -104,43 +108,53 @@ def _relations_known() -> bool:
     return found <= KNOWN_RELATIONS
 
 
-def _delete_batch(store: JobStore, cutoff: datetime, limit: int) -> Pruned:
-    """Delete one batch of finished jobs with their attempts and steps, in one short
-    transaction: one statement on PostgreSQL (``prune_batch``), four on SQLite."""
+def _delete_batch(store: JobStore, cutoff: datetime, after: Any,
+                  limit: int) -> tuple[Pruned, Any]:
+    """Delete one batch of finished jobs with their attempts and steps, the oldest that
+    finished not before ``after`` (None: any), in one short transaction: one statement on
+    PostgreSQL (``prune_batch``), four on SQLite. Return the counts and the batch's newest
+    finish, in the engine's own form (where the next batch starts)."""
     if "prune_batch" in store.sql:
         with store.cursor() as cur:
-            cur.execute(store.sql["prune_batch"], {"cutoff": cutoff, "limit": limit})
-            jobs, on_row, attempts, steps = cur.fetchone()
-        return Pruned(jobs=jobs, attempts=on_row + attempts, steps=steps)
+            cur.execute(store.sql["prune_batch"],
+                        {"cutoff": cutoff, "after": after, "limit": limit})
+            jobs, on_row, attempts, steps, newest = cur.fetchone()
+        return Pruned(jobs=jobs, attempts=on_row + attempts, steps=steps), newest
     with store.write_transaction(), store.cursor() as cur:
         cur.execute(store.sql["prune_batch_ids"],
-                    {"cutoff": store.format_time(cutoff), "limit": limit})
+                    {"cutoff": store.format_time(cutoff), "after": after, "limit": limit})
         rows = cur.fetchall()
-        ids = store.ids_param([job_id for job_id, _ in rows])
+        ids = store.ids_param([job_id for job_id, _, _ in rows])
         cur.execute(store.sql["prune_batch_attempts"], {"ids": ids})
         attempts = cur.rowcount
         cur.execute(store.sql["prune_batch_steps"], {"ids": ids})
         steps = cur.rowcount
         cur.execute(store.sql["prune_batch_jobs"], {"ids": ids})
         # The attempts its rows hold go with the jobs (rule 97 (attempt-on-row)): counted too.
-        on_row = sum(1 for _, held in rows if held)
-        return Pruned(jobs=cur.rowcount, attempts=on_row + attempts, steps=steps)
+        on_row = sum(1 for _, held, _ in rows if held)
+        newest = rows[-1][2] if rows else after
+        return Pruned(jobs=cur.rowcount, attempts=on_row + attempts, steps=steps), newest
 
 
-def _delete_batch_by_orm(store: JobStore, cutoff: datetime, limit: int) -> Pruned:
+def _delete_batch_by_orm(store: JobStore, cutoff: datetime, after: Any,
+                         limit: int) -> tuple[Pruned, Any]:
     """One batch through Django's deletion collector, for a table the statements do not know
     refers to jobs (a model of the site's own): slower, but it follows every ``on_delete``."""
     using = store.alias
-    ids = list(_finished_jobs(using, cutoff).order_by("finished_at")
-               .values_list("id", flat=True)[:limit])
-    if not ids:
-        return Pruned()
+    finished = _finished_jobs(using, cutoff)
+    if after is not None:
+        finished = finished.filter(finished_at__gte=after)
+    rows = list(finished.order_by("finished_at").values_list("id", "finished_at")[:limit])
+    if not rows:
+        return Pruned(), after
+    ids = [job_id for job_id, _ in rows]
     with transaction.atomic(using=using):
         on_row = Job.objects.using(using).filter(id__in=ids, attempt_on_row=True).count()
         attempts = JobAttempt.objects.using(using).filter(job_id__in=ids).delete()[0]
         steps = JobStep.objects.using(using).filter(job_id__in=ids).delete()[0]
         _, deleted = Job.objects.using(using).filter(id__in=ids).delete()
-    return Pruned(jobs=deleted.get(Job._meta.label, 0), attempts=on_row + attempts, steps=steps)
+    return (Pruned(jobs=deleted.get(Job._meta.label, 0), attempts=on_row + attempts,
+                   steps=steps), rows[-1][1])
 
 
 def _finished_jobs(using: str, cutoff: datetime) -> QuerySet[Job]:

@@ -16,6 +16,7 @@ from django_ultjobs.models.migration_operations import (
     AddIndexConcurrently,
     AddUniqueConstraintConcurrently,
     DropFieldIndexConcurrently,
+    DropForeignKeyConstraint,
     RemoveIndexConcurrently,
     WithoutAttemptsView,
 )
@@ -23,10 +24,11 @@ from django_ultjobs.models.migration_operations import (
 _APP = "django_ultjobs"
 _VIEW_MIGRATION = (_APP, "0022_attempt_on_row")
 _TABLES = {"job", "jobattempt"}
-# Index operations leave the tables alone on both engines (SQLite builds an index in place).
+# Index operations leave the tables alone on both engines (SQLite builds an index in place), and
+# so does dropping a foreign key's constraint (a catalog change on PostgreSQL, none on SQLite).
 _INDEX_ONLY = (migrations.AddIndex, migrations.RemoveIndex, migrations.RenameIndex,
                AddIndexConcurrently, RemoveIndexConcurrently, AddUniqueConstraintConcurrently,
-               DropFieldIndexConcurrently)
+               DropFieldIndexConcurrently, DropForeignKeyConstraint)
 
 
 def _model_of(operation: Any) -> str | None:

@@ -272,3 +272,40 @@ def test_going_back_from_0023_writes_the_rows_of_the_slotted_attempts_the_rows_h
         (attempt,) = Job.objects.using(alias).get(id=later).attempts.all()
         assert attempt.id == ON_ROW_ID + later and (attempt.slot_key, attempt.slot) == (
             "job:add", 2)
+
+
+def _foreign_keys_to_jobs(alias: str) -> dict[str, list[str]]:
+    """Per child table (attempts, steps), the columns of its foreign keys to the jobs table."""
+    connection = connections[alias]
+    found = {}
+    with connection.cursor() as cursor:
+        for table in ("django_ultjobs_jobattempt", "django_ultjobs_jobstep"):
+            constraints = connection.introspection.get_constraints(cursor, table)
+            found[table] = [column for c in constraints.values()
+                            if c["foreign_key"] and c["foreign_key"][0] == Job._meta.db_table
+                            for column in c["columns"]]
+    return found
+
+
+def test_0030_drops_the_children_s_constraints_on_postgresql_alone(alias: str) -> None:
+    # PostgreSQL checked each with a query per job deleted; SQLite's table is not rebuilt for it.
+    kept = [] if connections[alias].vendor == "postgresql" else ["job_id"]
+    assert _foreign_keys_to_jobs(alias) == {"django_ultjobs_jobattempt": kept,
+                                            "django_ultjobs_jobstep": kept}
+    with _migrated_back(alias, "0028"):
+        assert _foreign_keys_to_jobs(alias) == {"django_ultjobs_jobattempt": ["job_id"],
+                                                "django_ultjobs_jobstep": ["job_id"]}
+
+
+def test_an_interrupted_0030_finishes_when_migrate_runs_again(pg_alias: str) -> None:
+    # Not atomic: a deploy killed after a constraint was dropped, before the migration was
+    # recorded, runs it again and finds that constraint gone.
+    with _migrated_back(pg_alias, "0028"):
+        with connections[pg_alias].cursor() as cursor:
+            cursor.execute("SELECT conname FROM pg_constraint WHERE contype = 'f' "
+                           "AND conrelid = 'django_ultjobs_jobattempt'::regclass")
+            (name,) = cursor.fetchone()
+            cursor.execute(f'ALTER TABLE django_ultjobs_jobattempt DROP CONSTRAINT "{name}"')
+        _migrate(pg_alias)
+        assert _foreign_keys_to_jobs(pg_alias) == {"django_ultjobs_jobattempt": [],
+                                                   "django_ultjobs_jobstep": []}

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_ultjobs.models import Job, JobAttempt, JobStep
-from django_ultjobs.store import retention
+from django_ultjobs.store import get_store, retention
 from django_ultjobs.store.retention import prune
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -48,6 +48,30 @@ def test_batches_count_jobs_attempts_and_steps(alias: str) -> None:
         # One statement per batch (jobs, attempts and steps together), and one that found none.
         batches = [q for q in captured.captured_queries if "django_ultjobs:prune_batch" in q["sql"]]
         assert len(batches) == 4
+
+
+def test_each_batch_starts_at_the_newest_finish_of_the_one_before(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finished-jobs index's entries of the rows deleted are dead until VACUUM: a batch
+    that began at the oldest finish again would walk every one of them."""
+    ids = [_finished(alias, 1, days_ago=30 - i)[0] for i in range(5)]
+    starts: list[object] = []
+    delete_batch = retention._delete_batch
+
+    def recorded(store: object, cutoff: object, after: object, limit: int) -> object:
+        starts.append(after)
+        return delete_batch(store, cutoff, after, limit)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(retention, "_delete_batch", recorded)
+    pruned = prune(older_than=timedelta(days=14), using=alias, batch_size=2)
+    assert pruned.jobs == 5 and not Job.objects.using(alias).exists()
+    finished = [timezone.now() - timedelta(days=30 - i) for i in range(5)]
+    # None first, then the second and the fourth job's finish (each batch's newest), then the
+    # fifth's, where the last batch found nothing.
+    assert starts[0] is None and len(starts) == 4
+    for start, expected in zip(starts[1:], (finished[1], finished[3], finished[4]), strict=True):
+        at = get_store(alias).parse_time(start)
+        assert abs((at - expected).total_seconds()) < 60, (ids, starts)
 
 
 def test_a_row_another_transaction_holds_is_skipped_not_waited_for(pg_alias: str) -> None:
