@@ -31,6 +31,7 @@ def main() -> int:
 
     from benchmarks.metrics_cost import _reset_database
     from django_ultjobs.store import get_store
+    from django_ultjobs.worker.gauges import DEPTH_CAP
 
     _reset_database("postgres")
     store = get_store("postgres")
@@ -47,7 +48,7 @@ def main() -> int:
         timings = []
         for _ in range(args.samples):
             started = time.perf_counter()
-            store.gauge_rows()
+            store.gauge_rows(DEPTH_CAP)
             timings.append((time.perf_counter() - started) * 1000)
         timings.sort()
         print(f"{n:,} | {statistics.median(timings):.1f} | "

@@ -2,8 +2,9 @@
 (rule 120 (bounded-live-stats)).
 
 Per queue: jobs runnable now, scheduled for later, running, runnable but held back by a full
-concurrency cap or a spent rate limit, waiting for an event or a sleep, how long the longest-due
-job has been due, whether the queue is paused; plus the workers alive. Each count reads at most
+concurrency cap or a spent rate limit, waiting for an event or a sleep, pending (waiting for their
+dependencies), how long the longest-due job has been due, whether the queue is paused; plus the
+workers alive. Each count reads at most
 ``COUNT_CAP + 1`` rows: the due jobs as a window of the longest-due ones, split by whether their
 kind is held back. A count that filled its window is a lower bound ("at least") and names itself
 in ``more_than``. Three statements, whatever the tables hold.
@@ -46,6 +47,9 @@ class QueueFigures:
     waiting_on_limit: int = 0
     #: Waiting for an event or a durable sleep.
     waiting_event: int = 0
+    #: Waiting for their dependencies (workflow nodes, batch callbacks): none runs before the
+    #: settle of its last dependency releases it.
+    pending: int = 0
     #: Seconds the longest-due live job has been due (held back or not); None when none is due.
     oldest_runnable_age: float | None = None
     paused: bool = False
@@ -71,7 +75,7 @@ def held_back_names(held: dict[str, int], spent: set[str]) -> list[str]:
 def _queue_figures(queue: str, rows: Iterable[LiveRow]) -> QueueFigures:
     """One queue's figures from its rows (one per live status)."""
     sums = {"runnable": 0, "scheduled": 0, "running": 0, "waiting_on_limit": 0,
-            "waiting_event": 0}
+            "waiting_event": 0, "pending": 0}
     later = {JobStatus.QUEUED: "scheduled", JobStatus.RUNNING: "running",
              JobStatus.WAITING: "waiting_event"}
     capped: set[str] = set()
@@ -81,7 +85,8 @@ def _queue_figures(queue: str, rows: Iterable[LiveRow]) -> QueueFigures:
         for figure, count, lower_bound in (
                 ("runnable", row.due, row.due_capped),
                 ("waiting_on_limit", row.held_back, row.held_capped),
-                (later[JobStatus(row.status)], row.later, row.later_capped)):
+                (later[JobStatus(row.status)], row.later, row.later_capped),
+                ("pending", row.pending, row.pending_capped)):
             sums[figure] += count
             if lower_bound:
                 capped.add(figure)
@@ -94,8 +99,8 @@ def _queue_figures(queue: str, rows: Iterable[LiveRow]) -> QueueFigures:
 
 
 def queue_figures(alias: str, also: Iterable[str] = ()) -> list[QueueFigures]:
-    """Every queue with a live job or a pause, and the queues ``also`` names (with figures of
-    0 when they have neither), in name order, in two statements."""
+    """Every queue with a live or pending job or a pause, and the queues ``also`` names (with
+    figures of 0 when they have none), in name order, in two statements."""
     store = get_store(alias)
     held, spent = blocking(store)
     by_queue: dict[str, list[LiveRow]] = {queue: [] for queue in also}

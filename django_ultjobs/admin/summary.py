@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Q
 from django.db.models.functions import Now
 
 from ..core.slot_keys import slot_key_for
@@ -55,6 +55,8 @@ class QueueCounts:
     in_flight: int = 0
     lapsed: int = 0
     waiting: int = 0
+    #: Waiting for their dependencies (``ultjobs stats`` shows them; the index's table does not).
+    pending: int = 0
     #: When its longest-runnable job became runnable (queued or woken; database clock).
     oldest_runnable_at: datetime | None = None
     #: Its pause, when paused (rule 75 (paused-queue)): no worker claims from it.
@@ -158,39 +160,6 @@ def slot_wait(alias: str, name: str, settling: dict[str, int] | None = None) -> 
     return SlotWait(key, spec.concurrency, held, settling.get(key, 0))
 
 
-def live_queue_counts(alias: str) -> tuple[dict[str, int], dict[str, QueueCounts]]:
-    """Count the live jobs by status, and by queue and where they stand (runnable, delayed, in
-    flight, lapsed, waiting, since when runnable), in one grouped query over the live rows only
-    (the claim's partial index covers them); paused queues are listed even with no live job."""
-    due = Q(visible_at__lte=Now())
-    live = (Job.objects.using(alias).filter(status__in=LIVE_STATUSES)
-            .values("status", "queue").order_by()
-            .annotate(total=Count("id"), due=Count("id", filter=due),
-                      oldest=Min("visible_at", filter=due)))
-    by_status = dict.fromkeys(LIVE_STATUSES, 0)
-    queues: dict[str, QueueCounts] = {}
-    for row in live:
-        counts = queues.setdefault(row["queue"], QueueCounts(row["queue"]))
-        total, due_now = row["total"], row["due"]
-        by_status[row["status"]] += total
-        if row["status"] == JobStatus.RUNNING:
-            # A running row past its visible_at lost its worker: re-delivered by the next claim.
-            counts.in_flight += total - due_now
-            counts.lapsed += due_now
-            continue
-        if row["status"] == JobStatus.QUEUED:
-            counts.delayed += total - due_now
-        else:
-            counts.waiting += total - due_now
-        counts.runnable += due_now
-        if row["oldest"] is not None and (counts.oldest_runnable_at is None
-                                          or row["oldest"] < counts.oldest_runnable_at):
-            counts.oldest_runnable_at = row["oldest"]
-    for pause in QueuePause.objects.using(alias).all():
-        queues.setdefault(pause.queue, QueueCounts(pause.queue)).pause = pause
-    return by_status, dict(sorted(queues.items()))
-
-
 #: Live jobs read per figure, less one: the lists' exact count (past it, a figure is "at least").
 LIVE_COUNT_CAP = EXACT_UP_TO
 
@@ -211,6 +180,9 @@ def bounded_queue_counts(alias: str) -> tuple[list[StatusCount], dict[str, Queue
     oldest: LiveRow | None = None
     for row in live_rows(get_store(alias), (), LIVE_COUNT_CAP + 1):
         counts = queues.setdefault(row.queue, QueueCounts(row.queue))
+        counts.pending += row.pending
+        if row.pending_capped:
+            counts.more_than.add("pending")
         for due, count, lower_bound in ((True, row.due + row.held_back,
                                          row.due_capped or row.held_capped),
                                         (False, row.later, row.later_capped)):
@@ -272,7 +244,8 @@ def jobs_summary(alias: str) -> Summary:
     settling = settling_by_key(alias)
     return Summary(
         statuses=statuses,
-        queues=list(queues.values()),
+        # A queue holding pending jobs alone has nothing in the table's columns.
+        queues=[q for q in queues.values() if q.paused or any(n for n, _ in q.cells)],
         oldest_runnable=_oldest_runnable(alias, oldest, settling),
         in_flight=sum(q.in_flight for q in queues.values()),
         lapsed=sum(q.lapsed for q in queues.values()),

@@ -1,9 +1,10 @@
 """What ``manage.py ultjobs`` reads: job listings, one job in full, and per-queue and per-worker
 figures, as plain values (dicts and dataclasses) the command prints as a table or as JSON.
 
-Reads only, through the ORM on the jobs database, each through an index: a listing walks the
-primary key backwards (newest first) with its filters, the figures count the live rows through
-the claim's partial index and the last hour's failures through the finished index.
+Reads only, on the jobs database, each through an index: a listing walks the primary key
+backwards (newest first) with its filters; the figures are a fixed number of statements, each
+count a range of a partial index stopped at a cap (the live, pending and failed jobs;
+rule 120 (bounded-live-stats)), so they cost the same at a million queued jobs as at ten.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from django.db.models.functions import Now
 from django.utils.html import strip_tags
 
 from ..admin.display import exception_line, seconds_between
-from ..admin.summary import live_queue_counts
+from ..admin.summary import LIVE_COUNT_CAP, QueueCounts, bounded_queue_counts
 from ..admin.workers import worker_state
 from ..models import Job, JobStatus, JobStep, Worker
 from ..store import get_store
 from ..store.attempts import history
+from ..store.live import failed_recent
 
 #: The columns of a job in a listing (``list``), in order.
 LIST_FIELDS = ("id", "name", "queue", "status", "priority", "attempt", "max_attempts",
@@ -85,9 +87,13 @@ class QueueStats:
     delayed: int
     running: int
     waiting: int
+    #: Waiting for their dependencies (workflow nodes, batch callbacks).
+    pending: int
     failed_last_hour: int
     #: Seconds the longest-runnable job has been runnable (database clock); None: none is.
     oldest_runnable_age: float | None
+    #: The figures read from a full window: there are at least that many.
+    more_than: list[str]
 
 
 @dataclass(frozen=True)
@@ -103,24 +109,25 @@ class WorkerStats:
 
 
 def queue_stats(alias: str) -> list[QueueStats]:
-    """Per queue: runnable, delayed, running, waiting, failed in the last hour, oldest age."""
-    _, queues = live_queue_counts(alias)
+    """Per queue: runnable, delayed, running, waiting, pending, failed in the last hour, oldest
+    age; each count read from at most ``LIVE_COUNT_CAP`` + 1 rows, and named in ``more_than``
+    when it is a lower bound."""
+    _, queues, _ = bounded_queue_counts(alias)
+    failed = failed_recent(get_store(alias), 3600.0, LIVE_COUNT_CAP + 1)
     now = get_store(alias).db_now()
-    failed = dict(Job.objects.using(alias)
-                  .filter(status=JobStatus.FAILED, finished_at__gte=Now() - timedelta(hours=1))
-                  .values("queue").order_by().annotate(n=Count("id")).values_list("queue", "n"))
-    names = sorted(set(queues) | set(failed))
     stats = []
-    for name in names:
-        counts = queues.get(name)
-        oldest = counts.oldest_runnable_at if counts else None
+    for name in sorted(set(queues) | set(failed)):
+        counts = queues.get(name) or QueueCounts(name)
+        more = {"running" if f in ("in_flight", "lapsed") else f for f in counts.more_than}
+        if failed.get(name, 0) > LIVE_COUNT_CAP:
+            more.add("failed_last_hour")
+        oldest = counts.oldest_runnable_at
         stats.append(QueueStats(
-            queue=name, paused=bool(counts and counts.paused),
-            runnable=counts.runnable if counts else 0, delayed=counts.delayed if counts else 0,
-            running=(counts.in_flight + counts.lapsed) if counts else 0,
-            waiting=counts.waiting if counts else 0, failed_last_hour=failed.get(name, 0),
+            queue=name, paused=counts.paused, runnable=counts.runnable, delayed=counts.delayed,
+            running=counts.in_flight + counts.lapsed, waiting=counts.waiting,
+            pending=counts.pending, failed_last_hour=failed.get(name, 0),
             oldest_runnable_age=max(0.0, seconds_between(oldest, now) or 0.0)
-            if oldest is not None else None))
+            if oldest is not None else None, more_than=sorted(more)))
     return stats
 
 

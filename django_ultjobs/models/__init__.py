@@ -256,11 +256,12 @@ class Job(models.Model):
                 name="ultjobs_job_live",
                 condition=models.Q(status__in=["queued", "running", "waiting"], name__gt=""),
             ),
-            models.Index(
-                "finished_at",
-                name="ultjobs_job_finished",
-                condition=models.Q(status__in=["succeeded", "failed", "cancelled"]),
-            ),
+            # The pending and the failed jobs by queue: the stats count each as a range, capped.
+            models.Index("queue", name="ultjobs_job_pending", condition=models.Q(status="pending")),
+            models.Index("queue", "finished_at", name="ultjobs_job_failed",
+                         condition=models.Q(status="failed")),
+            models.Index("finished_at", name="ultjobs_job_finished",
+                         condition=models.Q(status__in=["succeeded", "failed", "cancelled"])),
             # The attempts the rows hold (rule 97 (attempt-on-row)), newest first: the charts read
             # them through the attempts view, a bounded number from the newest
             # (rule 80 (bounded-charts)). Without it the view's half over the jobs was a scan and

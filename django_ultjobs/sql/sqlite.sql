@@ -736,12 +736,29 @@ RETURNING id, scheduled_for;
 
 -- name: gauge_queues
 -- Per queue, its runnable jobs (those a claim may take now) and how many seconds the oldest of
--- them has been due, for the queue gauges: one scan of the claim index's runnable rows, run by
--- one worker of the fleet at a time, once a GAUGE_INTERVAL (rule 71 (gauges-one-reader)).
-SELECT queue, count(*), (julianday({now}) - julianday(min(visible_at))) * 86400.0
-FROM django_ultjobs_job
-WHERE {fragment:runnable}
-GROUP BY queue;
+-- them has been due, for the queue gauges, run by one worker of the fleet at a time, once a
+-- GAUGE_INTERVAL (rule 71 (gauges-one-reader)). Per live status a range of the live index
+-- stopped at :limit, and its first entry (rule 120 (bounded-live-stats)): the work is bounded
+-- whatever the backlog, and a queue's depth is at most three times :limit. Each range states
+-- the live index's "j.name > ''" (see live_stats).
+{fragment:live_queues}
+SELECT t.queue, sum(t.due), (julianday({now}) - julianday(min(t.oldest))) * 86400.0
+FROM (SELECT q.queue,
+             (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+                  WHERE j.queue = q.queue AND j.status = s.status
+                    AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+                    AND j.visible_at <= {now}
+                  LIMIT :limit) AS d) AS due,
+             (SELECT j.visible_at FROM django_ultjobs_job AS j
+                  WHERE j.queue = q.queue AND j.status = s.status
+                    AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+                    AND j.visible_at <= {now}
+                  ORDER BY j.visible_at LIMIT 1) AS oldest
+      FROM queues AS q
+      CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running'
+                  UNION ALL SELECT 'waiting') AS s) AS t
+GROUP BY t.queue
+HAVING sum(t.due) > 0;
 
 -- name: gauge_slots
 -- The fleet slots held (unexpired) per key, for the slots gauge.
@@ -759,7 +776,8 @@ WHERE status = 'queued' AND attempt > 0 AND visible_at > {now}
 
 -- fragment: live_queues
 -- Every queue with a live job, one probe of the live index each however many jobs it holds (a
--- skip scan: the next queue name after the last), and every paused queue.
+-- skip scan: the next queue name after the last), every queue with a pending job (the same skip
+-- scan of the pending index), and every paused queue.
 WITH RECURSIVE found(queue) AS (
     SELECT (SELECT queue FROM django_ultjobs_job
             WHERE status IN ('queued', 'running', 'waiting') ORDER BY queue LIMIT 1)
@@ -768,8 +786,16 @@ WITH RECURSIVE found(queue) AS (
             WHERE j.status IN ('queued', 'running', 'waiting') AND j.queue > found.queue
             ORDER BY j.queue LIMIT 1)
     FROM found WHERE found.queue IS NOT NULL
+), found_pending(queue) AS (
+    SELECT (SELECT queue FROM django_ultjobs_job
+            WHERE status = 'pending' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM django_ultjobs_job AS j
+            WHERE j.status = 'pending' AND j.queue > p.queue ORDER BY j.queue LIMIT 1)
+    FROM found_pending AS p WHERE p.queue IS NOT NULL
 ), queues(queue) AS (
     SELECT queue FROM found WHERE queue IS NOT NULL
+    UNION SELECT queue FROM found_pending WHERE queue IS NOT NULL
     UNION SELECT queue FROM django_ultjobs_queuepause
 )
 
@@ -802,10 +828,32 @@ SELECT q.queue, s.status,
               AND j.visible_at <= {now}
             ORDER BY j.visible_at LIMIT 1),
        EXISTS (SELECT 1 FROM django_ultjobs_queuepause AS p WHERE p.queue = q.queue),
-       {now}
+       {now},
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE s.status = 'queued' AND j.queue = q.queue AND j.status = 'pending'
+            LIMIT :limit) AS w)
 FROM queues AS q
 CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s
 ORDER BY q.queue, s.status;
+
+-- name: failed_recent
+-- Per queue with a failed job, how many failed in the last :seconds, for ``ultjobs stats``: a
+-- skip scan of the failed index for the queues, then one range of it per queue stopped at :limit
+-- (rule 120 (bounded-live-stats)), so the work does not grow with the history nor the failures.
+WITH RECURSIVE found(queue) AS (
+    SELECT (SELECT queue FROM django_ultjobs_job
+            WHERE status = 'failed' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM django_ultjobs_job AS j
+            WHERE j.status = 'failed' AND j.queue > found.queue ORDER BY j.queue LIMIT 1)
+    FROM found WHERE found.queue IS NOT NULL
+)
+SELECT f.queue,
+       (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+            WHERE j.queue = f.queue AND j.status = 'failed' AND j.finished_at >= {now_plus(-:seconds)}
+            LIMIT :limit) AS c)
+FROM found AS f
+WHERE f.queue IS NOT NULL;
 
 -- name: live_blocking
 -- PostgreSQL's live_blocking: slots held per key, and spent rate-limit buckets (held -1).

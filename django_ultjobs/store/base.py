@@ -310,11 +310,13 @@ class JobStore(WorkerRows, BodyRows, SlotStore):
             with self.cursor() as cur:
                 cur.execute(self.sql["notify_cancel"], {"ids": self.ids_param(job_ids)})
 
-    def gauge_rows(self) -> tuple[list[tuple[str, int, float]], list[tuple[str, int]]]:
+    def gauge_rows(self, limit: int) -> tuple[list[tuple[str, int, float]],
+                                              list[tuple[str, int]]]:
         """What the gauges show, in two statements: per queue ``(queue, runnable jobs, seconds
-        the oldest has been due)``, and per key ``(key, fleet slots held)``."""
+        the oldest has been due)``, the jobs counted up to ``limit`` per live status, and per
+        key ``(key, fleet slots held)``."""
         with self.cursor() as cur:
-            cur.execute(self.sql["gauge_queues"], {"now": self.now_param()})
+            cur.execute(self.sql["gauge_queues"], {"now": self.now_param(), "limit": limit})
             queues = [(row[0], int(row[1]), max(0.0, float(row[2] or 0.0)))
                       for row in cur.fetchall()]
             cur.execute(self.sql["gauge_slots"], {"now": self.now_param()})

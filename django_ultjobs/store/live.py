@@ -43,6 +43,11 @@ class LiveRow:
     held_capped: bool = False
     #: ``later`` is a lower bound.
     later_capped: bool = False
+    #: Waiting for their dependencies (workflow nodes, batch callbacks): counted on the queue's
+    #: ``queued`` row only, 0 on the others.
+    pending: int = 0
+    #: ``pending`` is a lower bound.
+    pending_capped: bool = False
 
 
 def blocking(store: JobStore) -> tuple[dict[str, int], set[str]]:
@@ -80,19 +85,20 @@ def _no_jit(store: JobStore, cur: Any) -> Iterator[None]:
 
 
 def live_rows(store: JobStore, blocked: Sequence[str], limit: int) -> list[LiveRow]:
-    """Per queue with a live job or a pause, and per live status, its counts stopped at
-    ``limit``; jobs named in ``blocked`` are counted as held back."""
+    """Per queue with a live or pending job or a pause, and per live status, its counts stopped
+    at ``limit``; jobs named in ``blocked`` are counted as held back."""
     params = {"now": store.now_param(), "limit": limit,
               "blocked": store.queues_param(sorted(blocked))}
     with store.cursor() as cur, _no_jit(store, cur):
         cur.execute(store.sql["live_stats"], params)
         rows = cur.fetchall()
     found = []
-    for queue, status, free, held, later, oldest, paused, now in rows:
+    for queue, status, free, held, later, oldest, paused, now, pending in rows:
         found.append(LiveRow(queue, status, int(free), int(held), int(later),
                              store.parse_time(oldest) if oldest is not None else None,
                              bool(paused), store.parse_time(now), int(free) >= limit,
-                             int(held) >= limit, int(later) >= limit))
+                             int(held) >= limit, int(later) >= limit, int(pending),
+                             int(pending) >= limit))
     return found
 
 
@@ -114,3 +120,12 @@ def oldest_due(store: JobStore) -> dict[str, datetime]:
                 at = store.parse_time(due_at)
                 found[queue] = min(at, found.get(queue, at))
     return found
+
+
+def failed_recent(store: JobStore, seconds: float, limit: int) -> dict[str, int]:
+    """Per queue with a failed job, how many failed in the last ``seconds``, each count stopped
+    at ``limit`` (queues with none left out): ranges of the failed index, one statement."""
+    with store.cursor() as cur:
+        cur.execute(store.sql["failed_recent"], {"now": store.now_param(), "seconds": seconds,
+                                                  "limit": limit})
+        return {queue: int(count) for queue, count in cur.fetchall() if count}

@@ -25,6 +25,9 @@ logger = logging.getLogger("django_ultjobs.worker")
 
 #: The fleet slot whose holder samples the gauges. Not a job's key (those start with "job:").
 GAUGE_SLOT_KEY = "ultjobs:gauges"
+#: Runnable jobs counted per queue and live status: past it the depth gauge reads "at least",
+#: as the stats view's figures do, so a sample costs the same at a million queued jobs as at ten.
+DEPTH_CAP = 10_000
 
 
 class GaugeSampler:
@@ -74,7 +77,7 @@ class GaugeSampler:
             if not self._hold():
                 self.board.withdraw(self.worker_id)
                 return False
-            queues, slots = self.store.gauge_rows()
+            queues, slots = self.store.gauge_rows(DEPTH_CAP)
         except Exception as exc:
             # Stale figures would read as live ones: nothing is better than wrong.
             self.board.withdraw(self.worker_id)

@@ -68,13 +68,29 @@ def test_each_figure_counts_its_own_jobs(jobs_in: str) -> None:
     default = figures["queues"]["default"]
     age = default.pop("oldest_runnable_age")
     assert default == {"runnable": 4, "scheduled": 2, "running": 4, "waiting_on_limit": 3,
-                       "waiting_event": 1, "paused": False, "more_than": []}
+                       "waiting_event": 1, "pending": 0, "paused": False, "more_than": []}
     assert 3590 < age < 3700  # the held-back serial jobs are the longest due
     assert figures["queues"]["other"]["runnable"] == 1
     assert figures["queues"]["idle"] == {
         "runnable": 0, "scheduled": 0, "running": 0, "waiting_on_limit": 0, "waiting_event": 0,
-        "oldest_runnable_age": None, "paused": True, "more_than": []}
+        "pending": 0, "oldest_runnable_age": None, "paused": True, "more_than": []}
     assert figures["count_cap"] == queue_stats.COUNT_CAP
+
+
+def test_pending_jobs_have_a_figure_and_list_their_queue(jobs_in: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs waiting for their dependencies are counted apart, up to the cap, and a queue holding
+    nothing else is listed.
+
+    Rule 120 (bounded-live-stats)."""
+    monkeypatch.setattr(queue_stats, "COUNT_CAP", 3)
+    add(jobs_in, 2)
+    add(jobs_in, 2, status="pending")
+    add(jobs_in, 5, status="pending", queue="flows")
+    queues = stats(jobs_in)["queues"]
+    assert (queues["default"]["runnable"], queues["default"]["pending"]) == (2, 2)
+    assert queues["flows"]["pending"] == 4 and queues["flows"]["more_than"] == ["pending"]
+    assert queues["flows"]["runnable"] == queues["flows"]["scheduled"] == 0
 
 
 def test_a_lapsed_slot_or_a_fresh_budget_holds_nothing_back(jobs_in: str) -> None:
@@ -166,7 +182,8 @@ def test_each_count_reads_the_live_index(jobs_in: str) -> None:
     job_reads = [line for line in plan if re.search(r"(?i)\b(scan|search)\b", line)
                  and re.search(r"\b(django_ultjobs_job|j)\b( |$)", line)]
     assert job_reads and all("ultjobs_job_live" in line or "ultjobs_job_claim" in line
-                             for line in job_reads), "\n".join(plan)
+                             or "ultjobs_job_pending" in line for line in job_reads), \
+        "\n".join(plan)
     assert sum("ultjobs_job_live" in line for line in job_reads) >= 3, "\n".join(plan)
 
 

@@ -84,6 +84,12 @@ def _actor() -> str:
         return "cli"
 
 
+def _at_least(count: int, lower_bound: bool) -> str | int:
+    """A figure as the table shows it: a count read from a full window as "more than" the cap,
+    as the admin shows it."""
+    return f">{count - 1:,}" if lower_bound else count
+
+
 def _follow(bar: Progress) -> Callable[[int, int], None]:
     """An operation's ``progress`` callback (ids gone through, of how many) moving ``bar``: a
     live bar on stderr when it is a terminal, nothing otherwise (the result line then says how
@@ -238,12 +244,13 @@ class Command(BaseCommand):
             self.stdout.write(as_json({"queues": [as_dict(q) for q in queues],
                                        "workers": [as_dict(w) for w in workers]}))
             return
+        figures = ("runnable", "delayed", "running", "waiting", "pending", "failed_last_hour")
         self.stdout.write(table(
-            ["queue", "paused", "runnable", "delayed", "running", "waiting", "failed 1h",
-             "oldest s"],
-            [[q.queue, q.paused, q.runnable, q.delayed, q.running, q.waiting,
-              q.failed_last_hour, q.oldest_runnable_age] for q in queues])
-            if queues else "no queued, running or waiting jobs, and no paused queue")
+            ["queue", "paused", "runnable", "delayed", "running", "waiting", "pending",
+             "failed 1h", "oldest s"],
+            [[q.queue, q.paused, *(_at_least(getattr(q, f), f in q.more_than) for f in figures),
+              q.oldest_runnable_age] for q in queues])
+            if queues else "no queued, running, waiting or pending jobs, and no paused queue")
         self.stdout.write("")
         self.stdout.write(table(
             ["worker", "state", "runs", "heartbeat s ago", "queues"],
