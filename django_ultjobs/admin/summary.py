@@ -28,7 +28,7 @@ from ..models import (
 )
 from ..queue_stats import running_workers
 from ..store import get_store
-from ..store.live import LiveRow, live_names, live_rows
+from ..store.live import LiveRow, finished_counts, first_due, live_names, live_rows
 from .display import duration, seconds_between
 from .paginator import EXACT_UP_TO, EstimatedCountPaginator, planner_estimate
 from .settling import settling_by_key
@@ -213,16 +213,12 @@ def _oldest_runnable(alias: str, row: LiveRow | None,
     long it has waited, and whether for a fleet slot."""
     if row is None:
         return None
-    oldest = (Job.objects.using(alias)
-              .filter(status__in=LIVE_STATUSES, queue=row.queue, status=row.status,
-                      visible_at__lte=Now())
-              .order_by("visible_at").annotate(db_now=Now())
-              .values("id", "name", "visible_at", "db_now").first())
+    oldest = first_due(get_store(alias), row.queue, row.status)
     if oldest is None:  # claimed or finished since the counts were read
         return None
-    waited = seconds_between(oldest["visible_at"], oldest["db_now"]) or 0.0
-    return OldestRunnable(oldest["id"], oldest["name"], max(waited, 0.0),
-                          slot_wait(alias, oldest["name"], settling))
+    job_id, name, due_at, now = oldest
+    waited = seconds_between(due_at, now) or 0.0
+    return OldestRunnable(job_id, name, max(waited, 0.0), slot_wait(alias, name, settling))
 
 
 def jobs_summary(alias: str) -> Summary:
@@ -230,7 +226,16 @@ def jobs_summary(alias: str) -> Summary:
     reading a bounded number of rows."""
     statuses, queues, oldest = bounded_queue_counts(alias)
     table_rows = planner_estimate(Job.objects.using(alias).all())
-    statuses += [_count_or_estimate(alias, s, table_rows) for s in FINISHED_STATUSES]
+    if table_rows is None:
+        # No planner to ask (SQLite): each status counted by name, up to the cap per name; a
+        # lower bound is shown as "more than" the cap, as the live counts are.
+        finished = finished_counts(get_store(alias), LIVE_COUNT_CAP + 1)
+        for status in FINISHED_STATUSES:
+            count, capped = finished.get(status, (0, False))
+            statuses.append(StatusCount(status, LIVE_COUNT_CAP + 1 if capped else count,
+                                        lower_bound=capped))
+    else:
+        statuses += [_count_or_estimate(alias, s, table_rows) for s in FINISHED_STATUSES]
 
     slots = Slot.objects.using(alias).aggregate(
         held=Count("id", filter=Q(expires_at__gt=Now())),

@@ -56,8 +56,14 @@ _HELD_SLOT_KEY = {
                   "ELSE ('job:' || j.name)::varchar(200) END",
     "sqlite": "CASE WHEN j.attempt_slot IS NULL THEN '' ELSE 'job:' || j.name END",
 }
+#: Version 3 (migration 0030): version 2 with the held attempts selected as each engine's partial
+#: index of them (ultjobs_job_attempt_on_row) states its predicate. SQLite uses a partial index
+#: only for a query that states the index's own term, and Django wrote its predicate
+#: "attempt_on_row = 1": version 2's bare "j.attempt_on_row" read every job row on SQLite.
+_SELECT_3 = _SELECT_2.replace("WHERE j.attempt_on_row", "WHERE {on_row}")
+_ON_ROW = {"postgresql": "j.attempt_on_row", "sqlite": "j.attempt_on_row = 1"}
 #: The version later migrations create (``WithoutAttemptsView(view=LATEST)`` names it as a number).
-LATEST = 2
+LATEST = 3
 
 
 def _select(vendor: str, version: int) -> str:
@@ -66,6 +72,9 @@ def _select(vendor: str, version: int) -> str:
     if version == 2:
         return _SELECT_2.format(on_row_id=ON_ROW_ID, held_slot_key=_HELD_SLOT_KEY[vendor],
                                 **_CONSTANTS[vendor])
+    if version == 3:
+        return _SELECT_3.format(on_row_id=ON_ROW_ID, held_slot_key=_HELD_SLOT_KEY[vendor],
+                                on_row=_ON_ROW[vendor], **_CONSTANTS[vendor])
     raise ValueError(f"no attempts view of version {version}")
 
 

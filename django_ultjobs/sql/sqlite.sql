@@ -855,6 +855,41 @@ SELECT f.queue,
 FROM found AS f
 WHERE f.queue IS NOT NULL;
 
+-- name: live_first
+-- The live job of :queue and :status due longest ago, and the clock, for the admin summary's
+-- oldest runnable job: the first entry of that range of the live index
+-- (rule 120 (bounded-live-stats)). Its predicate is written out as constants: SQLite uses a
+-- partial index only for a query whose own terms state its predicate.
+SELECT j.id, j.name, j.visible_at, {now}
+FROM django_ultjobs_job AS j
+WHERE j.queue = :queue AND j.status = :status
+  AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+  AND j.visible_at <= {now}
+ORDER BY j.visible_at
+LIMIT 1;
+
+-- name: finished_counts
+-- The finished jobs per status, for the admin summary where the planner cannot estimate them (on
+-- SQLite): per job name (a skip scan of the name and status index, one probe per name) one range
+-- of that index per status stopped at :limit, so a rare status among millions of rows costs a
+-- probe per name, not a read of every row (rule 120 (bounded-live-stats)). Answers per status
+-- the sum of those counts and the largest: one that reached :limit makes the sum a lower bound.
+WITH RECURSIVE names(name) AS (
+    SELECT (SELECT min(name) FROM django_ultjobs_job)
+    UNION ALL
+    SELECT (SELECT min(j.name) FROM django_ultjobs_job AS j WHERE j.name > n.name)
+    FROM names AS n WHERE n.name IS NOT NULL
+)
+SELECT t.status, sum(t.n), max(t.n)
+FROM (SELECT s.status,
+             (SELECT count(*) FROM (SELECT 1 FROM django_ultjobs_job AS j
+                  WHERE j.name = n.name AND j.status = s.status LIMIT :limit) AS c) AS n
+      FROM names AS n
+      CROSS JOIN (SELECT 'succeeded' AS status UNION ALL SELECT 'failed'
+                  UNION ALL SELECT 'cancelled') AS s
+      WHERE n.name IS NOT NULL) AS t
+GROUP BY t.status;
+
 -- name: live_blocking
 -- PostgreSQL's live_blocking: slots held per key, and spent rate-limit buckets (held -1).
 SELECT key, count(*) FROM django_ultjobs_slot WHERE expires_at > {now} GROUP BY key

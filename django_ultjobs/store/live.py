@@ -102,6 +102,30 @@ def live_rows(store: JobStore, blocked: Sequence[str], limit: int) -> list[LiveR
     return found
 
 
+def first_due(store: JobStore, queue: str,
+              status: str) -> tuple[int, str, datetime, datetime] | None:
+    """The live job of ``queue`` and ``status`` due longest ago: its id, name and due time, and
+    the database's clock; None when none is due. One probe of the live index."""
+    with store.cursor() as cur:
+        cur.execute(store.sql["live_first"],
+                    {"now": store.now_param(), "queue": queue, "status": status})
+        row = cur.fetchone()
+    if row is None:
+        return None
+    job_id, name, due_at, now = row
+    return int(job_id), name, store.parse_time(due_at), store.parse_time(now)
+
+
+def finished_counts(store: JobStore, limit: int) -> dict[str, tuple[int, bool]]:
+    """The finished jobs per status (statuses with none left out), each job name's read as at
+    most ``limit`` rows: the count, and whether it is a lower bound (a name's reached
+    ``limit``). One statement."""
+    with store.cursor() as cur:
+        cur.execute(store.sql["finished_counts"], {"limit": limit})
+        return {status: (int(total), int(most) >= limit)
+                for status, total, most in cur.fetchall() if total}
+
+
 def live_names(store: JobStore) -> list[str]:
     """The names of the queued and waiting jobs, in name order: one index probe per name."""
     with store.cursor() as cur:

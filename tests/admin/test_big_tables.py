@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connections
-from django.test.utils import CaptureQueriesContext
+from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
 from django_ultjobs.admin import summary
@@ -31,6 +31,8 @@ LIVE_ONLY = re.compile(r"\"status\" IN \('queued', 'running', 'waiting'\)")
 @pytest.fixture
 def small_cap(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(EstimatedCountPaginator, "exact_up_to", 10)
+    # The summary's finished counts on SQLite, where no planner estimates them.
+    monkeypatch.setattr(summary, "LIVE_COUNT_CAP", 10)
     yield
 
 
@@ -86,6 +88,29 @@ def test_app_index_summary_counts_only_live_rows(alias: str, viewer, small_cap) 
         assert "LIMIT" in sql.upper() or "\"status\" = 'running'" in sql, sql
     shown = re.search(r'data-status="succeeded"><a [^>]+>(.*?)</a>', html).group(1)
     assert ("≈ 30" in shown) if connections[alias].vendor == "postgresql" else ("&gt; 10" in shown)
+
+
+def test_app_index_counts_finished_jobs_by_name_on_sqlite(
+        viewer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 120 (bounded-live-stats): with no planner to estimate them, each finished status is
+    one capped range of the name and status index per job name, never a read of every row (a
+    rare status among a backlog of queued jobs read the whole index)."""
+    monkeypatch.setattr(summary, "LIVE_COUNT_CAP", 5)
+    alias = "default"
+    Job.objects.using(alias).bulk_create(
+        [Job(name=name, status="succeeded") for name in ("a", "b") for _ in range(4)]
+        + [Job(name="a", status="failed") for _ in range(2)] + [Job(name="c") for _ in range(9)])
+    with override_settings(ULTJOBS={"DATABASE": alias}), \
+            CaptureQueriesContext(connections[alias]) as captured:
+        html = client_for(viewer).get(APP_INDEX).content.decode()
+    shown = {status: re.search(rf'data-status="{status}"><a [^>]+>(.*?)</a>', html).group(1)
+             for status in ("succeeded", "failed", "cancelled")}
+    # 4 + 4: exact, though more than the cap, as no name's range reached it.
+    assert shown == {"succeeded": "8", "failed": "2", "cancelled": "0"}
+    assert [q for q in captured.captured_queries if "django_ultjobs:finished_counts" in q["sql"]]
+    Job.objects.using(alias).bulk_create(Job(name="b", status="succeeded") for _ in range(3))
+    html = client_for(viewer).get(APP_INDEX).content.decode()
+    assert "&gt; 5" in re.search(r'data-status="succeeded"><a [^>]+>(.*?)</a>', html).group(1)
 
 
 def test_app_index_summary_stops_each_live_count_at_the_cap(
