@@ -401,7 +401,7 @@ class JobStep(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    # No constraint in the database (migration 0030): PostgreSQL's check, a query per job deleted,
+    # No constraint in the database (migration 0031): PostgreSQL's check, a query per job deleted,
     # tripled the prune's time. Each row is written from its job's row and leaves with it.
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="steps",
                             db_constraint=False)

@@ -56,7 +56,7 @@ _HELD_SLOT_KEY = {
                   "ELSE ('job:' || j.name)::varchar(200) END",
     "sqlite": "CASE WHEN j.attempt_slot IS NULL THEN '' ELSE 'job:' || j.name END",
 }
-#: Version 3 (migration 0030): version 2 with the held attempts selected as each engine's partial
+#: Version 3 (migration 0031): version 2 with the held attempts selected as each engine's partial
 #: index of them (ultjobs_job_attempt_on_row) states its predicate. SQLite uses a partial index
 #: only for a query that states the index's own term, and Django wrote its predicate
 #: "attempt_on_row = 1": version 2's bare "j.attempt_on_row" read every job row on SQLite.

@@ -287,7 +287,7 @@ def _foreign_keys_to_jobs(alias: str) -> dict[str, list[str]]:
     return found
 
 
-def test_0030_drops_the_children_s_constraints_on_postgresql_alone(alias: str) -> None:
+def test_0031_drops_the_children_s_constraints_on_postgresql_alone(alias: str) -> None:
     # PostgreSQL checked each with a query per job deleted; SQLite's table is not rebuilt for it.
     kept = [] if connections[alias].vendor == "postgresql" else ["job_id"]
     assert _foreign_keys_to_jobs(alias) == {"django_ultjobs_jobattempt": kept,
@@ -297,7 +297,7 @@ def test_0030_drops_the_children_s_constraints_on_postgresql_alone(alias: str) -
                                                 "django_ultjobs_jobstep": ["job_id"]}
 
 
-def test_an_interrupted_0030_finishes_when_migrate_runs_again(pg_alias: str) -> None:
+def test_an_interrupted_0031_finishes_when_migrate_runs_again(pg_alias: str) -> None:
     # Not atomic: a deploy killed after a constraint was dropped, before the migration was
     # recorded, runs it again and finds that constraint gone.
     with _migrated_back(pg_alias, "0028"):
