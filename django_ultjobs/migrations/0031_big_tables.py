@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ('django_ultjobs', '0028_live_index_apart'),
+        ('django_ultjobs', '0030_worker_runners'),
     ]
 
     operations = [
