@@ -32,8 +32,7 @@ import signal
 import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -44,6 +43,7 @@ from . import child as child_side
 from .fleet_slots import FleetSlots
 from .fork_server import ChildSpawnError, ForkServer
 from .options import WorkerOptions
+from .places import Places
 from .runs import Run, lease_clock
 from .settlements import cancel_settlement, failed_by_worker, settlement_for
 
@@ -116,7 +116,7 @@ class Child:
             os.close(pidfd)
 
 
-class ProcessPool:
+class ProcessPool(Places):
     """``size`` children running one run each; ``free()`` is how many more the worker may claim.
 
     The same face as ``ExecutorPool``, so the claim loop, the dispatcher and the drain treat both
@@ -126,21 +126,13 @@ class ProcessPool:
                  started: Callable[[Run, int], None],
                  settled: Callable[[Run, Settlement], None],
                  on_free: Callable[[], None] | None = None) -> None:
-        self.size = options.places
+        super().__init__(options.places, on_free)
         self.options = options
         self.slots = slots
         self._started = started
         self._settled = settled
-        self._on_free = on_free
-        self._call_on_free = False
         self._margin = guard_margin(options.visibility_timeout)
         self._server = ForkServer(self._serve_child)
-        self._lock = threading.RLock()
-        self._work = threading.Condition(self._lock)
-        self._freed = threading.Condition(self._lock)
-        self._pending: deque[Run] = deque()
-        self._busy = 0
-        self._stopping = False
         #: When each place last went without a child (starting one failed), for the probes.
         self._childless: dict[int, float] = {}
         #: The children by place, and the run (job id) each executes with its pid.
@@ -169,43 +161,9 @@ class ProcessPool:
         for thread in self._threads:
             thread.start()
 
-    @property
-    def busy(self) -> int:
-        return self._busy
-
-    def free(self) -> int:
-        return self.size - self._busy
-
-    def submit_many(self, runs: Iterable[Run]) -> None:
-        with self._lock:
-            before = len(self._pending)
-            self._pending.extend(runs)
-            added = len(self._pending) - before
-            self._busy += added
-            self._work.notify(added)
-
-    def wait_for_free(self, timeout: float, at_least: int = 1) -> bool:
-        with self._lock:
-            return self._freed.wait_for(lambda: self.size - self._busy >= at_least, timeout)
-
-    def wait_idle(self, timeout: float | None) -> bool:
-        with self._lock:
-            return self._freed.wait_for(lambda: self._busy == 0, timeout)
-
-    def call_on_free(self) -> None:
-        with self._lock:
-            self._call_on_free = self._on_free is not None
-
-    def notify(self) -> None:
-        with self._lock:
-            self._freed.notify_all()
-
     def stop(self, timeout: float) -> None:
         """Stop every child (killing one still in a body) and the fork server."""
-        with self._lock:
-            self._stopping = True
-            self._work.notify_all()
-            self._freed.notify_all()
+        self.stop_handing_over()
         # Idle children exit when asked, in milliseconds; each thread asks its own.
         deadline = time.monotonic() + max(timeout, STOP_WAIT)
         for thread in self._threads:
@@ -235,28 +193,11 @@ class ProcessPool:
 
     # -- the thread of each child ---------------------------------------------------------------
 
-    def _next(self) -> Run | None:
-        with self._lock:
-            while not self._pending:
-                if self._stopping:
-                    return None
-                self._work.wait()
-            return self._pending.popleft()
-
-    def _finished(self) -> None:
-        with self._lock:
-            self._busy -= 1
-            self._freed.notify_all()
-            call = self._call_on_free and self._on_free is not None
-            self._call_on_free = False
-        if call and self._on_free is not None:
-            self._on_free()
-
     def _loop(self, place: int) -> None:
         wake_r, wake_w = os.pipe()
         child = self._spawn(place)
         try:
-            while (run := self._next()) is not None:
+            while (run := self.next_run()) is not None:
                 if child is None:
                     child = self._spawn(place)
                 try:
@@ -277,7 +218,7 @@ class ProcessPool:
                               error=repr(exc))
                 del run  # hold nothing of a finished run while idle (rule 13 (nothing-leaks))
                 child = self._renewed(child, place)
-                self._finished()
+                self.finished()
         finally:
             if child is not None:
                 child.stop()

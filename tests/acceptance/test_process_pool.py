@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.chaos.process_pool import alive, children_of
 from django_ultjobs.models import AttemptRecord, Job
 from django_ultjobs.models import Worker as WorkerRow
 from django_ultjobs.operations import cancel_jobs
@@ -51,27 +52,6 @@ def _outcomes(alias: str, job_id: int) -> list[str]:
                 .order_by("attempt", "id").values_list("outcome", flat=True))
 
 
-def _children(pid: int) -> set[int]:
-    """The pids whose parent is ``pid`` (from /proc)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.add(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_a_busy_loop_past_its_timeout_is_killed_and_the_worker_runs_the_next_job(
@@ -106,9 +86,9 @@ def test_a_cancel_request_ends_a_deaf_body_by_killing_its_child(
     # The worker's row says which child runs it (the admin's in-flight page reads it).
     runners = fleet.wait(lambda: WorkerRow.objects.using(alias).get(id=a).runners, 5,
                          "the row to name the child")
-    (server,) = _children(fleet.pid(a))
+    (server,) = children_of(fleet.pid(a))
     assert runners == {str(deaf.id): runners[str(deaf.id)]}
-    assert runners[str(deaf.id)] in _children(server)
+    assert runners[str(deaf.id)] in children_of(server)
     time.sleep(0.3)
     asked = time.monotonic()
     cancel_jobs([deaf.id], reason="stop it")
@@ -155,9 +135,9 @@ def test_children_killed_from_outside_lose_nothing(
     jobs = [whose_pid.using(max_attempts=1).enqueue(seconds=0.3) for _ in range(12)]
     killed = 0
     deadline = time.monotonic() + 6
-    (server,) = _children(fleet.pid(a))  # the fork server; the children are its own
+    (server,) = children_of(fleet.pid(a))  # the fork server; the children are its own
     while killed < 3 and time.monotonic() < deadline:
-        children = [pid for pid in _children(server) if _alive(pid)]
+        children = [pid for pid in children_of(server) if alive(pid)]
         running = Job.objects.using(alias).filter(id__in=[j.id for j in jobs],
                                                   status="running").count()
         if running == 2 and len(children) == 2:
@@ -245,11 +225,11 @@ def test_a_killed_worker_takes_its_children_with_it(
     jobs = [whose_pid.using(max_attempts=3).enqueue(seconds=30.0) for _ in range(2)]
     fleet.wait(lambda: all(_status(alias, j.id) == "running" for j in jobs), 10,
                "both bodies to start")
-    (server,) = _children(fleet.pid(a))
-    children = _children(server)
+    (server,) = children_of(fleet.pid(a))
+    children = children_of(server)
     assert len(children) == 2
     worker_processes.kill(fleet.by_id[a])
-    wait_until(lambda: not any(_alive(pid) for pid in [server, *children]), timeout=2.0,
+    wait_until(lambda: not any(alive(pid) for pid in [server, *children]), timeout=2.0,
                message="the fork server and the children to end")
     # The leases lapse as a dead worker's do; B runs the jobs again, quickly this time.
     Job.objects.using(alias).filter(id__in=[j.id for j in jobs]).update(
@@ -273,8 +253,8 @@ def test_a_drain_past_its_grace_period_kills_a_deaf_body_and_hands_its_job_back(
     fleet.wait_registered(a)
     deaf = sleep_deaf.enqueue(seconds=60.0)
     fleet.wait(lambda: _status(alias, deaf.id) == "running", 10, "the body to start")
-    (server,) = _children(fleet.pid(a))
-    children = _children(server)
+    (server,) = children_of(fleet.pid(a))
+    children = children_of(server)
     stopping = time.monotonic()
     fleet.by_id[a].send_signal(signal.SIGTERM)
     assert fleet.by_id[a].wait(10) == 0
@@ -284,4 +264,4 @@ def test_a_drain_past_its_grace_period_kills_a_deaf_body_and_hands_its_job_back(
     assert _outcomes(alias, deaf.id) == ["interrupted"]
     (killed,) = fleet.events("jobs.worker.child-killed", worker_id=a)
     assert killed["cause"] == "worker_shutdown"
-    assert not any(_alive(pid) for pid in [server, *children])
+    assert not any(alive(pid) for pid in [server, *children])
