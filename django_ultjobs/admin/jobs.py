@@ -26,7 +26,7 @@ from .dependencies import (
     cancelled_by_text,
     waits_for_text,
 )
-from .display import error_block, parse_job_id, stamp
+from .display import error_block, parse_job_id, stamp, worker_link
 from .filters import JobNameFilter, LeaseFilter, QueueFilter, TagFilter, ValuesFilter
 from .job_actions import FROM_DETAIL, cancel_selected, retry_keyless, retry_selected
 from .job_list import JobListMixin, is_expired, lease_text, stamp_field
@@ -196,8 +196,8 @@ class InFlightJobAdmin(JobListMixin, JobsAdmin):
 
     permission_model = Job
     offers_refresh = True
-    list_display = ("job_id", "name_display", "queue", "attempt_of_max", "worker", "runner",
-                    "running_for", "lease", "progress_display", "cancel", "enqueued_by_display")
+    list_display = ("job_id", "name_display", "queue", "attempt_of_max", "worker", "running_for",
+                    "lease", "progress_display", "cancel", "enqueued_by_display")
     list_display_links = None
     # Django's own value filters, because they list distinct values of THIS page's queryset:
     # the running rows, a few hundred at most, never the whole table.
@@ -213,10 +213,16 @@ class InFlightJobAdmin(JobListMixin, JobsAdmin):
         return with_runners(super().get_queryset(request).filter(
             LeaseFilter.CONDITIONS["in_flight"]))
 
-    @admin.display(description=_("runner"))
-    def runner(self, obj: Job) -> str:
-        """The child process running the job (``child 1234``); empty on a thread."""
-        return runner_text(obj)
+    @admin.display(description=_("worker"))
+    def worker(self, obj: Job) -> SafeString | str:
+        """The worker running the job, linked, and under ``--pool process`` the child process
+        that runs it (``child 1234``): in the worker's cell, as a column of its own made the
+        list wider than a laptop's window for every worker."""
+        link = worker_link(obj.worker_id)
+        child = runner_text(obj)
+        if child is None:
+            return link
+        return format_html('{} <span class="ultjobs-runner">{}</span>', link, child)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:

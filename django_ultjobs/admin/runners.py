@@ -10,7 +10,6 @@ from django.db.models import JSONField, OuterRef, QuerySet, Subquery
 from django.utils.translation import gettext
 
 from ..models import Worker
-from .display import EMPTY
 
 #: The annotation the in-flight page's rows carry: their worker's runners, or None.
 RUNNERS = "worker_runners"
@@ -22,8 +21,8 @@ def with_runners(rows: QuerySet[Any]) -> QuerySet[Any]:
     return rows.annotate(**{RUNNERS: Subquery(runners, output_field=JSONField())})
 
 
-def runner_text(job: Any) -> str:
-    """``child 1234`` for a job a child process runs; the empty mark for one on a thread."""
+def runner_text(job: Any) -> str | None:
+    """``child 1234`` for a job a child process runs; None for one on a thread."""
     runners = getattr(job, RUNNERS, None)
     pid = runners.get(str(job.pk)) if isinstance(runners, dict) else None
-    return gettext("child %(pid)s") % {"pid": pid} if pid is not None else EMPTY
+    return gettext("child %(pid)s") % {"pid": pid} if pid is not None else None

@@ -112,9 +112,9 @@ def counted(kind, lookup):
     return wrapper
 
 
-def dispatch(self, claimed, _real=Dispatcher.dispatch):
+def dispatch(self, claimed, *args, _real=Dispatcher.dispatch, **kwargs):
     claims[0] += 1
-    return _real(self, claimed)
+    return _real(self, claimed, *args, **kwargs)
 
 
 for _ in range(48):
