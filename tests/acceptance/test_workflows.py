@@ -69,7 +69,9 @@ def test_callbacks_and_chains_survive_sigkill_churn(pg_alias: str,
             assert min(r.started_at for r in runs) >= last_member, "a callback fired early"
             succeeded = AttemptRecord.objects.using(pg_alias).filter(
                 job_id=callback, outcome="succeeded")
-            assert succeeded.count() == 1 and len(_ended(pg_alias, callback)) == 1
+            # One success; its body may also have ended in an attempt SIGKILLed before its
+            # settle (at-least-once), which the fence recorded as no success.
+            assert succeeded.count() == 1 and _ended(pg_alias, callback)
     for run in chains:
         for before, after in zip(run.job_ids, run.job_ids[1:], strict=False):
             done = max(r.ended_at for r in _ended(pg_alias, before))
