@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 from ..jobs.registry import registered_jobs, registry_generation
@@ -43,8 +44,8 @@ class ClaimLoop:
 
     def __init__(self, *, store: JobStore, options: WorkerOptions, dispatcher: Dispatcher,
                  slots: FleetSlots, completer: Completer, rates: RateGate, recycler: Recycler,
-                 row: WorkerRow, stopping: threading.Event, vitals: Vitals | None = None
-                 ) -> None:
+                 row: WorkerRow, stopping: threading.Event, vitals: Vitals | None = None,
+                 notifies: bool = False) -> None:
         self.store = store
         self.options = options
         self.worker_id = options.worker_id
@@ -60,6 +61,12 @@ class ClaimLoop:
         #: Told of each round, for the liveness probe (rule 121 (probe-alive)).
         self.vitals = vitals
         self._wake = threading.Event()
+        #: Whether an enqueue, and the release of a dependent, notify this loop (PostgreSQL,
+        #: listening): only then may a round leave out the threads' claim after it found nothing
+        #: (``_sync_due``).
+        self.notifies = notifies
+        #: Notifications received, counted so a round can tell whether one came since it looked.
+        self._notifications = 0
         #: Claim statements sent, reported when the worker stops: a count far above the runs
         #: settled is a loop that spins (an outage, a completer behind, capped kinds held).
         self.claim_statements = 0
@@ -71,7 +78,8 @@ class ClaimLoop:
         self._wake.set()
 
     def notified(self) -> None:
-        """A job was enqueued (LISTEN/NOTIFY): claim now."""
+        """A job was enqueued or released (LISTEN/NOTIFY): claim now, for both lanes."""
+        self._notifications += 1
         self._wake.set()
 
     def _unsettled_full(self) -> bool:
@@ -214,6 +222,10 @@ class ClaimLoop:
                 # notifies or is polled for; a written settle wakes this loop.
                 self._wait_for_work(loop, self.rates.until_due(self.options.poll_interval))
             return True
+        if self.options.burst and loop.sync_left_out:
+            # A burst worker ends only on a round that looked at every kind: the next one does.
+            loop.sync_quiet = None
+            return True
         return self._after_empty_claim(loop, idle=idle)
 
     def claim(self, loop: LoopState, free: int, *, kept: dict[str, int]
@@ -227,9 +239,15 @@ class ClaimLoop:
         caps = {**self.rates.claim_limits(loop.rated), **loop.caps} if loop.rated \
             else loop.caps
         free_sync = min(max(loop.free_sync, 0), free) if loop.async_names else free
-        plans = claim_plans(free_sync=free_sync, free_async=min(loop.free_async, free - free_sync),
-                            caps=caps, keyed=loop.keyed, kept=kept,
-                            async_names=loop.async_names)
+        free_async = min(loop.free_async, free - free_sync)
+        loop.sync_left_out = bool(loop.async_names) and not self._sync_due(loop)
+        if loop.sync_left_out:
+            free_sync = 0
+        # Counted before the claims go out: a notification that comes while they run may be of
+        # a job they did not see.
+        seen = (self.pool.ended, self._notifications)
+        plans = claim_plans(free_sync=free_sync, free_async=free_async, caps=caps,
+                            keyed=loop.keyed, kept=kept, async_names=loop.async_names)
         batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]] = []
         failure: Exception | None = None
         for plan in plans:
@@ -252,10 +270,39 @@ class ClaimLoop:
         claimed = [job for _, batch in batches for job in batch]
         loop.sync_full = any(not plan.is_async and len(batch) >= plan.limit
                              for plan, batch in batches)
+        if loop.async_names:
+            self._note_sync_claim(loop, batches, seen)
         # A claim is full against what it asked for, not against the places of both lanes.
         loop.failures = 0
         loop.backlog = len(claimed) >= (sum(plan.limit for plan in plans) or free)
         return claimed
+
+    def _sync_due(self, loop: LoopState) -> bool:
+        """Whether this round sends the threads' claim beside the async kinds' one.
+
+        That claim scans every kind but the async ones, walking past each queued async row, so
+        with a backlog of async jobs it costs more than the run it may find. After it found
+        nothing it is left out until an enqueue or a released dependent is notified, a run on
+        the threads ends (it may have handed work back), or a poll interval passes (a job that
+        became due, capped at the rate gate's next due run): what an idle worker waits too."""
+        if loop.sync_quiet is None:
+            return True
+        until, ended, notifications = loop.sync_quiet
+        if (time.monotonic() >= until or ended != self.pool.ended
+                or notifications != self._notifications):
+            loop.sync_quiet = None
+            return True
+        return False
+
+    def _note_sync_claim(self, loop: LoopState,
+                         batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]],
+                         seen: tuple[int, int]) -> None:
+        """Start leaving out the threads' claim when it found nothing (``_sync_due``), where a
+        notification would end that."""
+        for plan, batch in batches:
+            if not plan.is_async:
+                loop.sync_quiet = None if batch or not self.notifies else (
+                    time.monotonic() + self.rates.until_due(self.options.poll_interval), *seen)
 
     def _claim_plan(self, plan: ClaimPlan) -> Sequence[ClaimedJob]:
         self.claim_statements += 1

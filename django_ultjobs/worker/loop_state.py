@@ -27,6 +27,13 @@ class LoopState:
     free_async: int = 0
     #: The round's claim for the threads came back full (two lanes; see ``wait_for_work``).
     sync_full: bool = False
+    #: After the threads' claim found nothing while async kinds keep the rounds going: until
+    #: when (monotonic) rounds leave it out, and the enqueue notifications and thread runs
+    #: ended counted then, either of which moving on makes it due again (``ClaimLoop``). None:
+    #: it goes out with every round that has a free thread.
+    sync_quiet: tuple[float, int, int] | None = None
+    #: This round left the threads' claim out.
+    sync_left_out: bool = False
     #: Claims that failed in a row: the outage backoff grows with them.
     failures: int = 0
     #: The last claim came back full: there is a backlog.

@@ -102,14 +102,15 @@ class WorkerProcess:
         self.async_lane = self.dispatcher.async_lane
         self._stopping = threading.Event()
         self._forced = threading.Event()
+        listening = self.store.vendor == "postgresql" and options.listen
         self.claims = ClaimLoop(store=self.store, options=options, dispatcher=self.dispatcher,
                                 slots=self.slots, completer=self.completer, rates=self.rates,
                                 recycler=self.recycler, row=self.row, stopping=self._stopping,
-                                vitals=self.vitals)
+                                vitals=self.vitals, notifies=listening)
         self.listener = (
             Listener(store=self.store, queues=options.queues, wake=self.notified,
                      worker_id=self.worker_id, cancels=self.heartbeat.check_cancels)
-            if self.store.vendor == "postgresql" and options.listen else None
+            if listening else None
         )
         # Every worker may enqueue a tick, none leads (rule 60 (tick-once)); a burst worker drains
         # and exits, so it schedules nothing.
