@@ -6,7 +6,7 @@
 Each round enqueues one workflow of ``--nodes`` no-op nodes: a tenth of them roots, every other
 node after one to three earlier nodes picked at random (seeded), a third of those with
 ``when="finished"``. Times the whole ``wf.enqueue()`` (the workflow's row, the jobs, their
-placement, the edges, the commit) and, apart, building the graph in Python. Prints each round
+graph columns and edges, the commit) and, apart, building the graph in Python. Prints each round
 and the median. PostgreSQL runs in a throwaway database (``ultjobs_workflow_bench``, or
 $BENCH_PG_NAME), dropped at the end; SQLite in a temporary file (IMMEDIATE mode, WAL).
 """

@@ -26,7 +26,7 @@ from ..exceptions import WorkflowError
 from ..models import Batch as BatchRow
 from ..models import Job
 from ..store import get_store
-from ..store.dependencies import Placement, place
+from ..store.dependencies import GraphRow, write_graph_rows
 from . import enqueue, waiting
 from .spec import JobCall
 from .workflows import checked_call
@@ -103,14 +103,14 @@ class Batch:
         names = {when: name for name, when in CALLBACKS}
         self.callback_ids = {names[when]: job_id
                              for (_, when), job_id in zip(callbacks, ids, strict=True)}
-        placements = [Placement(m, has_dependents=bool(callbacks), batch_id=row.pk)
+        graph_rows = [GraphRow(m, has_dependents=bool(callbacks), batch_id=row.pk)
                       for m in self.member_ids]
-        placements += [Placement(job_id, pending=bool(total), total=total,
+        graph_rows += [GraphRow(job_id, pending=bool(total), total=total,
                                  when=when if total else "", callback_of=row.pk)
                        for (_, when), job_id in zip(callbacks, ids, strict=True)]
         store = get_store(self.alias)
         with store.cursor() as cur:
-            place(store, cur, placements)
+            write_graph_rows(store, cur, graph_rows)
 
     def _row(self) -> BatchRow:
         if self.row is None:

@@ -13,8 +13,8 @@ from ..models import Job, JobStatus
 from ..observability.metrics import record_enqueued
 from ..observability.tracing import capture_trace_context, current_actor
 from ..store import EnqueuedJob, JobStore, NewJob, get_store
-from ..store.dependencies import enqueue_placed
-from ..store.records import PlacementsOf
+from ..store.dependencies import enqueue_graph
+from ..store.records import GraphRowsOf
 from . import unique
 
 
@@ -121,16 +121,16 @@ def bulk_enqueue(calls: Iterable[CheckedCall]) -> list[int]:
     return [a.id for a in answered]
 
 
-def bulk_enqueue_placed(calls: Iterable[CheckedCall], placements_of: PlacementsOf) -> list[int]:
+def bulk_enqueue_graph(calls: Iterable[CheckedCall], graph_rows_of: GraphRowsOf) -> list[int]:
     """``bulk_enqueue`` of calls that hold no unique key, each job made what
-    ``placements_of(ids)`` says (a workflow's node), in the caller's transaction, which has
+    ``graph_rows_of(ids)`` says (a workflow's node), in the caller's transaction, which has
     written already. Returns the ids in the order of ``calls``."""
     trace = capture_trace_context()
     actor = current_actor()
     news = [c.new_job(*trace, actor) for c in calls]
     store = get_store()
     with store.tables_required():
-        ids = enqueue_placed(store, news, placements_of)
+        ids = enqueue_graph(store, news, graph_rows_of)
     record_enqueued(((new.name, new.queue) for new in news), store.alias)
     _collect(ids)
     return ids

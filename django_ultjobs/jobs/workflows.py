@@ -25,7 +25,7 @@ from ..exceptions import WorkflowError
 from ..models import UNFINISHED_STATUSES, Job
 from ..models import Workflow as WorkflowRow
 from ..store import get_store
-from ..store.dependencies import CONDITIONS, Placement
+from ..store.dependencies import CONDITIONS, GraphRow
 from . import enqueue, waiting
 from .spec import JobCall, JobSpec
 from .unique import key_of
@@ -129,21 +129,21 @@ class Workflow:
         store = get_store()
         with transaction.atomic(using=store.alias), enqueue.members_into(None):
             row = WorkflowRow.objects.using(store.alias).create(name=self.name)
-            ids = enqueue.bulk_enqueue_placed(
+            ids = enqueue.bulk_enqueue_graph(
                 (node.call for node in self.nodes),
-                lambda ids: node_placements(self.nodes, ids, row.pk))
+                lambda ids: node_graph_rows(self.nodes, ids, row.pk))
         self.run = WorkflowRun(row, ids, store.alias)
         return self.run
 
 
-def node_placements(nodes: Sequence[Node], ids: Sequence[int], workflow_id: int) -> list[Placement]:
+def node_graph_rows(nodes: Sequence[Node], ids: Sequence[int], workflow_id: int) -> list[GraphRow]:
     """What each of ``nodes`` becomes once its job has the id ``ids[node.index]``: the nodes
     with dependencies wait for them (pending), and each node knows its dependents."""
     dependents: dict[int, list[int]] = {}
     for node in nodes:
         for dep in node.after:
             dependents.setdefault(dep.index, []).append(ids[node.index])
-    return [Placement(ids[n.index], pending=bool(n.after), total=len(n.after),
+    return [GraphRow(ids[n.index], pending=bool(n.after), total=len(n.after),
                       when=n.when if n.after else "", has_dependents=n.index in dependents,
                       workflow_id=workflow_id,
                       depends_on=[ids[d.index] for d in n.after] if n.after else None,

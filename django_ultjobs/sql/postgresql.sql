@@ -584,7 +584,7 @@ FROM settled AS s;
 -- fragment: finished_notify
 -- Wakes whoever waits (rule 116 (wait-for-result)) for a row "s" (finished_at, wait_key) that just
 -- finished for
--- good: its wait_key names its batch or workflow (set when it was placed), or the job itself
+-- good: its wait_key names its batch or workflow (set when it was enqueued), or the job itself
 -- (set by job.wait()). A settle of many members of one batch sends one notify (PostgreSQL folds
 -- equal payloads of a transaction); a job nobody waits for sends none. On commit only.
 CASE WHEN s.finished_at IS NOT NULL AND s.wait_key > ''
@@ -1370,7 +1370,7 @@ SELECT q.queue,
 FROM queues AS q
 CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;
 
--- name: nodes_place
+-- name: nodes_link
 -- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
 -- (docs/workflows.md): their group, the edges on both ends (depends_on, dependents: JSON text),
 -- their counters' total, their condition, whether their finish releases others, 'pending' for

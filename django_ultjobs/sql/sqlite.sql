@@ -955,8 +955,8 @@ SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'django_ultjob
 
 -- name: nodes_insert
 -- Jobs of a workflow, each inserted as the enqueue statement inserts it, with the id
--- nodes_last_id made room for and the columns nodes_place would then write already set, so
--- each row and its index entries are written once (rule 152 (placed-insert-same-rows);
+-- nodes_last_id made room for and the columns nodes_link would then write already set, so
+-- each row and its index entries are written once (rule 152 (graph-insert-same-rows);
 -- rule 110 (released-in-settle): a job that waits is pending from its insert). The store
 -- writes the VALUES row once per job, a few hundred per statement (store/sqlite_nodes.py).
 -- Positional, per row in this order: id, name, queue, priority, args, kwargs, status,
@@ -979,7 +979,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?,
         END,
         ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: nodes_place
+-- name: nodes_link
 -- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
 -- (docs/workflows.md): :rows is JSON [[id, pending, total, when, has_dependents, workflow,
 -- batch, callback_of, depends_on, dependents], ...]; 'pending' for those that wait (rule 110 (released-in-settle)).

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import batch_outcomes, sqlite_nodes
 from .base import JobStore
-from .records import NewJob, Placement, PlacementsOf, ids_text
+from .records import GraphRow, GraphRowsOf, NewJob, ids_text
 from .settle_arrays import numbers, texts
 
 #: The conditions a dependent may wait for (``Workflow.add(when=...)``).
@@ -25,45 +25,45 @@ CONDITIONS = ("succeeded", "failed", "finished")
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
-def place(store: JobStore, cur: Any, placements: Sequence[Placement]) -> None:
-    """Write ``placements`` on the caller's cursor, in its transaction (the one that enqueued
+def write_graph_rows(store: JobStore, cur: Any, graph_rows: Sequence[GraphRow]) -> None:
+    """Write ``graph_rows`` on the caller's cursor, in its transaction (the one that enqueued
     the jobs), one statement for them all."""
-    if not placements:
+    if not graph_rows:
         return
     if store.vendor == "postgresql":
         # Array literals written here, as the settle's are (settle_arrays): psycopg's dump of
         # a list, element by element, cost a 10,000-node graph more than its statement.
-        cur.execute(store.sql["nodes_place"], {
-            "ids": numbers(p.job_id for p in placements),
-            "pending": texts("t" if p.pending else "f" for p in placements),
-            "totals": numbers(p.total for p in placements),
-            "whens": texts(p.when for p in placements),
-            "has_dependents": texts("t" if p.has_dependents else "f" for p in placements),
-            "workflows": numbers(p.workflow_id for p in placements),
-            "batches": numbers(p.batch_id for p in placements),
-            "callbacks": numbers(p.callback_of for p in placements),
-            "depends_on": texts(ids_text(p.depends_on) for p in placements),
-            "dependents": texts(ids_text(p.dependents) for p in placements),
+        cur.execute(store.sql["nodes_link"], {
+            "ids": numbers(p.job_id for p in graph_rows),
+            "pending": texts("t" if p.pending else "f" for p in graph_rows),
+            "totals": numbers(p.total for p in graph_rows),
+            "whens": texts(p.when for p in graph_rows),
+            "has_dependents": texts("t" if p.has_dependents else "f" for p in graph_rows),
+            "workflows": numbers(p.workflow_id for p in graph_rows),
+            "batches": numbers(p.batch_id for p in graph_rows),
+            "callbacks": numbers(p.callback_of for p in graph_rows),
+            "depends_on": texts(ids_text(p.depends_on) for p in graph_rows),
+            "dependents": texts(ids_text(p.dependents) for p in graph_rows),
         })
     else:
-        cur.execute(store.sql["nodes_place"], {"rows": _json(
+        cur.execute(store.sql["nodes_link"], {"rows": _json(
             [p.job_id, p.pending, p.total, p.when, p.has_dependents, p.workflow_id, p.batch_id,
              p.callback_of, None if p.depends_on is None else list(p.depends_on),
-             None if p.dependents is None else list(p.dependents)] for p in placements)})
+             None if p.dependents is None else list(p.dependents)] for p in graph_rows)})
 
 
-def enqueue_placed(store: JobStore, jobs: Sequence[NewJob],
-                   placements_of: PlacementsOf) -> list[int]:
-    """Insert ``jobs`` and make each what ``placements_of(ids)`` says, in the caller's
+def enqueue_graph(store: JobStore, jobs: Sequence[NewJob],
+                   graph_rows_of: GraphRowsOf) -> list[int]:
+    """Insert ``jobs`` and make each what ``graph_rows_of(ids)`` says, in the caller's
     transaction, which has written already; return their ids, in the order of ``jobs``.
 
     SQLite writes each row once, whole (``sqlite_nodes``). PostgreSQL inserts them (by COPY
     for many), then places them all in one statement: its ids come from the insert."""
     if store.vendor == "sqlite":
-        return sqlite_nodes.insert(store, jobs, placements_of)
+        return sqlite_nodes.insert(store, jobs, graph_rows_of)
     ids = store.enqueue_ids(jobs)
     with store.cursor() as cur:
-        place(store, cur, placements_of(ids))
+        write_graph_rows(store, cur, graph_rows_of(ids))
     return ids
 
 

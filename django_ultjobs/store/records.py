@@ -1,5 +1,5 @@
 """The values the store takes and returns: rows to write, claims, settlements, slot holds,
-placements in a workflow or a batch."""
+graph_rows in a workflow or a batch."""
 
 from __future__ import annotations
 
@@ -249,9 +249,9 @@ class SlotHold:
 
 # Made once per node of a graph, so slotted but not frozen, as NewJob above: nothing mutates it.
 @dataclass(slots=True)
-class Placement:
+class GraphRow:
     """What a just-enqueued job becomes: a workflow's node, a batch's member or a batch's
-    callback (``dependencies.place``)."""
+    callback (``dependencies.write_graph_rows``)."""
 
     job_id: int
     #: Waits for ``total`` dependencies (status pending); False: runnable as enqueued.
@@ -268,7 +268,7 @@ class Placement:
 
 
 #: What each job of a graph becomes, given the ids of them all (an edge names other jobs' ids).
-PlacementsOf = Callable[[list[int]], Sequence[Placement]]
+GraphRowsOf = Callable[[list[int]], Sequence[GraphRow]]
 
 
 def ids_text(ids: Sequence[int] | None) -> str | None:

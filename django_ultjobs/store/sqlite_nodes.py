@@ -1,7 +1,7 @@
-"""SQLite: a workflow's jobs inserted with their placement already on each row
-(rule 152 (placed-insert-same-rows), docs/architecture.md).
+"""SQLite: a workflow's jobs inserted with their graph columns already on each row
+(rule 152 (graph-insert-same-rows), docs/architecture.md).
 
-Elsewhere a graph's jobs are inserted, then placed (``nodes_place``): the edges name ids the
+Elsewhere a graph's jobs are inserted, then linked (``nodes_link``): the edges name ids the
 insert assigns. Here the ids are chosen first, so every row goes in once, whole: the same
 columns the two statements write, without a second write of each row and of the claim indexes
 it enters and leaves. The caller's transaction has written already (the workflow's row), so it
@@ -18,15 +18,15 @@ from typing import Any
 
 from ..core import jsonargs
 from .base import JobStore
-from .records import NewJob, Placement, PlacementsOf, ids_text
+from .records import GraphRow, GraphRowsOf, NewJob, ids_text
 
 #: Rows per INSERT: one statement writes its rows and the table's sequence once, where a
 #: statement per row paid both per row; a few hundred rows amortise it.
 ROWS_PER_STATEMENT = 250
 
 
-def insert(store: JobStore, jobs: Sequence[NewJob], placements_of: PlacementsOf) -> list[int]:
-    """Insert ``jobs`` as placed by ``placements_of(ids)``, on the caller's cursor and in its
+def insert(store: JobStore, jobs: Sequence[NewJob], graph_rows_of: GraphRowsOf) -> list[int]:
+    """Insert ``jobs`` as ``graph_rows_of(ids)``, on the caller's cursor and in its
     transaction (one that has written already); return their ids, in the order of ``jobs``."""
     if not store.connection.in_atomic_block:
         raise RuntimeError("sqlite_nodes.insert runs inside the transaction that wrote the "
@@ -35,7 +35,7 @@ def insert(store: JobStore, jobs: Sequence[NewJob], placements_of: PlacementsOf)
         cur.execute(store.sql["nodes_last_id"], {"now": store.now_param()})
         last, clock = cur.fetchone()
         ids = list(range(last + 1, last + 1 + len(jobs)))
-        rows = list(_rows(store, jobs, placements_of(ids), clock))
+        rows = list(_rows(store, jobs, graph_rows_of(ids), clock))
         per = _rows_per_statement(store, len(rows[0]))
         for start in range(0, len(rows), per):
             chunk = rows[start:start + per]
@@ -59,11 +59,11 @@ def _statement(sql: str, rows: int) -> str:
     return head + values + ",\n".join([row.replace("?", "%s")] * rows)
 
 
-def _rows(store: JobStore, jobs: Sequence[NewJob], placements: Sequence[Placement],
+def _rows(store: JobStore, jobs: Sequence[NewJob], graph_rows: Sequence[GraphRow],
           clock: str) -> Iterator[tuple[Any, ...]]:
     """Each job's parameters, in ``nodes_insert``'s order: the enqueue statement's values, and
-    the placement's columns as ``nodes_place`` writes them."""
-    for job, p in zip(jobs, placements, strict=True):
+    the graph columns as ``nodes_link`` writes them."""
+    for job, p in zip(jobs, graph_rows, strict=True):
         # The store's own text of a run_at (SQLite's rounds it up to the clock's millisecond).
         run_at = None if job.run_at is None else store.new_job_row(job)["run_at"]
         yield (p.job_id, job.name, job.queue, job.priority, _json(job.args), _json(job.kwargs),
@@ -83,8 +83,8 @@ def _json(value: Any) -> str:
     return jsonargs.dumps(value)
 
 
-def _wait_key(p: Placement) -> str | None:
-    """What the job's finish notifies (rule 116 (wait-for-result)), as ``nodes_place`` writes it."""
+def _wait_key(p: GraphRow) -> str | None:
+    """What the job's finish notifies (rule 116 (wait-for-result)), as ``nodes_link`` writes it."""
     group = p.batch_id if p.batch_id is not None else p.callback_of
     if group is not None:
         return f"b{group}"

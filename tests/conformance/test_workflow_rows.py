@@ -1,5 +1,5 @@
 """A workflow's rows on both engines: SQLite writes each node once, whole, and the rows are
-the ones an insert and a placement write (rule 152 (placed-insert-same-rows)); a released
+the ones an insert and the link UPDATE write (rule 152 (graph-insert-same-rows)); a released
 dependent keeps its own due time (rule 150 (release-keeps-due-time)); and the corners a user
 meets: a condition with nothing to wait for, a node pruned, a wait and the connection it
 takes, a retry of a dependent itself."""
@@ -19,13 +19,13 @@ from django.utils import timezone
 
 from django_ultjobs import Batch, Workflow, WorkflowError, chain
 from django_ultjobs.jobs.enqueue import bulk_enqueue
-from django_ultjobs.jobs.workflows import node_placements
+from django_ultjobs.jobs.workflows import node_graph_rows
 from django_ultjobs.models import Batch as BatchRow
 from django_ultjobs.models import Job
 from django_ultjobs.models import Workflow as WorkflowRow
 from django_ultjobs.operations import retry_jobs
 from django_ultjobs.store import JobStore, get_store
-from django_ultjobs.store.dependencies import place
+from django_ultjobs.store.dependencies import write_graph_rows
 from django_ultjobs.testing import run_jobs
 from tests.doubles import FakeClock
 from tests.testapp.jobs import wf_step
@@ -89,32 +89,32 @@ def _raw(alias: str, column: str, job_id: int) -> str:
         return str(cur.fetchone()[0])
 
 
-def _inserted_then_placed(alias: str, wf: Workflow) -> list[int]:
-    """``wf``'s jobs the other way: inserted as any bulk enqueue, then placed by one UPDATE."""
+def _inserted_then_linked(alias: str, wf: Workflow) -> list[int]:
+    """``wf``'s jobs the other way: inserted as any bulk enqueue, then linked by one UPDATE."""
     store = get_store(alias)
     with transaction.atomic(using=alias):
         group = WorkflowRow.objects.using(alias).create(name=wf.name)
         ids = bulk_enqueue(node.call for node in wf.nodes)
         with store.cursor() as cur:
-            place(store, cur, node_placements(wf.nodes, ids, group.pk))
+            write_graph_rows(store, cur, node_graph_rows(wf.nodes, ids, group.pk))
     return ids
 
 
-def test_a_workflows_rows_are_what_an_insert_and_a_placement_write(alias: str) -> None:
-    # rule 152 (placed-insert-same-rows): on SQLite each node is inserted whole, with its ids
-    # chosen first; the rows must be the ones the insert and the placement's UPDATE make
-    placed = _inserted_then_placed(alias, _graph())
+def test_a_workflows_rows_are_what_an_insert_and_a_link_write(alias: str) -> None:
+    # rule 152 (graph-insert-same-rows): on SQLite each node is inserted whole, with its ids
+    # chosen first; the rows must be the ones the insert and the link UPDATE make
+    linked = _inserted_then_linked(alias, _graph())
     direct = _graph().enqueue().job_ids
-    assert _shape(alias, direct) == _shape(alias, placed)
+    assert _shape(alias, direct) == _shape(alias, linked)
     assert [r["status"] for r in _shape(alias, direct)] == [
         "queued", "queued", "pending", "pending", "pending"]
 
 
 def test_sqlite_writes_each_node_once(alias: str) -> None:
-    # rule 152 (placed-insert-same-rows): no UPDATE after the insert on SQLite, where the
+    # rule 152 (graph-insert-same-rows): no UPDATE after the insert on SQLite, where the
     # 10,000-node enqueue spent most of its time writing every row and its index entries twice
     if connections[alias].vendor != "sqlite":
-        pytest.skip("PostgreSQL takes its ids from the insert (COPY), then places the rows")
+        pytest.skip("PostgreSQL takes its ids from the insert (COPY), then links the rows")
     with CaptureQueriesContext(connections[alias]) as sent:
         _graph().enqueue()
     statements = [q["sql"] for q in sent.captured_queries]
@@ -123,7 +123,7 @@ def test_sqlite_writes_each_node_once(alias: str) -> None:
 
 
 def test_a_workflows_ids_follow_every_id_the_table_gave(alias: str) -> None:
-    # rule 152 (placed-insert-same-rows): the ids chosen before the insert are past every id
+    # rule 152 (graph-insert-same-rows): the ids chosen before the insert are past every id
     # ever given (a deleted row's too), and the next plain enqueue's is past them
     gone = wf_step.enqueue("gone")
     Job.objects.using(alias).filter(pk=gone.pk).delete()
@@ -135,7 +135,7 @@ def test_a_workflows_ids_follow_every_id_the_table_gave(alias: str) -> None:
 
 
 def test_a_workflow_whose_transaction_rolls_back_leaves_its_ids_free(alias: str) -> None:
-    # rule 152 (placed-insert-same-rows)
+    # rule 152 (graph-insert-same-rows)
     with pytest.raises(RuntimeError), transaction.atomic(using=alias):
         _graph().enqueue()
         raise RuntimeError("rolled back")
