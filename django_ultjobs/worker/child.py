@@ -17,11 +17,11 @@ the parent's messages while the body runs: a cancel fires the run's scope here.
 
 **The guard.** ``until`` is the instant (``runs.lease_clock``) before which neither the run's lease
 nor its slot can lapse, as far as the parent has renewed them. The child arms a kernel timer
-(``ITIMER_REAL``) for it, whose ``SIGALRM`` it leaves at the default action: the process ends
-there, whatever the body does, even holding the GIL in a C call, if the parent stops renewing
-(stopped, killed, wedged). No other worker can then start the job, or take the slot, while this
-body executes (rule 141 (cap-without-cooperation)). A parent that dies closes the socket (and
-the fork server's death signal reaches the child): the child exits at once.
+for it that sends it ``SIGKILL`` (``guard_timer``): the process ends there, whatever the body
+does, even holding the GIL in a C call or taking ``SIGALRM`` for itself, if the parent stops
+renewing (stopped, killed, wedged). No other worker can then start the job, or take the slot,
+while this body executes (rule 141 (cap-without-cooperation)). A parent that dies closes the
+socket (and the fork server's death signal reaches the child): the child exits at once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import signal
 import socket
 import threading
 from multiprocessing.connection import Connection
@@ -44,6 +43,7 @@ from ..observability.tracing import tracing_enabled
 from ..runtime.cancel import CancelScope
 from ..store import ClaimedJob, JobStore, Settlement, SlotHold, get_store
 from .executor import run_job
+from .guard_timer import GuardTimer
 from .recycle import resident_memory_mb
 from .runs import Run, lease_clock
 from .settlements import failed_by_worker
@@ -73,33 +73,25 @@ def reason_from(state: ReasonState) -> JobCancelledError:
     return reason
 
 
-def arm_guard(until: float) -> None:
-    """End this process at ``until`` (``lease_clock``) unless re-armed or disarmed first."""
-    signal.setitimer(signal.ITIMER_REAL, max(until - lease_clock(), 0.001))
-
-
-def disarm_guard() -> None:
-    signal.setitimer(signal.ITIMER_REAL, 0)
-
-
 class _Current:
     """The run this child executes now, as the reader thread sees it."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: GuardTimer) -> None:
         self._lock = threading.Lock()
         self._scope: CancelScope | None = None
+        self._guard = guard
 
     def begin(self, until: float) -> CancelScope:
         """A run arrives: its scope, created here so a cancel sent right after it lands."""
         scope = CancelScope()
         with self._lock:
             self._scope = scope
-        arm_guard(until)
+        self._guard.arm(until - lease_clock())
         return scope
 
     def end(self) -> None:
         """The body is over: its guard is disarmed before its outcome is sent."""
-        disarm_guard()
+        self._guard.disarm()
         with self._lock:
             self._scope = None
 
@@ -112,18 +104,15 @@ class _Current:
     def extend(self, until: float) -> None:
         with self._lock:
             if self._scope is not None:
-                arm_guard(until)
+                self._guard.arm(until - lease_clock())
 
 
 def serve(sock: socket.socket, *, database: str | None, worker_id: str,
           report_memory: bool = False) -> NoReturn:
     """The child's life: run what the parent sends until it says stop or goes away.
     ``report_memory``: say the resident memory after each run (``--max-memory-per-child``)."""
-    # The guard's signal ends the process (its default action), never a Python handler: a
-    # handler needs the main thread, which the body may hold for ever.
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
     conn = Connection(sock.detach())
-    current = _Current()
+    current = _Current(GuardTimer())
     inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
     threading.Thread(target=_read, args=(conn, current, inbox), name="ultjobs-child-reader",
                      daemon=True).start()

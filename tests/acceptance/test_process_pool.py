@@ -181,19 +181,22 @@ def _stamps(path: Path) -> dict[int, list[float]]:
     return found
 
 
+@pytest.mark.parametrize("takes_alarm", [False, True], ids=["plain", "takes-sigalrm"])
 def test_a_stopped_worker_never_lets_its_capped_body_overlap_the_next_holder(
-        pg_alias: str, worker_processes: WorkerProcesses, tmp_path: Path) -> None:
+        pg_alias: str, worker_processes: WorkerProcesses, tmp_path: Path, takes_alarm: bool
+        ) -> None:
     """rule 141 (cap-without-cooperation), PostgreSQL: worker A's child runs a ``concurrency=1``
     body that never checks its cancellation; A is SIGSTOPped past the visibility timeout (2 s),
     so nothing renews the run's lease or slot. Its child ends the body before either lapses;
     worker B then takes the slot and runs the job again. The stamps both bodies wrote never
-    overlap: A's last comes before B's first."""
+    overlap: A's last comes before B's first. ``takes-sigalrm``: the body ignores ``SIGALRM``
+    and cancels the interval timer first, which disarmed a guard built on them."""
     alias = pg_alias
     path = tmp_path / "stamps"
     fleet = Fleet(worker_processes, alias)
     a = fleet.start("P", *PROCESS, "--processes", "1")
     fleet.wait_registered(a)
-    job = stamping.enqueue(str(path), "s", 6.0)
+    job = stamping.enqueue(str(path), "s", 6.0, takes_alarm)
     wait_until(lambda: path.exists() and path.stat().st_size > 0, message="A's body to start")
     os.kill(fleet.pid(a), signal.SIGSTOP)
     try:

@@ -4,6 +4,7 @@ look at their cancellation, and bodies that report the process they ran in."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from opentelemetry import trace
@@ -48,9 +49,14 @@ def checks_then_stops(ctx: JobContext, seconds: float) -> int:
 
 
 @job(concurrency=1, max_attempts=5, backoff=0.0)
-def stamping(path: str, label: str, seconds: float) -> None:
+def stamping(path: str, label: str, seconds: float, takes_alarm: bool = False) -> None:
     """A capped body that never checks its cancellation: appends ``label pid <wall time>`` to
-    ``path`` every 20 ms for ``seconds``, so overlapping runs show in the file."""
+    ``path`` every 20 ms for ``seconds``, so overlapping runs show in the file. ``takes_alarm``:
+    first ignore ``SIGALRM`` and cancel any interval timer, as a body with alarms of its own
+    would."""
+    if takes_alarm:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        signal.setitimer(signal.ITIMER_REAL, 0)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         with open(path, "a") as f:
