@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from ..core.clocks import lease_clock
 from ..jobs.registry import registered_jobs, registry_generation
 from ..observability.logs import log_event
 from ..store import ClaimedJob, JobStore
@@ -25,7 +26,6 @@ from .loop_state import LoopState
 from .options import WorkerOptions
 from .rate_gate import RateGate
 from .recycle import Recycler
-from .runs import lease_clock
 from .vitals import Vitals, outage_backoff
 from .worker_row import WorkerRow
 
@@ -245,7 +245,7 @@ class ClaimLoop:
             free_sync = 0
         # Counted before the claims go out: a notification that comes while they run may be of
         # a job they did not see.
-        seen = (self.pool.ended, self._notifications)
+        seen = (self.completer.sync_moves, self._notifications)
         plans = claim_plans(free_sync=free_sync, free_async=free_async, caps=caps,
                             keyed=loop.keyed, kept=kept, async_names=loop.async_names)
         batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]] = []
@@ -281,14 +281,15 @@ class ClaimLoop:
         """Whether this round sends the threads' claim beside the async kinds' one.
 
         That claim scans every kind but the async ones, walking past each queued async row, so
-        with a backlog of async jobs it costs more than the run it may find. After it found
-        nothing it is left out until an enqueue or a released dependent is notified, a run on
-        the threads ends (it may have handed work back), or a poll interval passes (a job that
-        became due, capped at the rate gate's next due run): what an idle worker waits too."""
+        beside a backlog of async jobs it costs more than the run it may find. After it found
+        nothing while the async claim came back full, it is left out until an enqueue or a
+        released dependent is notified, a run not on the async lane passes its slot on or has
+        its settle written (a hand-back), or a poll interval passes (capped at the rate gate's
+        next due run): what an idle worker waits too."""
         if loop.sync_quiet is None:
             return True
-        until, ended, notifications = loop.sync_quiet
-        if (time.monotonic() >= until or ended != self.pool.ended
+        until, moves, notifications = loop.sync_quiet
+        if (time.monotonic() >= until or moves != self.completer.sync_moves
                 or notifications != self._notifications):
             loop.sync_quiet = None
             return True
@@ -297,12 +298,16 @@ class ClaimLoop:
     def _note_sync_claim(self, loop: LoopState,
                          batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]],
                          seen: tuple[int, int]) -> None:
-        """Start leaving out the threads' claim when it found nothing (``_sync_due``), where a
-        notification would end that."""
-        for plan, batch in batches:
-            if not plan.is_async:
-                loop.sync_quiet = None if batch or not self.notifies else (
-                    time.monotonic() + self.rates.until_due(self.options.poll_interval), *seen)
+        """Rest the threads' claim (``_sync_due``) when it found nothing beside a full async
+        claim, where a notification would end the rest."""
+        found = any(batch for plan, batch in batches if not plan.is_async)
+        sent = any(not plan.is_async for plan, _ in batches)
+        async_full = any(plan.is_async and len(batch) >= plan.limit for plan, batch in batches)
+        if found or not self.notifies or (sent and not async_full):
+            loop.sync_quiet = None
+        elif sent:
+            loop.sync_quiet = (
+                time.monotonic() + self.rates.until_due(self.options.poll_interval), *seen)
 
     def _claim_plan(self, plan: ClaimPlan) -> Sequence[ClaimedJob]:
         self.claim_statements += 1
@@ -342,4 +347,8 @@ class ClaimLoop:
             self.pool.call_on_free()
             if self.pool.free() > 0:
                 return
+        if loop.sync_quiet is not None:
+            # Not past the rest's end: a sync job due by then waits no longer than for an idle
+            # worker's poll.
+            timeout = min(timeout, max(0.0, loop.sync_quiet[0] - time.monotonic()))
         self._wake.wait(timeout)

@@ -84,6 +84,10 @@ class Completer:
         #: reported when the worker stops (``jobs.worker.stopped``).
         self.settled = 0
         self.stale = 0
+        #: Moves when a run that is not on the async lane is submitted (its slot passes on) and
+        #: when its settle is written (a hand-back becomes visible): either may make a sync job
+        #: claimable, so a claim loop resting its threads' claim looks again.
+        self.sync_moves = 0
         #: How many outcomes the database refused to store, each settled as a failure instead.
         self.unstorable = 0
 
@@ -103,6 +107,8 @@ class Completer:
         # then left to lapse); a body that finished first hands its slot on as usual.
         run.abandoned = abandoned
         self.runs.add(run)
+        if not _on_async_lane(run):
+            self.sync_moves += 1
         # The body is over: its slot passes on now, not after the settle
         # (rules 9 (slot-held-while-body-runs) and 90 (slot-passes-on-return)). The cap bounds
         # bodies executing; a batch of settles must not hold slots. The run keeps its job lease
@@ -324,9 +330,14 @@ class Completer:
         # The runs' slots passed on at submit (rule 90 (slot-passes-on-return)): a settle, written
         # or given up, only lets the job lease go.
         self.runs.remove_many([item.run for item in items])
+        if not all(_on_async_lane(item.run) for item in items):
+            self.sync_moves += 1
         with self._lock:
             self._pending -= len(items)
             self._pending_bytes -= sum(item.size for item in items)
         if self.on_written is not None:
             self.on_written()
 
+
+def _on_async_lane(run: Run) -> bool:
+    return run.spec is not None and run.spec.is_coroutine

@@ -27,10 +27,10 @@ class LoopState:
     free_async: int = 0
     #: The round's claim for the threads came back full (two lanes; see ``wait_for_work``).
     sync_full: bool = False
-    #: After the threads' claim found nothing while async kinds keep the rounds going: until
-    #: when (monotonic) rounds leave it out, and the enqueue notifications and thread runs
-    #: ended counted then, either of which moving on makes it due again (``ClaimLoop``). None:
-    #: it goes out with every round that has a free thread.
+    #: After the threads' claim found nothing beside a full async claim: until when
+    #: (monotonic) rounds leave it out, and the completer's ``sync_moves`` and the notifications
+    #: counted then, either of which moving on makes it due again (``ClaimLoop._sync_due``).
+    #: None: it goes out with every round that has a free thread.
     sync_quiet: tuple[float, int, int] | None = None
     #: This round left the threads' claim out.
     sync_left_out: bool = False

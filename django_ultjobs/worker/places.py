@@ -28,9 +28,6 @@ class Places:
         self._pending: deque[Run] = deque()
         self._busy = 0
         self._stopping = False
-        #: Runs that finished since start: a claim loop that left the threads' claim out reads
-        #: a change as "a run of theirs may have handed work back".
-        self.ended = 0
 
     @property
     def busy(self) -> int:
@@ -92,7 +89,6 @@ class Places:
         """One run is over: its place is free."""
         with self._lock:
             self._busy -= 1
-            self.ended += 1
             self._freed.notify_all()
             call = self._call_on_free and self._on_free is not None
             self._call_on_free = False

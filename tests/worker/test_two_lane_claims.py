@@ -21,7 +21,7 @@ from django_ultjobs.store import ClaimedJob, JobStore
 from django_ultjobs.worker.options import WorkerOptions
 from django_ultjobs.worker.worker import WorkerProcess
 from tests.conftest import engine_store, running_worker, wait_until
-from tests.testapp.jobs import add, async_add, async_sleep
+from tests.testapp.jobs import add, async_add, async_sleep, flaky
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -97,6 +97,39 @@ def test_sync_dependent_of_an_async_job_starts_at_once(alias: str) -> None:
                    message="the chain, before a poll")
         ended = AttemptRecord.objects.using(alias).get(job_id=first).finished_at
         assert started_after(alias, then, ended) < POLL / 2
+        assert not succeeded(alias, backlog), "the async backlog ended first: proves nothing"
+
+
+def test_sync_retry_beside_an_async_backlog_starts_at_once(alias: str) -> None:
+    # A zero-backoff retry is due when its settle is written, which no notification tells: the
+    # written settle of a run on the threads ends the rest. One at a time, so each retry's
+    # settle lands while the threads' claim may rest.
+    backlog = async_sleep.bulk_enqueue([(0.05,)] * 1500)
+    with running_worker(alias, threads=2, async_concurrency=10, poll_interval=POLL):
+        wait_until(lambda: Job.objects.using(alias).filter(id__in=backlog, status="succeeded")
+                   .count() >= 50, timeout=60, message="the async drain under way")
+        for _ in range(4):
+            retried = flaky.enqueue(1)
+            wait_until(lambda job_id=retried.id: succeeded(alias, [job_id]), timeout=POLL,
+                       message="the retry, before a poll")
+            first, second = AttemptRecord.objects.using(alias).filter(
+                job_id=retried.id).order_by("attempt")
+            assert (second.started_at - first.finished_at).total_seconds() < POLL / 2
+        assert not succeeded(alias, backlog), "the async backlog ended first: proves nothing"
+
+
+def test_sync_job_due_later_waits_no_longer_than_a_poll(alias: str) -> None:
+    # A job that becomes due on the clock tells nobody: a worker resting its threads' claim
+    # looks again when the rest ends, a poll interval after it began, as an idle worker polls.
+    backlog = async_sleep.bulk_enqueue([(0.05,)] * 1500)
+    poll = 1.0
+    with running_worker(alias, threads=2, async_concurrency=10, poll_interval=poll):
+        wait_until(lambda: Job.objects.using(alias).filter(id__in=backlog, status="succeeded")
+                   .count() >= 50, timeout=60, message="the async drain under way")
+        later = add.using(delay=0.3).enqueue(1, 2)
+        row = Job.objects.using(alias).get(id=later.id)
+        wait_until(lambda: succeeded(alias, [later.id]), timeout=10, message="the due job")
+        assert started_after(alias, later.id, row.visible_at) < 2 * poll
         assert not succeeded(alias, backlog), "the async backlog ended first: proves nothing"
 
 
