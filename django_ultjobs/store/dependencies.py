@@ -1,5 +1,5 @@
 """The SQL of dependencies (docs/workflows.md, rules 110 (released-in-settle)
-to 115 (group-cancel)): placing a graph or a batch, and
+to 115 (group-cancel)): writing a graph's or a batch's rows, and
 what a job's finish (or a retry taking it back) does to the jobs that wait for it.
 
 Every function runs on the cursor and in the transaction of its caller: the settle that

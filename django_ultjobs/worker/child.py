@@ -15,18 +15,20 @@ context, the retry policy), writes what the body writes through connections of i
 events, progress, all fenced on the claim token), and the parent settles it. A reader thread takes
 the parent's messages while the body runs: a cancel fires the run's scope here.
 
-**The guard.** ``until`` is the instant (``runs.lease_clock``) before which neither the run's lease
-nor its slot can lapse, as far as the parent has renewed them. The child arms a kernel timer
-for it that sends it ``SIGKILL`` (``guard_timer``): the process ends there, whatever the body
-does, even holding the GIL in a C call or taking ``SIGALRM`` for itself, if the parent stops
-renewing (stopped, killed, wedged). No other worker can then start the job, or take the slot,
-while this body executes (rule 141 (cap-without-cooperation)). A parent that dies closes the
-socket (and the fork server's death signal reaches the child): the child exits at once.
+**The guard.** ``until`` is the instant (``core.clocks.lease_clock``) before which neither the
+run's lease nor its slot can lapse, as far as the parent has renewed them. The child arms a
+kernel timer for it that sends it ``SIGKILL`` (``guard_timer``): the process ends there,
+whatever the body does, even holding the GIL in a C call or taking ``SIGALRM`` for itself, if
+the parent stops renewing (stopped, killed, wedged). No other worker can then start the job, or
+take the slot, while this body executes (rule 141 (cap-without-cooperation)). A parent that dies
+closes the socket (and the fork server's death signal reaches the child): the child exits at
+once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import socket
@@ -39,21 +41,26 @@ from django.db import connections
 from ..exceptions import JobCancelledError, JobConfigurationError
 from ..jobs.registry import get_job
 from ..models import AttemptOutcome
+from ..observability.logs import log_event
 from ..observability.tracing import tracing_enabled
 from ..runtime.cancel import CancelScope
 from ..store import ClaimedJob, JobStore, Settlement, SlotHold, get_store
 from .executor import run_job
-from .guard_timer import GuardTimer
+from .guard_timer import GuardError, GuardTimer
 from .recycle import resident_memory_mb
-from .runs import Run, lease_clock
+from .runs import Run
 from .settlements import failed_by_worker
 from .telemetry import Telemetry
 from .thread_connections import note_opened, reset_connections
+
+logger = logging.getLogger("django_ultjobs.worker")
 
 RUN, CANCEL, UNTIL, STOP = "run", "cancel", "until", "stop"
 READY, DONE = "ready", "done"
 #: The exit status of a child whose parent closed its socket (it died, or killed this child).
 EXIT_PARENT_GONE = 70
+#: The exit status of a child whose guard the kernel refused to set.
+EXIT_GUARD_FAILED = 71
 
 #: A cancel reason as it crosses the socket: its class, message and fields (the subclasses take
 #: keyword-only arguments, which pickle cannot rebuild).
@@ -82,18 +89,29 @@ class _Current:
         self._guard = guard
 
     def begin(self, until: float) -> CancelScope:
-        """A run arrives: its scope, created here so a cancel sent right after it lands."""
+        """A run arrives: its scope, created here so a cancel sent right after it lands. A
+        guard the kernel refuses ends the child before the body starts: the worker hands the
+        run back, unburned, and starts a fresh child."""
         scope = CancelScope()
         with self._lock:
             self._scope = scope
-        self._guard.arm(until - lease_clock())
+            try:
+                self._guard.arm(until)
+            except GuardError as exc:
+                _guard_failed(exc)
         return scope
 
-    def end(self) -> None:
-        """The body is over: its guard is disarmed before its outcome is sent."""
-        self._guard.disarm()
+    def end(self) -> bool:
+        """The body is over: its guard is disarmed before its outcome is sent, under the lock
+        a renewal takes, so none re-arms it after. False if the kernel refused: the child sends
+        the outcome, then exits, since its timer may still fire."""
         with self._lock:
             self._scope = None
+            try:
+                self._guard.disarm()
+            except GuardError:
+                return False
+        return True
 
     def cancel(self, reason: JobCancelledError) -> None:
         with self._lock:
@@ -104,7 +122,16 @@ class _Current:
     def extend(self, until: float) -> None:
         with self._lock:
             if self._scope is not None:
-                self._guard.arm(until - lease_clock())
+                # A renewal the kernel refuses leaves the earlier, sooner instant armed: the
+                # child may end early (its run handed back), never late.
+                with contextlib.suppress(GuardError):
+                    self._guard.arm(until)
+
+
+def _guard_failed(exc: GuardError) -> NoReturn:
+    log_event(logger, logging.ERROR, "jobs.worker.child-guard-failed", pid=os.getpid(),
+              error=repr(exc))
+    os._exit(EXIT_GUARD_FAILED)
 
 
 def serve(sock: socket.socket, *, database: str | None, worker_id: str,
@@ -124,9 +151,11 @@ def serve(sock: socket.socket, *, database: str | None, worker_id: str,
             _, job, slot, scope = message
             settlement, seconds = _run(job, slot, scope, store=store, worker_id=worker_id,
                                        telemetry=telemetry)
-            current.end()
+            disarmed = current.end()
             conn.send((DONE, settlement, seconds,
                        resident_memory_mb() if report_memory else None))
+            if not disarmed:
+                _guard_failed(GuardError("the guard could not be disarmed"))
     except OSError:
         pass  # the parent is gone: nothing to tell it
     finally:

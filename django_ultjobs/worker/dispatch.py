@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..conf import get_settings
+from ..core.clocks import lease_clock
 from ..exceptions import LeaseLostError
 from ..jobs.registry import get_job
 from ..models import AttemptOutcome
@@ -30,7 +31,7 @@ from .options import WorkerOptions
 from .pool import ExecutorPool
 from .process_pool import ProcessPool
 from .rate_gate import RateGate, over_limit_settlement
-from .runs import Run, RunsInFlight, lease_clock
+from .runs import Run, RunsInFlight
 from .settlements import (
     UNKNOWN_JOB_PREFIX,
     failed_by_worker,

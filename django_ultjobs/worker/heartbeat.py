@@ -15,12 +15,13 @@ import time
 
 from django.db import connections
 
+from ..core.clocks import lease_clock
 from ..exceptions import CancelRequestedError, LeaseLostError
 from ..observability.logs import log_event
 from ..store import JobStore
 from .deadlines import Deadlines
 from .fleet_slots import FleetSlots
-from .runs import Run, RunsInFlight, lease_clock
+from .runs import Run, RunsInFlight
 from .vitals import Vitals
 from .worker_row import WorkerRow
 

@@ -36,15 +36,17 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..core.clocks import lease_clock
 from ..models import AttemptOutcome, JobStatus
 from ..observability.logs import log_event
 from ..store import Settlement
 from . import child as child_side
+from . import guard_timer
 from .fleet_slots import FleetSlots
 from .fork_server import ChildSpawnError, ForkServer
 from .options import WorkerOptions
 from .places import Places
-from .runs import Run, lease_clock
+from .runs import Run
 from .settlements import cancel_settlement, failed_by_worker, settlement_for
 
 logger = logging.getLogger("django_ultjobs.worker")
@@ -158,6 +160,12 @@ class ProcessPool(Places):
 
     def start(self) -> None:
         self.prepare()
+        if not guard_timer.available():
+            # Rule 141 (cap-without-cooperation) then rests on SIGALRM, which a body may take.
+            log_event(logger, logging.WARNING, "jobs.worker.child-guard-fallback",
+                      worker_id=self.options.worker_id,
+                      note="no POSIX timer here: a body that takes SIGALRM for itself disarms "
+                           "its child's guard")
         for thread in self._threads:
             thread.start()
 

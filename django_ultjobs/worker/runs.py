@@ -11,15 +11,6 @@ from ..runtime.cancel import CancelScope
 from ..runtime.steps import StepLedger
 from ..store import ClaimedJob, SlotHold
 
-
-def lease_clock() -> float:
-    """Seconds on the clock leases are judged by in this host's processes: it goes on counting
-    while the host is suspended (``CLOCK_BOOTTIME``), as the database's clock does, and every
-    process reads the same one, so a child can tell when its run's lease may lapse."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") \
-        else time.monotonic()
-
-
 #: Guards every run's ``settling`` flag: held for a test and a set, so one lock for all runs
 #: costs no waiting, where a lock of each run's own was an allocation per claimed job.
 _SETTLING = threading.Lock()

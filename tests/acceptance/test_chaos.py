@@ -6,12 +6,12 @@ immediate and ``pg_terminate_backend`` (rules 2 (heartbeat-retried) and 4 (fence
 outage section), fleet slot caps (rule 5 (fleet-cap)), the bad inputs of the admin, the worker's
 flags and its start while the database is down, and one worker's wall clock stepped under periodic
 jobs (rules 60 (tick-once) to 62 (catch-up-policy), 102 (database-clock-ticks)), and the process
-pool's children and workers SIGKILLed (rules 142 (child-death-unburned) and 143
-(children-die-with-parent)). Every scenario in
-``PASSING`` must meet its bar: nothing lost, no double run outside the documented window, nothing
-stuck, no cap exceeded, its own check. The other scenarios (``python -m benchmarks.chaos`` lists
-them) measure defects still open; each joins the list when its fix lands. ``parent-stop`` runs
-in the full chaos run only: its recovery figure once read "never" there, not yet explained.
+pool's children and workers SIGKILLed (rules 142 (child-death-unburned) and
+143 (children-die-with-parent)). Every scenario in ``PASSING`` must meet its bar: nothing lost,
+no double run outside the documented window, nothing stuck, no cap exceeded, its own check. The
+other scenarios (``python -m benchmarks.chaos`` lists them) measure defects still open; each
+joins the list when its fix lands. ``parent-stop`` runs in the full chaos run only: its
+recovery figure once read "never" there, not yet explained.
 """
 
 from __future__ import annotations
