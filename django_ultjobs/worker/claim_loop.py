@@ -298,12 +298,13 @@ class ClaimLoop:
     def _note_sync_claim(self, loop: LoopState,
                          batches: list[tuple[ClaimPlan, Sequence[ClaimedJob]]],
                          seen: tuple[int, int]) -> None:
-        """Rest the threads' claim (``_sync_due``) when it found nothing beside a full async
-        claim, where a notification would end the rest."""
+        """Rest the threads' claim (``_sync_due``) when it found nothing while the async lane
+        has a backlog (its claim came back full, or it had no room to claim), where a
+        notification would end the rest."""
         found = any(batch for plan, batch in batches if not plan.is_async)
         sent = any(not plan.is_async for plan, _ in batches)
-        async_full = any(plan.is_async and len(batch) >= plan.limit for plan, batch in batches)
-        if found or not self.notifies or (sent and not async_full):
+        async_short = any(plan.is_async and len(batch) < plan.limit for plan, batch in batches)
+        if found or not self.notifies or async_short:
             loop.sync_quiet = None
         elif sent:
             loop.sync_quiet = (
