@@ -46,6 +46,9 @@ _REFUSED_CLASSES = ("22", "23", "54")
 _DRIVER_TIME_LOADER = psycopg.adapters.get_loader(psycopg.adapters.types["timestamptz"].oid,
                                                   Format.TEXT)
 
+#: Sent before a prepared plain settle, in its transaction (``_execute_settle``).
+GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan"
+
 #: Seconds before a run put to wait on an event whose lock a sender held re-checks for it.
 BUSY_EVENT_RECHECK = 1.0
 
@@ -361,7 +364,20 @@ class PostgresStore(JobStore):
     def _execute_settle(self, cur: Any, params: Mapping[str, Any], fresh: bool) -> None:
         if fresh:
             self.execute_unprepared(cur, "settle", params)
-        else:
+            return
+        driver = cur.cursor.connection
+        if driver.prepare_threshold is None or \
+                driver.info.transaction_status != TransactionStatus.IDLE:
+            # Not prepared (planned at every run whatever is said), or inside the caller's own
+            # transaction, which a SET LOCAL would outlast.
+            cur.execute(self.sql["settle"], params)
+            return
+        # Prepared, the settle keeps its generic plan: left to choose, PostgreSQL planned a
+        # custom one at nearly every run (the batch's arrays estimated at ten rows, not the one
+        # or two a worker with few places sends), and planning the statement cost more of
+        # the server than running it. Its generic plan reads by primary key at every batch size.
+        with driver.transaction():
+            cur.execute(GENERIC_PLAN)
             cur.execute(self.sql["settle"], params)
 
     # -- fleet slots ---------------------------------------------------------------------------

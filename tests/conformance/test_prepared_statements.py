@@ -287,6 +287,33 @@ def test_a_prepared_settle_reads_no_attempt_row_when_no_run_extends(
     assert {r.status for r in Job.objects.using(pg_alias).filter(id__in=ids)} == {"succeeded"}
 
 
+def test_a_prepared_plain_settle_keeps_its_generic_plan(pg_alias: str, clock: FakeClock) -> None:
+    """Left to choose (plan_cache_mode auto), PostgreSQL planned the prepared settle afresh at
+    nearly every run, its batch's arrays estimated at ten rows: a worker settling one or two
+    runs at a time (the process pool's children) paid the planning of the whole statement for
+    each. The settle now keeps its generic plan from its first prepared run."""
+    conn = connections[pg_alias]
+    conn.ensure_connection()
+    raw = conn.connection
+    before = raw.prepare_threshold
+    raw.prepare_threshold = 0
+    try:
+        store = get_store(pg_alias, clock=clock)
+        enqueue(store, *[new_job() for _ in range(RUNS)])
+        for job in claim(store, limit=RUNS):
+            assert store.settle([settlement(job)], "w1") == {job.id}
+        with raw.cursor() as cur:
+            cur.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                        "WHERE statement LIKE '/* django_ultjobs:settle */%%'")
+            plans = cur.fetchall()
+    finally:
+        if not raw.closed:
+            raw.prepare_threshold = before
+            raw.execute("DEALLOCATE ALL")
+    assert plans == [(RUNS, 0)]
+    assert set(Job.objects.using(pg_alias).values_list("status", flat=True)) == {"succeeded"}
+
+
 #: Rows in the settle's plan test: under about 15,000 the settle read the whole table per batch.
 SMALL_TABLE = 3_000
 
