@@ -79,6 +79,12 @@ def create_database(name: str) -> None:
     _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
 
 
+def database_exists(name: str) -> bool:
+    """Whether a database ``name`` is on the benchmark's server."""
+    return bool(scalar("postgres", "SELECT count(*) FROM pg_database WHERE datname = %s",
+                       [name]))
+
+
 def drop_database(name: str) -> None:
     _check_own_name(name)
     _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -45,6 +45,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--skip", default="",
                    help="phases to leave out: hot,read,prune,cycles,sqlite")
     p.add_argument("--keep", action="store_true", help="keep the databases afterwards")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse the databases a --keep run left (HIST topped up to --rows "
+                        "finished jobs, live jobs cleared); implies --keep")
     p.add_argument("--json", type=Path, help="write every figure here")
     p.add_argument("--plans", type=Path, default=Path("scale-plans.txt"),
                    help="where the EXPLAIN output goes")
@@ -59,10 +62,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.pickup_samples = min(args.pickup_samples, 40)
         args.repeat = min(args.repeat, 3)
         args.drain_scale = min(args.drain_scale, 0.25)
-    if args.prune_rows * (args.cycles + 2) > args.rows:
-        p.error("--prune-rows x (--cycles + 2) must not exceed --rows: each cycle prunes "
-                "rows older than the ones it filled")
+    if args.prune_rows > args.rows:
+        p.error("--prune-rows must not exceed --rows: each prune takes the oldest of them")
     args.skip = set(filter(None, args.skip.split(",")))
+    args.keep = args.keep or args.reuse
     return args
 
 
@@ -95,6 +98,8 @@ class Bench:
 
     def setup(self) -> None:
         self.results["server"] = common.server_facts()
+        if self.args.reuse and self.reuse():
+            return
         for db in (self.empty, self.hist):
             common.create_database(db)
             self.child(db, "setup")
@@ -103,6 +108,21 @@ class Bench:
             self.hist, "fill-history", "--rows", str(self.args.rows), "--days",
             str(HISTORY_DAYS), "--analyze")
         log(f"filled: {report.short(self.results['history_fill'])}")
+
+    def reuse(self) -> bool:
+        """Take the databases a ``--keep`` run left, when both are there: live jobs cleared,
+        HIST topped up to ``--rows`` finished jobs at the finish-time indexes' right edge (a
+        prune of an earlier run took the oldest). Filling ten million rows is most of a run."""
+        if not all(common.database_exists(db) for db in (self.empty, self.hist)):
+            log("--reuse: no databases to reuse, filling new ones")
+            return False
+        for db in (self.empty, self.hist):
+            self.child(db, "setup")  # a migration added since the databases were filled
+            self.child(db, "clear-live")
+        self.results["history_fill"] = self.child(self.hist, "top-up", "--rows",
+                                                  str(self.args.rows))
+        log(f"reused {self.hist}: {report.short(self.results['history_fill'])}")
+        return True
 
     def hot_paths(self) -> None:
         """Drains, pickup and single enqueues, EMPTY and HIST alternated."""
@@ -163,8 +183,7 @@ class Bench:
 
     def prune(self) -> None:
         """``prunejobs`` of ``--prune-rows`` in HIST, drains before, beside and after it."""
-        fraction = self.args.prune_rows / self.args.rows
-        days = HISTORY_DAYS * (1 - fraction)
+        days = self.child(self.hist, "retention-for", "--rows", str(self.args.prune_rows))["days"]
         jobs, threads = DRAINS["noop"]
         count = max(1_000, int(jobs * self.args.drain_scale))
 
@@ -209,13 +228,10 @@ class Bench:
         """Fill-and-prune cycles: each adds ``--prune-rows`` finished since the last fill (as a
         busy site's workers add them, at the finish-time indexes' right edge) and prunes as many
         of the oldest."""
-        fraction = self.args.prune_rows / self.args.rows
         self.child(self.hist, "clear-live")  # the VACUUM autovacuum would run after the prune
         cycles = [{"sizes": self.child(self.hist, "sizes")}]
         for c in range(1, self.args.cycles + 1):
-            retention = HISTORY_DAYS * (1 - fraction * (c + 1))
-            r = self.child(self.hist, "prune-cycle", "--rows", str(self.args.prune_rows),
-                           "--retention", f"{retention:.6f}")
+            r = self.child(self.hist, "prune-cycle", "--rows", str(self.args.prune_rows))
             cycles.append(r)
             log(f"cycle {c}: {r['prune_output']}; {r['prune_s']:.1f} s; "
                 f"{report.total_bytes(r['sizes']) / 2**20:,.0f} MiB")

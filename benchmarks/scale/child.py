@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-PHASES = ("setup", "fill-history", "fill-queued", "clear-live", "drain", "pickup", "single",
-          "read-paths", "prune-cycle", "sizes", "sqlite")
+PHASES = ("setup", "fill-history", "fill-queued", "clear-live", "top-up", "retention-for",
+          "drain", "pickup", "single", "read-paths", "prune-cycle", "sizes", "sqlite")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -30,8 +30,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--days", type=float, default=30.0,
                    help="fills of finished jobs: the span they finished over (the last "
                         "DAYS days)")
-    p.add_argument("--retention", type=float, default=27.0,
-                   help="prune-cycle: prunejobs --days")
     p.add_argument("--analyze", action="store_true", help="fills: VACUUM ANALYZE afterwards")
     p.add_argument("--workload", default="noop", help="drain: noop or io-sync")
     p.add_argument("--jobs", type=int, default=20_000, help="drain: jobs drained")
@@ -138,6 +136,41 @@ def clear_live() -> dict[str, Any]:
     return {"deleted": deleted, "vacuum_s": vacuum(*JOB_TABLES, analyze=True)}
 
 
+def finished_jobs() -> int:
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM django_ultjobs_job "
+                    "WHERE status IN ('succeeded', 'failed', 'cancelled')")
+        return cur.fetchone()[0]
+
+
+def top_up() -> dict[str, Any]:
+    """Add finished jobs until there are ``--rows`` (a reused HIST after a prune), finished
+    since the newest one, as workers add them; VACUUM ANALYZE."""
+    started = time.perf_counter()
+    missing = ARGS.rows - finished_jobs()
+    jobs = attempts = 0
+    if missing > 0:
+        jobs, attempts = fill.fill_history(missing, fill.days_since_last_finish())
+    return {"jobs": jobs, "attempts": attempts, "seconds": time.perf_counter() - started,
+            "vacuum_s": vacuum(*JOB_TABLES, analyze=True)}
+
+
+def retention_days(rows: int) -> float:
+    """The ``prunejobs --days`` that prunes the ``rows`` oldest finished jobs (the next one
+    finished at the cut-off, so is kept), whatever span the history covers."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT extract(epoch FROM now() - finished_at) / 86400 "
+                    "FROM django_ultjobs_job "
+                    "WHERE status IN ('succeeded', 'failed', 'cancelled') "
+                    "ORDER BY finished_at OFFSET %s LIMIT 1", [rows])
+        row = cur.fetchone()
+    return 0.0 if row is None else float(row[0])
+
+
+def retention_for() -> dict[str, Any]:
+    return {"days": retention_days(ARGS.rows)}
+
+
 def drain() -> dict[str, Any]:
     """Bulk enqueue, ANALYZE, one ``runjobworker --burst`` drains them (the peers' drain), then
     the drained rows are deleted and the tables vacuumed, so the next drain meets the same
@@ -218,13 +251,13 @@ def live_counts() -> dict[str, int]:
 
 def prune_cycle() -> dict[str, Any]:
     """One fill-and-prune cycle: ``--rows`` finished jobs added, finished since the newest
-    finished one (the finish-time indexes' right edge, as workers add them), ``prunejobs --days
-    RETENTION`` run in this process with its statements captured, VACUUM; the table and index
-    sizes after."""
+    finished one (the finish-time indexes' right edge, as workers add them), ``prunejobs`` of
+    the ``--rows`` oldest run in this process with its statements captured, VACUUM; the table
+    and index sizes after."""
     started = time.perf_counter()
     jobs, attempts = fill.fill_history(ARGS.rows, fill.days_since_last_finish())
     filled = time.perf_counter() - started
-    prune = run_prune(ARGS.retention)
+    prune = run_prune(retention_days(ARGS.rows))
     result = {"filled": jobs, "filled_attempts": attempts, "fill_s": filled, **prune,
               "vacuum_s": vacuum(*JOB_TABLES), "sizes": sizes()}
     return result
@@ -304,8 +337,9 @@ def sqlite() -> dict[str, Any]:
 
 def main() -> None:
     handler = {"setup": setup, "fill-history": fill_history, "fill-queued": fill_queued,
-               "clear-live": clear_live, "drain": drain, "pickup": pickup, "single": single,
-               "read-paths": read_paths, "prune-cycle": prune_cycle, "sizes": sizes,
+               "clear-live": clear_live, "top-up": top_up, "retention-for": retention_for,
+               "drain": drain, "pickup": pickup, "single": single, "read-paths": read_paths,
+               "prune-cycle": prune_cycle, "sizes": sizes,
                "sqlite": sqlite}[ARGS.phase]
     result = handler()
     connection.close()
