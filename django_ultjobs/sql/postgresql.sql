@@ -1370,6 +1370,24 @@ SELECT q.queue,
 FROM queues AS q
 CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s;
 
+-- name: live_oldest_named
+-- live_oldest for the jobs of one :name (a job name's page): the first entry of that name in
+-- each range of the live index, read in due order (the name is the index's last key column, so
+-- no table row is read). A range stops at the name's first entry, and is read to its end only
+-- where the name has no due job; one read of the whole due backlog filtered by name took
+-- 80-210 ms at a million queued jobs.
+{fragment:live_queues}
+SELECT q.queue,
+       (SELECT j.visible_at FROM django_ultjobs_job AS j
+            WHERE j.queue = q.queue AND j.status = s.status
+              AND j.status IN ('queued', 'running', 'waiting') AND j.name > ''
+              AND j.visible_at <= {now} AND j.name = %(name)s::text
+            ORDER BY j.visible_at LIMIT 1)
+FROM queues AS q
+CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELECT 'waiting') AS s
+WHERE EXISTS (SELECT 1 FROM django_ultjobs_job AS k
+              WHERE k.name = %(name)s::text AND k.status IN ('queued', 'running', 'waiting'));
+
 -- name: nodes_link
 -- Make just-enqueued jobs (same transaction) workflow nodes, batch members or batch callbacks
 -- (docs/workflows.md): their group, the edges on both ends (depends_on, dependents: JSON text),

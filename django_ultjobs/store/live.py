@@ -84,6 +84,14 @@ def _no_jit(store: JobStore, cur: Any) -> Iterator[None]:
             cur.execute("SELECT set_config('jit', %(before)s, true)", {"before": before})
 
 
+@contextmanager
+def no_jit(store: JobStore) -> Iterator[None]:
+    """PostgreSQL's JIT compiler off for every statement run inside on ``store``'s connection
+    (see ``_no_jit``); nothing elsewhere."""
+    with store.cursor() as cur, _no_jit(store, cur):
+        yield
+
+
 def live_rows(store: JobStore, blocked: Sequence[str], limit: int) -> list[LiveRow]:
     """Per queue with a live or pending job or a pause, and per live status, its counts stopped
     at ``limit``; jobs named in ``blocked`` are counted as held back."""
@@ -133,12 +141,17 @@ def live_names(store: JobStore) -> list[str]:
         return [name for (name,) in cur.fetchall()]
 
 
-def oldest_due(store: JobStore) -> dict[str, datetime]:
-    """When the longest-due live job of each queue became due (queues with none due left out):
-    three index probes per queue, however many jobs each holds."""
+def oldest_due(store: JobStore, name: str | None = None) -> dict[str, datetime]:
+    """When the longest-due live job of each queue became due (queues with none due left out),
+    of every name or of ``name``'s jobs only: three ranges of the live index per queue, each
+    read up to its first entry (of ``name``), however many jobs each holds."""
     found: dict[str, datetime] = {}
     with store.cursor() as cur:
-        cur.execute(store.sql["live_oldest"], {"now": store.now_param()})
+        if name is None:
+            cur.execute(store.sql["live_oldest"], {"now": store.now_param()})
+        else:
+            cur.execute(store.sql["live_oldest_named"], {"now": store.now_param(),
+                                                         "name": name})
         for queue, due_at in cur.fetchall():
             if due_at is not None:
                 at = store.parse_time(due_at)

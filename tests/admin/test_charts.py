@@ -11,6 +11,8 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from django_ultjobs.admin import charts
 from django_ultjobs.admin.charts import SPANS, bucket_floor, job_charts
@@ -134,6 +136,50 @@ def test_oldest_runnable_age_per_queue(alias: str) -> None:
         "default"]
 
 
+def test_a_job_names_queue_ages_read_the_first_entry_of_that_name(alias: str) -> None:
+    """Rule 120 (bounded-live-stats): a job name's page finds each queue's longest-due job of
+    that name behind other names' due jobs, lapsed running ones too, by the first entry of that
+    name in each range of the live index, not a MIN over every due job."""
+    now = _now(alias)
+    jobs = Job.objects.using(alias)
+    jobs.bulk_create(Job(name="other", queue="default", visible_at=now - timedelta(minutes=30))
+                     for _ in range(5))
+    jobs.create(name="add", queue="default", visible_at=now - timedelta(minutes=4))
+    jobs.create(name="add", queue="default", visible_at=now - timedelta(minutes=2))
+    jobs.create(name="add", queue="mail", status="running",
+                visible_at=now - timedelta(minutes=7))  # lapsed: due again
+    jobs.create(name="add", queue="later", visible_at=now + timedelta(minutes=5))  # not due
+    jobs.create(name="add", queue="done", status="failed", visible_at=now - timedelta(days=1))
+    with CaptureQueriesContext(connections[alias]) as captured:
+        ages = job_charts(alias, SPANS["1h"], name="add").queue_ages
+    assert [a.queue for a in ages] == ["mail", "default"]
+    assert 415 <= ages[0].seconds <= 480 and 235 <= ages[1].seconds <= 300
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert any("django_ultjobs:live_oldest_named" in sql for sql in statements)
+    assert not [sql for sql in statements if "MIN(" in sql.upper() and "GROUP BY" in sql]
+    assert job_charts(alias, SPANS["1h"], name="absent").queue_ages == []
+
+
+def test_the_charts_run_without_postgresqls_jit_compiler(alias: str) -> None:
+    """The durations' statement is costed past ``jit_above_cost`` at a few thousand runs, and
+    compiling it cost more than running it: the charts' statements run with JIT off, and the
+    caller's transaction gets its setting back."""
+    if connections[alias].vendor != "postgresql":
+        pytest.skip("PostgreSQL's JIT compiler")
+    with CaptureQueriesContext(connections[alias]) as captured:
+        job_charts(alias, SPANS["1h"])
+    statements = [q["sql"] for q in captured.captured_queries]
+    off = next(i for i, sql in enumerate(statements) if "set_config('jit', 'off', true)" in sql)
+    assert any("ROW_NUMBER() OVER" in sql for sql in statements[off:])
+    with connections[alias].cursor() as cur:
+        cur.execute("SHOW jit")
+        before = cur.fetchone()[0]
+        with transaction.atomic(using=alias):
+            job_charts(alias, SPANS["1h"])
+            cur.execute("SHOW jit")
+            assert cur.fetchone()[0] == before
+
+
 def test_a_span_is_picked_by_name_and_anything_else_is_the_hour() -> None:
     assert charts.span_of("24h") is SPANS["24h"]
     for value in (None, "", "2h", ["24h"], "24H"):
@@ -143,9 +189,6 @@ def test_a_span_is_picked_by_name_and_anything_else_is_the_hour() -> None:
 # -- the pages -----------------------------------------------------------------------------------
 
 import re  # noqa: E402
-
-from django.db import connections  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from tests.admin.conftest import APP_INDEX, IN_FLIGHT, JOBS, SLOTS, client_for, page  # noqa: E402
 
