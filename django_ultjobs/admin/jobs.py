@@ -27,7 +27,14 @@ from .dependencies import (
     waits_for_text,
 )
 from .display import error_block, parse_job_id, stamp, worker_link
-from .filters import JobNameFilter, LeaseFilter, QueueFilter, TagFilter, ValuesFilter
+from .filters import (
+    JobNameFilter,
+    LeaseFilter,
+    QueueFilter,
+    StatusFilter,
+    TagFilter,
+    ValuesFilter,
+)
 from .job_actions import FROM_DETAIL, cancel_selected, retry_keyless, retry_selected
 from .job_list import JobListMixin, is_expired, lease_text, stamp_field
 from .job_page import (
@@ -49,8 +56,8 @@ class JobAdmin(DependencyFields, JobListMixin, JobsAdmin):
     list_display = ("job_id", "status_display", "name_display", "queue", "attempt_of_max",
                     "worker", "lease", "progress_display", "enqueued_by_display", "age")
     list_display_links = None
-    list_filter = ("status", LeaseFilter, QueueFilter, JobNameFilter, TagFilter, BatchFilter,
-                   WorkflowFilter)
+    list_filter = (("status", StatusFilter), LeaseFilter, QueueFilter, JobNameFilter, TagFilter,
+                   BatchFilter, WorkflowFilter)
     # Newest first by primary key: a backward scan of the primary key index, whatever the size.
     ordering = ("-id",)
     # Sorting by another column would sort the whole table to show 50 rows.

@@ -260,6 +260,13 @@ class Job(models.Model):
             models.Index("queue", name="ultjobs_job_pending", condition=models.Q(status="pending")),
             models.Index("queue", "finished_at", name="ultjobs_job_failed",
                          condition=models.Q(status="failed")),
+            # The jobs list filtered by failed or cancelled, newest first: one range of this
+            # index in id order, where the primary key walked backwards past every newer job of
+            # another status (a million queued jobs ahead of the failed ones). Only the rows
+            # of these two rare outcomes: no enqueue, claim, heartbeat or successful settle
+            # writes an entry here.
+            models.Index("status", "id", name="ultjobs_job_status",
+                         condition=models.Q(status__in=["failed", "cancelled"])),
             models.Index("finished_at", name="ultjobs_job_finished",
                          condition=models.Q(status__in=["succeeded", "failed", "cancelled"])),
             # The attempts the rows hold (rule 97 (attempt-on-row)), newest first: the charts read

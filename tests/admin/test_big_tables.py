@@ -155,3 +155,32 @@ def test_a_big_tables_finished_statuses_are_estimated_not_scanned(
                                                    sql)], counts
     shown = re.search(r'data-status="succeeded"><a [^>]+>(.*?)</a>', html).group(1)
     assert "≈" in shown
+
+
+def test_a_failed_or_cancelled_filter_reads_the_status_index(alias: str, viewer) -> None:
+    """The jobs list filtered by failed or cancelled states the status index's predicate on
+    SQLite, so it reads that index in id order (PostgreSQL infers it): no backward walk of the
+    primary key past every newer job of another status. The rows are the same."""
+    sqlite = connections[alias].vendor == "sqlite"
+    later = timezone.now() + timedelta(minutes=5)
+    made = Job.objects.using(alias).bulk_create(
+        [Job(name="add", status=status, finished_at=timezone.now())
+         for status in ("failed", "cancelled", "succeeded") * 3]
+        + [Job(name="add", visible_at=later) for _ in range(4)])
+    client = client_for(viewer)
+    for status in ("failed", "cancelled", "succeeded", "queued"):
+        expected = sorted((j.pk for j in made if j.status == status), reverse=True)
+        with CaptureQueriesContext(connections[alias]) as captured:
+            html = client.get(f"{JOBS}?status__exact={status}").content.decode()
+        shown = [int(i) for i in re.findall(r'<a href="[^"]*/job/(\d+)/change/">', html)]
+        assert shown == expected, status
+        [page] = [q["sql"] for q in captured.captured_queries
+                  if 'FROM "django_ultjobs_job"' in q["sql"] and "ORDER BY" in q["sql"]
+                  and "COUNT(" not in q["sql"].upper()]
+        states = "\"status\" IN ('failed', 'cancelled')" in page
+        assert states == (sqlite and status in ("failed", "cancelled")), (status, page)
+        if states:
+            with connections[alias].cursor() as cur:
+                cur.execute(f"EXPLAIN QUERY PLAN {page}")
+                plan = " ".join(row[-1] for row in cur.fetchall())
+            assert "ultjobs_job_status" in plan, plan

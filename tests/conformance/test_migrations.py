@@ -309,3 +309,17 @@ def test_an_interrupted_0031_finishes_when_migrate_runs_again(pg_alias: str) -> 
         _migrate(pg_alias)
         assert _foreign_keys_to_jobs(pg_alias) == {"django_ultjobs_jobattempt": [],
                                                    "django_ultjobs_jobstep": []}
+
+
+def _job_indexes(alias: str) -> dict[str, list[str]]:
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, Job._meta.db_table)
+    return {name: c["columns"] for name, c in constraints.items() if c["index"]}
+
+
+def test_0032_indexes_failed_and_cancelled_jobs_by_id_and_goes_back(alias: str) -> None:
+    # Built concurrently on PostgreSQL (not atomic); the jobs list's status filter reads it.
+    assert _job_indexes(alias)["ultjobs_job_status"] == ["status", "id"]
+    with _migrated_back(alias, "0031"):
+        assert "ultjobs_job_status" not in _job_indexes(alias)
