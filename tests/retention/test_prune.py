@@ -102,3 +102,9 @@ def test_days_that_are_not_a_sane_number_are_refused_by_name(alias: str, days: s
 def test_a_batch_size_below_one_is_refused_by_name(alias: str, size: str) -> None:
     with pytest.raises(CommandError, match=r"^--batch-size must be"):
         call_command("prunejobs", f"--batch-size={size}", "--database", alias)
+
+
+@pytest.mark.parametrize("pause", ["-1", "nan", "61"])
+def test_a_pause_out_of_range_is_refused_by_name(alias: str, pause: str) -> None:
+    with pytest.raises(CommandError, match=r"^--pause must be a number of seconds from 0"):
+        call_command("prunejobs", f"--pause={pause}", "--database", alias)

@@ -111,3 +111,24 @@ def test_a_model_the_statements_do_not_know_goes_through_djangos_collector(
     pruned = prune(older_than=timedelta(days=14), using=alias, batch_size=3)
     assert (pruned.jobs, pruned.attempts, pruned.steps) == (4, 4 + 2, 4)
     assert not Job.objects.using(alias).exists()
+
+
+def test_the_prune_pauses_after_each_full_batch(alias: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between batches the prune waits ``pause`` seconds (``PRUNE_PAUSE`` by default), so the
+    workers beside it keep their pace; never after the last batch, nor with pause 0."""
+    slept: list[float] = []
+    monkeypatch.setattr(retention.time, "sleep", slept.append)
+    _finished(alias, 7)
+    prune(older_than=timedelta(days=14), using=alias, batch_size=3)
+    assert slept == [retention.PRUNE_PAUSE] * 2
+    slept.clear()
+    _finished(alias, 6)
+    prune(older_than=timedelta(days=14), using=alias, batch_size=3, pause=0.2)
+    assert slept == [0.2, 0.2]  # the third batch found none
+    slept.clear()
+    _finished(alias, 4)
+    prune(older_than=timedelta(days=14), using=alias, batch_size=3, pause=0)
+    assert slept == []
+    with pytest.raises(ValueError, match="pause"):
+        prune(older_than=timedelta(days=14), using=alias, pause=float("nan"))

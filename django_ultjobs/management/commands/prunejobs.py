@@ -17,11 +17,13 @@ from django_ultjobs.management.arguments import number, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
 from django_ultjobs.management.progress import Progress
 from django_ultjobs.store import get_store
-from django_ultjobs.store.retention import prunable_jobs, prune
+from django_ultjobs.store.retention import PRUNE_PAUSE, prunable_jobs, prune
 
 #: The longest retention ``--days`` takes: a hundred years. Far past it the cut-off date falls
 #: before year 1 and the date arithmetic overflows.
 MAX_DAYS = 36_500
+#: The longest --pause: a minute between batches is a prune that never ends.
+MAX_PAUSE = 60
 
 
 class Command(BaseCommand):
@@ -37,6 +39,10 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=whole_number, default=5_000,
                             help="Jobs deleted per transaction; each is short, so the claim "
                                  "is never held up for long (default: %(default)s).")
+        parser.add_argument("--pause", type=number, default=PRUNE_PAUSE,
+                            help="Seconds to wait after each batch, so the workers running "
+                                 "beside the prune keep their pace; 0 to run batches back to "
+                                 "back (default: %(default)s).")
         parser.add_argument("--database", default=None,
                             help="Database alias of the job tables (default: ULTJOBS "
                                  "DATABASE).")
@@ -49,6 +55,11 @@ class Command(BaseCommand):
         batch_size = options["batch_size"]
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise CommandError(f"--batch-size must be a whole number from 1, not {batch_size!r}")
+        pause = options["pause"]
+        if isinstance(pause, bool) or not isinstance(pause, int | float) \
+                or not is_finite(pause) or not 0 <= pause <= MAX_PAUSE:
+            raise CommandError(f"--pause must be a number of seconds from 0 to {MAX_PAUSE}, "
+                               f"not {shown(pause)}")
         alias = options["database"]
         if alias is not None and alias not in connections.settings:
             raise CommandError(unknown_alias(alias))
@@ -62,7 +73,7 @@ class Command(BaseCommand):
                                                      using=alias))
                 pruned = prune(older_than=timedelta(days=days), using=alias,
                                batch_size=batch_size, dry_run=dry_run,
-                               on_batch=progress.advance)
+                               on_batch=progress.advance, pause=pause)
         except (DatabaseError, InterfaceError) as exc:
             raise CommandError(_database_error(alias, exc)) from exc
         except ImproperlyConfigured as exc:  # a DATABASES entry whose ENGINE does not import
