@@ -2,12 +2,15 @@
 
     python -m benchmarks.scale [--rows 10000000] [--queued 1000000] [--prune-rows 1000000]
                                [--cycles 5] [--sqlite-queued 300000] [--pairs 3]
-                               [--quick] [--keep] [--json out.json] [--plans plans.txt]
+                               [--quick] [--keep] [--reuse] [--prune-args '--pause 0']
+                               [--json out.json] [--plans plans.txt]
 
 ``--quick`` is a few-minute version (a tenth of every size, one pair); ``--rows`` scales the
 history alone. Export ``ULTJOBS_TEST_DB_SUFFIX`` first: the databases are
 ``ultjobs_peers_scale_empty<suffix>`` and ``ultjobs_peers_scale_hist<suffix>`` on the peer
-benchmark's server (127.0.0.1:5432), both dropped at the end unless ``--keep``.
+benchmark's server (127.0.0.1:5432), both dropped at the end unless ``--keep``; ``--reuse``
+takes the ones a ``--keep`` run left (HIST topped up to ``--rows`` finished jobs, live jobs
+cleared), so an experiment does not fill ten million rows again.
 
 Two databases side by side: EMPTY, and HIST holding ``--rows`` finished jobs (succeeded,
 failed, cancelled, spread over 30 days, with their attempts stored as the workers store them:
@@ -21,10 +24,12 @@ measurements alternate between the two in pairs, so drift on a shared machine fa
    a job's page and the workers page as a logged-in superuser (Django's test client), the
    ``ultjobs stats`` and ``ultjobs list`` commands, and the stats view (its bearer token);
    the slowest statements of each explained (``EXPLAIN (ANALYZE, BUFFERS)``, in ``--plans``);
-3. ``prunejobs`` of ``--prune-rows`` finished jobs in HIST while drains run beside it: its
-   time, the waits of every backend (``benchmarks.scale.locks``), the drains' jobs/s beside it
-   against alone; then ``--cycles`` fill-and-prune cycles with the table and index sizes after
-   each (VACUUM between them, as autovacuum would: this server runs with it off);
+3. ``prunejobs`` of the ``--prune-rows`` oldest finished jobs in HIST, started 6 s into one long
+   no-op drain: its time, the write-ahead log it wrote, the waits of every backend
+   (``benchmarks.scale.locks``), the drain's jobs/s beside it against the seconds just before
+   and after it (per second, from the jobs' finish times); then ``--cycles`` fill-and-prune
+   cycles with the table and index sizes after each (VACUUM between them, as autovacuum would:
+   this server runs with it off);
 4. the same admin pages and the stats view on SQLite at ``--sqlite-queued`` queued jobs.
 
 Each figure is printed against its target (met or missed), the targets gathered at the end.

@@ -23,6 +23,9 @@ SETTINGS = "benchmarks.scale.settings"
 DRAINS = {"noop": (20_000, 32), "io-sync": (5_000, 128)}
 #: The span the history finished over.
 HISTORY_DAYS = 30.0
+#: The drain the prune runs in the middle of: this many no-op drains' jobs (the prune starts
+#: ``report.PRUNE_LEAD`` seconds into it).
+THROUGH_DRAINS = 8
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -48,6 +51,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--reuse", action="store_true",
                    help="reuse the databases a --keep run left (HIST topped up to --rows "
                         "finished jobs, live jobs cleared); implies --keep")
+    p.add_argument("--prune-args", default="",
+                   help="more arguments of the prune's prunejobs, e.g. '--batch-size 2000'")
+    p.add_argument("--prune-pgoptions", default="",
+                   help="PGOPTIONS of the prune's connection alone, e.g. "
+                        "'-c wal_compression=on'")
     p.add_argument("--json", type=Path, help="write every figure here")
     p.add_argument("--plans", type=Path, default=Path("scale-plans.txt"),
                    help="where the EXPLAIN output goes")
@@ -182,47 +190,72 @@ class Bench:
         return r
 
     def prune(self) -> None:
-        """``prunejobs`` of ``--prune-rows`` in HIST, drains before, beside and after it."""
+        """``prunejobs`` of ``--prune-rows`` in HIST in the middle of one long no-op drain: the
+        drain's jobs/s while the prune runs against its own jobs/s before and after it, per
+        second from the jobs' finish times (separate drains alone and beside it differed by a
+        third from one to the next on a shared machine, more than the prune's effect); the
+        waits of every backend meanwhile."""
         days = self.child(self.hist, "retention-for", "--rows", str(self.args.prune_rows))["days"]
         jobs, threads = DRAINS["noop"]
-        count = max(1_000, int(jobs * self.args.drain_scale))
-
-        def one_drain() -> dict[str, Any]:
-            # Each drain's own dead rows are vacuumed after it, before, beside and after the
-            # prune alike (a queue table's autovacuum runs that often): without it every drain
-            # is slower than the one before, whatever the prune does.
-            return self.child(self.hist, "drain", "--jobs", str(count), "--threads",
-                              str(threads))
-
-        before = [one_drain() for _ in range(2)]
+        count = max(1_000, int(jobs * self.args.drain_scale * THROUGH_DRAINS))
+        drained: list[dict[str, Any]] = []
+        drainer = threading.Thread(target=lambda: drained.append(self.child(
+            self.hist, "drain", "--jobs", str(count), "--threads", str(threads),
+            "--per-second")))
+        drainer.start()
+        self._wait_for_worker(drainer)
+        time.sleep(report.PRUNE_LEAD)  # the drain's own pace first
         sampler = locks.LockSampler(self.hist).start()
+        lsn = common.scalar(self.hist, "SELECT pg_current_wal_lsn()::text")
+        wall_started = time.time()
         started = time.perf_counter()
+        extra = {"PGOPTIONS": self.args.prune_pgoptions} if self.args.prune_pgoptions else {}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "prunejobs", "--days", f"{days:.6f}"],
-            cwd=common.REPO, env=self.env(BENCH_PEERS_DB=self.hist, PGAPPNAME=locks.PRUNE_APP),
+            [sys.executable, "-m", "django", "prunejobs", "--days", f"{days:.6f}",
+             *self.args.prune_args.split()],
+            cwd=common.REPO,
+            env=self.env(BENCH_PEERS_DB=self.hist, PGAPPNAME=locks.PRUNE_APP, **extra),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # The prune's end as it happens, not when the drain running beside it ends.
-        ended: list[float] = []
-        waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.perf_counter())))
-        waiter.start()
-        beside = []
-        while proc.poll() is None:
-            r = one_drain()
-            r["prune_running_at_end"] = proc.poll() is None
-            beside.append(r)
-            log(f"drain beside the prune: {r['jobs_per_s']:,.0f} jobs/s")
         out, err = proc.communicate()
-        waiter.join()
-        seconds = ended[0] - started
+        seconds = time.perf_counter() - started
+        wall_ended = wall_started + seconds
+        # The log written while the prune ran (the drain's beside it too): what the worker's
+        # commits wait to flush.
+        wal = common.scalar(self.hist, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)",
+                            [lsn])
         waits = sampler.stop()
-        after = [one_drain() for _ in range(2)]
+        drainer.join()
         if proc.returncode != 0:
             raise RuntimeError(f"prunejobs exited {proc.returncode}: {err.strip()[-500:]}")
-        log(f"prunejobs --days {days:.2f}: {seconds:.1f} s: {out.strip()}")
+        if not drained:
+            raise RuntimeError("the drain beside the prune failed")
+        per_second = drained[0].pop("per_second")
+        through = report.through_rates(per_second, wall_started, wall_ended)
+        first = min(int(t) for t in per_second)
+        # The drain's jobs per second from its first, and where the prune ran in it.
+        through["series"] = [per_second.get(str(t), 0)
+                             for t in range(first, max(int(t) for t in per_second) + 1)]
+        through["prune_from_s"] = wall_started - first
+        log(f"prunejobs --days {days:.2f}: {seconds:.1f} s: {out.strip()}; the drain "
+            f"{through['during']:,.0f} jobs/s beside it, {through['outside']:,.0f} before and "
+            f"after: {through['ratio']:.2f}x")
         self.results["prune"] = {"days": days, "seconds": seconds, "output": out.strip(),
-                                 "before": before, "beside": beside, "after": after,
-                                 "waits": waits}
+                                 "args": self.args.prune_args,
+                                 "pgoptions": self.args.prune_pgoptions,
+                                 "wal_bytes": int(wal), "drain": {**drained[0], "jobs": count},
+                                 "through": through, "waits": waits}
         self.results["prune"]["sizes_after"] = self.child(self.hist, "sizes")
+
+    def _wait_for_worker(self, drainer: threading.Thread) -> None:
+        """Until the drain's worker has connected (its jobs are enqueued by then)."""
+        deadline = time.monotonic() + 300
+        while drainer.is_alive() and time.monotonic() < deadline:
+            if common.scalar("postgres", "SELECT count(*) FROM pg_stat_activity "
+                             "WHERE datname = %s AND application_name = %s",
+                             [self.hist, locks.WORKER_APP]):
+                return
+            time.sleep(0.2)
+        raise RuntimeError("the drain's worker never connected")
 
     def cycles(self) -> None:
         """Fill-and-prune cycles: each adds ``--prune-rows`` finished since the last fill (as a

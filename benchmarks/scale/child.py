@@ -36,6 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=32, help="drain, pickup: --threads")
     p.add_argument("--samples", type=int, default=100, help="pickup: samples")
     p.add_argument("--repeat", type=int, default=5, help="read-paths: runs per page")
+    p.add_argument("--per-second", action="store_true",
+                   help="drain: also the jobs finished in each second (epoch seconds)")
     p.add_argument("--no-vacuum", action="store_true",
                    help="drain: leave the drained rows' dead versions (no VACUUM after)")
     p.add_argument("--explain", action="store_true", help="read-paths: explain the slowest")
@@ -185,6 +187,12 @@ def drain() -> dict[str, Any]:
     started = time.time()
     result = ours.drain(ARGS.threads, ARGS.jobs, since_id=since)
     result["wall_start"], result["wall_end"] = started, time.time()
+    if ARGS.per_second:
+        with connection.cursor() as cur:
+            cur.execute("SELECT floor(extract(epoch FROM finished_at))::bigint, count(*) "
+                        "FROM django_ultjobs_job WHERE id > %s AND status = 'succeeded' "
+                        "GROUP BY 1", [since])
+            result["per_second"] = {str(second): n for second, n in cur.fetchall()}
     clear_since(since)
     if not ARGS.no_vacuum:
         result["vacuum_s"] = vacuum(*JOB_TABLES)
@@ -267,15 +275,21 @@ def run_prune(days: float) -> dict[str, Any]:
     """``prunejobs --days DAYS`` with every statement captured, summed per kind of statement;
     the batch's id select timed one by one (does it grow as the prune goes?)."""
     out = io.StringIO()
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        lsn = cur.fetchone()[0]
     with CaptureQueriesContext(connection) as captured:
         started = time.perf_counter()
         call_command("prunejobs", "--days", str(days), stdout=out, stderr=out)
         seconds = time.perf_counter() - started
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [lsn])
+        wal = int(cur.fetchone()[0])
     kinds: dict[str, list[float]] = {}
     for q in captured.captured_queries:
         kinds.setdefault(statement_kind(q["sql"]), []).append(float(q["time"]) * 1000)
     batches = kinds.get(BATCH_SELECT, [])
-    return {"prune_s": seconds, "prune_output": out.getvalue().strip(),
+    return {"prune_s": seconds, "prune_output": out.getvalue().strip(), "wal_bytes": wal,
             "statements": {k: {"n": len(v), "total_ms": sum(v), "first_ms": v[0],
                                "last_ms": v[-1], "max_ms": max(v)} for k, v in kinds.items()},
             "batch_select_ms": [round(ms, 1) for ms in batches]}

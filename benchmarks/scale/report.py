@@ -3,6 +3,7 @@ its target (met or missed), and the targets gathered at the end."""
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from typing import Any
@@ -15,6 +16,7 @@ PAGE_MS = 200.0  # admin app index and jobs list; the same pages on SQLite
 STATS_MS = 50.0  # a stats view
 PRUNE_S = 30.0  # pruning --prune-rows finished jobs
 PRUNE_DRAIN_RATIO = 0.8  # a drain beside the prune, against alone
+PRUNE_LEAD = 6.0  # seconds of the drain before the prune starts (benchmarks.scale)
 SIZE_GROWTH = 1.10  # the tables after the last cycle, against after the first prune
 #: The read paths the page targets hold for.
 TARGET_PAGES = ("admin: app index", "admin: jobs list")
@@ -153,28 +155,60 @@ def _locks_held(prune_locks: list[list[Any]]) -> str:
                      for mode, rels in sorted(by_mode.items()))
 
 
+def through_rates(per_second: dict[str, int], start: float, end: float) -> dict[str, float]:
+    """A drain's jobs/s in the whole seconds before, during and after ``start``..``end`` (its
+    first and last second, partly idle, left out), and during against before and after."""
+    counts = {int(k): n for k, n in per_second.items()}
+    first, last = min(counts) + 1, max(counts)
+    # After: as long as before, right after the prune (a long drain slows as its own dead rows
+    # pile up, so the windows next to the prune's are its pace alone).
+    before = max(0, math.floor(start) - first)
+    windows = {"before": (first, math.floor(start)), "during": (math.ceil(start),
+                                                                  math.floor(end)),
+               "after": (math.ceil(end), min(last, math.ceil(end) + before))}
+    rates: dict[str, float] = {}
+    jobs: dict[str, int] = {}
+    for name, (lo, hi) in windows.items():
+        seconds = max(0, hi - lo)
+        jobs[name] = sum(counts.get(t, 0) for t in range(lo, hi))
+        rates[f"{name}_s"] = seconds
+        rates[name] = jobs[name] / seconds if seconds else float("nan")
+    outside_s = rates["before_s"] + rates["after_s"]
+    rates["outside"] = (jobs["before"] + jobs["after"]) / outside_s if outside_s else float("nan")
+    rates["ratio"] = rates["during"] / rates["outside"] if outside_s else float("nan")
+    return rates
+
+
 def prune_lines(prune: dict[str, Any], targets: Targets) -> list[str]:
-    alone = [r["jobs_per_s"] for r in prune["before"] + prune["after"]]
-    beside = [r["jobs_per_s"] for r in prune["beside"]]
-    ratio = statistics.median(beside) / statistics.median(alone) if beside else float("nan")
+    through = prune["through"]
+    ratio = through["ratio"]
     waits = prune["waits"]
     seconds = prune["seconds"]
     blocked = waits["worker_blocked_by_prune"]
+    options = " ".join(filter(None, [prune.get("args", ""), prune.get("pgoptions", "") and
+                                     f"(PGOPTIONS {prune['pgoptions']})"]))
     return [
-        f"- `prunejobs --days {prune['days']:.2f}`: **{seconds:.1f} s** wall, the command's "
-        f"start included (≤ {PRUNE_S:.0f} s: "
+        f"- `prunejobs --days {prune['days']:.2f}{' ' + options if options else ''}`: "
+        f"**{seconds:.1f} s** wall, the command's start included (≤ {PRUNE_S:.0f} s: "
         + judge(targets, f"prune ≤ {PRUNE_S:.0f} s", f"{seconds:.1f} s", seconds <= PRUNE_S)
         + f"): {prune['output']}",
-        f"- drain (no-op) alone: before {', '.join(f'{x:,.0f}' for x in alone[:2])}, after "
-        f"{', '.join(f'{x:,.0f}' for x in alone[2:])} jobs/s; beside the prune "
-        f"{', '.join(f'{x:,.0f}' for x in beside)} jobs/s: **{ratio:.2f}x** (≥ "
-        f"{PRUNE_DRAIN_RATIO}x: "
+        f"- one no-op drain of {prune['drain']['jobs']:,} jobs ({prune['drain']['jobs_per_s']:,.0f}"
+        f" jobs/s over all), the prune started {PRUNE_LEAD:.0f} s into it: "
+        f"{through['before']:,.0f} jobs/s in the {through['before_s']:.0f} s before it, "
+        f"{through['during']:,.0f} in the {through['during_s']:.0f} s beside it, "
+        f"{through['after']:,.0f} in the {through['after_s']:.0f} s after it: **{ratio:.2f}x** "
+        f"(≥ {PRUNE_DRAIN_RATIO}x: "
         + judge(targets, f"drain beside the prune ≥ {PRUNE_DRAIN_RATIO}x of alone",
                 f"{ratio:.2f}x", ratio >= PRUNE_DRAIN_RATIO) + ")",
+        f"- write-ahead log while the prune ran: {prune['wal_bytes'] / 2**20:,.0f} MiB, "
+        f"{prune['wal_bytes'] / max(_pruned_jobs(prune['output']), 1):,.0f} bytes per job "
+        "pruned (the drain's beside it included)",
         f"- {waits['samples']:,} samples of `pg_stat_activity` every 50 ms: a worker's backend "
         f"blocked by the prune's in **{blocked}** ("
         + judge(targets, "no claim or settle waits on a lock the prune holds",
                 f"{blocked} samples blocked", blocked == 0) + ")",
+        "- backends seen (role, state: samples): " + "; ".join(
+            f"{k} {n}" for k, n in sorted(waits["seen"].items())),
         "- waits seen (backend, wait event, samples): " + "; ".join(
             f"{who} {event} {n}" for who, event, n in waits["waits"][:12]),
         "- blocks seen (waiting backend, event, blocked by, statement, samples): " + (
@@ -185,22 +219,28 @@ def prune_lines(prune: dict[str, Any], targets: Targets) -> list[str]:
     ]
 
 
+def _pruned_jobs(output: str) -> int:
+    match = re.search(r"pruned (\d+) jobs", output)
+    return int(match[1]) if match else 0
+
+
 def _pruned(output: str) -> str:
     match = re.search(r"pruned (\d+) jobs \((\d+) attempts", output)
     return f"{int(match[1]):,} jobs, {int(match[2]):,} attempts" if match else "-"
 
 
 def cycles_table(cycles: list[dict[str, Any]], targets: Targets) -> list[str]:
-    lines = ["| cycle | pruned | prune s | job heap MiB | job indexes MiB | attempts MiB "
-             "| total MiB |", "| --- | --- | --: | --: | --: | --: | --: |"]
+    lines = ["| cycle | pruned | prune s | WAL MiB | job heap MiB | job indexes MiB "
+             "| attempts MiB | total MiB |", "| --- | --- | --: | --: | --: | --: | --: | --: |"]
     for i, c in enumerate(cycles):
         sizes = c["sizes"]
         heap = sizes.get("django_ultjobs_job", 0)
         attempts = sum(v for k, v in sizes.items() if "attempt" in k and "job_attempt" not in k)
         indexes = total_bytes(sizes) - heap - attempts
         lines.append(f"| {i or 'after the first prune'} | {_pruned(c.get('prune_output', ''))} "
-                     f"| {c.get('prune_s', 0):.1f} | {mib(heap)} | {mib(indexes)} | "
-                     f"{mib(attempts)} | {mib(total_bytes(sizes))} |")
+                     f"| {c.get('prune_s', 0):.1f} | {mib(c.get('wal_bytes', 0))} "
+                     f"| {mib(heap)} | {mib(indexes)} | {mib(attempts)} "
+                     f"| {mib(total_bytes(sizes))} |")
     first, last = total_bytes(cycles[0]["sizes"]), total_bytes(cycles[-1]["sizes"])
     growth = last / first
     grew = sorted(((size / cycles[0]["sizes"][name], name, size)
