@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-PHASES = ("setup", "fill-history", "fill-queued", "clear-live", "top-up", "retention-for",
-          "drain", "pickup", "single", "read-paths", "prune-cycle", "sizes", "sqlite")
+PHASES = ("setup", "fill-history", "fill-queued", "clear-live", "top-up", "drain", "pickup",
+          "single", "read-paths", "prune-cycle", "sizes", "sqlite")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -167,10 +167,6 @@ def retention_days(rows: int) -> float:
                     "ORDER BY finished_at OFFSET %s LIMIT 1", [rows])
         row = cur.fetchone()
     return 0.0 if row is None else float(row[0])
-
-
-def retention_for() -> dict[str, Any]:
-    return {"days": retention_days(ARGS.rows)}
 
 
 def drain() -> dict[str, Any]:
@@ -351,7 +347,7 @@ def sqlite() -> dict[str, Any]:
 
 def main() -> None:
     handler = {"setup": setup, "fill-history": fill_history, "fill-queued": fill_queued,
-               "clear-live": clear_live, "top-up": top_up, "retention-for": retention_for,
+               "clear-live": clear_live, "top-up": top_up,
                "drain": drain, "pickup": pickup, "single": single, "read-paths": read_paths,
                "prune-cycle": prune_cycle, "sizes": sizes,
                "sqlite": sqlite}[ARGS.phase]

@@ -179,9 +179,30 @@ def through_rates(per_second: dict[str, int], start: float, end: float) -> dict[
     return rates
 
 
+def series(per_second: dict[str, int]) -> list[int]:
+    """A drain's jobs finished in each second, from its first."""
+    seconds = [int(t) for t in per_second]
+    return [per_second.get(str(t), 0) for t in range(min(seconds), max(seconds) + 1)]
+
+
+def against_control(treated: list[int], control: list[int], start: float,
+                    seconds: float) -> dict[str, float]:
+    """The drain the prune ran beside against a drain alone of as many jobs, second by second
+    from each one's first: the jobs of the seconds the prune ran, over the control's same
+    seconds, scaled by the same ratio of the seconds before the prune (each run's own pace on
+    a shared machine)."""
+    lead, lo, hi = range(1, math.floor(start)), math.ceil(start), math.floor(start + seconds)
+    hi = min(hi, len(treated) - 1, len(control) - 1)  # the last second of each is partly idle
+    during = sum(treated[lo:hi]) / max(sum(control[lo:hi]), 1)
+    before = sum(treated[t] for t in lead) / max(sum(control[t] for t in lead), 1)
+    return {"control_during": during, "control_before": before,
+            "control_ratio": during / before if before else float("nan"),
+            "control_seconds": max(0, hi - lo)}
+
+
 def prune_lines(prune: dict[str, Any], targets: Targets) -> list[str]:
     through = prune["through"]
-    ratio = through["ratio"]
+    ratio, control = through["ratio"], through["control_ratio"]
     waits = prune["waits"]
     seconds = prune["seconds"]
     blocked = waits["worker_blocked_by_prune"]
@@ -196,10 +217,12 @@ def prune_lines(prune: dict[str, Any], targets: Targets) -> list[str]:
         f" jobs/s over all), the prune started {PRUNE_LEAD:.0f} s into it: "
         f"{through['before']:,.0f} jobs/s in the {through['before_s']:.0f} s before it, "
         f"{through['during']:,.0f} in the {through['during_s']:.0f} s beside it, "
-        f"{through['after']:,.0f} in the {through['after_s']:.0f} s after it: **{ratio:.2f}x** "
-        f"(≥ {PRUNE_DRAIN_RATIO}x: "
+        f"{through['after']:,.0f} in the {through['after_s']:.0f} s after it: {ratio:.2f}x; "
+        f"against the same {through['control_seconds']:.0f} s of a drain alone right after "
+        f"({through['control_during']:.2f}x of its jobs, {through['control_before']:.2f}x "
+        f"before the prune): **{control:.2f}x** (≥ {PRUNE_DRAIN_RATIO}x: "
         + judge(targets, f"drain beside the prune ≥ {PRUNE_DRAIN_RATIO}x of alone",
-                f"{ratio:.2f}x", ratio >= PRUNE_DRAIN_RATIO) + ")",
+                f"{control:.2f}x", control >= PRUNE_DRAIN_RATIO) + ")",
         f"- write-ahead log while the prune ran: {prune['wal_bytes'] / 2**20:,.0f} MiB, "
         f"{prune['wal_bytes'] / max(_pruned_jobs(prune['output']), 1):,.0f} bytes per job "
         "pruned (the drain's beside it included)",
