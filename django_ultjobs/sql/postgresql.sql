@@ -1374,8 +1374,7 @@ CROSS JOIN (SELECT 'queued' AS status UNION ALL SELECT 'running' UNION ALL SELEC
 -- live_oldest for the jobs of one :name (a job name's page): the first entry of that name in
 -- each range of the live index, read in due order (the name is the index's last key column, so
 -- no table row is read). A range stops at the name's first entry, and is read to its end only
--- where the name has no due job; one read of the whole due backlog filtered by name took
--- 80-210 ms at a million queued jobs.
+-- where the name has no due job, where a MIN over the name's due jobs read every one of them.
 {fragment:live_queues}
 SELECT q.queue,
        (SELECT j.visible_at FROM django_ultjobs_job AS j

@@ -54,11 +54,9 @@ def prunable_jobs(*, older_than: timedelta, using: str) -> int:
     return _finished_jobs(using, timezone.now() - older_than).count()
 
 
-#: Seconds the prune waits after each full batch. A batch of 5,000 jobs writes about 2.3 MB of
-#: write-ahead log (three quarters of it full-page images) in 25-80 ms of one core; back to back,
-#: a no-op drain beside a prune of a million jobs ran at 0.50-0.83x of its pace just before and
-#: after (median 0.68, six runs on two shared cores), with the pause at 0.82-1.48x (three runs),
-#: the prune 10 s longer.
+#: Seconds the prune waits after each full batch: back to back, its batches keep a core busy and
+#: fill the write-ahead log the workers' commits flush, and the workers beside it slow down
+#: (docs/deployment.md has the figures).
 PRUNE_PAUSE = 0.05
 
 
