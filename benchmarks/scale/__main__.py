@@ -26,6 +26,7 @@ HISTORY_DAYS = 30.0
 #: The drain the prune runs in the middle of: this many no-op drains' jobs (the prune starts
 #: ``report.PRUNE_LEAD`` seconds into it).
 THROUGH_DRAINS = 8
+THROUGH_MIN_JOBS = 80_000
 #: ``prunejobs --days`` that prunes the N oldest finished jobs (``child.retention_days``).
 RETENTION_FOR = ("SELECT extract(epoch FROM now() - finished_at) / 86400 FROM django_ultjobs_job "
                  "WHERE status IN ('succeeded', 'failed', 'cancelled') "
@@ -200,7 +201,8 @@ class Bench:
         third from one to the next on a shared machine, more than the prune's effect); the
         waits of every backend meanwhile."""
         jobs, threads = DRAINS["noop"]
-        count = max(1_000, int(jobs * self.args.drain_scale * THROUGH_DRAINS))
+        # Long enough to hold the lead, the prune and as long again, even at --quick's sizes.
+        count = max(THROUGH_MIN_JOBS, int(jobs * self.args.drain_scale * THROUGH_DRAINS))
         drained: list[dict[str, Any]] = []
         drainer = threading.Thread(target=lambda: drained.append(self.child(
             self.hist, "drain", "--jobs", str(count), "--threads", str(threads),

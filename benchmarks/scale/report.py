@@ -191,8 +191,13 @@ def against_control(treated: list[int], control: list[int], start: float,
     from each one's first: the jobs of the seconds the prune ran, over the control's same
     seconds, scaled by the same ratio of the seconds before the prune (each run's own pace on
     a shared machine)."""
-    lead, lo, hi = range(1, math.floor(start)), math.ceil(start), math.floor(start + seconds)
-    hi = min(hi, len(treated) - 1, len(control) - 1)  # the last second of each is partly idle
+    # The first and last second of each drain are partly idle.
+    end = min(len(treated), len(control)) - 1
+    lead = range(1, min(math.floor(start), end))
+    lo, hi = math.ceil(start), min(math.floor(start + seconds), end)
+    if hi <= lo or not lead:  # the drain ended before the prune began
+        return {"control_during": float("nan"), "control_before": float("nan"),
+                "control_ratio": float("nan"), "control_seconds": 0}
     during = sum(treated[lo:hi]) / max(sum(control[lo:hi]), 1)
     before = sum(treated[t] for t in lead) / max(sum(control[t] for t in lead), 1)
     return {"control_during": during, "control_before": before,
