@@ -115,13 +115,17 @@ def test_a_model_the_statements_do_not_know_goes_through_djangos_collector(
 
 def test_the_prune_pauses_after_each_full_batch(alias: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Between batches the prune waits ``pause`` seconds (``PRUNE_PAUSE`` by default), so the
-    workers beside it keep their pace; never after the last batch, nor with pause 0."""
+    """Between batches the prune waits ``pause`` seconds, spreading its load on the workers
+    beside it; never after the last batch, nor by default (``PRUNE_PAUSE``) or with pause 0."""
     slept: list[float] = []
     monkeypatch.setattr(retention.time, "sleep", slept.append)
     _finished(alias, 7)
+    prune(older_than=timedelta(days=14), using=alias, batch_size=3, pause=0.1)
+    assert slept == [0.1, 0.1]
+    slept.clear()
+    _finished(alias, 7)
     prune(older_than=timedelta(days=14), using=alias, batch_size=3)
-    assert slept == [retention.PRUNE_PAUSE] * 2
+    assert retention.PRUNE_PAUSE == 0 and slept == []
     slept.clear()
     _finished(alias, 6)
     prune(older_than=timedelta(days=14), using=alias, batch_size=3, pause=0.2)

@@ -40,9 +40,9 @@ class Command(BaseCommand):
                             help="Jobs deleted per transaction; each is short, so the claim "
                                  "is never held up for long (default: %(default)s).")
         parser.add_argument("--pause", type=number, default=PRUNE_PAUSE,
-                            help="Seconds to wait after each batch, so the workers running "
-                                 "beside the prune keep their pace; 0 to run batches back to "
-                                 "back (default: %(default)s).")
+                            help="Seconds to wait after each batch, to spread the prune's "
+                                 "load on the workers running beside it over more time "
+                                 "(default: %(default)s, back to back).")
         parser.add_argument("--database", default=None,
                             help="Database alias of the job tables (default: ULTJOBS "
                                  "DATABASE).")
