@@ -282,7 +282,7 @@ class ClaimLoop:
 
         That claim scans every kind but the async ones, walking past each queued async row, so
         beside a backlog of async jobs it costs more than the run it may find. After it found
-        nothing while the async claim came back full, it is left out until an enqueue or a
+        nothing while the async lane had a backlog, it is left out until an enqueue or a
         released dependent is notified, a run not on the async lane passes its slot on or has
         its settle written (a hand-back), or a poll interval passes (capped at the rate gate's
         next due run): what an idle worker waits too."""

@@ -27,7 +27,7 @@ class LoopState:
     free_async: int = 0
     #: The round's claim for the threads came back full (two lanes; see ``wait_for_work``).
     sync_full: bool = False
-    #: After the threads' claim found nothing beside a full async claim: until when
+    #: After the threads' claim found nothing while the async lane had a backlog: until when
     #: (monotonic) rounds leave it out, and the completer's ``sync_moves`` and the notifications
     #: counted then, either of which moving on makes it due again (``ClaimLoop._sync_due``).
     #: None: it goes out with every round that has a free thread.
