@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from time import monotonic
 from typing import Any
 
 from django.db import transaction
@@ -54,27 +55,27 @@ def prunable_jobs(*, older_than: timedelta, using: str) -> int:
     return _finished_jobs(using, timezone.now() - older_than).count()
 
 
-#: Seconds the prune waits after each full batch by default: none. Back to back, its batches keep
-#: a core busy and fill the write-ahead log the workers' commits flush, and the workers beside it
-#: slow down; a pause spreads that over more seconds, which did not reliably make it smaller
-#: (docs/deployment.md has the figures), so a prune run beside busy workers asks for one.
-PRUNE_PAUSE = 0.0
+#: The longest rest after a batch when the prune paces itself: a batch that slow means a server
+#: so busy that a longer rest would only stretch the prune past its retention window.
+MAX_REST = 5.0
 
 
 def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
           dry_run: bool = False, on_batch: Callable[[int], None] | None = None,
-          pause: float = PRUNE_PAUSE) -> Pruned:
+          pause: float | None = None) -> Pruned:
     """Delete what finished more than ``older_than`` ago; return the counts.
 
     With ``dry_run`` nothing is deleted: the counts are of what would be. ``on_batch`` is
     called with the number of jobs each committed batch deleted (a progress bar's advance).
     ``pause``: seconds to wait after each full batch, so the workers beside the prune get the
-    cores and the log between its batches (``PRUNE_PAUSE``).
+    cores and the log between its batches; None (the default) rests as long as the batch took
+    (at most ``MAX_REST``), so the prune keeps a core busy half the time on any server; 0 runs
+    the batches back to back.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    if not pause >= 0:
-        raise ValueError("pause must be a number of seconds from 0")
+    if pause is not None and not pause >= 0:
+        raise ValueError("pause must be a number of seconds from 0, or None")
     cutoff = timezone.now() - older_than
     finished = _finished_jobs(using, cutoff)
     if dry_run:
@@ -93,15 +94,18 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
     jobs = attempts = steps = 0
     after = None
     while True:
+        started = monotonic()
         batch, after = delete_batch(store, cutoff, after, batch_size)
+        took = monotonic() - started
         if not batch.jobs:
             break
         jobs, attempts, steps = (jobs + batch.jobs, attempts + batch.attempts,
                                  steps + batch.steps)
         if on_batch is not None:
             on_batch(batch.jobs)
-        if pause and batch.jobs >= batch_size:  # a short batch was the last
-            time.sleep(pause)
+        rest = min(took, MAX_REST) if pause is None else pause
+        if rest and batch.jobs >= batch_size:  # a short batch was the last
+            time.sleep(rest)
     events = _old_events(using, cutoff).delete()[0]
     workers = _dead_workers(using, cutoff).delete()[0]
     # After the jobs: a group goes once its last job went (rule 151 (group-pruned-when-empty)).

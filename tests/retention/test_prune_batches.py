@@ -116,16 +116,12 @@ def test_a_model_the_statements_do_not_know_goes_through_djangos_collector(
 def test_the_prune_pauses_after_each_full_batch(alias: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Between batches the prune waits ``pause`` seconds, spreading its load on the workers
-    beside it; never after the last batch, nor by default (``PRUNE_PAUSE``) or with pause 0."""
+    beside it; never after the last batch, nor with pause 0."""
     slept: list[float] = []
     monkeypatch.setattr(retention.time, "sleep", slept.append)
     _finished(alias, 7)
     prune(older_than=timedelta(days=14), using=alias, batch_size=3, pause=0.1)
     assert slept == [0.1, 0.1]
-    slept.clear()
-    _finished(alias, 7)
-    prune(older_than=timedelta(days=14), using=alias, batch_size=3)
-    assert retention.PRUNE_PAUSE == 0 and slept == []
     slept.clear()
     _finished(alias, 6)
     prune(older_than=timedelta(days=14), using=alias, batch_size=3, pause=0.2)
@@ -136,3 +132,17 @@ def test_the_prune_pauses_after_each_full_batch(alias: str,
     assert slept == []
     with pytest.raises(ValueError, match="pause"):
         prune(older_than=timedelta(days=14), using=alias, pause=float("nan"))
+
+
+def test_by_default_the_prune_rests_as_long_as_each_batch_took(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no ``pause`` the prune paces itself: after each full batch it rests as long as that
+    batch took, at most ``MAX_REST``, so it keeps a core busy half the time on any server."""
+    slept: list[float] = []
+    # Each batch's start and end: 0.5 s, then 10 s (its rest capped), then the empty third.
+    clock = iter([100.0, 100.5, 101.0, 111.0, 112.0, 112.1])
+    monkeypatch.setattr(retention.time, "sleep", slept.append)
+    monkeypatch.setattr(retention, "monotonic", lambda: next(clock))
+    _finished(alias, 6)
+    prune(older_than=timedelta(days=14), using=alias, batch_size=3)
+    assert slept == [0.5, retention.MAX_REST]

@@ -17,7 +17,7 @@ from django_ultjobs.management.arguments import number, whole_number
 from django_ultjobs.management.messages import one_line, unknown_alias, unmigrated
 from django_ultjobs.management.progress import Progress
 from django_ultjobs.store import get_store
-from django_ultjobs.store.retention import PRUNE_PAUSE, prunable_jobs, prune
+from django_ultjobs.store.retention import prunable_jobs, prune
 
 #: The longest retention ``--days`` takes: a hundred years. Far past it the cut-off date falls
 #: before year 1 and the date arithmetic overflows.
@@ -39,10 +39,11 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=whole_number, default=5_000,
                             help="Jobs deleted per transaction; each is short, so the claim "
                                  "is never held up for long (default: %(default)s).")
-        parser.add_argument("--pause", type=number, default=PRUNE_PAUSE,
+        parser.add_argument("--pause", type=number, default=None,
                             help="Seconds to wait after each batch, to spread the prune's "
-                                 "load on the workers running beside it over more time "
-                                 "(default: %(default)s, back to back).")
+                                 "load on the workers running beside it over more time; 0 "
+                                 "runs the batches back to back (default: as long as the "
+                                 "batch took, so the prune keeps a core busy half the time).")
         parser.add_argument("--database", default=None,
                             help="Database alias of the job tables (default: ULTJOBS "
                                  "DATABASE).")
@@ -56,8 +57,8 @@ class Command(BaseCommand):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise CommandError(f"--batch-size must be a whole number from 1, not {batch_size!r}")
         pause = options["pause"]
-        if isinstance(pause, bool) or not isinstance(pause, int | float) \
-                or not is_finite(pause) or not 0 <= pause <= MAX_PAUSE:
+        if pause is not None and (isinstance(pause, bool) or not isinstance(pause, int | float)
+                                  or not is_finite(pause) or not 0 <= pause <= MAX_PAUSE):
             raise CommandError(f"--pause must be a number of seconds from 0 to {MAX_PAUSE}, "
                                f"not {shown(pause)}")
         alias = options["database"]
