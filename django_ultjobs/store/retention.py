@@ -11,6 +11,7 @@ of the rows already deleted (dead until VACUUM) are not walked again by every la
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    if pause is not None and not pause >= 0:
+    if pause is not None and (isinstance(pause, bool) or not 0 <= pause < math.inf):
         raise ValueError("pause must be a number of seconds from 0, or None")
     cutoff = timezone.now() - older_than
     finished = _finished_jobs(using, cutoff)
@@ -104,7 +105,7 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
         if on_batch is not None:
             on_batch(batch.jobs)
         rest = min(took, MAX_REST) if pause is None else pause
-        if rest and batch.jobs >= batch_size:  # a short batch was the last
+        if rest and batch.jobs >= batch_size:  # a short batch (most often the last) gets none
             time.sleep(rest)
     events = _old_events(using, cutoff).delete()[0]
     workers = _dead_workers(using, cutoff).delete()[0]

@@ -4,15 +4,18 @@ statements do not know."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_ultjobs.jobs import periodic
 from django_ultjobs.models import Job, JobAttempt, JobStep
 from django_ultjobs.store import get_store, retention
 from django_ultjobs.store.retention import prune
@@ -134,15 +137,50 @@ def test_the_prune_pauses_after_each_full_batch(alias: str,
         prune(older_than=timedelta(days=14), using=alias, pause=float("nan"))
 
 
+def _paced(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The rests a prune takes, with each batch's start and end on a fake clock: the first
+    batch takes 0.5 s, the second 10 s (its rest capped), the third (short) 0.2 s, and the
+    fourth finds none."""
+    slept: list[float] = []
+    clock = iter([100.0, 100.5, 101.0, 111.0, 112.0, 112.2, 113.0, 113.1])
+    monkeypatch.setattr(retention.time, "sleep", slept.append)
+    monkeypatch.setattr(retention, "monotonic", lambda: next(clock))
+    return slept
+
+
 def test_by_default_the_prune_rests_as_long_as_each_batch_took(
         alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no ``pause`` the prune paces itself: after each full batch it rests as long as that
-    batch took, at most ``MAX_REST``, so it keeps a core busy half the time on any server."""
-    slept: list[float] = []
-    # Each batch's start and end: 0.5 s, then 10 s (its rest capped), then the empty third.
-    clock = iter([100.0, 100.5, 101.0, 111.0, 112.0, 112.1])
-    monkeypatch.setattr(retention.time, "sleep", slept.append)
-    monkeypatch.setattr(retention, "monotonic", lambda: next(clock))
-    _finished(alias, 6)
-    prune(older_than=timedelta(days=14), using=alias, batch_size=3)
+    batch took, at most ``MAX_REST``, so it keeps a core busy half the time on any server; never
+    after the short last batch."""
+    slept = _paced(monkeypatch)
+    _finished(alias, 7)
+    assert prune(older_than=timedelta(days=14), using=alias, batch_size=3).jobs == 7
     assert slept == [0.5, retention.MAX_REST]
+
+
+def test_prunejobs_paces_itself_unless_told_otherwise(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    slept = _paced(monkeypatch)
+    _finished(alias, 7)
+    call_command("prunejobs", "--batch-size", "3", "--database", alias, stdout=io.StringIO())
+    assert slept == [0.5, retention.MAX_REST]
+    slept = _paced(monkeypatch)
+    _finished(alias, 7)
+    call_command("prunejobs", "--batch-size", "3", "--pause", "0", "--database", alias,
+                 stdout=io.StringIO())
+    assert slept == []
+
+
+def test_the_daily_prune_job_paces_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The built-in job runs beside the fleet: it leaves the pace to the prune's default."""
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(periodic, "prune", lambda **kw: calls.append(kw) or retention.Pruned())
+    periodic.prune_finished_jobs()
+    assert len(calls) == 1 and calls[0].get("pause") is None
+
+
+def test_a_pause_that_is_no_number_of_seconds_is_refused(alias: str) -> None:
+    for pause in (True, float("inf"), -0.5):
+        with pytest.raises(ValueError, match="pause"):
+            prune(older_than=timedelta(days=14), using=alias, pause=pause)
