@@ -3,6 +3,7 @@
     python -m benchmarks.scale [--rows 10000000] [--queued 1000000] [--prune-rows 1000000]
                                [--cycles 5] [--sqlite-queued 300000] [--pairs 3]
                                [--quick] [--keep] [--reuse] [--prune-args '--pause 0']
+                               [--prune-drains noop,io-sync]
                                [--json out.json] [--plans plans.txt]
 
 ``--quick`` is a few-minute version (a tenth of every size, one pair); ``--rows`` scales the
@@ -25,14 +26,15 @@ measurements alternate between the two in pairs, so drift on a shared machine fa
    ``ultjobs stats`` and ``ultjobs list`` commands, and the stats view (its bearer token);
    the slowest statements of each explained (``EXPLAIN (ANALYZE, BUFFERS)``, in ``--plans``);
 3. ``prunejobs`` of the ``--prune-rows`` oldest finished jobs in HIST, started 6 s into one long
-   no-op drain: its time, the write-ahead log it wrote, the waits of every backend
-   (``benchmarks.scale.locks``), the drain's jobs/s beside it against the seconds just before
-   and after it (per second, from the jobs' finish times); then ``--cycles`` fill-and-prune
+   drain, once beside each of ``--prune-drains`` (no-op, then ``io-sync``; HIST topped up
+   between them): its time, the write-ahead log it wrote, the waits of every backend
+   (``benchmarks.scale.locks``), the drain's jobs/s beside it against the same seconds of a
+   drain alone (per second, from the jobs' finish times); then ``--cycles`` fill-and-prune
    cycles with the table and index sizes after each (VACUUM between them, as autovacuum would:
    this server runs with it off);
 4. the same admin pages and the stats view on SQLite at ``--sqlite-queued`` queued jobs.
 
 Each figure is printed against its target (met or missed), the targets gathered at the end.
-Not a test: the full run takes about 40 minutes on two shared cores, most of it writing and
+Not a test: the full run takes about 45 minutes on two shared cores, most of it writing and
 pruning rows; ``--quick`` about 3.
 """

@@ -23,9 +23,10 @@ SETTINGS = "benchmarks.scale.settings"
 DRAINS = {"noop": (20_000, 32), "io-sync": (5_000, 128)}
 #: The span the history finished over.
 HISTORY_DAYS = 30.0
-#: The drain the prune runs in the middle of: this many no-op drains' jobs (the prune starts
-#: ``report.PRUNE_LEAD`` seconds into it).
-THROUGH_DRAINS = 8
+#: The jobs of the drain a prune runs in the middle of, by workload (scaled by --drain-scale,
+#: at least ``THROUGH_MIN_JOBS``): long enough for the lead (``report.PRUNE_LEAD``), a paced
+#: prune and as long again after it.
+THROUGH_JOBS = {"noop": 160_000, "io-sync": 120_000}
 THROUGH_MIN_JOBS = 80_000
 #: ``prunejobs --days`` that prunes the N oldest finished jobs (``child.retention_days``).
 RETENTION_FOR = ("SELECT extract(epoch FROM now() - finished_at) / 86400 FROM django_ultjobs_job "
@@ -58,6 +59,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "finished jobs, live jobs cleared); implies --keep")
     p.add_argument("--prune-args", default="",
                    help="more arguments of the prune's prunejobs, e.g. '--batch-size 2000'")
+    p.add_argument("--prune-drains", default=",".join(DRAINS),
+                   help="the drains a prune runs beside, one prune each (default: %(default)s)")
     p.add_argument("--prune-pgoptions", default="",
                    help="PGOPTIONS of the prune's connection alone, e.g. "
                         "'-c wal_compression=on'")
@@ -78,6 +81,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.prune_rows > args.rows:
         p.error("--prune-rows must not exceed --rows: each prune takes the oldest of them")
     args.skip = set(filter(None, args.skip.split(",")))
+    args.prune_drains = args.prune_drains.split(",")
+    if not set(args.prune_drains) <= set(DRAINS) or \
+            len(set(args.prune_drains)) < len(args.prune_drains):
+        p.error(f"--prune-drains: each of {', '.join(DRAINS)} at most once, not "
+                f"{','.join(args.prune_drains)!r}")
     args.keep = args.keep or args.reuse
     return args
 
@@ -194,19 +202,27 @@ class Bench:
             self.plans.append(report.plans_text(label, r))
         return r
 
-    def prune(self) -> None:
-        """``prunejobs`` of ``--prune-rows`` in HIST in the middle of one long no-op drain: the
+    def prunes(self) -> None:
+        """One prune beside each of ``--prune-drains``, HIST topped up between them."""
+        self.results["prune"] = {}
+        for i, workload in enumerate(self.args.prune_drains):
+            if i:
+                self.child(self.hist, "clear-live")
+                self.child(self.hist, "top-up", "--rows", str(self.args.rows))
+            self.results["prune"][workload] = self.prune(workload)
+
+    def prune(self, workload: str) -> dict[str, Any]:
+        """``prunejobs`` of ``--prune-rows`` in HIST in the middle of one long drain: the
         drain's jobs/s while the prune runs against its own jobs/s before and after it, per
         second from the jobs' finish times (separate drains alone and beside it differed by a
         third from one to the next on a shared machine, more than the prune's effect); the
         waits of every backend meanwhile."""
-        jobs, threads = DRAINS["noop"]
-        # Long enough to hold the lead, the prune and as long again, even at --quick's sizes.
-        count = max(THROUGH_MIN_JOBS, int(jobs * self.args.drain_scale * THROUGH_DRAINS))
+        _, threads = DRAINS[workload]
+        count = max(THROUGH_MIN_JOBS, int(THROUGH_JOBS[workload] * self.args.drain_scale))
         drained: list[dict[str, Any]] = []
         drainer = threading.Thread(target=lambda: drained.append(self.child(
-            self.hist, "drain", "--jobs", str(count), "--threads", str(threads),
-            "--per-second")))
+            self.hist, "drain", "--workload", workload, "--jobs", str(count), "--threads",
+            str(threads), "--per-second")))
         drainer.start()
         self._wait_for_worker(drainer)
         time.sleep(report.PRUNE_LEAD)  # the drain's own pace first
@@ -245,8 +261,8 @@ class Bench:
         through["prune_from_s"] = wall_started - first
         # The same drain again with no prune: a long drain slows as its own dead rows pile up,
         # so the seconds the prune ran are compared with the same seconds of this one.
-        control = self.child(self.hist, "drain", "--jobs", str(count), "--threads",
-                             str(threads), "--per-second")
+        control = self.child(self.hist, "drain", "--workload", workload, "--jobs", str(count),
+                             "--threads", str(threads), "--per-second")
         through["control_series"] = report.series(control.pop("per_second"))
         through.update(report.against_control(through["series"], through["control_series"],
                                               through["prune_from_s"], seconds))
@@ -254,12 +270,11 @@ class Bench:
             f"{through['during']:,.0f} jobs/s beside it, {through['outside']:,.0f} before and "
             f"after: {through['ratio']:.2f}x; against the same seconds of a drain alone: "
             f"{through['control_ratio']:.2f}x")
-        self.results["prune"] = {"days": float(days), "seconds": seconds, "output": out.strip(),
-                                 "args": self.args.prune_args,
-                                 "pgoptions": self.args.prune_pgoptions,
-                                 "wal_bytes": int(wal), "drain": {**drained[0], "jobs": count},
-                                 "through": through, "waits": waits}
-        self.results["prune"]["sizes_after"] = self.child(self.hist, "sizes")
+        return {"days": float(days), "seconds": seconds, "output": out.strip(),
+                "args": self.args.prune_args, "pgoptions": self.args.prune_pgoptions,
+                "wal_bytes": int(wal), "drain": {**drained[0], "jobs": count},
+                "workload": workload, "through": through, "waits": waits,
+                "sizes_after": self.child(self.hist, "sizes")}
 
     def _wait_for_worker(self, drainer: threading.Thread) -> None:
         """Until the drain's worker has connected (its jobs are enqueued by then)."""
@@ -315,7 +330,7 @@ def main(argv: list[str]) -> int:
     try:
         bench.setup()
         for name, phase in (("hot", bench.hot_paths), ("read", bench.read_paths),
-                            ("prune", bench.prune), ("cycles", bench.cycles),
+                            ("prune", bench.prunes), ("cycles", bench.cycles),
                             ("sqlite", bench.sqlite)):
             if name in args.skip:
                 continue

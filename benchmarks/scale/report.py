@@ -205,7 +205,15 @@ def against_control(treated: list[int], control: list[int], start: float,
             "control_seconds": max(0, hi - lo)}
 
 
-def prune_lines(prune: dict[str, Any], targets: Targets) -> list[str]:
+def prune_lines(prunes: dict[str, dict[str, Any]], targets: Targets) -> list[str]:
+    """Each prune, beside its own drain."""
+    lines: list[str] = []
+    for workload, prune in prunes.items():
+        lines += ["", f"Beside the {workload} drain:", "", *_prune_lines(workload, prune, targets)]
+    return lines[1:]
+
+
+def _prune_lines(workload: str, prune: dict[str, Any], targets: Targets) -> list[str]:
     through = prune["through"]
     ratio, control = through["ratio"], through["control_ratio"]
     waits = prune["waits"]
@@ -216,24 +224,28 @@ def prune_lines(prune: dict[str, Any], targets: Targets) -> list[str]:
     return [
         f"- `prunejobs --days {prune['days']:.2f}{' ' + options if options else ''}`: "
         f"**{seconds:.1f} s** wall, the command's start included (≤ {PRUNE_S:.0f} s: "
-        + judge(targets, f"prune ≤ {PRUNE_S:.0f} s", f"{seconds:.1f} s", seconds <= PRUNE_S)
+        + judge(targets, f"prune ≤ {PRUNE_S:.0f} s beside the {workload} drain",
+                f"{seconds:.1f} s", seconds <= PRUNE_S)
         + f"): {prune['output']}",
-        f"- one no-op drain of {prune['drain']['jobs']:,} jobs ({prune['drain']['jobs_per_s']:,.0f}"
-        f" jobs/s over all), the prune started {PRUNE_LEAD:.0f} s into it: "
+        f"- one {workload} drain of {prune['drain']['jobs']:,} jobs "
+        f"({prune['drain']['jobs_per_s']:,.0f} jobs/s over all), the prune started "
+        f"{PRUNE_LEAD:.0f} s into it: "
         f"{through['before']:,.0f} jobs/s in the {through['before_s']:.0f} s before it, "
         f"{through['during']:,.0f} in the {through['during_s']:.0f} s beside it, "
         f"{through['after']:,.0f} in the {through['after_s']:.0f} s after it: {ratio:.2f}x; "
         f"against the same {through['control_seconds']:.0f} s of a drain alone right after "
         f"({through['control_during']:.2f}x of its jobs, {through['control_before']:.2f}x "
         f"before the prune): **{control:.2f}x** (≥ {PRUNE_DRAIN_RATIO}x: "
-        + judge(targets, f"drain beside the prune ≥ {PRUNE_DRAIN_RATIO}x of alone",
+        + judge(targets, f"{workload} drain beside the prune ≥ {PRUNE_DRAIN_RATIO}x of alone",
                 f"{control:.2f}x", control >= PRUNE_DRAIN_RATIO) + ")",
+        *(["- **the drain ended before the prune did**: its figures cover part of the prune "
+            "alone (a longer drain: `THROUGH_JOBS`)"] if not through["after_s"] else []),
         f"- write-ahead log while the prune ran: {prune['wal_bytes'] / 2**20:,.0f} MiB, "
         f"{prune['wal_bytes'] / max(_pruned_jobs(prune['output']), 1):,.0f} bytes per job "
         "pruned (the drain's beside it included)",
         f"- {waits['samples']:,} samples of `pg_stat_activity` every 50 ms: a worker's backend "
         f"blocked by the prune's in **{blocked}** ("
-        + judge(targets, "no claim or settle waits on a lock the prune holds",
+        + judge(targets, f"no claim or settle of the {workload} drain waits on the prune",
                 f"{blocked} samples blocked", blocked == 0) + ")",
         "- backends seen (role, state: samples): " + "; ".join(
             f"{k} {n}" for k, n in sorted(waits["seen"].items())),
