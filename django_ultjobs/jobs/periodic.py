@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from ..conf import get_settings
 from ..core.schedules import Schedule
@@ -27,14 +27,31 @@ logger = logging.getLogger(__name__)
 PRUNE_JOB = "django_ultjobs.prune"
 
 
-@job(name=PRUNE_JOB, max_attempts=3, backoff=60.0)
-def prune_finished_jobs() -> dict[str, Any]:
+class Run(Protocol):
+    """What the prune job uses of its run's ``JobContext`` (a layer above this one)."""
+
+    def wait(self, seconds: float) -> bool: ...
+
+    def raise_if_cancelled(self) -> None: ...
+
+
+@job(name=PRUNE_JOB, max_attempts=3, backoff=60.0, takes_context=True)
+def prune_finished_jobs(ctx: Run) -> dict[str, Any]:
     """Delete finished jobs, old events and dead workers past ``RETENTION_DAYS``; return the
-    counts (kept as the job's result, so the admin shows what each run removed)."""
+    counts (kept as the job's result, so the admin shows what each run removed).
+
+    A paced prune of millions of rows runs for minutes, so a cancel (a request, the worker's
+    drain) stops it between two batches, each committed: the next run deletes the rest."""
     conf = get_settings()
     if conf.RETENTION_DAYS is None:
         return {"skipped": "ULTJOBS['RETENTION_DAYS'] is None: retention is off"}
-    pruned = prune(older_than=timedelta(days=conf.RETENTION_DAYS), using=conf.DATABASE)
+
+    def rest(seconds: float) -> None:
+        ctx.wait(seconds)
+        ctx.raise_if_cancelled()
+
+    pruned = prune(older_than=timedelta(days=conf.RETENTION_DAYS), using=conf.DATABASE,
+                   on_batch=lambda _jobs: ctx.raise_if_cancelled(), rest=rest)
     return dataclasses.asdict(pruned)
 
 

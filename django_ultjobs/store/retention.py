@@ -63,7 +63,8 @@ MAX_REST = 5.0
 
 def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
           dry_run: bool = False, on_batch: Callable[[int], None] | None = None,
-          pause: float | None = None) -> Pruned:
+          pause: float | None = None,
+          rest: Callable[[float], object] | None = None) -> Pruned:
     """Delete what finished more than ``older_than`` ago; return the counts.
 
     With ``dry_run`` nothing is deleted: the counts are of what would be. ``on_batch`` is
@@ -71,7 +72,8 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
     ``pause``: seconds to wait after each full batch, so the workers beside the prune get the
     cores and the log between its batches; None (the default) rests as long as the batch took
     (at most ``MAX_REST``), so the prune keeps a core busy half the time on any server; 0 runs
-    the batches back to back.
+    the batches back to back. ``rest`` takes those seconds instead of ``time.sleep`` (a run's
+    ``ctx.wait``, which a cancel cuts short).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
@@ -104,9 +106,9 @@ def prune(*, older_than: timedelta, using: str, batch_size: int = 5_000,
                                  steps + batch.steps)
         if on_batch is not None:
             on_batch(batch.jobs)
-        rest = min(took, MAX_REST) if pause is None else pause
-        if rest and batch.jobs >= batch_size:  # a short batch (most often the last) gets none
-            time.sleep(rest)
+        seconds = min(took, MAX_REST) if pause is None else pause
+        if seconds and batch.jobs >= batch_size:  # a short batch (most often the last) gets none
+            (rest or time.sleep)(seconds)
     events = _old_events(using, cutoff).delete()[0]
     workers = _dead_workers(using, cutoff).delete()[0]
     # After the jobs: a group goes once its last job went (rule 151 (group-pruned-when-empty)).

@@ -15,10 +15,12 @@ from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_ultjobs.exceptions import WorkerShutdownError
 from django_ultjobs.jobs import periodic
 from django_ultjobs.models import Job, JobAttempt, JobStep
 from django_ultjobs.store import get_store, retention
 from django_ultjobs.store.retention import prune
+from django_ultjobs.testing import run_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -172,12 +174,56 @@ def test_prunejobs_paces_itself_unless_told_otherwise(
     assert slept == []
 
 
+class _Run:
+    """A run's context as the daily prune job uses it: ``wait`` returns early, cancelled, when
+    ``cancel_in_wait`` says so."""
+
+    def __init__(self, *, cancel_in_wait: bool = False) -> None:
+        self.cancel_in_wait = cancel_in_wait
+        self.cancelled = False
+        self.waits: list[float] = []
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.cancelled = self.cancelled or self.cancel_in_wait
+        return self.cancelled
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise WorkerShutdownError("the worker is stopping")
+
+
 def test_the_daily_prune_job_paces_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The built-in job runs beside the fleet: it leaves the pace to the prune's default."""
+    """The built-in job runs beside the fleet: it leaves the pace to the prune's default and
+    rests in its run's ``wait``, which a cancel cuts short."""
     calls: list[dict[str, object]] = []
     monkeypatch.setattr(periodic, "prune", lambda **kw: calls.append(kw) or retention.Pruned())
-    periodic.prune_finished_jobs()
-    assert len(calls) == 1 and calls[0].get("pause") is None
+    periodic.prune_finished_jobs(_Run())
+    assert len(calls) == 1 and calls[0].get("pause") is None and calls[0]["rest"] is not None
+
+
+def test_a_cancelled_prune_job_stops_between_two_batches(alias: str) -> None:
+    """Cancelled while it rests (a cancel request, the worker's drain), the daily job deletes no
+    further batch: the first one is committed, the rest is left to a later run."""
+    _finished(alias, retention_batch() + 1)
+    run = _Run(cancel_in_wait=True)
+    with pytest.raises(WorkerShutdownError):
+        periodic.prune_finished_jobs(run)
+    assert len(run.waits) == 1
+    assert Job.objects.using(alias).count() == 1
+
+
+def test_the_daily_prune_job_runs_with_its_context(alias: str) -> None:
+    _finished(alias, 3)
+    periodic.prune_finished_jobs.enqueue()
+    (outcome,) = run_jobs(database=alias)
+    assert (outcome.name, outcome.outcome) == (periodic.PRUNE_JOB, "succeeded")
+    assert not Job.objects.using(alias).exclude(name=periodic.PRUNE_JOB).exists()
+
+
+def retention_batch() -> int:
+    """The batch size the daily job's prune uses (``prune``'s default)."""
+    return int((retention.prune.__kwdefaults__ or {})["batch_size"])
 
 
 def test_a_pause_that_is_no_number_of_seconds_is_refused(alias: str) -> None:
