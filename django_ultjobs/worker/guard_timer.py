@@ -96,14 +96,14 @@ class GuardTimer:
         return self._timer is not None
 
     def arm(self, until: float) -> None:
-        if self._lib is None or self._timer is None:
+        if not self.kills:
             signal.setitimer(signal.ITIMER_REAL, max(until - lease_clock(), 0.001))
             return
         whole = int(until)
         self._set(_TimeSpec(whole, int((until - whole) * 1e9)), _TIMER_ABSTIME)
 
     def disarm(self) -> None:
-        if self._lib is None or self._timer is None:
+        if not self.kills:
             signal.setitimer(signal.ITIMER_REAL, 0)
             return
         self._set(_TimeSpec(0, 0), 0)
