@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.peers import common
 from benchmarks.peers.common import log
-from benchmarks.scale import locks, report
+from benchmarks.scale import fill, locks, report
 
 CHILD = "benchmarks.scale.child"
 SETTINGS = "benchmarks.scale.settings"
@@ -28,10 +28,6 @@ HISTORY_DAYS = 30.0
 #: prune and as long again after it.
 THROUGH_JOBS = {"noop": 160_000, "io-sync": 120_000}
 THROUGH_MIN_JOBS = 80_000
-#: ``prunejobs --days`` that prunes the N oldest finished jobs (``child.retention_days``).
-RETENTION_FOR = ("SELECT extract(epoch FROM now() - finished_at) / 86400 FROM django_ultjobs_job "
-                 "WHERE status IN ('succeeded', 'failed', 'cancelled') "
-                 "ORDER BY finished_at OFFSET %s LIMIT 1")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -206,8 +202,7 @@ class Bench:
         """One prune beside each of ``--prune-drains``, HIST topped up between them."""
         self.results["prune"] = {}
         for i, workload in enumerate(self.args.prune_drains):
-            if i:
-                self.child(self.hist, "clear-live")
+            if i:  # each drain deleted its own jobs: only the pruned rows are missing
                 self.child(self.hist, "top-up", "--rows", str(self.args.rows))
             self.results["prune"][workload] = self.prune(workload)
 
@@ -228,7 +223,7 @@ class Bench:
         time.sleep(report.PRUNE_LEAD)  # the drain's own pace first
         # Read as late as can be: topped-up histories finish a million jobs in minutes, so a
         # cut-off read a minute early would prune a fifth more.
-        days = common.scalar(self.hist, RETENTION_FOR, [self.args.prune_rows])
+        days = common.scalar(self.hist, fill.RETENTION_FOR, [self.args.prune_rows])
         sampler = locks.LockSampler(self.hist).start()
         lsn = common.scalar(self.hist, "SELECT pg_current_wal_lsn()::text")
         wall_started = time.time()

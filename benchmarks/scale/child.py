@@ -157,18 +157,6 @@ def top_up() -> dict[str, Any]:
             "vacuum_s": vacuum(*JOB_TABLES, analyze=True)}
 
 
-def retention_days(rows: int) -> float:
-    """The ``prunejobs --days`` that prunes the ``rows`` oldest finished jobs (the next one
-    finished at the cut-off, so is kept), whatever span the history covers."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT extract(epoch FROM now() - finished_at) / 86400 "
-                    "FROM django_ultjobs_job "
-                    "WHERE status IN ('succeeded', 'failed', 'cancelled') "
-                    "ORDER BY finished_at OFFSET %s LIMIT 1", [rows])
-        row = cur.fetchone()
-    return 0.0 if row is None else float(row[0])
-
-
 def drain() -> dict[str, Any]:
     """Bulk enqueue, ANALYZE, one ``runjobworker --burst`` drains them (the peers' drain), then
     the drained rows are deleted and the tables vacuumed, so the next drain meets the same
@@ -261,7 +249,7 @@ def prune_cycle() -> dict[str, Any]:
     started = time.perf_counter()
     jobs, attempts = fill.fill_history(ARGS.rows, fill.days_since_last_finish())
     filled = time.perf_counter() - started
-    prune = run_prune(retention_days(ARGS.rows))
+    prune = run_prune(fill.retention_days(ARGS.rows))
     result = {"filled": jobs, "filled_attempts": attempts, "fill_s": filled, **prune,
               "vacuum_s": vacuum(*JOB_TABLES), "sizes": sizes()}
     return result

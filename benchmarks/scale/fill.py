@@ -137,6 +137,21 @@ def fill_history(rows: int, days: float, seed: float = 0.42) -> tuple[int, int]:
         return jobs, cur.rowcount
 
 
+#: The age in days of the finished job after the N oldest (``%s``): ``prunejobs --days`` at that
+#: age prunes those N and keeps it, whatever span the history covers.
+RETENTION_FOR = ("SELECT extract(epoch FROM now() - finished_at) / 86400 FROM django_ultjobs_job "
+                 "WHERE status IN ('succeeded', 'failed', 'cancelled') "
+                 "ORDER BY finished_at OFFSET %s LIMIT 1")
+
+
+def retention_days(rows: int) -> float:
+    """The ``prunejobs --days`` that prunes the ``rows`` oldest finished jobs."""
+    with connection.cursor() as cur:
+        cur.execute(RETENTION_FOR, [rows])
+        row = cur.fetchone()
+    return 0.0 if row is None else float(row[0])
+
+
 def days_since_last_finish() -> float:
     """Days from the newest finish time to now: the span a cycle's rows finished over."""
     with connection.cursor() as cur:
